@@ -1,0 +1,57 @@
+// Cost models: how long an operation takes on a device, given the hardware catalog and a
+// calibration profile. Every formula carries its source in a comment in cost_model.cpp.
+//
+// Compute ops are timed analytically here (the simulator turns the time into an Exec on the
+// GPU host). Communication is *not* timed here: the simulator moves its bytes over the
+// simulated links; this model supplies the per-operation software latency and the fraction of
+// link bandwidth NCCL / cudaMemcpy achieve, and an analytic alpha-beta estimate used by tests
+// and reports.
+#pragma once
+
+#include <string>
+
+#include "models/calibration.h"
+#include "models/hardware.h"
+#include "models/ops.h"
+
+namespace trainsim {
+
+class CostModel {
+ public:
+  CostModel(const SystemSpec& system, const CalibrationProfile& profile);
+
+  /// Duration of a compute op (AttnFwd .. LogitsLossBwd, OptimizerStepGpu) on one GPU, or of
+  /// an OptimizerStepCpu on the host cores available to one GPU. Throws std::logic_error for a
+  /// communication op.
+  double compute_time_s(const OpDesc& op) const;
+
+  /// Time of one GEMM (m x k) * (k x n) in `precision`, with its efficiency model.
+  double gemm_time_s(double m, double n, double k, Precision precision, double batch = 1) const;
+  /// Time of a memory-bound kernel touching `bytes` of device memory.
+  double memory_bound_time_s(double bytes) const;
+
+  /// Fixed software + synchronization latency of one collective of `group_size` ranks of the
+  /// given kind (ring: 2(n-1) steps x per-step latency), added to the flow time.
+  double collective_latency_s(OpKind kind, std::int64_t group_size, bool intra_node) const;
+  /// Bytes each rank sends in a ring implementation of the collective (nccl-tests
+  /// doc/PERFORMANCE.md): all-reduce 2(n-1)/n * S, reduce-scatter and all-gather (n-1)/n * S.
+  static double ring_bytes_per_rank(OpKind kind, double bytes, std::int64_t group_size);
+  /// Analytic alpha-beta time of a ring collective at a given per-rank link bandwidth.
+  double collective_time_s(OpKind kind, double bytes, std::int64_t group_size,
+                           double link_bw_bytes_per_s, bool intra_node) const;
+
+  /// Achieved fraction of a link's nominal bandwidth for bulk transfers (NCCL on NVLink / IB,
+  /// cudaMemcpy on PCIe). The simulator scales link bandwidths by these.
+  double nvlink_efficiency() const;
+  double network_efficiency() const;
+  double pcie_efficiency() const;
+
+  const SystemSpec& system() const { return system_; }
+  const CalibrationProfile& profile() const { return profile_; }
+
+ private:
+  SystemSpec system_;
+  CalibrationProfile profile_;
+};
+
+}  // namespace trainsim

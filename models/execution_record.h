@@ -1,0 +1,31 @@
+// What an executor (the simulator or the replay backend) reports for one iteration: when each
+// task of the schedule graph started and ended. The trace writer and the summary are computed
+// from a graph plus a record, so simulated and measured outputs share one schema.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/schedule_graph.h"
+
+namespace trainsim {
+
+struct ExecutionRecord {
+  std::vector<double> start_s;   ///< per task id; NaN for a task that did not run
+  std::vector<double> end_s;     ///< per task id
+  bool measured = false;         ///< false: simulated; true: replayed on hardware
+  std::string executor;          ///< "simgrid-3.32", "libtorch-cpu", "cuda:0 (NVIDIA H100)" ...
+  std::string device;            ///< catalog system or the local device name
+  double wall_time_s = 0;        ///< host wall time the executor took
+  std::uint64_t activities = 0;  ///< simulator: activities run (for the speed benchmark)
+  /// Measured only: allocator bytes in use / reserved over time (time_s, bytes) samples.
+  std::vector<std::pair<double, std::int64_t>> allocated_bytes_samples;
+  std::vector<std::pair<double, std::int64_t>> reserved_bytes_samples;
+  /// Free-form notes the summary repeats (e.g. which parts a replay substituted).
+  std::vector<std::string> notes;
+
+  double iteration_time_s() const;  ///< latest end over all tasks minus earliest start (0)
+};
+
+}  // namespace trainsim

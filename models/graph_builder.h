@@ -1,0 +1,32 @@
+// Schedule builders: turn a validated scenario into the schedule graph of one training
+// iteration (Megatron-LM PTD-P with GPipe / 1F1B / interleaved 1F1B, ZeRO, offload).
+#pragma once
+
+#include "models/cost_model.h"
+#include "models/hardware.h"
+#include "models/scenario.h"
+#include "models/schedule_graph.h"
+
+namespace trainsim {
+
+struct BuildOptions {
+  /// Build only one representative rank per pipeline stage (tensor rank 0, data rank 0); the
+  /// other ranks of its TP group and DP replicas are provably identical to it.
+  bool fold = false;
+};
+
+/// Whether `scenario.simulation.fold` (auto: graphs above ~2M tasks) asks for folding.
+bool should_fold(const Scenario& scenario);
+
+ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& system,
+                                   const BuildOptions& options);
+
+/// Megatron rank layout (initialize_model_parallel: TP fastest, then DP, then PP):
+/// rank = pp_stage * (dp * tp) + dp_rank * tp + tp_rank.
+struct RankCoords {
+  std::int64_t tp_rank, dp_rank, pp_stage;
+};
+RankCoords rank_coords(const ParallelConfig& p, std::int64_t rank);
+std::int64_t rank_of(const ParallelConfig& p, const RankCoords& c);
+
+}  // namespace trainsim

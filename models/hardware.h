@@ -1,0 +1,46 @@
+// The hardware catalog: GPUs, DGX nodes and their fabrics, from datasheets
+// (../shared/ground-truth/hardware.md). A measured calibration profile refines what these
+// datasheet numbers predict; the catalog itself holds only published facts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainsim {
+
+struct GpuSpec {
+  std::string name;                     ///< e.g. "A100-SXM4-80GB"
+  double peak_dense_fp16_flops = 0;     ///< dense FP16/BF16 tensor-core FLOP/s
+  double hbm_bytes = 0;                 ///< device memory capacity
+  double hbm_bw_bytes_per_s = 0;        ///< HBM bandwidth
+  double nvlink_bw_bytes_per_s = 0;     ///< NVLink per GPU, per direction (datasheet total / 2)
+  double pcie_bw_bytes_per_s = 0;       ///< PCIe per direction (x16 link)
+};
+
+/// One DGX-style node: GPUs on an NVSwitch, a PCIe tree to the host CPUs and compute NICs,
+/// and the fabric between nodes.
+struct SystemSpec {
+  std::string name;                   ///< catalog key, e.g. "dgx-a100-80gb"
+  GpuSpec gpu;
+  int gpus_per_node = 8;
+  int nics_per_node = 8;              ///< compute NICs, one per GPU, rail-optimized
+  double nic_bw_bytes_per_s = 0;      ///< per NIC, per direction (200 Gb/s HDR = 25 GB/s)
+  int gpus_per_pcie_switch = 2;       ///< GPUs (and their NICs) sharing one PCIe switch
+  double pcie_uplink_bw_bytes_per_s = 0;  ///< PCIe switch -> CPU socket uplink, per direction
+  int cpu_sockets = 2;
+  int cpu_cores = 0;                  ///< physical cores in the node
+  double host_memory_bytes = 0;
+  int fat_tree_levels = 3;            ///< leaf / spine / core (Selene: 3 levels)
+  int switch_radix = 40;              ///< ports per IB switch (HDR QM8700: 40, NDR QM9700: 64)
+  double switch_latency_s = 0;        ///< per IB switch hop
+  double nvlink_latency_s = 0;        ///< GPU -> NVSwitch -> GPU one-way
+  double pcie_latency_s = 0;
+};
+
+/// The catalog entry with that name: `dgx-a100-40gb`, `dgx-a100-80gb`, `dgx-h100`.
+/// Throws InputError listing the known names when there is none.
+const SystemSpec& find_system(const std::string& name);
+std::vector<std::string> system_names();
+
+}  // namespace trainsim

@@ -1,0 +1,79 @@
+// Operation descriptors: the work a schedule task stands for, with the shapes one rank sees.
+//
+// Many tasks share one descriptor (every microbatch of every layer runs the same forward
+// attention block), so the graph stores each distinct descriptor once and tasks refer to it
+// by index. The simulator asks the cost model for a descriptor's duration once; the replay
+// backend turns a descriptor into real LibTorch / NCCL / kernel calls with these shapes.
+#pragma once
+
+#include <cstdint>
+
+#include "models/scenario.h"
+
+namespace trainsim {
+
+enum class OpKind : std::uint8_t {
+  // ---- compute, one rank's shard of one transformer layer (Megatron ParallelTransformerLayer)
+  AttnFwd,        ///< input LayerNorm, QKV GEMM, core attention (QK^T, scale+mask+softmax,
+                  ///< dropout, x V), output projection GEMM, bias-dropout-add
+  MlpFwd,         ///< post-attention LayerNorm, fc1 (h -> ffn/tp), GeLU, fc2, bias-dropout-add
+  AttnBwd,        ///< backward of AttnFwd (input and weight gradients); with selective
+                  ///< recomputation it first recomputes the core attention
+  MlpBwd,         ///< backward of MlpFwd
+  EmbedFwd,       ///< word + position embedding lookup and dropout (first stage)
+  EmbedBwd,       ///< embedding gradient (first stage)
+  LogitsLossFwd,  ///< final LayerNorm, output GEMM (h -> vocab/tp), vocab-parallel cross entropy
+  LogitsLossBwd,  ///< backward of LogitsLossFwd
+  // ---- optimizer
+  OptimizerStepGpu,  ///< fused Adam over `params` parameters on the GPU (mixed precision)
+  OptimizerStepCpu,  ///< CPU Adam (ZeRO-Offload) over `params` parameters on the host cores
+  // ---- communication
+  AllReduce,
+  ReduceScatter,
+  AllGather,
+  SendRecv,       ///< pipeline point-to-point message
+  CopyH2D,        ///< host -> device copy over PCIe
+  CopyD2H,        ///< device -> host copy over PCIe
+};
+
+/// Which communicator a collective or message uses.
+enum class GroupKind : std::uint8_t { None, Tensor, Pipeline, Data, Embedding };
+
+struct OpDesc {
+  OpKind kind = OpKind::AttnFwd;
+  Precision precision = Precision::FP16;
+  GroupKind group = GroupKind::None;
+
+  // ---- compute shapes, as one rank sees them
+  std::int64_t micro_batch = 0;   ///< b
+  std::int64_t seq = 0;           ///< s (full sequence; with sequence parallelism the
+                                  ///< LayerNorm/dropout regions see s / tp)
+  std::int64_t hidden = 0;        ///< h
+  std::int64_t heads = 0;         ///< attention heads on this rank (a / tp)
+  std::int64_t head_dim = 0;      ///< kv_channels
+  std::int64_t ffn = 0;           ///< ffn hidden size on this rank (ffn / tp)
+  std::int64_t vocab = 0;         ///< vocabulary rows on this rank (V / tp)
+  std::int64_t tp = 1;            ///< tensor-parallel degree (for the SP-scaled regions)
+  bool sequence_parallel = false;
+  bool recompute_core_attention = false;  ///< selective recomputation inside AttnBwd
+
+  // ---- optimizer
+  std::int64_t params = 0;        ///< parameters the step updates
+
+  // ---- communication
+  std::int64_t bytes = 0;         ///< payload: per-rank buffer size of the collective (the
+                                  ///< full tensor for all-reduce, the gathered output for
+                                  ///< all-gather, the input for reduce-scatter), or message size
+  std::int64_t group_size = 1;    ///< ranks in the collective
+
+  // ---- work, filled by the builder from models/flops.h
+  double flops = 0;               ///< floating-point operations executed (matmul FLOPs = 2mnk)
+  double bytes_accessed = 0;      ///< device-memory bytes read + written by the op's kernels
+};
+
+bool is_compute(OpKind k);
+bool is_collective(OpKind k);
+const char* to_string(OpKind k);
+const char* to_string(GroupKind g);
+
+}  // namespace trainsim

@@ -1,0 +1,138 @@
+// A training scenario: the model, its parallel plan, the DeepSpeed ZeRO/offload settings and
+// the cluster, as read from a scenario YAML file (DESIGN.md "Scenario files", a contract).
+//
+// Key names follow Megatron-LM's arguments (model, parallel) and DeepSpeed's config keys
+// (deepspeed.zero_optimization), so a user can copy them from a launch script.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trainsim {
+
+/// A user error in a scenario or another input file. The message names the file, the
+/// field (dotted path, e.g. `parallel.tensor_model_parallel_size`), the offending value and,
+/// where known, the line. The CLI turns it into exit status 1.
+class InputError : public std::runtime_error {
+ public:
+  explicit InputError(const std::string& message) : std::runtime_error(message) {}
+};
+
+enum class Precision : std::uint8_t { FP16, BF16 };
+enum class Recompute : std::uint8_t { None, Selective, Full };
+/// GPipe (all forwards, then all backwards), Megatron's 1F1B (PipeDream-Flush) and the
+/// interleaved 1F1B of Narayanan et al. SC'21 (chosen when virtual stages are set).
+enum class PipelineSchedule : std::uint8_t { GPipe, OneFOneB, Interleaved };
+
+/// Transformer shape, Megatron-LM argument names.
+struct ModelConfig {
+  std::int64_t num_layers = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t seq_length = 0;
+  std::int64_t padded_vocab_size = 0;
+  std::int64_t ffn_hidden_size = 0;  ///< 0 in the file means the default 4 * hidden_size
+  std::int64_t kv_channels = 0;      ///< 0 in the file means hidden_size / num_attention_heads
+  /// Megatron's --untie-embeddings-and-output-weights; false (tied) as in GPT and SC'21.
+  bool untie_embeddings_and_output_weights = false;
+};
+
+/// Parallel plan, Megatron-LM argument names; derived fields are filled by validation.
+struct ParallelConfig {
+  std::int64_t tensor_model_parallel_size = 1;
+  std::int64_t pipeline_model_parallel_size = 1;
+  std::int64_t micro_batch_size = 1;
+  std::int64_t global_batch_size = 1;
+  /// Set => interleaved 1F1B with num_layers / pp / this many model chunks per stage.
+  std::optional<std::int64_t> num_layers_per_virtual_pipeline_stage;
+  Recompute recompute_granularity = Recompute::None;
+  bool sequence_parallel = false;
+  Precision precision = Precision::FP16;
+  /// Megatron's --overlap-grad-reduce: DP gradient buckets reduced during backward.
+  /// Off by default, as in the SC'21 runs.
+  bool overlap_grad_reduce = false;
+  /// Megatron's scatter/gather optimization for pipeline sends across the TP ranks' NICs
+  /// (on in SC'21; --no-scatter-gather-tensors-in-pipeline turns it off).
+  bool scatter_gather_tensors_in_pipeline = true;
+  /// Megatron's --ddp-bucket-size, in parameters (elements) per DP gradient bucket.
+  std::int64_t ddp_bucket_size = 40'000'000;
+  /// trainsim extension: `gpipe` or `1f1b`; `interleaved` is implied by virtual stages.
+  PipelineSchedule pipeline_schedule = PipelineSchedule::OneFOneB;
+
+  // ---- derived by validate_scenario() ----
+  std::int64_t data_parallel_size = 1;          ///< gpus / (tp * pp)
+  std::int64_t num_microbatches = 1;            ///< global_batch / (micro_batch * dp)
+  std::int64_t virtual_pipeline_size = 1;       ///< model chunks per pipeline rank
+  std::int64_t layers_per_chunk = 1;            ///< num_layers / (pp * virtual_pipeline_size)
+};
+
+/// deepspeed.zero_optimization.offload_optimizer
+struct OffloadOptimizerConfig {
+  bool enabled = false;      ///< device: cpu
+  bool pin_memory = true;
+  double ratio = 1.0;        ///< Twin-Flow: fraction of parameters updated by CPU Adam
+  bool ratio_auto = false;   ///< `ratio: auto`: smallest ratio whose GPU peak fits
+};
+
+/// deepspeed.zero_optimization
+struct ZeroConfig {
+  int stage = 0;  ///< 0 (plain DP), 1 (optimizer states), 2 (+gradients), 3 (+parameters)
+  std::int64_t reduce_bucket_size = 500'000'000;     ///< elements
+  std::int64_t allgather_bucket_size = 500'000'000;  ///< elements
+  bool overlap_comm = true;
+  std::int64_t stage3_prefetch_bucket_size = 50'000'000;  ///< elements
+  OffloadOptimizerConfig offload_optimizer;
+};
+
+/// cluster: a catalog system name plus overrides.
+struct ClusterConfig {
+  std::string system;          ///< hardware catalog name, e.g. `dgx-a100-80gb`
+  std::int64_t nodes = 1;
+  std::int64_t gpus_per_node = 0;  ///< 0 means the system's own count
+};
+
+/// Options of the simulation itself (trainsim extension, all optional).
+struct SimulationConfig {
+  /// Fold identical ranks (TP peers, DP replicas) into one representative. `auto` folds
+  /// when the unfolded graph would exceed a size limit.
+  enum class Fold : std::uint8_t { Auto, On, Off } fold = Fold::Auto;
+};
+
+struct Scenario {
+  std::string name;
+  std::string source_path;  ///< the file it was read from (for error messages)
+  ModelConfig model;
+  ParallelConfig parallel;
+  ZeroConfig zero;
+  ClusterConfig cluster;
+  SimulationConfig simulation;
+
+  std::int64_t world_size() const { return cluster.nodes * cluster.gpus_per_node; }
+};
+
+/// Reads a scenario file, applies `--set key=value` overrides (dotted keys, YAML values),
+/// fills defaults and validates it (validate_scenario). Throws InputError naming the file,
+/// field and value for a missing file, unknown key (with a suggestion), wrong type, negative
+/// or zero size, or an inconsistent parallel plan.
+Scenario load_scenario(const std::string& path,
+                       const std::vector<std::pair<std::string, std::string>>& overrides = {});
+
+/// Parses a scenario from YAML text (`source` names it in messages).
+Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
+                        const std::vector<std::pair<std::string, std::string>>& overrides = {});
+
+/// Checks the plan and fills the derived fields: TP divides heads and hidden (and ffn), layers
+/// split evenly over pipeline and virtual stages, global batch divisible by micro batch x DP,
+/// GPUs = TP x PP x DP, interleaving needs pp > 1 and microbatches divisible by pp, ZeRO and
+/// offload settings consistent. Throws InputError naming the fields and values.
+void validate_scenario(Scenario& scenario);
+
+const char* to_string(Precision p);
+const char* to_string(Recompute r);
+const char* to_string(PipelineSchedule s);
+
+}  // namespace trainsim

@@ -1,0 +1,169 @@
+// The schedule graph: one training iteration of every (simulated) rank as a DAG of tasks.
+// This is the contract between the two executors (DESIGN.md "The schedule graph"): the
+// simulator (sim/) and the replay backend (hw_backend/) play the same graph and write traces
+// whose task ids are this graph's task ids.
+//
+// Storage is compact: a task is a small POD that refers to a shared OpDesc; labels are made on
+// demand from structured fields; memory effects sit in one flat array indexed by offsets; the
+// dependency edges are a Boost compressed_sparse_row_graph once finalize() has run.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <boost/graph/compressed_sparse_row_graph.hpp>
+
+#include "models/ops.h"
+#include "models/scenario.h"
+
+namespace trainsim {
+
+using TaskId = std::uint32_t;
+using RankId = std::uint32_t;
+constexpr std::uint32_t kNone = 0xFFFFFFFFu;
+
+/// What executes a task.
+enum class TaskKind : std::uint8_t {
+  Compute,       ///< GPU kernel work (a transformer block, embedding, logits+loss)
+  Collective,    ///< this rank's part of a collective (all ranks of the group have one task
+                 ///< with the same `match`)
+  Send,          ///< pipeline message out (non-blocking for its stream)
+  Recv,          ///< pipeline message in (blocks its stream until the data is there)
+  CopyH2D,       ///< host -> device PCIe copy
+  CopyD2H,       ///< device -> host PCIe copy
+  OptimizerGpu,  ///< optimizer step on the GPU
+  OptimizerCpu,  ///< optimizer step on the host CPU cores
+};
+
+/// The stream (queue) a task occupies; tasks of one (rank, stream) run in issue order.
+enum class StreamId : std::uint8_t { Compute, TpComm, PpComm, DpComm, H2D, D2H, Cpu, kCount };
+constexpr int kNumStreams = static_cast<int>(StreamId::kCount);
+
+/// Where in the iteration a task belongs (used by labels, trace phases and breakdowns).
+enum class Phase : std::uint8_t { Forward, Backward, Recompute, GradSync, Optimizer, ParamSync, Offload };
+/// Which part of the model a task touches.
+enum class Part : std::uint8_t { Attn, Mlp, Embedding, Logits, Pipeline, Gradients, Params, None };
+
+/// Memory categories (DESIGN.md: every byte accounted to one).
+enum class MemCategory : std::uint8_t {
+  Parameters,
+  Gradients,
+  OptimizerStates,
+  Activations,
+  CommBuffers,
+  OffloadBuffers,
+  Framework,
+  kCount
+};
+constexpr int kNumMemCategories = static_cast<int>(MemCategory::kCount);
+using MemVector = std::array<std::int64_t, kNumMemCategories>;
+
+/// One allocation (bytes > 0) or release (bytes < 0) caused by a task, applied when the task
+/// starts (`at_end` false) or when it ends (`at_end` true), on the GPU or in host memory.
+struct MemEffect {
+  std::int64_t bytes = 0;
+  MemCategory category = MemCategory::Activations;
+  bool at_end = false;
+  bool on_host = false;
+};
+
+struct Task {
+  std::uint32_t op = 0;            ///< index into ScheduleGraph::ops
+  RankId rank = 0;                 ///< global rank that runs it
+  std::uint32_t match = kNone;     ///< collective instance or pipeline message id, shared by
+                                   ///< all participating tasks
+  std::uint32_t group = kNone;     ///< index into ScheduleGraph::groups (collectives, p2p)
+  std::int32_t peer = -1;          ///< p2p: the other rank
+  std::uint16_t microbatch = 0xFFFF;  ///< 0xFFFF: not tied to a microbatch
+  std::uint16_t layer = 0xFFFF;    ///< global transformer layer index; 0xFFFF: none
+  std::uint16_t bucket = 0xFFFF;   ///< gradient / parameter bucket index; 0xFFFF: none
+  std::uint8_t chunk = 0;          ///< model chunk (virtual stage) on this rank
+  TaskKind kind = TaskKind::Compute;
+  StreamId stream = StreamId::Compute;
+  Phase phase = Phase::Forward;
+  Part part = Part::None;
+};
+
+/// A communicator: the ranks of a collective (ring order) or of a point-to-point pair.
+struct CommGroup {
+  GroupKind kind = GroupKind::None;
+  std::vector<RankId> ranks;
+};
+
+using DependencyGraph =
+    boost::compressed_sparse_row_graph<boost::bidirectionalS, boost::no_property,
+                                       boost::no_property, boost::no_property, std::uint32_t,
+                                       std::uint32_t>;
+
+class ScheduleGraph {
+ public:
+  // ---- building
+  std::uint32_t add_op(const OpDesc& op);  ///< deduplicates equal descriptors
+  std::uint32_t add_group(GroupKind kind, std::vector<RankId> ranks);  ///< deduplicates
+  /// Appends a task; per rank, tasks must be added in the rank's program (issue) order.
+  TaskId add_task(const Task& task);
+  void add_memory_effect(TaskId task, const MemEffect& effect);  ///< task must be the last added
+  void add_dependency(TaskId from, TaskId to);  ///< `to` waits for `from` to finish
+  /// Adds stream-order edges, builds the CSR graph and the per-rank task lists, checks that the
+  /// graph is acyclic. Called once, after building.
+  void finalize();
+
+  // ---- reading
+  std::size_t num_tasks() const { return tasks_.size(); }
+  const Task& task(TaskId id) const { return tasks_[id]; }
+  const std::vector<Task>& tasks() const { return tasks_; }
+  const OpDesc& op(TaskId id) const { return ops_[tasks_[id].op]; }
+  const std::vector<OpDesc>& ops() const { return ops_; }
+  const CommGroup& group(std::uint32_t index) const { return groups_[index]; }
+  const std::vector<CommGroup>& groups() const { return groups_; }
+  const DependencyGraph& dependencies() const { return deps_; }
+
+  /// Memory effects of a task (a contiguous range).
+  const MemEffect* effects_begin(TaskId id) const { return mem_effects_.data() + mem_offsets_[id]; }
+  const MemEffect* effects_end(TaskId id) const { return mem_effects_.data() + mem_offsets_[id + 1]; }
+
+  /// Ranks that have tasks (all ranks, or the representatives when folded), ascending.
+  const std::vector<RankId>& simulated_ranks() const { return simulated_ranks_; }
+  /// Task ids of one simulated rank, in program order (empty for a rank not simulated).
+  std::vector<TaskId> tasks_of_rank(RankId rank) const;
+
+  /// Memory held before the iteration's first task (parameters, gradients buffers, optimizer
+  /// states, framework overhead), per simulated rank, on the GPU and on the host.
+  std::vector<MemVector> initial_gpu_memory;   ///< indexed like simulated_ranks()
+  std::vector<MemVector> initial_host_memory;  ///< indexed like simulated_ranks()
+  /// Host memory is per node; the index of a rank's node is rank / gpus_per_node.
+
+  /// Folding: each simulated rank stands for `fold_factor` identical ranks (1 = unfolded).
+  std::int64_t fold_factor = 1;
+  std::int64_t world_size = 0;
+
+  /// "fwd mb3 layer12 attn", "allreduce tp fwd mb3 layer12 attn", "send fwd mb3 -> rank 8".
+  std::string label(TaskId id) const;
+
+  /// Index of `rank` in simulated_ranks(), or kNone.
+  std::uint32_t rank_index(RankId rank) const;
+
+ private:
+  std::vector<OpDesc> ops_;
+  std::vector<CommGroup> groups_;
+  std::vector<Task> tasks_;
+  std::vector<std::uint32_t> mem_offsets_{0};
+  std::vector<MemEffect> mem_effects_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> edge_list_;
+  DependencyGraph deps_;
+  std::vector<RankId> simulated_ranks_;
+  std::vector<std::uint32_t> rank_task_offsets_;  ///< CSR over simulated_ranks_
+  std::vector<TaskId> rank_tasks_;
+  bool finalized_ = false;
+  friend class GraphBuilderAccess;
+};
+
+const char* to_string(TaskKind k);
+const char* to_string(StreamId s);
+const char* to_string(Phase p);
+const char* to_string(Part p);
+const char* to_string(MemCategory c);
+
+}  // namespace trainsim
