@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/graph/compressed_sparse_row_graph.hpp>
@@ -156,8 +157,9 @@ class ScheduleGraph {
   std::vector<RankId> simulated_ranks_;
   std::vector<std::uint32_t> rank_task_offsets_;  ///< CSR over simulated_ranks_
   std::vector<TaskId> rank_tasks_;
+  std::unordered_map<std::string, std::uint32_t> op_index_;     ///< dedup while building
+  std::unordered_map<std::string, std::uint32_t> group_index_;  ///< dedup while building
   bool finalized_ = false;
-  friend class GraphBuilderAccess;
 };
 
 const char* to_string(TaskKind k);

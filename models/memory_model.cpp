@@ -1,0 +1,90 @@
+#include "models/memory_model.h"
+
+#include <stdexcept>
+
+namespace trainsim {
+
+namespace {
+std::int64_t attn_width(const ModelConfig& m) { return m.num_attention_heads * m.kv_channels; }
+}  // namespace
+
+std::int64_t layer_params_per_rank(const ModelConfig& m, std::int64_t tp) {
+  const std::int64_t h = m.hidden_size, ad = attn_width(m), f = m.ffn_hidden_size;
+  const std::int64_t qkv = (h * 3 * ad) / tp + (3 * ad) / tp;
+  const std::int64_t proj = (ad * h) / tp + h;
+  const std::int64_t fc1 = (h * f) / tp + f / tp;
+  const std::int64_t fc2 = (f * h) / tp + h;
+  const std::int64_t layernorms = 2 * 2 * h;
+  return qkv + proj + fc1 + fc2 + layernorms;
+}
+
+std::int64_t embedding_params_per_rank(const ModelConfig& m, std::int64_t tp) {
+  return (m.padded_vocab_size / tp) * m.hidden_size + m.seq_length * m.hidden_size;
+}
+
+std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage) {
+  const ModelConfig& m = sc.model;
+  const ParallelConfig& p = sc.parallel;
+  const std::int64_t tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
+  std::int64_t params = (m.num_layers / pp) * layer_params_per_rank(m, tp);
+  if (stage == 0) params += embedding_params_per_rank(m, tp);
+  if (stage == pp - 1) {
+    params += 2 * m.hidden_size;  // final LayerNorm
+    // The output layer reuses the word embedding: a second copy on the last stage when
+    // pp > 1 (kept in sync by the embedding-gradient all-reduce), its own matrix when untied.
+    if (pp > 1 || m.untie_embeddings_and_output_weights)
+      params += (m.padded_vocab_size / tp) * m.hidden_size;
+  }
+  return params;
+}
+
+std::int64_t total_params(const ModelConfig& m) {
+  std::int64_t total = m.num_layers * layer_params_per_rank(m, 1) + embedding_params_per_rank(m, 1) +
+                       2 * m.hidden_size;
+  if (m.untie_embeddings_and_output_weights) total += m.padded_vocab_size * m.hidden_size;
+  return total;
+}
+
+LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc) {
+  const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
+  const std::int64_t h = sc.model.hidden_size, a = sc.model.num_attention_heads;
+  const std::int64_t t = sc.parallel.tensor_model_parallel_size;
+  const bool sp = sc.parallel.sequence_parallel;
+  const std::int64_t sbh = s * b * h;
+  // Korthikanti et al. Sec. 4.1-4.2: the 5sbh per block outside the TP region is split by t
+  // only with sequence parallelism.
+  const std::int64_t replicated = sp ? 5 * sbh / t : 5 * sbh;
+  LayerActivationBytes out;
+  const bool selective = sc.parallel.recompute_granularity == Recompute::Selective;
+  const std::int64_t scores = selective ? 0 : 5 * a * s * s * b / t;
+  out.attn = replicated + 8 * sbh / t + scores;
+  out.mlp = replicated + 16 * sbh / t;
+  return out;
+}
+
+LayerActivationBytes layer_activation_bytes(const Scenario& sc) {
+  if (sc.parallel.recompute_granularity == Recompute::Full) {
+    const std::int64_t sbh =
+        sc.model.seq_length * sc.parallel.micro_batch_size * sc.model.hidden_size;
+    // Only the layer input (2sbh, split by t with sequence parallelism) is stashed.
+    LayerActivationBytes out;
+    out.attn = sc.parallel.sequence_parallel ? 2 * sbh / sc.parallel.tensor_model_parallel_size
+                                             : 2 * sbh;
+    out.mlp = 0;
+    return out;
+  }
+  return layer_activation_bytes_no_recompute(sc);
+}
+
+StateBytesPerParam state_bytes_per_param(int zero_stage, std::int64_t dp) {
+  if (zero_stage < 0 || zero_stage > 3 || dp < 1)
+    throw std::logic_error("state_bytes_per_param: stage must be 0..3 and dp >= 1");
+  StateBytesPerParam b;
+  const double n = static_cast<double>(dp);
+  if (zero_stage >= 1) b.optimizer /= n;
+  if (zero_stage >= 2) b.grads /= n;
+  if (zero_stage >= 3) b.params /= n;
+  return b;
+}
+
+}  // namespace trainsim

@@ -1,0 +1,63 @@
+// Memory model: bytes per category for one rank, as closed-form functions of the scenario.
+//
+// Sources:
+//  - Mixed-precision Adam: 2 bytes fp16/bf16 parameters + 2 bytes gradients + 12 bytes of
+//    optimizer state (fp32 master copy, momentum, variance) per parameter: Rajbhandari et al.,
+//    "ZeRO", SC'20, Sec. 3.1 (K = 12). ZeRO stage 1 partitions the 12 bytes over DP, stage 2 also
+//    the gradients, stage 3 also the parameters (Sec. 5).
+//  - Activations per transformer layer and microbatch: Korthikanti et al., "Reducing Activation
+//    Recomputation in Large Transformer Models", MLSys'23, Sec. 4 and Table 2:
+//      no recomputation, TP t:            s b h (10 + 24/t + 5 a s / (h t))
+//      + sequence parallelism:            s b h / t (34 + 5 a s / h)
+//      selective recomputation (+SP):     s b h (10 + 24/t)   (s b h 34 / t with SP)
+//      full recomputation:                2 s b h             (2 s b h / t with SP)
+//    split into the attention block (LayerNorm in 2sbh, QKV in 2sbh, dropout mask sbh: 5sbh;
+//    Q, K, V, projection input 8sbh/t; softmax out, its dropout mask and output 5as^2b/t) and
+//    the MLP block (LayerNorm in 2sbh, fc1 in 2sbh, dropout mask sbh: 5sbh; fc1 out and GeLU
+//    out 16sbh/t).
+#pragma once
+
+#include <cstdint>
+
+#include "models/scenario.h"
+
+namespace trainsim {
+
+/// Parameters of one transformer layer's shard on one TP rank (weights and biases):
+/// QKV (h x 3ad)/t + 3ad/t, projection (ad x h)/t + h, fc1 (h x f)/t + f/t, fc2 (f x h)/t + h,
+/// two LayerNorms 4h (Megatron ParallelTransformerLayer; biases of row-parallel layers and
+/// LayerNorms are replicated).
+std::int64_t layer_params_per_rank(const ModelConfig& m, std::int64_t tp);
+/// Word embedding rows on one TP rank (V/t x h) plus learned position embeddings (s x h).
+std::int64_t embedding_params_per_rank(const ModelConfig& m, std::int64_t tp);
+/// Parameters held by the rank at pipeline stage `stage` (its layers, the embedding on the first
+/// stage, the final LayerNorm and the (tied copy of the) output embedding on the last stage).
+std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage);
+/// Total model parameters (all stages, one copy of tied embeddings).
+std::int64_t total_params(const ModelConfig& m);
+
+/// Activation bytes one layer keeps per microbatch between its forward and its backward,
+/// for the attention and the MLP block, under the scenario's recomputation setting (for full
+/// recomputation: the stashed layer input, counted in the attention block).
+struct LayerActivationBytes {
+  std::int64_t attn = 0;
+  std::int64_t mlp = 0;
+  std::int64_t total() const { return attn + mlp; }
+};
+LayerActivationBytes layer_activation_bytes(const Scenario& sc);
+/// All activations of one layer without recomputation (what a full-recompute backward
+/// materializes again for one layer).
+LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc);
+
+/// Bytes per element of the training precision (fp16 / bf16: 2).
+inline std::int64_t precision_bytes(Precision) { return 2; }
+
+/// Bytes per parameter of model state on the GPU, per category, for ZeRO `stage` over `dp`:
+/// parameters 2 (/dp at stage 3), gradients 2 (/dp at stage >= 2), optimizer 12 (/dp at
+/// stage >= 1). Returned as fractional bytes per parameter.
+struct StateBytesPerParam {
+  double params = 2, grads = 2, optimizer = 12;
+};
+StateBytesPerParam state_bytes_per_param(int zero_stage, std::int64_t dp);
+
+}  // namespace trainsim

@@ -1,0 +1,665 @@
+// Scenario files: YAML -> Scenario, with `--set` overrides, defaults and validation
+// (DESIGN.md "Scenario files"). Every user error is an InputError naming the file, the dotted
+// field, the value and, where the YAML parser knows it, the line.
+#include "models/scenario.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "models/hardware.h"
+
+namespace trainsim {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Schema: every key a scenario may hold. Sections are mappings; leaves are values.
+
+const std::vector<std::string>& section_paths() {
+  static const std::vector<std::string> v = {
+      "model", "parallel", "deepspeed", "deepspeed.zero_optimization",
+      "deepspeed.zero_optimization.offload_optimizer", "cluster", "simulation"};
+  return v;
+}
+
+const std::vector<std::string>& leaf_paths() {
+  static const std::vector<std::string> v = {
+      "name",
+      // Megatron-LM argument names
+      "model.num_layers", "model.hidden_size", "model.num_attention_heads",
+      "model.seq_length", "model.padded_vocab_size", "model.ffn_hidden_size",
+      "model.kv_channels", "model.untie_embeddings_and_output_weights",
+      "parallel.tensor_model_parallel_size", "parallel.pipeline_model_parallel_size",
+      "parallel.micro_batch_size", "parallel.global_batch_size",
+      "parallel.num_layers_per_virtual_pipeline_stage", "parallel.recompute_granularity",
+      "parallel.sequence_parallel", "parallel.precision", "parallel.overlap_grad_reduce",
+      "parallel.scatter_gather_tensors_in_pipeline", "parallel.ddp_bucket_size",
+      "parallel.pipeline_schedule",
+      // DeepSpeed config keys
+      "deepspeed.zero_optimization.stage", "deepspeed.zero_optimization.reduce_bucket_size",
+      "deepspeed.zero_optimization.allgather_bucket_size",
+      "deepspeed.zero_optimization.overlap_comm",
+      "deepspeed.zero_optimization.stage3_prefetch_bucket_size",
+      "deepspeed.zero_optimization.offload_optimizer.device",
+      "deepspeed.zero_optimization.offload_optimizer.pin_memory",
+      "deepspeed.zero_optimization.offload_optimizer.ratio",
+      // cluster and simulation
+      "cluster.system", "cluster.nodes", "cluster.gpus_per_node", "simulation.fold"};
+  return v;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+bool is_section(const std::string& path) { return contains(section_paths(), path); }
+bool is_leaf(const std::string& path) { return contains(leaf_paths(), path); }
+
+std::string join(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
+std::string parent_of(const std::string& path) {
+  auto dot = path.rfind('.');
+  return dot == std::string::npos ? std::string() : path.substr(0, dot);
+}
+std::string last_of(const std::string& path) {
+  auto dot = path.rfind('.');
+  return dot == std::string::npos ? path : path.substr(dot + 1);
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t subst = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, subst});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+/// "; did you mean 'X'?" for an unknown key `path`, or "" when nothing is close.
+/// Same-section keys are named by their last component, keys of another section by full path.
+std::string suggestion(const std::string& path) {
+  const std::string parent = parent_of(path);
+  const std::string key = last_of(path);
+  std::vector<std::string> all = leaf_paths();
+  all.insert(all.end(), section_paths().begin(), section_paths().end());
+  // The same key in another section (e.g. model.micro_batch_size) is the likeliest slip.
+  for (const auto& p : all)
+    if (last_of(p) == key && parent_of(p) != parent) return "; did you mean '" + p + "'?";
+  std::string best;
+  std::size_t best_d = std::numeric_limits<std::size_t>::max();
+  for (const auto& p : all) {
+    if (parent_of(p) != parent) continue;
+    std::size_t d = edit_distance(key, last_of(p));
+    if (d < best_d) best_d = d, best = last_of(p);
+  }
+  // Accept up to half the key's length: catches typos and a missing word
+  // (tensor_parallel_size -> tensor_model_parallel_size is 6 edits of 20).
+  if (!best.empty() && best_d <= std::max<std::size_t>(2, key.size() / 2))
+    return "; did you mean '" + best + "'?";
+  return "";
+}
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+// ---------------------------------------------------------------------------------------
+// Reader: typed access to the YAML tree with precise error messages.
+
+class Reader {
+ public:
+  Reader(YAML::Node root, std::string source, std::map<std::string, std::string> overrides)
+      : root_(std::move(root)), source_(std::move(source)), overrides_(std::move(overrides)) {}
+
+  /// The node at a dotted path, or an undefined node when any component is absent.
+  YAML::Node at(const std::string& path) const {
+    YAML::Node cur;
+    cur.reset(root_);
+    std::string rest = path;
+    while (true) {
+      auto dot = rest.find('.');
+      std::string key = rest.substr(0, dot);
+      if (!cur.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+      const YAML::Node& ccur = cur;  // const lookup: never inserts
+      YAML::Node next = ccur[key];
+      if (!next.IsDefined()) return YAML::Node(YAML::NodeType::Undefined);
+      cur.reset(next);
+      if (dot == std::string::npos) return cur;
+      rest = rest.substr(dot + 1);
+    }
+  }
+
+  /// "FILE:LINE" for a file value, "FILE (--set k=v)" for an override.
+  std::string where(const std::string& path, const YAML::Node& node) const {
+    for (std::string p = path; !p.empty(); p = parent_of(p)) {
+      auto it = overrides_.find(p);
+      if (it != overrides_.end()) return source_ + " (--set " + it->first + "=" + it->second + ")";
+    }
+    if (node.IsDefined() && !node.Mark().is_null())
+      return source_ + ":" + std::to_string(node.Mark().line + 1);
+    return source_;
+  }
+
+  static std::string show(const YAML::Node& node) {
+    if (!node.IsDefined()) return "(missing)";
+    if (node.IsNull()) return "null";
+    if (node.IsMap()) return "(a mapping)";
+    if (node.IsSequence()) return "(a sequence)";
+    return quote(node.Scalar());
+  }
+
+  [[noreturn]] void fail(const std::string& path, const YAML::Node& node,
+                         const std::string& what) const {
+    throw InputError(where(path, node) + ": field '" + path + "' = " + show(node) + ": " + what);
+  }
+
+  [[noreturn]] void missing(const std::string& path) const {
+    YAML::Node parent = at(parent_of(path));
+    std::string loc = parent_of(path).empty() ? source_ : where(parent_of(path), parent);
+    throw InputError(loc + ": missing required field '" + path + "'");
+  }
+
+  /// Present and not null.
+  bool has(const std::string& path) const {
+    YAML::Node n = at(path);
+    return n.IsDefined() && !n.IsNull();
+  }
+
+  /// An integer >= min_value. `allow_integral_float` accepts e.g. 5e8 (DeepSpeed's own config
+  /// examples write bucket sizes that way); elsewhere a float is a type error.
+  std::optional<std::int64_t> get_int(const std::string& path, std::int64_t min_value,
+                                      bool required, bool allow_integral_float = false) const {
+    YAML::Node n = at(path);
+    if (!n.IsDefined() || n.IsNull()) {
+      if (required) missing(path);
+      return std::nullopt;
+    }
+    if (!n.IsScalar()) fail(path, n, "expected an integer");
+    const std::string& s = n.Scalar();
+    if (n.Tag() == "!") fail(path, n, "expected an integer, got a quoted string");
+    std::int64_t value = 0;
+    if (!parse_int(s, value)) {
+      double d = 0;
+      if (parse_double(s, d)) {
+        if (!allow_integral_float || d != std::floor(d) || std::fabs(d) > 9.0e18)
+          fail(path, n, "expected an integer, got a floating-point number");
+        value = static_cast<std::int64_t>(d);
+      } else {
+        fail(path, n, "expected an integer, got a string");
+      }
+    }
+    if (value < min_value)
+      fail(path, n,
+           min_value == 1 ? "must be a positive integer (> 0)"
+                          : "must be an integer >= " + std::to_string(min_value));
+    return value;
+  }
+
+  std::optional<bool> get_bool(const std::string& path) const {
+    YAML::Node n = at(path);
+    if (!n.IsDefined() || n.IsNull()) return std::nullopt;
+    bool b = false;
+    if (!n.IsScalar() || n.Tag() == "!" || !YAML::convert<bool>::decode(n, b))
+      fail(path, n, "expected a boolean (true or false)");
+    return b;
+  }
+
+  std::optional<std::string> get_string(const std::string& path, bool required) const {
+    YAML::Node n = at(path);
+    if (!n.IsDefined() || n.IsNull()) {
+      if (required) missing(path);
+      return std::nullopt;
+    }
+    if (!n.IsScalar()) fail(path, n, "expected a string");
+    return n.Scalar();
+  }
+
+  /// One of `allowed` (their index), or nullopt when absent or null.
+  std::optional<std::size_t> get_enum(const std::string& path,
+                                      const std::vector<std::string>& allowed) const {
+    auto s = get_string(path, false);
+    if (!s) return std::nullopt;
+    for (std::size_t i = 0; i < allowed.size(); ++i)
+      if (*s == allowed[i]) return i;
+    std::string list;
+    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+    fail(path, at(path), "expected one of: " + list);
+  }
+
+  static bool parse_int(const std::string& s, std::int64_t& out) {
+    if (s.empty()) return false;
+    std::size_t i = (s[0] == '+' || s[0] == '-') ? 1 : 0;
+    if (i == s.size()) return false;
+    for (std::size_t j = i; j < s.size(); ++j)
+      if (s[j] < '0' || s[j] > '9') return false;
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    if (errno == ERANGE) return false;
+    out = v;
+    return true;
+  }
+
+  static bool parse_double(const std::string& s, double& out) {
+    if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+    // Only decimal notation (YAML 1.2 core schema floats); strtod would also take hex/nan.
+    for (char c : s)
+      if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == 'e' || c == 'E' ||
+            c == '+' || c == '-'))
+        return false;
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(s.c_str(), &end);
+    if (end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v)) return false;
+    out = v;
+    return true;
+  }
+
+  const std::string& source() const { return source_; }
+
+ private:
+  YAML::Node root_;
+  std::string source_;
+  std::map<std::string, std::string> overrides_;
+};
+
+// ---------------------------------------------------------------------------------------
+
+/// Rejects unknown and duplicate keys and non-mapping sections, recursively.
+void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& r) {
+  std::set<std::string> seen;
+  for (const auto& entry : map) {  // `entry` is a temporary pair, kept alive by the binding
+    const YAML::Node k = entry.first;
+    const YAML::Node v = entry.second;
+    if (!k.IsScalar()) {
+      throw InputError(r.where(prefix, k) + ": a key in '" + (prefix.empty() ? "(top)" : prefix) +
+                       "' is not a plain name");
+    }
+    const std::string path = join(prefix, k.Scalar());
+    if (!seen.insert(k.Scalar()).second)
+      throw InputError(r.where(path, k) + ": duplicate key '" + path + "'");
+    if (is_section(path)) {
+      if (v.IsNull()) continue;  // `deepspeed:` with nothing under it
+      if (!v.IsMap()) r.fail(path, v, "expected a mapping of keys");
+      check_keys(v, path, r);
+    } else if (!is_leaf(path)) {
+      throw InputError(r.where(path, k) + ": unknown key '" + path + "'" + suggestion(path));
+    } else if (v.IsMap() || v.IsSequence()) {
+      r.fail(path, v, "expected a single value");
+    }
+  }
+}
+
+/// Writes `--set key=value` into the tree (creating sections as needed).
+void apply_override(YAML::Node& root, const std::string& key, const std::string& value,
+                    const std::string& source) {
+  const std::string origin = source + ": --set " + key + "=" + value;
+  if (!is_leaf(key) && !is_section(key))
+    throw InputError(origin + ": unknown key '" + key + "'" + suggestion(key));
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    throw InputError(origin + ": value is not valid YAML: " + e.msg);
+  }
+  YAML::Node cur;
+  cur.reset(root);
+  std::string rest = key;
+  std::string done;
+  for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+    const std::string part = rest.substr(0, dot);
+    done = join(done, part);
+    YAML::Node child = cur[part];
+    if (!child.IsDefined() || child.IsNull()) {
+      cur[part] = YAML::Node(YAML::NodeType::Map);
+      child.reset(cur[part]);
+    } else if (!child.IsMap()) {
+      throw InputError(origin + ": '" + done + "' is not a mapping in the scenario");
+    }
+    cur.reset(child);
+    rest = rest.substr(dot + 1);
+  }
+  cur[rest] = parsed;
+}
+
+std::string stem_of(const std::string& source) {
+  return std::filesystem::path(source).stem().string();
+}
+
+std::string where_prefix(const Scenario& s) {
+  return (s.source_path.empty() ? std::string("<scenario>") : s.source_path) + ": ";
+}
+
+std::string kv(const std::string& field, std::int64_t value) {
+  return field + " (" + std::to_string(value) + ")";
+}
+
+}  // namespace
+
+// -----------------------------------------------------------------------------------------
+
+Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
+                        const std::vector<std::pair<std::string, std::string>>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    throw InputError(source + ":" + std::to_string(e.mark.line + 1) + ":" +
+                     std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg);
+  }
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) throw InputError(source + ": a scenario must be a YAML mapping of sections");
+
+  std::map<std::string, std::string> override_map;
+  for (const auto& [key, value] : overrides) {
+    apply_override(root, key, value, source);
+    override_map[key] = value;
+  }
+  const Reader r(root, source, override_map);
+  check_keys(root, "", r);
+
+  Scenario s;
+  s.source_path = source;
+  s.name = r.get_string("name", false).value_or(stem_of(source));
+
+  // ---- model (Megatron-LM arguments)
+  ModelConfig& m = s.model;
+  m.num_layers = *r.get_int("model.num_layers", 1, true);
+  m.hidden_size = *r.get_int("model.hidden_size", 1, true);
+  m.num_attention_heads = *r.get_int("model.num_attention_heads", 1, true);
+  m.seq_length = *r.get_int("model.seq_length", 1, true);
+  m.padded_vocab_size = *r.get_int("model.padded_vocab_size", 1, true);
+  m.ffn_hidden_size = r.get_int("model.ffn_hidden_size", 0, false).value_or(0);
+  m.kv_channels = r.get_int("model.kv_channels", 0, false).value_or(0);
+  m.untie_embeddings_and_output_weights =
+      r.get_bool("model.untie_embeddings_and_output_weights").value_or(false);
+
+  // ---- parallel (Megatron-LM arguments)
+  ParallelConfig& p = s.parallel;
+  p.tensor_model_parallel_size = r.get_int("parallel.tensor_model_parallel_size", 1, false).value_or(1);
+  p.pipeline_model_parallel_size =
+      r.get_int("parallel.pipeline_model_parallel_size", 1, false).value_or(1);
+  p.micro_batch_size = *r.get_int("parallel.micro_batch_size", 1, true);
+  p.global_batch_size = *r.get_int("parallel.global_batch_size", 1, true);
+  p.num_layers_per_virtual_pipeline_stage =
+      r.get_int("parallel.num_layers_per_virtual_pipeline_stage", 1, false);
+  if (auto g = r.get_enum("parallel.recompute_granularity", {"full", "selective"}))
+    p.recompute_granularity = *g == 0 ? Recompute::Full : Recompute::Selective;
+  p.sequence_parallel = r.get_bool("parallel.sequence_parallel").value_or(false);
+  if (auto pr = r.get_enum("parallel.precision", {"fp16", "bf16"}))
+    p.precision = *pr == 0 ? Precision::FP16 : Precision::BF16;
+  p.overlap_grad_reduce = r.get_bool("parallel.overlap_grad_reduce").value_or(false);
+  p.scatter_gather_tensors_in_pipeline =
+      r.get_bool("parallel.scatter_gather_tensors_in_pipeline").value_or(true);
+  p.ddp_bucket_size = r.get_int("parallel.ddp_bucket_size", 1, false, true).value_or(p.ddp_bucket_size);
+  if (auto sch = r.get_enum("parallel.pipeline_schedule", {"1f1b", "gpipe", "interleaved"})) {
+    const std::string f = "parallel.pipeline_schedule";
+    const bool vp = p.num_layers_per_virtual_pipeline_stage.has_value();
+    if (*sch == 2 && !vp)
+      r.fail(f, r.at(f),
+             "the interleaved schedule needs parallel.num_layers_per_virtual_pipeline_stage");
+    if (*sch != 2 && vp)
+      r.fail(f, r.at(f),
+             "parallel.num_layers_per_virtual_pipeline_stage is set, which means the "
+             "interleaved schedule; remove one of the two");
+    p.pipeline_schedule = *sch == 0   ? PipelineSchedule::OneFOneB
+                          : *sch == 1 ? PipelineSchedule::GPipe
+                                      : PipelineSchedule::Interleaved;
+  }
+
+  // ---- deepspeed.zero_optimization (DeepSpeed config keys)
+  ZeroConfig& z = s.zero;
+  const std::string zp = "deepspeed.zero_optimization.";
+  if (auto st = r.get_int(zp + "stage", 0, false)) {
+    if (*st > 3) r.fail(zp + "stage", r.at(zp + "stage"), "ZeRO stage must be 0, 1, 2 or 3");
+    z.stage = static_cast<int>(*st);
+  }
+  z.reduce_bucket_size = r.get_int(zp + "reduce_bucket_size", 1, false, true).value_or(z.reduce_bucket_size);
+  z.allgather_bucket_size =
+      r.get_int(zp + "allgather_bucket_size", 1, false, true).value_or(z.allgather_bucket_size);
+  z.overlap_comm = r.get_bool(zp + "overlap_comm").value_or(z.overlap_comm);
+  z.stage3_prefetch_bucket_size = r.get_int(zp + "stage3_prefetch_bucket_size", 1, false, true)
+                                      .value_or(z.stage3_prefetch_bucket_size);
+  const std::string op = zp + "offload_optimizer.";
+  if (auto dev = r.get_enum(op + "device", {"cpu", "none"})) z.offload_optimizer.enabled = *dev == 0;
+  z.offload_optimizer.pin_memory = r.get_bool(op + "pin_memory").value_or(true);
+  if (r.has(op + "ratio")) {
+    YAML::Node n = r.at(op + "ratio");
+    double ratio = 0;
+    if (n.IsScalar() && n.Scalar() == "auto") {
+      z.offload_optimizer.ratio_auto = true;
+    } else if (n.IsScalar() && n.Tag() != "!" && Reader::parse_double(n.Scalar(), ratio)) {
+      if (ratio < 0 || ratio > 1) r.fail(op + "ratio", n, "must be within [0, 1]");
+      z.offload_optimizer.ratio = ratio;
+    } else {
+      r.fail(op + "ratio", n, "expected a number in [0, 1] or 'auto'");
+    }
+  }
+
+  // ---- cluster
+  ClusterConfig& c = s.cluster;
+  c.system = *r.get_string("cluster.system", true);
+  c.nodes = *r.get_int("cluster.nodes", 1, true);
+  c.gpus_per_node = r.get_int("cluster.gpus_per_node", 1, false).value_or(0);
+  {
+    const std::vector<std::string> known = system_names();
+    if (!contains(known, c.system)) {
+      std::string list;
+      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+      r.fail("cluster.system", r.at("cluster.system"), "unknown system; known systems: " + list);
+    }
+    const SystemSpec& sys = find_system(c.system);
+    if (c.gpus_per_node > sys.gpus_per_node)
+      r.fail("cluster.gpus_per_node", r.at("cluster.gpus_per_node"),
+             "a " + c.system + " node has only " + std::to_string(sys.gpus_per_node) + " GPUs");
+  }
+
+  // ---- simulation
+  {
+    const std::string f = "simulation.fold";
+    YAML::Node n = r.at(f);
+    if (n.IsDefined() && !n.IsNull()) {
+      bool b = false;
+      if (n.IsScalar() && n.Scalar() == "auto")
+        s.simulation.fold = SimulationConfig::Fold::Auto;
+      else if (n.IsScalar() && n.Tag() != "!" && YAML::convert<bool>::decode(n, b))
+        s.simulation.fold = b ? SimulationConfig::Fold::On : SimulationConfig::Fold::Off;
+      else
+        r.fail(f, n, "expected auto, true or false");
+    }
+  }
+
+  validate_scenario(s);
+  return s;
+}
+
+Scenario load_scenario(const std::string& path,
+                       const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open scenario file (" + std::strerror(errno) + ")");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InputError(path + ": cannot read scenario file");
+  return parse_scenario(text.str(), path, overrides);
+}
+
+void validate_scenario(Scenario& s) {
+  const std::string at = where_prefix(s);
+  auto fail = [&](const std::string& what) { throw InputError(at + what); };
+  ModelConfig& m = s.model;
+  ParallelConfig& p = s.parallel;
+
+  // Sizes (parse_scenario checks these with line numbers; scenarios built in code land here).
+  const std::pair<const char*, std::int64_t> positive[] = {
+      {"model.num_layers", m.num_layers},
+      {"model.hidden_size", m.hidden_size},
+      {"model.num_attention_heads", m.num_attention_heads},
+      {"model.seq_length", m.seq_length},
+      {"model.padded_vocab_size", m.padded_vocab_size},
+      {"parallel.tensor_model_parallel_size", p.tensor_model_parallel_size},
+      {"parallel.pipeline_model_parallel_size", p.pipeline_model_parallel_size},
+      {"parallel.micro_batch_size", p.micro_batch_size},
+      {"parallel.global_batch_size", p.global_batch_size},
+      {"parallel.ddp_bucket_size", p.ddp_bucket_size},
+      {"deepspeed.zero_optimization.reduce_bucket_size", s.zero.reduce_bucket_size},
+      {"deepspeed.zero_optimization.allgather_bucket_size", s.zero.allgather_bucket_size},
+      {"deepspeed.zero_optimization.stage3_prefetch_bucket_size",
+       s.zero.stage3_prefetch_bucket_size},
+      {"cluster.nodes", s.cluster.nodes}};
+  for (const auto& [field, value] : positive)
+    if (value <= 0) fail(kv(field, value) + " must be positive");
+  if (m.ffn_hidden_size < 0) fail(kv("model.ffn_hidden_size", m.ffn_hidden_size) + " must be >= 0");
+  if (m.kv_channels < 0) fail(kv("model.kv_channels", m.kv_channels) + " must be >= 0");
+  if (s.cluster.gpus_per_node < 0)
+    fail(kv("cluster.gpus_per_node", s.cluster.gpus_per_node) + " must be >= 0");
+
+  // Defaults (Megatron: ffn_hidden_size = 4h, kv_channels = h / a).
+  if (m.ffn_hidden_size == 0) m.ffn_hidden_size = 4 * m.hidden_size;
+  if (m.kv_channels == 0) {
+    // Megatron's arguments.py asserts this when --kv-channels is not given.
+    if (m.hidden_size % m.num_attention_heads != 0)
+      fail(kv("model.hidden_size", m.hidden_size) + " is not divisible by " +
+           kv("model.num_attention_heads", m.num_attention_heads) +
+           " (needed for the default kv_channels = hidden / heads; set model.kv_channels)");
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  }
+  const SystemSpec* sys = nullptr;
+  try {
+    sys = &find_system(s.cluster.system);
+  } catch (const InputError& e) {
+    fail("field 'cluster.system' = '" + s.cluster.system + "': " + e.what());
+  }
+  if (s.cluster.gpus_per_node == 0) s.cluster.gpus_per_node = sys->gpus_per_node;
+  if (s.cluster.gpus_per_node > sys->gpus_per_node)
+    fail(kv("cluster.gpus_per_node", s.cluster.gpus_per_node) + " exceeds the " +
+         std::to_string(sys->gpus_per_node) + " GPUs of a " + s.cluster.system + " node");
+
+  // Tensor parallelism: Megatron splits heads, the hidden/ffn columns and the vocabulary.
+  const std::int64_t tp = p.tensor_model_parallel_size;
+  const std::string tps = kv("parallel.tensor_model_parallel_size", tp);
+  const std::pair<const char*, std::int64_t> split_by_tp[] = {
+      {"model.num_attention_heads", m.num_attention_heads},
+      {"model.hidden_size", m.hidden_size},
+      {"model.ffn_hidden_size", m.ffn_hidden_size},
+      {"model.padded_vocab_size", m.padded_vocab_size}};
+  for (const auto& [field, value] : split_by_tp)
+    if (value % tp != 0) fail(kv(field, value) + " is not divisible by " + tps);
+  if (p.sequence_parallel) {
+    if (tp == 1)
+      fail("parallel.sequence_parallel (true) needs " + tps +
+           " > 1 (Megatron turns sequence parallelism off with a single tensor-parallel rank)");
+    if (m.seq_length % tp != 0)
+      fail(kv("model.seq_length", m.seq_length) +
+           " is not divisible by " + tps + " (sequence parallelism splits the sequence)");
+  }
+
+  // World = TP x PP x DP.
+  const std::int64_t pp = p.pipeline_model_parallel_size;
+  const std::string pps = kv("parallel.pipeline_model_parallel_size", pp);
+  const std::int64_t world = s.world_size();
+  if (world % (tp * pp) != 0)
+    fail(tps + " x " + pps + " = " + std::to_string(tp * pp) + " does not divide the " +
+         std::to_string(world) + " GPUs of " + kv("cluster.nodes", s.cluster.nodes) + " x " +
+         kv("cluster.gpus_per_node", s.cluster.gpus_per_node));
+  p.data_parallel_size = world / (tp * pp);
+  const std::int64_t dp = p.data_parallel_size;
+
+  // Batch: global = micro x DP x microbatches.
+  if (p.global_batch_size % (p.micro_batch_size * dp) != 0)
+    fail(kv("parallel.global_batch_size", p.global_batch_size) + " is not divisible by " +
+         kv("parallel.micro_batch_size", p.micro_batch_size) + " x data-parallel size (" +
+         std::to_string(dp) + ") = " + std::to_string(p.micro_batch_size * dp));
+  p.num_microbatches = p.global_batch_size / (p.micro_batch_size * dp);
+
+  // Pipeline stages and the interleaved schedule (Megatron arguments.py / schedules.py).
+  if (m.num_layers % pp != 0)
+    fail(kv("model.num_layers", m.num_layers) + " is not divisible by " + pps);
+  if (p.num_layers_per_virtual_pipeline_stage) {
+    const std::int64_t vpl = *p.num_layers_per_virtual_pipeline_stage;
+    const std::string vps = kv("parallel.num_layers_per_virtual_pipeline_stage", vpl);
+    if (vpl <= 0) fail(vps + " must be positive");
+    if (p.pipeline_schedule == PipelineSchedule::GPipe)
+      fail(vps + " means the interleaved schedule, but parallel.pipeline_schedule is gpipe");
+    // Megatron originally required pp > 2 for interleaving; pp = 2 works in its schedule code.
+    if (pp <= 1) fail(vps + " (interleaved schedule) needs " + pps + " > 1");
+    if (m.num_layers % (pp * vpl) != 0)
+      fail(kv("model.num_layers", m.num_layers) + " is not divisible by " + pps + " x " + vps +
+           " = " + std::to_string(pp * vpl));
+    if (p.num_microbatches % pp != 0)
+      fail("the interleaved schedule needs the number of microbatches (" +
+           std::to_string(p.num_microbatches) + " = global_batch_size " +
+           std::to_string(p.global_batch_size) + " / (micro_batch_size " +
+           std::to_string(p.micro_batch_size) + " x dp " + std::to_string(dp) +
+           ")) divisible by " + pps);
+    p.virtual_pipeline_size = m.num_layers / pp / vpl;
+    p.layers_per_chunk = vpl;
+    p.pipeline_schedule = PipelineSchedule::Interleaved;
+  } else {
+    if (p.pipeline_schedule == PipelineSchedule::Interleaved)
+      fail("parallel.pipeline_schedule (interleaved) needs "
+           "parallel.num_layers_per_virtual_pipeline_stage");
+    p.virtual_pipeline_size = 1;
+    p.layers_per_chunk = m.num_layers / pp;
+  }
+
+  // ZeRO and offload (DeepSpeed semantics).
+  const ZeroConfig& z = s.zero;
+  const std::string st = "deepspeed.zero_optimization.stage (" + std::to_string(z.stage) + ")";
+  if (z.stage < 0 || z.stage > 3) fail(st + " must be 0, 1, 2 or 3");
+  if (z.offload_optimizer.enabled && z.stage < 1)
+    fail("deepspeed.zero_optimization.offload_optimizer.device (cpu) needs ZeRO stage 1, 2 or 3, "
+         "but " + st + " is set (DeepSpeed offloads only ZeRO-partitioned optimizer states)");
+  if (!z.offload_optimizer.ratio_auto &&
+      !(z.offload_optimizer.ratio >= 0 && z.offload_optimizer.ratio <= 1)) {
+    std::ostringstream r;
+    r << z.offload_optimizer.ratio;
+    fail("deepspeed.zero_optimization.offload_optimizer.ratio (" + r.str() +
+         ") must be within [0, 1]");
+  }
+  if (pp > 1 && z.stage >= 2)
+    fail(st + " with " + pps +
+         ": DeepSpeed does not support ZeRO stage 2 or 3 with pipeline parallelism "
+         "(use stage 0 or 1, or pp = 1)");
+}
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::FP16: return "fp16";
+    case Precision::BF16: return "bf16";
+  }
+  throw std::logic_error("to_string: Precision out of range");
+}
+
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::None: return "none";
+    case Recompute::Selective: return "selective";
+    case Recompute::Full: return "full";
+  }
+  throw std::logic_error("to_string: Recompute out of range");
+}
+
+const char* to_string(PipelineSchedule s) {
+  switch (s) {
+    case PipelineSchedule::GPipe: return "gpipe";
+    case PipelineSchedule::OneFOneB: return "1f1b";
+    case PipelineSchedule::Interleaved: return "interleaved";
+  }
+  throw std::logic_error("to_string: PipelineSchedule out of range");
+}
+
+}  // namespace trainsim

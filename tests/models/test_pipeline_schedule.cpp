@@ -1,0 +1,349 @@
+// Tests of models/pipeline_schedule: hand-written Megatron-LM orders, structural properties
+// over many (schedule, pp, m, v), and an independent event-driven timing of the orders whose
+// bubble must equal the SC'21 closed forms (p-1)/m and (p-1)/(v m).
+#include "models/pipeline_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trainsim {
+namespace {
+
+using S = PipelineSchedule;
+
+// Parses "F0 B3" (chunk 0) or "F0c1 B3c0" into steps; written by hand in the tests below.
+std::vector<PipelineStep> parse(const std::string& text) {
+  std::vector<PipelineStep> out;
+  std::istringstream in(text);
+  std::string tok;
+  while (in >> tok) {
+    PipelineStep s;
+    if (tok[0] != 'F' && tok[0] != 'B') throw std::logic_error("bad token " + tok);
+    s.forward = tok[0] == 'F';
+    const auto c = tok.find('c');
+    s.microbatch = std::stoi(tok.substr(1, c == std::string::npos ? std::string::npos : c - 1));
+    s.chunk = c == std::string::npos ? 0 : std::stoi(tok.substr(c + 1));
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::string show(const std::vector<PipelineStep>& order) {
+  std::string s;
+  for (const auto& st : order) {
+    s += (st.forward ? "F" : "B") + std::to_string(st.microbatch) + "c" +
+         std::to_string(st.chunk) + " ";
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------- hand-written orders
+
+// PP=4, m=8, 1F1B. Rank r warms up with 3-r forwards, then alternates F/B, then drains.
+TEST(PipelineOrder, OneFOneB_pp4_m8_AllRanks) {
+  const char* expected[4] = {
+      "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7",
+      "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7",
+      "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7",
+      "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7",
+  };
+  for (int r = 0; r < 4; ++r) {
+    const auto got = pipeline_order(S::OneFOneB, 4, r, 8, 1);
+    EXPECT_EQ(got, parse(expected[r])) << "rank " << r << ": " << show(got);
+  }
+}
+
+// PP=4, m=2 < pp: the warm-up is capped at m (rank 0 and 1 do all forwards first).
+TEST(PipelineOrder, OneFOneB_pp4_m2_WarmupCapped) {
+  EXPECT_EQ(pipeline_order(S::OneFOneB, 4, 0, 2, 1), parse("F0 F1 B0 B1"));
+  EXPECT_EQ(pipeline_order(S::OneFOneB, 4, 1, 2, 1), parse("F0 F1 B0 B1"));
+  EXPECT_EQ(pipeline_order(S::OneFOneB, 4, 2, 2, 1), parse("F0 F1 B0 B1"));
+  EXPECT_EQ(pipeline_order(S::OneFOneB, 4, 3, 2, 1), parse("F0 B0 F1 B1"));
+}
+
+// PP=4, m=8, v=2 interleaved (SC'21 Fig. 4 with 8 microbatches). Forward table, k = 0..15:
+// chunk 0 for microbatches 0-3, chunk 1 for 0-3, chunk 0 for 4-7, chunk 1 for 4-7; the backward
+// table visits chunk 1 first. Warm-up: rank 0 10, rank 1 8, rank 3 4.
+TEST(PipelineOrder, Interleaved_pp4_m8_v2) {
+  EXPECT_EQ(pipeline_order(S::Interleaved, 4, 0, 8, 2),
+            parse("F0c0 F1c0 F2c0 F3c0 F0c1 F1c1 F2c1 F3c1 F4c0 F5c0 "  // warm-up (10)
+                  "F6c0 B0c1 F7c0 B1c1 F4c1 B2c1 F5c1 B3c1 F6c1 B0c0 F7c1 B1c0 "  // steady
+                  "B2c0 B3c0 B4c1 B5c1 B6c1 B7c1 B4c0 B5c0 B6c0 B7c0"));  // cooldown
+  EXPECT_EQ(pipeline_order(S::Interleaved, 4, 1, 8, 2),
+            parse("F0c0 F1c0 F2c0 F3c0 F0c1 F1c1 F2c1 F3c1 "  // warm-up (8)
+                  "F4c0 B0c1 F5c0 B1c1 F6c0 B2c1 F7c0 B3c1 "
+                  "F4c1 B0c0 F5c1 B1c0 F6c1 B2c0 F7c1 B3c0 "
+                  "B4c1 B5c1 B6c1 B7c1 B4c0 B5c0 B6c0 B7c0"));
+  // The last device (Fig. 4, device 4): four chunk-0 forwards, then 1F1B from chunk 1.
+  EXPECT_EQ(pipeline_order(S::Interleaved, 4, 3, 8, 2),
+            parse("F0c0 F1c0 F2c0 F3c0 "  // warm-up (4)
+                  "F0c1 B0c1 F1c1 B1c1 F2c1 B2c1 F3c1 B3c1 "
+                  "F4c0 B0c0 F5c0 B1c0 F6c0 B2c0 F7c0 B3c0 "
+                  "F4c1 B4c1 F5c1 B5c1 F6c1 B6c1 F7c1 B7c1 "
+                  "B4c0 B5c0 B6c0 B7c0"));
+}
+
+// m == pp: Megatron runs all forwards, then all backwards, on every rank.
+TEST(PipelineOrder, Interleaved_MicrobatchesEqualPP_AllForwardFirst) {
+  const auto expected = parse("F0c0 F1c0 F0c1 F1c1 B0c1 B1c1 B0c0 B1c0");
+  EXPECT_EQ(pipeline_order(S::Interleaved, 2, 0, 2, 2), expected);
+  EXPECT_EQ(pipeline_order(S::Interleaved, 2, 1, 2, 2), expected);
+  const auto expected3 = parse(
+      "F0c0 F1c0 F2c0 F0c1 F1c1 F2c1 F0c2 F1c2 F2c2 "
+      "B0c2 B1c2 B2c2 B0c1 B1c1 B2c1 B0c0 B1c0 B2c0");
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(pipeline_order(S::Interleaved, 3, r, 3, 3), expected3) << "rank " << r;
+    EXPECT_EQ(num_warmup_steps(S::Interleaved, 3, r, 3, 3), 9);
+  }
+}
+
+TEST(PipelineOrder, GPipe_pp2_m4) {
+  const auto expected = parse("F0 F1 F2 F3 B0 B1 B2 B3");
+  EXPECT_EQ(pipeline_order(S::GPipe, 2, 0, 4, 1), expected);
+  EXPECT_EQ(pipeline_order(S::GPipe, 2, 1, 4, 1), expected);
+}
+
+TEST(PipelineOrder, NoPipelining_pp1_IsForwardBackwardPerMicrobatch) {
+  // Megatron's forward_backward_no_pipelining: F0 B0 F1 B1 ...; 1F1B with pp=1 is the same.
+  EXPECT_EQ(pipeline_order(S::OneFOneB, 1, 0, 3, 1), parse("F0 B0 F1 B1 F2 B2"));
+}
+
+TEST(NumWarmupSteps, HandValues) {
+  // 1F1B: pp - rank - 1, capped at m.
+  EXPECT_EQ(num_warmup_steps(S::OneFOneB, 4, 0, 8, 1), 3);
+  EXPECT_EQ(num_warmup_steps(S::OneFOneB, 4, 3, 8, 1), 0);
+  EXPECT_EQ(num_warmup_steps(S::OneFOneB, 8, 0, 5, 1), 5);
+  // Interleaved pp=4, v=2, m=8: 2*(3-r) + 4.
+  EXPECT_EQ(num_warmup_steps(S::Interleaved, 4, 0, 8, 2), 10);
+  EXPECT_EQ(num_warmup_steps(S::Interleaved, 4, 1, 8, 2), 8);
+  EXPECT_EQ(num_warmup_steps(S::Interleaved, 4, 2, 8, 2), 6);
+  EXPECT_EQ(num_warmup_steps(S::Interleaved, 4, 3, 8, 2), 4);
+  // pp=8, v=4, m=16: 2*(7-r) + 3*8.
+  EXPECT_EQ(num_warmup_steps(S::Interleaved, 8, 0, 16, 4), 38);
+  EXPECT_EQ(num_warmup_steps(S::Interleaved, 8, 7, 16, 4), 24);
+  // GPipe: all m forwards.
+  EXPECT_EQ(num_warmup_steps(S::GPipe, 4, 2, 8, 1), 8);
+}
+
+TEST(BubbleFraction, ClosedForms) {
+  EXPECT_DOUBLE_EQ(bubble_fraction(S::GPipe, 4, 8, 1), 3.0 / 8.0);
+  EXPECT_DOUBLE_EQ(bubble_fraction(S::OneFOneB, 4, 8, 1), 0.375);
+  EXPECT_DOUBLE_EQ(bubble_fraction(S::Interleaved, 4, 8, 2), 0.1875);
+  EXPECT_DOUBLE_EQ(bubble_fraction(S::OneFOneB, 1, 8, 1), 0.0);
+  // SC'21 Table 1 style: p=64, m = 1536 / (1*6) = 256 microbatches per pipeline.
+  EXPECT_DOUBLE_EQ(bubble_fraction(S::OneFOneB, 64, 256, 1), 63.0 / 256.0);
+}
+
+// ---------------------------------------------------------------- input validation
+
+void expect_input_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "expected InputError containing '" << needle << "'";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(PipelineOrder, RejectsInvalidArguments) {
+  expect_input_error([] { pipeline_order(S::OneFOneB, 0, 0, 4, 1); }, "got 0");
+  expect_input_error([] { pipeline_order(S::OneFOneB, 4, 4, 4, 1); }, "rank");
+  expect_input_error([] { pipeline_order(S::OneFOneB, 4, -1, 4, 1); }, "got -1");
+  expect_input_error([] { pipeline_order(S::OneFOneB, 4, 0, 0, 1); }, "num_microbatches");
+  expect_input_error([] { pipeline_order(S::Interleaved, 4, 0, 8, 0); }, "virtual_stages");
+  expect_input_error([] { pipeline_order(S::OneFOneB, 4, 0, 8, 2); }, "1f1b");
+  expect_input_error([] { pipeline_order(S::GPipe, 4, 0, 8, 2); }, "gpipe");
+  expect_input_error([] { pipeline_order(S::Interleaved, 4, 0, 6, 2); },
+                     "number of microbatches (6) is not divisible by "
+                     "pipeline_model_parallel_size (4)");
+  expect_input_error([] { pipeline_order(S::Interleaved, 1, 0, 4, 2); }, "pp) > 1");
+  expect_input_error([] { num_warmup_steps(S::Interleaved, 4, 0, 6, 2); }, "(6)");
+  expect_input_error([] { bubble_fraction(S::Interleaved, 4, 6, 2); }, "(6)");
+  expect_input_error([] { bubble_fraction(S::OneFOneB, 4, 0, 1); }, "num_microbatches");
+}
+
+// ---------------------------------------------------------------- properties
+
+struct Config {
+  S schedule;
+  int pp, m, v;
+};
+
+std::string config_name(const testing::TestParamInfo<Config>& info) {
+  const Config& c = info.param;
+  const char* s = c.schedule == S::GPipe ? "gpipe" : c.schedule == S::OneFOneB ? "1f1b" : "il";
+  return std::string(s) + "_pp" + std::to_string(c.pp) + "_m" + std::to_string(c.m) + "_v" +
+         std::to_string(c.v);
+}
+
+std::vector<Config> all_configs() {
+  std::vector<Config> out;
+  for (int pp : {1, 2, 3, 4, 8}) {
+    for (int m : {1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 24}) {
+      out.push_back({S::GPipe, pp, m, 1});
+      out.push_back({S::OneFOneB, pp, m, 1});
+      if (pp > 1 && m % pp == 0) {
+        for (int v : {1, 2, 3, 4}) out.push_back({S::Interleaved, pp, m, v});
+      }
+    }
+  }
+  return out;
+}
+
+class ScheduleProperties : public testing::TestWithParam<Config> {};
+
+TEST_P(ScheduleProperties, EachStepOnceAndBackwardAfterForward) {
+  const Config c = GetParam();
+  for (int r = 0; r < c.pp; ++r) {
+    const auto order = pipeline_order(c.schedule, c.pp, r, c.m, c.v);
+    ASSERT_EQ(order.size(), static_cast<size_t>(2 * c.m * c.v));
+    std::map<std::pair<int, int>, int> fwd_at, bwd_at;
+    for (int i = 0; i < static_cast<int>(order.size()); ++i) {
+      const auto& s = order[i];
+      ASSERT_GE(s.microbatch, 0);
+      ASSERT_LT(s.microbatch, c.m);
+      ASSERT_GE(s.chunk, 0);
+      ASSERT_LT(s.chunk, c.v);
+      auto& seen = s.forward ? fwd_at : bwd_at;
+      EXPECT_TRUE(seen.emplace(std::make_pair(s.microbatch, s.chunk), i).second)
+          << "rank " << r << " repeats " << (s.forward ? "F" : "B") << s.microbatch << "c"
+          << s.chunk;
+    }
+    EXPECT_EQ(fwd_at.size(), static_cast<size_t>(c.m * c.v));
+    EXPECT_EQ(bwd_at.size(), static_cast<size_t>(c.m * c.v));
+    for (const auto& [key, bi] : bwd_at) {
+      ASSERT_TRUE(fwd_at.count(key));
+      EXPECT_LT(fwd_at[key], bi) << "rank " << r << " B" << key.first << "c" << key.second
+                                 << " before its forward";
+    }
+  }
+}
+
+// Megatron pops the oldest stored activation of a chunk for each backward (FIFO), so per chunk
+// the backwards must visit microbatches in the same order as the forwards.
+TEST_P(ScheduleProperties, BackwardsPerChunkInForwardOrder) {
+  const Config c = GetParam();
+  for (int r = 0; r < c.pp; ++r) {
+    std::vector<std::vector<int>> f(c.v), b(c.v);
+    for (const auto& s : pipeline_order(c.schedule, c.pp, r, c.m, c.v))
+      (s.forward ? f : b)[s.chunk].push_back(s.microbatch);
+    EXPECT_EQ(f, b) << "rank " << r;
+  }
+}
+
+TEST_P(ScheduleProperties, InFlightBoundedByWarmupPlusOne) {
+  const Config c = GetParam();
+  const int total = c.m * c.v;
+  for (int r = 0; r < c.pp; ++r) {
+    const int w = num_warmup_steps(c.schedule, c.pp, r, c.m, c.v);
+    ASSERT_GE(w, 0);
+    ASSERT_LE(w, total);
+    const auto order = pipeline_order(c.schedule, c.pp, r, c.m, c.v);
+    int in_flight = 0, max_in_flight = 0, leading_forwards = 0;
+    bool seen_backward = false;
+    for (const auto& s : order) {
+      in_flight += s.forward ? 1 : -1;
+      ASSERT_GE(in_flight, 0);
+      max_in_flight = std::max(max_in_flight, in_flight);
+      if (!s.forward) seen_backward = true;
+      if (!seen_backward) ++leading_forwards;
+    }
+    EXPECT_LE(max_in_flight, w + 1) << "rank " << r;
+    // Consistency with num_warmup_steps: w forwards, then (if any step is left for the steady
+    // state) the steady state's first forward, before the first backward.
+    const bool steady = w < total;
+    EXPECT_EQ(leading_forwards, w + (steady ? 1 : 0)) << "rank " << r;
+    EXPECT_EQ(max_in_flight, w + (steady ? 1 : 0)) << "rank " << r;
+  }
+}
+
+TEST_P(ScheduleProperties, BubbleFractionClosedForm) {
+  const Config c = GetParam();
+  EXPECT_DOUBLE_EQ(bubble_fraction(c.schedule, c.pp, c.m, c.v),
+                   (c.pp - 1.0) / (static_cast<double>(c.v) * c.m));
+}
+
+// ---------------------------------------------------------------- timing check
+//
+// Each rank executes its order one step at a time; a step starts when the rank is free and its
+// inputs exist. Virtual stage s = chunk * pp + rank (S = pp * v stages), with
+//   F(mb, s) after F(mb, s-1);   B(mb, s) after B(mb, s+1) and after F(mb, s).
+// Per chunk, a forward takes tf / v and a backward tb / v with tb = 2 tf; we count time in units
+// of tf / v, so a forward takes 1 and a backward 2 (exact integers). No communication time.
+// Returns the makespan, or -1 if the orders deadlock.
+long long simulate_makespan(S schedule, int pp, int m, int v) {
+  const int stages = pp * v;
+  const long long dur_f = 1, dur_b = 2;
+  std::vector<std::vector<long long>> done_f(m, std::vector<long long>(stages, -1));
+  std::vector<std::vector<long long>> done_b = done_f;
+  std::vector<std::vector<PipelineStep>> orders;
+  for (int r = 0; r < pp; ++r) orders.push_back(pipeline_order(schedule, pp, r, m, v));
+  std::vector<size_t> next(pp, 0);
+  std::vector<long long> free_at(pp, 0);
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int r = 0; r < pp; ++r) {
+      while (next[r] < orders[r].size()) {
+        const PipelineStep& st = orders[r][next[r]];
+        const int s = st.chunk * pp + r;
+        long long ready = free_at[r];
+        if (st.forward) {
+          if (s > 0) {
+            if (done_f[st.microbatch][s - 1] < 0) break;
+            ready = std::max(ready, done_f[st.microbatch][s - 1]);
+          }
+          done_f[st.microbatch][s] = ready + dur_f;
+          free_at[r] = ready + dur_f;
+        } else {
+          if (done_f[st.microbatch][s] < 0) break;
+          ready = std::max(ready, done_f[st.microbatch][s]);
+          if (s < stages - 1) {
+            if (done_b[st.microbatch][s + 1] < 0) break;
+            ready = std::max(ready, done_b[st.microbatch][s + 1]);
+          }
+          done_b[st.microbatch][s] = ready + dur_b;
+          free_at[r] = ready + dur_b;
+        }
+        ++next[r];
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < pp; ++r)
+    if (next[r] != orders[r].size()) return -1;
+  return *std::max_element(free_at.begin(), free_at.end());
+}
+
+TEST_P(ScheduleProperties, SimulatedBubbleMatchesClosedForm) {
+  const Config c = GetParam();
+  const long long makespan = simulate_makespan(c.schedule, c.pp, c.m, c.v);
+  ASSERT_GE(makespan, 0) << "orders deadlock";
+  // Ideal time per rank: m microbatches x v chunks x (1 + 2).
+  const long long ideal = 3LL * c.m * c.v;
+  const double measured = static_cast<double>(makespan - ideal) / static_cast<double>(ideal);
+  EXPECT_NEAR(measured, bubble_fraction(c.schedule, c.pp, c.m, c.v), 1e-12)
+      << "makespan " << makespan << " ideal " << ideal;
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, ScheduleProperties, testing::ValuesIn(all_configs()),
+                         config_name);
+
+// A few makespans written out: 1F1B (m + p - 1)(tf + tb); interleaved (m v + p - 1)(tf+tb)/v.
+TEST(SimulatedMakespan, HandValues) {
+  EXPECT_EQ(simulate_makespan(S::OneFOneB, 4, 8, 1), 33);     // (8 + 3) * 3
+  EXPECT_EQ(simulate_makespan(S::GPipe, 2, 4, 1), 15);        // (4 + 1) * 3
+  EXPECT_EQ(simulate_makespan(S::Interleaved, 4, 8, 2), 57);  // (16 + 3) * 3 in tf/2 units
+  EXPECT_EQ(simulate_makespan(S::Interleaved, 2, 2, 2), 15);  // (4 + 1) * 3, m == pp
+}
+
+}  // namespace
+}  // namespace trainsim
