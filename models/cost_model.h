@@ -11,6 +11,7 @@
 #include <string>
 
 #include "models/calibration.h"
+#include "models/flops.h"
 #include "models/hardware.h"
 #include "models/ops.h"
 
@@ -45,6 +46,17 @@ class CostModel {
   double nvlink_efficiency() const;
   double network_efficiency() const;
   double pcie_efficiency() const;
+
+  /// Time of one kernel of an op's kernel list (models/flops.h op_kernels): a GEMM's
+  /// max(compute with wave quantization, HBM time of its bytes), or a memory-bound kernel's HBM
+  /// time; plus the launch overhead.
+  double kernel_time_s(const KernelWork& kernel) const;
+  /// Compute part of a GEMM: wave-quantized tile time at gemm_max_efficiency (no launch).
+  double gemm_compute_time_s(double m, double n, double k, double batch = 1) const;
+  /// bytes / (HBM bandwidth x hbm_efficiency), no launch overhead.
+  double hbm_time_s(double bytes) const;
+  /// CPU Adam over `params` parameters on the host share of one GPU (OptimizerStepCpu).
+  double cpu_adam_time_s(double params) const;
 
   const SystemSpec& system() const { return system_; }
   const CalibrationProfile& profile() const { return profile_; }

@@ -1,0 +1,174 @@
+// Cost models. Formulas and their sources:
+//  * GEMM: roofline max(compute, memory) per kernel, with wave quantization as in NVIDIA's
+//    "Matrix Multiplication Background User's Guide" (docs.nvidia.com/deeplearning/performance/
+//    dl-performance-matrix-multiplication): the output is cut into tile_m x tile_n tiles, the
+//    tiles run in waves of one tile per SM, and the last partial wave costs a full wave.
+//  * Memory-bound kernels: bytes / (HBM bandwidth x achieved fraction) (roofline).
+//  * Every kernel pays kernel_launch_overhead_s.
+//  * Ring collectives: alpha-beta, bytes per rank from NVIDIA/nccl-tests doc/PERFORMANCE.md,
+//    latency = base + steps x per-step latency as in NCCL's tuning model (src/graph/tuning.cc).
+#include "models/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "models/flops.h"
+
+namespace trainsim {
+namespace {
+
+void require_positive(double v, const char* what) {
+  if (!(v > 0) || !std::isfinite(v))
+    throw std::logic_error(std::string("CostModel: ") + what + " must be > 0, got " +
+                           std::to_string(v));
+}
+
+}  // namespace
+
+CostModel::CostModel(const SystemSpec& system, const CalibrationProfile& profile)
+    : system_(system), profile_(profile) {
+  require_positive(system_.gpu.peak_dense_fp16_flops, "gpu.peak_dense_fp16_flops");
+  require_positive(system_.gpu.hbm_bw_bytes_per_s, "gpu.hbm_bw_bytes_per_s");
+  require_positive(profile_.gemm_max_efficiency, "profile.gemm_max_efficiency");
+  require_positive(profile_.hbm_efficiency, "profile.hbm_efficiency");
+  require_positive(profile_.sm_count, "profile.sm_count");
+  require_positive(profile_.gemm_tile_m, "profile.gemm_tile_m");
+  require_positive(profile_.gemm_tile_n, "profile.gemm_tile_n");
+}
+
+double CostModel::gemm_compute_time_s(double m, double n, double k, double batch) const {
+  // Wave quantization (NVIDIA Matrix Multiplication Background User's Guide, "Dimension
+  // Quantization Effects"): tiles = ceil(m/tm) * ceil(n/tn) per product; waves =
+  // ceil(batch * tiles / SMs); each wave takes the time of one full tile on every SM, i.e.
+  // 2 * tm * tn * k FLOPs at the per-SM rate peak / SMs * gemm_max_efficiency. This also
+  // charges tile quantization (partial tiles cost full tiles). cuBLAS has kernels in both
+  // orientations (tm x tn and tn x tm); the faster one is taken.
+  const double sms = profile_.sm_count;
+  const double per_sm_flops =
+      system_.gpu.peak_dense_fp16_flops * profile_.gemm_max_efficiency / sms;
+  double best = INFINITY;
+  for (int orient = 0; orient < 2; ++orient) {
+    const double tm = orient == 0 ? profile_.gemm_tile_m : profile_.gemm_tile_n;
+    const double tn = orient == 0 ? profile_.gemm_tile_n : profile_.gemm_tile_m;
+    const double tiles = std::ceil(m / tm) * std::ceil(n / tn) * batch;
+    const double waves = std::ceil(tiles / sms);
+    best = std::min(best, waves * 2.0 * tm * tn * k / per_sm_flops);
+  }
+  return best;
+}
+
+double CostModel::hbm_time_s(double bytes) const {
+  return bytes / (system_.gpu.hbm_bw_bytes_per_s * profile_.hbm_efficiency);
+}
+
+double CostModel::gemm_time_s(double m, double n, double k, Precision precision,
+                              double batch) const {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0)
+    throw std::logic_error("gemm_time_s: dimensions must be > 0");
+  // Operands and result move through HBM once (ideal on-chip reuse).
+  const double bytes = (m * k + k * n + m * n) * element_bytes(precision) * batch;
+  return std::max(gemm_compute_time_s(m, n, k, batch), hbm_time_s(bytes)) +
+         profile_.kernel_launch_overhead_s;
+}
+
+double CostModel::memory_bound_time_s(double bytes) const {
+  if (bytes < 0) throw std::logic_error("memory_bound_time_s: bytes < 0");
+  return hbm_time_s(bytes) + profile_.kernel_launch_overhead_s;
+}
+
+double CostModel::kernel_time_s(const KernelWork& k) const {
+  switch (k.cls) {
+    case KernelClass::Gemm:
+      return std::max(gemm_compute_time_s(k.m, k.n, k.k, k.batch), hbm_time_s(k.bytes)) +
+             profile_.kernel_launch_overhead_s;
+    case KernelClass::MemoryBound:
+      return memory_bound_time_s(k.bytes);
+  }
+  throw std::logic_error("kernel_time_s: KernelClass out of range");
+}
+
+double CostModel::cpu_adam_time_s(double params) const {
+  // ZeRO-Offload CPU Adam (Ren et al., USENIX ATC'21; DeepSpeed csrc/adam/cpu_adam): a
+  // streaming SIMD pass over fp32 param, grad, exp_avg, exp_avg_sq. Roofline over the host
+  // resources of ONE GPU: the node's memory bandwidth and cores are assumed split evenly over
+  // its GPUs (each rank's optimizer runs at the same time on its own share).
+  const double gpus = static_cast<double>(system_.gpus_per_node);
+  const double bw_share = profile_.host_memory_bw_bytes_per_s * profile_.host_memory_efficiency / gpus;
+  const double cores_share = static_cast<double>(system_.cpu_cores) / gpus;
+  require_positive(bw_share, "host memory bandwidth share");
+  require_positive(cores_share * profile_.cpu_flops_per_core_per_s, "host FLOP/s share");
+  const double memory_s = params * optimizer_cpu_bytes_per_param() / bw_share;
+  const double compute_s =
+      params * adam_flops_per_param() / (cores_share * profile_.cpu_flops_per_core_per_s);
+  return std::max(memory_s, compute_s);
+}
+
+double CostModel::compute_time_s(const OpDesc& op) const {
+  if (op.kind == OpKind::OptimizerStepCpu) {
+    if (op.params < 0) throw std::logic_error("compute_time_s: optimizer step with params < 0");
+    return cpu_adam_time_s(static_cast<double>(op.params));
+  }
+  if (!is_compute(op.kind) && op.kind != OpKind::OptimizerStepGpu)
+    throw std::logic_error(std::string("compute_time_s: ") + to_string(op.kind) +
+                           " is a communication op; the simulator times it on the network");
+  double t = 0;
+  for (const KernelWork& k : op_kernels(op)) t += kernel_time_s(k);
+  return t;
+}
+
+double CostModel::ring_bytes_per_rank(OpKind kind, double bytes, std::int64_t group_size) {
+  if (group_size < 1) throw std::logic_error("ring_bytes_per_rank: group_size < 1");
+  const double n = static_cast<double>(group_size);
+  switch (kind) {
+    case OpKind::AllReduce:  // nccl-tests PERFORMANCE.md: busbw = algbw * 2(n-1)/n
+      return 2.0 * (n - 1) / n * bytes;
+    case OpKind::ReduceScatter:  // (n-1)/n, S the full (input) buffer
+    case OpKind::AllGather:      // (n-1)/n, S the full (gathered output) buffer
+      return (n - 1) / n * bytes;
+    case OpKind::SendRecv:
+      return bytes;
+    default:
+      throw std::logic_error(std::string("ring_bytes_per_rank: not a collective: ") +
+                             to_string(kind));
+  }
+}
+
+double CostModel::collective_latency_s(OpKind kind, std::int64_t group_size,
+                                       bool intra_node) const {
+  if (group_size < 1) throw std::logic_error("collective_latency_s: group_size < 1");
+  double steps = 0;
+  const double n = static_cast<double>(group_size);
+  switch (kind) {
+    // NCCL tuning model (src/graph/tuning.cc): ring all-reduce 2(n-1) steps, reduce-scatter
+    // and all-gather n-1 steps; a point-to-point message is one step.
+    case OpKind::AllReduce: steps = 2 * (n - 1); break;
+    case OpKind::ReduceScatter:
+    case OpKind::AllGather: steps = n - 1; break;
+    case OpKind::SendRecv: steps = 1; break;
+    default:
+      throw std::logic_error(std::string("collective_latency_s: not a communication op: ") +
+                             to_string(kind));
+  }
+  if (group_size == 1 && kind != OpKind::SendRecv) return 0.0;  // NCCL returns at once
+  // A ring that spans nodes pays the network step latency on every step (NCCL uses the NET
+  // figure for the whole ring as soon as nNodes > 1).
+  const double step_s =
+      intra_node ? profile_.nccl_step_latency_intra_node_s : profile_.nccl_step_latency_inter_node_s;
+  return profile_.nccl_launch_latency_s + steps * step_s;
+}
+
+double CostModel::collective_time_s(OpKind kind, double bytes, std::int64_t group_size,
+                                    double link_bw_bytes_per_s, bool intra_node) const {
+  require_positive(link_bw_bytes_per_s, "link_bw_bytes_per_s");
+  const double eff = intra_node ? nvlink_efficiency() : network_efficiency();
+  return collective_latency_s(kind, group_size, intra_node) +
+         ring_bytes_per_rank(kind, bytes, group_size) / (link_bw_bytes_per_s * eff);
+}
+
+double CostModel::nvlink_efficiency() const { return profile_.nvlink_efficiency; }
+double CostModel::network_efficiency() const { return profile_.network_efficiency; }
+double CostModel::pcie_efficiency() const { return profile_.pcie_efficiency; }
+
+}  // namespace trainsim

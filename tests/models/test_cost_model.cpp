@@ -1,0 +1,285 @@
+// Tests of models/cost_model and models/calibration: each expected number is computed here by
+// hand from the formula the cost model documents, with a hand-made profile of round numbers.
+#include "models/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "models/calibration.h"
+#include "models/flops.h"
+
+namespace trainsim {
+namespace {
+
+CalibrationProfile round_profile() {
+  CalibrationProfile p;
+  p.device = "A100-SXM4-80GB";
+  p.source = "test";
+  p.gemm_max_efficiency = 0.8;
+  p.gemm_tile_m = 256;
+  p.gemm_tile_n = 128;
+  p.sm_count = 108;
+  p.hbm_efficiency = 0.5;
+  p.kernel_launch_overhead_s = 1e-6;
+  p.nvlink_efficiency = 0.75;
+  p.network_efficiency = 0.9;
+  p.pcie_efficiency = 0.8;
+  p.nccl_launch_latency_s = 10e-6;
+  p.nccl_step_latency_intra_node_s = 2e-6;
+  p.nccl_step_latency_inter_node_s = 5e-6;
+  p.host_memory_bw_bytes_per_s = 400e9;
+  p.host_memory_efficiency = 0.5;
+  p.cpu_flops_per_core_per_s = 10e9;
+  return p;
+}
+
+const SystemSpec& a100() { return find_system("dgx-a100-80gb"); }
+constexpr double kPeak = 312e12;  // A100 datasheet dense FP16
+
+double rel(double a, double b) { return std::fabs(a - b) / std::fabs(b); }
+
+TEST(CostModel, LargeGemmRunsAtPeakTimesEfficiency) {
+  CostModel cm(a100(), round_profile());
+  const double m = 8192, n = 8192, k = 8192;
+  // 32 x 64 = 2048 tiles of 256x128 -> ceil(2048/108) = 19 waves; 19*108/2048 = 1.00195.
+  const double flops = 2 * m * n * k;
+  const double expected = flops / (kPeak * 0.8) * (19.0 * 108 / 2048) + 1e-6;
+  EXPECT_LT(rel(cm.gemm_time_s(m, n, k, Precision::FP16), expected), 1e-12);
+  // ... which is within 0.3% of flops / (peak * efficiency).
+  EXPECT_LT(rel(cm.gemm_time_s(m, n, k, Precision::BF16), flops / (kPeak * 0.8)), 3e-3);
+}
+
+TEST(CostModel, WaveQuantizationByHand) {
+  CalibrationProfile p = round_profile();
+  p.hbm_efficiency = 1.0;
+  p.kernel_launch_overhead_s = 0;
+  SystemSpec sys = a100();
+  sys.gpu.hbm_bw_bytes_per_s = 1e18;  // memory never binds here
+  CostModel cm(sys, p);
+  const double k = 4096;
+  // One wave of one 256x128 tile per SM: 2*256*128*k FLOPs at peak*eff/108 per SM.
+  const double wave_s = 2.0 * 256 * 128 * k / (kPeak * 0.8 / 108);
+  // 108 tiles (m = 108*256, n = 128): exactly one wave.
+  EXPECT_LT(rel(cm.gemm_time_s(108 * 256, 128, k, Precision::FP16), wave_s), 1e-12);
+  // 109 tiles: a second, almost empty wave -> twice the time for 0.9% more work
+  // (the 128x256 orientation needs 218 tiles of which half are padding: 3 waves, not chosen).
+  EXPECT_LT(rel(cm.gemm_time_s(109 * 256, 128, k, Precision::FP16), 2 * wave_s), 1e-12);
+  // Batched: 54 products of 2 tiles each = 108 tiles, one wave.
+  EXPECT_LT(rel(cm.gemm_time_s(512, 128, k, Precision::FP16, 54), wave_s), 1e-12);
+  // Tile quantization: n = 130 costs as much as n = 256 (two 128-wide tiles).
+  EXPECT_LT(rel(cm.gemm_time_s(54 * 256, 130, k, Precision::FP16),
+                cm.gemm_time_s(54 * 256, 256, k, Precision::FP16)),
+            1e-12);
+}
+
+TEST(CostModel, MemoryBoundKernelsAndSmallGemms) {
+  CostModel cm(a100(), round_profile());
+  const double bw = 2039e9 * 0.5;
+  EXPECT_LT(rel(cm.memory_bound_time_s(1e9), 1e9 / bw + 1e-6), 1e-12);
+  EXPECT_DOUBLE_EQ(cm.memory_bound_time_s(0), 1e-6);
+  // Attention scores GEMM, k = head_dim = 64: arithmetic intensity ~ 64 FLOP/B, far below
+  // the A100 ridge, so the time is its bytes over bandwidth.
+  const double s = 2048, hd = 64, batch = 32;
+  const double bytes = (s * hd + hd * s + s * s) * 2 * batch;
+  EXPECT_LT(rel(cm.gemm_time_s(s, s, hd, Precision::FP16, batch), bytes / bw + 1e-6), 1e-12);
+}
+
+OpDesc layer_op(OpKind kind) {
+  OpDesc op;
+  op.kind = kind;
+  op.micro_batch = 2;
+  op.seq = 2048;
+  op.hidden = 8192;
+  op.heads = 8;
+  op.head_dim = 128;
+  op.ffn = 4096;
+  op.vocab = 6400;
+  op.tp = 8;
+  fill_work(op);
+  return op;
+}
+
+TEST(CostModel, ComputeTimeIsTheSumOfItsKernels) {
+  CostModel cm(a100(), round_profile());
+  for (OpKind kind : {OpKind::AttnFwd, OpKind::MlpFwd, OpKind::AttnBwd, OpKind::MlpBwd,
+                      OpKind::EmbedFwd, OpKind::EmbedBwd, OpKind::LogitsLossFwd,
+                      OpKind::LogitsLossBwd}) {
+    const OpDesc op = layer_op(kind);
+    double sum = 0, lower = 0;
+    for (const KernelWork& k : op_kernels(op)) {
+      sum += cm.kernel_time_s(k);
+      lower += std::max(k.flops / (kPeak * 0.8), k.bytes / (2039e9 * 0.5));
+    }
+    EXPECT_LT(rel(cm.compute_time_s(op), sum), 1e-12) << to_string(kind);
+    // No kernel runs faster than its roofline.
+    EXPECT_GE(cm.compute_time_s(op), lower) << to_string(kind);
+  }
+  // Backward of a layer costs more than its forward (twice the FLOPs).
+  EXPECT_GT(cm.compute_time_s(layer_op(OpKind::MlpBwd)),
+            1.8 * cm.compute_time_s(layer_op(OpKind::MlpFwd)));
+  OpDesc comm;
+  comm.kind = OpKind::AllReduce;
+  EXPECT_THROW(cm.compute_time_s(comm), std::logic_error);
+}
+
+TEST(CostModel, OptimizerSteps) {
+  CostModel cm(a100(), round_profile());
+  OpDesc gpu;
+  gpu.kind = OpKind::OptimizerStepGpu;
+  gpu.params = 100'000'000;
+  EXPECT_LT(rel(cm.compute_time_s(gpu), 54.0 * 1e8 / (2039e9 * 0.5) + 1e-6), 1e-12);
+  OpDesc cpu;
+  cpu.kind = OpKind::OptimizerStepCpu;
+  cpu.params = 100'000'000;
+  // Memory side: 30 B/param over 400 GB/s * 0.5 / 8 GPUs = 25 GB/s -> 0.12 s.
+  // Compute side: 15 FLOP/param over 128/8 = 16 cores * 10 GFLOP/s -> 0.0094 s.
+  EXPECT_LT(rel(cm.compute_time_s(cpu), 30.0 * 1e8 / 25e9), 1e-12);
+  CalibrationProfile slow = round_profile();
+  slow.cpu_flops_per_core_per_s = 0.1e9;  // now compute-bound: 15e8 / (16 * 0.1e9) = 0.9375 s
+  EXPECT_LT(rel(CostModel(a100(), slow).compute_time_s(cpu), 15.0 * 1e8 / (16 * 0.1e9)), 1e-12);
+}
+
+TEST(CostModel, RingBytesAndAlphaBeta) {
+  CostModel cm(a100(), round_profile());
+  const double S = 1e9;
+  EXPECT_DOUBLE_EQ(CostModel::ring_bytes_per_rank(OpKind::AllReduce, S, 8), 2.0 * 7 / 8 * S);
+  EXPECT_DOUBLE_EQ(CostModel::ring_bytes_per_rank(OpKind::ReduceScatter, S, 4), 3.0 / 4 * S);
+  EXPECT_DOUBLE_EQ(CostModel::ring_bytes_per_rank(OpKind::AllGather, S, 4), 3.0 / 4 * S);
+  EXPECT_DOUBLE_EQ(CostModel::ring_bytes_per_rank(OpKind::AllReduce, S, 1), 0.0);
+  EXPECT_THROW(CostModel::ring_bytes_per_rank(OpKind::AttnFwd, S, 4), std::logic_error);
+
+  // latency: launch + steps * per-step latency (all-reduce 2(n-1) steps, RS/AG n-1).
+  EXPECT_DOUBLE_EQ(cm.collective_latency_s(OpKind::AllReduce, 8, true), 10e-6 + 14 * 2e-6);
+  EXPECT_DOUBLE_EQ(cm.collective_latency_s(OpKind::AllGather, 8, true), 10e-6 + 7 * 2e-6);
+  EXPECT_DOUBLE_EQ(cm.collective_latency_s(OpKind::ReduceScatter, 32, false), 10e-6 + 31 * 5e-6);
+  EXPECT_DOUBLE_EQ(cm.collective_latency_s(OpKind::AllReduce, 1, true), 0.0);
+
+  // alpha-beta: 8 GPUs on NVLink at 300 GB/s nominal, 75% achieved.
+  const double t = cm.collective_time_s(OpKind::AllReduce, S, 8, 300e9, true);
+  EXPECT_LT(rel(t, 10e-6 + 14 * 2e-6 + 2.0 * 7 / 8 * S / (300e9 * 0.75)), 1e-12);
+  const double t_net = cm.collective_time_s(OpKind::AllReduce, S, 16, 25e9, false);
+  EXPECT_LT(rel(t_net, 10e-6 + 30 * 5e-6 + 2.0 * 15 / 16 * S / (25e9 * 0.9)), 1e-12);
+  EXPECT_DOUBLE_EQ(cm.nvlink_efficiency(), 0.75);
+  EXPECT_DOUBLE_EQ(cm.network_efficiency(), 0.9);
+  EXPECT_DOUBLE_EQ(cm.pcie_efficiency(), 0.8);
+}
+
+// ---------------------------------------------------------------------------- calibration
+std::string temp_path(const std::string& name) {
+  return testing::TempDir() + "trainsim_calib_" + name + ".json";
+}
+
+TEST(Calibration, DefaultsAreEmbeddedForEveryCatalogGpu) {
+  for (const char* gpu : {"A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB"}) {
+    CalibrationProfile p = default_calibration(gpu);
+    EXPECT_EQ(p.device, gpu);
+    EXPECT_GT(p.gemm_max_efficiency, 0.5);
+    EXPECT_LE(p.gemm_max_efficiency, 1.0);
+    // Every parameter of a shipped profile carries its source.
+    for (const auto& name : calibration_parameter_names())
+      EXPECT_FALSE(p.sources[name].empty()) << gpu << " " << name;
+  }
+  EXPECT_EQ(default_calibration("A100-SXM4-80GB").sm_count, 108);
+  EXPECT_EQ(default_calibration("H100-SXM5-80GB").sm_count, 132);
+  try {
+    default_calibration("V100-SXM2-32GB");
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("V100-SXM2-32GB"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("A100-SXM4-80GB"), std::string::npos);
+  }
+}
+
+TEST(Calibration, EmbeddedTextMatchesTheSourceTree) {
+  // The build embeds calibration/*.json; the embedded copy must equal the file on disk.
+  for (const auto& [name, text] : detail::embedded_calibration_files()) {
+    const std::string path = std::string(TRAINSIM_SOURCE_DIR) + "/calibration/" + name;
+    EXPECT_EQ(load_calibration(path), parse_calibration(text, name)) << path;
+  }
+  EXPECT_EQ(detail::embedded_calibration_files().size(), 3u);
+}
+
+TEST(Calibration, RoundTrip) {
+  CalibrationProfile p = round_profile();
+  p.date = "2024-01-02";
+  p.notes = "a note";
+  p.sources["hbm_efficiency"] = "measured by hand";
+  p.kernel_launch_overhead_s = 3.3e-6;  // not exactly representable: must round-trip anyway
+  const std::string path = temp_path("roundtrip");
+  save_calibration(p, path);
+  EXPECT_EQ(load_calibration(path), p);
+  const CalibrationProfile d = default_calibration("H100-SXM5-80GB");
+  save_calibration(d, path);
+  EXPECT_EQ(load_calibration(path), d);
+  std::remove(path.c_str());
+}
+
+void expect_input_error(const std::string& text, const std::string& field,
+                        const std::string& value) {
+  try {
+    parse_calibration(text, "bad.json");
+    FAIL() << "expected InputError for " << field;
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("bad.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(field), std::string::npos) << msg;
+    EXPECT_NE(msg.find(value), std::string::npos) << msg;
+  }
+}
+
+// A valid profile's text with one parameter's entry replaced.
+std::string with_param(const std::string& name, const std::string& entry) {
+  std::string text = calibration_to_json(round_profile());
+  const std::string key = "\"" + name + "\": ";
+  const auto at = text.find(key);
+  EXPECT_NE(at, std::string::npos);
+  const auto end = text.find_first_of(",\n", at + key.size());
+  return text.substr(0, at + key.size()) + entry + text.substr(end);
+}
+
+TEST(Calibration, ErrorsNameFileFieldAndValue) {
+  expect_input_error(with_param("hbm_efficiency", "-0.5"), "parameters.hbm_efficiency", "-0.5");
+  expect_input_error(with_param("hbm_efficiency", "1.5"), "parameters.hbm_efficiency", "1.5");
+  expect_input_error(with_param("sm_count", "\"many\""), "parameters.sm_count", "\"many\"");
+  expect_input_error(with_param("sm_count", "107.5"), "parameters.sm_count", "107.5");
+  expect_input_error(with_param("kernel_launch_overhead_s", "-1e-06"),
+                     "parameters.kernel_launch_overhead_s", "-1e-06");
+  expect_input_error(with_param("gemm_max_efficiency", "{\"value\": 0.8, \"sorce\": \"x\"}"),
+                     "parameters.gemm_max_efficiency.sorce", "\"x\"");
+  expect_input_error(with_param("gemm_max_efficiency", "{\"value\": 0.8, \"source\": 3}"),
+                     "parameters.gemm_max_efficiency.source", "3");
+  expect_input_error(with_param("gemm_max_efficiency", "{\"value\": \"0.8\"}"),
+                     "parameters.gemm_max_efficiency.value", "\"0.8\"");
+  // Unknown parameter and unknown top-level key.
+  std::string text = calibration_to_json(round_profile());
+  std::string unknown = text;
+  unknown.replace(unknown.find("\"parameters\": {") + 15, 0, "\"gemm_magic\": 1, ");
+  expect_input_error(unknown, "parameters.gemm_magic", "1");
+  std::string top = text;
+  top.replace(top.find('{') + 1, 0, "\"devise\": \"A100\", ");
+  expect_input_error(top, "devise", "\"A100\"");
+  // A missing parameter.
+  std::string missing = text;
+  const auto at = missing.find("\"pcie_efficiency\"");
+  missing.erase(at, missing.find('\n', at) - at + 1);
+  expect_input_error(missing, "parameters.pcie_efficiency", "(missing)");
+  // Not JSON at all, and a missing file.
+  EXPECT_THROW(parse_calibration("{ not json", "bad.json"), InputError);
+  EXPECT_THROW(load_calibration("/nonexistent/dir/profile.json"), InputError);
+}
+
+TEST(Calibration, BareNumbersAreAccepted) {
+  CalibrationProfile p = parse_calibration(with_param("hbm_efficiency", "0.9"), "ok.json");
+  EXPECT_DOUBLE_EQ(p.hbm_efficiency, 0.9);
+  p = parse_calibration(with_param("hbm_efficiency", "{\"value\": 0.7, \"source\": \"probe\"}"),
+                        "ok.json");
+  EXPECT_DOUBLE_EQ(p.hbm_efficiency, 0.7);
+  EXPECT_EQ(p.sources.at("hbm_efficiency"), "probe");
+}
+
+}  // namespace
+}  // namespace trainsim
