@@ -1,0 +1,233 @@
+// Schedule graph builder: structure checked against independent calculations.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "models/flops.h"
+#include "models/graph_builder.h"
+#include "models/hardware.h"
+#include "models/memory_model.h"
+#include "models/scenario.h"
+
+using namespace trainsim;
+
+namespace {
+
+std::string scen(const std::string& rel) { return std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/" + rel; }
+
+Scenario tiny(const std::string& extra) {
+  const std::string yaml = R"(
+name: t
+model: {num_layers: 8, hidden_size: 256, num_attention_heads: 8, seq_length: 128, padded_vocab_size: 1024}
+cluster: {system: dgx-a100-80gb, nodes: 1, gpus_per_node: 8}
+)" + extra;
+  return parse_scenario(yaml, "test.yaml");
+}
+
+ScheduleGraph build(const Scenario& sc, bool fold = false) {
+  BuildOptions o;
+  o.fold = fold;
+  return build_schedule_graph(sc, find_system(sc.cluster.system), o);
+}
+
+double total_flops(const ScheduleGraph& g) {
+  double f = 0;
+  for (TaskId id = 0; id < g.num_tasks(); ++id) f += g.op(id).flops;
+  return f * double(g.fold_factor);
+}
+
+// "F3c1" / "B0c0" for the compute tasks of a rank that start a layer chunk's pass.
+std::vector<std::string> pass_order(const ScheduleGraph& g, RankId rank) {
+  std::vector<std::string> out;
+  int last_mb = -1, last_chunk = -1;
+  bool last_fwd = false;
+  for (TaskId id : g.tasks_of_rank(rank)) {
+    const Task& t = g.task(id);
+    if (t.kind != TaskKind::Compute || t.phase == Phase::Recompute) continue;
+    if (t.part != Part::Attn && t.part != Part::Mlp) continue;
+    const bool fwd = t.phase == Phase::Forward;
+    if (int(t.microbatch) == last_mb && int(t.chunk) == last_chunk && fwd == last_fwd) continue;
+    last_mb = t.microbatch;
+    last_chunk = t.chunk;
+    last_fwd = fwd;
+    out.push_back(std::string(fwd ? "F" : "B") + std::to_string(t.microbatch) + "c" +
+                  std::to_string(t.chunk));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(GraphBuilder, OneFOneBOrderOfComputeMatchesHandWrittenOrder) {
+  // PP=4, 8 microbatches (Megatron 1F1B, warm-up pp - rank - 1).
+  Scenario sc = tiny(R"(parallel: {pipeline_model_parallel_size: 4, micro_batch_size: 1, global_batch_size: 16})");
+  sc.cluster.gpus_per_node = 8;
+  auto g = build(sc);
+  ASSERT_EQ(sc.parallel.data_parallel_size, 2);
+  // rank layout: stage = rank / (dp * tp) -> stage 0 = ranks 0,1; stage 3 = ranks 6,7
+  const std::vector<std::string> rank0 = {"F0c0", "F1c0", "F2c0", "F3c0", "B0c0", "F4c0", "B1c0", "F5c0",
+                                          "B2c0", "F6c0", "B3c0", "F7c0", "B4c0", "B5c0", "B6c0", "B7c0"};
+  const std::vector<std::string> rank_last = {"F0c0", "B0c0", "F1c0", "B1c0", "F2c0", "B2c0", "F3c0", "B3c0",
+                                              "F4c0", "B4c0", "F5c0", "B5c0", "F6c0", "B6c0", "F7c0", "B7c0"};
+  EXPECT_EQ(pass_order(g, 0), rank0);
+  EXPECT_EQ(pass_order(g, 6), rank_last);
+}
+
+TEST(GraphBuilder, InterleavedOrderOfComputeMatchesHandWrittenOrder) {
+  // PP=4, v=2 (1 layer per virtual stage), 8 microbatches; rank 0 warm-up (4-0-1)*2+(2-1)*4 = 10
+  // forwards, then the steady state runs forward k=10 (F6c0) before the first backward.
+  Scenario sc = tiny(R"(parallel: {pipeline_model_parallel_size: 4, micro_batch_size: 1, global_batch_size: 8,
+  num_layers_per_virtual_pipeline_stage: 1})");
+  sc.cluster.gpus_per_node = 4;
+  validate_scenario(sc);
+  auto g = build(sc);
+  const std::vector<std::string> rank0 = {
+      "F0c0", "F1c0", "F2c0", "F3c0", "F0c1", "F1c1", "F2c1", "F3c1", "F4c0", "F5c0",
+      "F6c0", "B0c1", "F7c0", "B1c1", "F4c1", "B2c1", "F5c1", "B3c1", "F6c1", "B0c0",
+      "F7c1", "B1c0", "B2c0", "B3c0", "B4c1", "B5c1", "B6c1", "B7c1", "B4c0", "B5c0", "B6c0", "B7c0"};
+  EXPECT_EQ(pass_order(g, 0), rank0);
+  // Layers: rank r chunk c holds layer (c * pp + r) * layers_per_chunk.
+  for (TaskId id : g.tasks_of_rank(1)) {
+    const Task& t = g.task(id);
+    if (t.kind == TaskKind::Compute && (t.part == Part::Attn || t.part == Part::Mlp))
+      EXPECT_EQ(t.layer, t.chunk * 4 + 1);
+  }
+}
+
+TEST(GraphBuilder, ExecutedFlopsEqualPaperFormulaUnderFullRecompute) {
+  // Narayanan et al. Eq. 3: F = 96 B s l h^2 (1 + s/6h + V/16lh) under full recomputation.
+  for (const char* f : {"gpt-1.7b_tp1_pp1_dp32.yaml", "gpt-39.1b_tp8_pp2_dp32.yaml",
+                        "gpt-76.1b_tp8_pp4_dp32.yaml"}) {
+    Scenario sc = load_scenario(scen(f));
+    auto g = build(sc, true);
+    EXPECT_NEAR(total_flops(g) / paper_flops_per_iteration(sc), 1.0, 1e-9) << f;
+  }
+}
+
+TEST(GraphBuilder, ExecutedFlopsEqualModelFlopsWithoutRecompute) {
+  Scenario sc = tiny(R"(parallel: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2,
+  micro_batch_size: 2, global_batch_size: 16})");
+  auto g = build(sc);
+  // 72 B s l h^2 (1 + s/6h + V/12lh): no recomputation executes exactly the model FLOPs.
+  EXPECT_NEAR(total_flops(g) / model_flops_per_iteration(sc), 1.0, 1e-9);
+}
+
+TEST(GraphBuilder, SelectiveRecomputeAddsOnlyCoreAttention) {
+  Scenario sc = tiny(R"(parallel: {tensor_model_parallel_size: 2, micro_batch_size: 2, global_batch_size: 8,
+  recompute_granularity: selective})");
+  auto g = build(sc);
+  const double B = 8, s = 128, l = 8, h = 256;
+  // Model FLOPs plus one more forward of QK^T and attention x V: 4 B s^2 h per layer.
+  EXPECT_NEAR(total_flops(g), model_flops_per_iteration(sc) + 4 * B * s * s * h * l, 1.0);
+}
+
+TEST(GraphBuilder, MessagesAndCollectivesMatch) {
+  for (const char* extra :
+       {R"(parallel: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2, micro_batch_size: 1, global_batch_size: 8})",
+        R"(parallel: {pipeline_model_parallel_size: 4, micro_batch_size: 1, global_batch_size: 8, num_layers_per_virtual_pipeline_stage: 1})",
+        R"(parallel: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2, micro_batch_size: 1, global_batch_size: 8, sequence_parallel: true, overlap_grad_reduce: true})"}) {
+    Scenario sc = tiny(extra);
+    if (sc.parallel.virtual_pipeline_size > 1) {
+      sc.cluster.gpus_per_node = 4;
+      validate_scenario(sc);
+    }
+    auto g = build(sc);
+    std::map<std::uint32_t, std::vector<TaskId>> sends, recvs, colls;
+    for (TaskId id = 0; id < g.num_tasks(); ++id) {
+      const Task& t = g.task(id);
+      if (t.kind == TaskKind::Send) sends[t.match].push_back(id);
+      if (t.kind == TaskKind::Recv) recvs[t.match].push_back(id);
+      if (t.kind == TaskKind::Collective) colls[t.match].push_back(id);
+    }
+    ASSERT_EQ(sends.size(), recvs.size()) << extra;
+    for (const auto& [m, s] : sends) {
+      ASSERT_EQ(s.size(), 1u);
+      ASSERT_EQ(recvs[m].size(), 1u);
+      const Task& a = g.task(s[0]);
+      const Task& b = g.task(recvs[m][0]);
+      EXPECT_EQ(RankId(a.peer), b.rank);
+      EXPECT_EQ(RankId(b.peer), a.rank);
+      EXPECT_EQ(a.microbatch, b.microbatch);
+      EXPECT_EQ(a.phase, b.phase);
+    }
+    for (const auto& [m, members] : colls) {
+      const Task& first = g.task(members[0]);
+      const CommGroup& grp = g.group(first.group);
+      EXPECT_EQ(members.size(), grp.ranks.size()) << g.label(members[0]);
+      std::set<RankId> seen;
+      for (TaskId id : members) {
+        EXPECT_EQ(g.task(id).op, first.op);
+        seen.insert(g.task(id).rank);
+      }
+      EXPECT_EQ(seen, std::set<RankId>(grp.ranks.begin(), grp.ranks.end()));
+    }
+  }
+}
+
+TEST(GraphBuilder, FoldedRepresentativeHasTheSameProgramAsUnfolded) {
+  Scenario sc = tiny(R"(parallel: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2, micro_batch_size: 1, global_batch_size: 8})");
+  auto full = build(sc, false);
+  auto folded = build(sc, true);
+  EXPECT_EQ(folded.fold_factor, 4);
+  EXPECT_EQ(full.fold_factor, 1);
+  ASSERT_EQ(folded.simulated_ranks(), (std::vector<RankId>{0, 4}));
+  for (RankId r : folded.simulated_ranks()) {
+    auto a = full.tasks_of_rank(r), b = folded.tasks_of_rank(r);
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(full.label(a[i]), folded.label(b[i]));
+  }
+  EXPECT_NEAR(total_flops(full), total_flops(folded), 1e-6 * total_flops(full));
+}
+
+TEST(GraphBuilder, TensorParallelCollectivesPerLayer) {
+  // Full recompute, TP=2, PP=1: per layer and microbatch 2 all-reduces forward, 2 in the
+  // recomputed forward and 2 backward (Megatron f/g operators).
+  Scenario sc = tiny(R"(parallel: {tensor_model_parallel_size: 2, micro_batch_size: 1, global_batch_size: 4, recompute_granularity: full})");
+  auto g = build(sc);
+  int tp_ar = 0;
+  for (TaskId id : g.tasks_of_rank(0))
+    if (g.task(id).kind == TaskKind::Collective && g.op(id).group == GroupKind::Tensor &&
+        (g.task(id).part == Part::Attn || g.task(id).part == Part::Mlp))
+      ++tp_ar;
+  const int m = int(sc.parallel.num_microbatches);
+  EXPECT_EQ(tp_ar, 8 * m * 6);
+  // Each carries the full activation b*s*h*2 bytes.
+  for (TaskId id : g.tasks_of_rank(0))
+    if (g.task(id).kind == TaskKind::Collective && g.task(id).part == Part::Attn)
+      EXPECT_EQ(g.op(id).bytes, 1 * 128 * 256 * 2);
+}
+
+TEST(GraphBuilder, DataParallelBucketsCoverAllParameters) {
+  Scenario sc = tiny(R"(parallel: {micro_batch_size: 1, global_batch_size: 8, ddp_bucket_size: 100000})");
+  auto g = build(sc);
+  std::int64_t bytes = 0;
+  int buckets = 0;
+  for (TaskId id : g.tasks_of_rank(0))
+    if (g.task(id).phase == Phase::GradSync && g.op(id).group == GroupKind::Data) {
+      bytes += g.op(id).bytes;
+      ++buckets;
+      EXPECT_LE(g.op(id).bytes, 100000 * 2);
+    }
+  const std::int64_t params = params_per_rank(sc, 0);
+  EXPECT_EQ(bytes, params * 2);  // fp16 gradients
+  EXPECT_EQ(buckets, int((params + 99999) / 100000));
+}
+
+TEST(GraphBuilder, ParameterCountMatchesClosedForm) {
+  // GPT parameter count 12 l h^2 (1 + 13/12h + (V + s)/(12 l h)) (Narayanan et al. Sec. 5.1).
+  Scenario sc = load_scenario(scen("gpt-1t_tp8_pp64_dp6.yaml"));
+  const double l = 128, h = 25600, V = 51200, s = 2048;
+  // The paper's count leaves out the final LayerNorm (2h).
+  const double expected = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h)) + 2 * h;
+  EXPECT_NEAR(double(total_params(sc.model)) / expected, 1.0, 1e-12);
+  std::int64_t sum = 0;
+  for (std::int64_t st = 0; st < 64; ++st) sum += params_per_rank(sc, st) * 8;
+  // Over the 8 TP ranks, replicated tensors count 8 times: per layer the projection and fc2
+  // biases and two LayerNorms (6h), the position embedding (s h) and the final LayerNorm (2h);
+  // plus the last stage's copy of the tied word embedding (V x h).
+  const double replicated_extra = 7 * (6 * h * l + s * h + 2 * h);
+  EXPECT_EQ(sum, total_params(sc.model) + std::int64_t(V * h + replicated_extra));
+}
