@@ -22,6 +22,10 @@ struct ExecutionRecord {
   /// Measured only: allocator bytes in use / reserved over time (time_s, bytes) samples.
   std::vector<std::pair<double, std::int64_t>> allocated_bytes_samples;
   std::vector<std::pair<double, std::int64_t>> reserved_bytes_samples;
+  /// Measured only: the allocator's largest bytes in use / reserved over the iteration,
+  /// including peaks inside a task that the per-task samples miss; -1 when not measured.
+  std::int64_t peak_allocated_bytes = -1;
+  std::int64_t peak_reserved_bytes = -1;
   /// Free-form notes the summary repeats (e.g. which parts a replay substituted).
   std::vector<std::string> notes;
 

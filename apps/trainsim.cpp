@@ -1,0 +1,126 @@
+// trainsim: the command line (DESIGN.md "Command line (contract)"). Parses the verbs and
+// flags with CLI11 and dispatches to apps/verbs.h; turns every failure into exit status 1 with
+// the reason on stderr (never a crash, never a message on stdout).
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "apps/verbs.h"
+#include "models/scenario.h"
+
+namespace trainsim::cli {
+
+std::pair<std::string, std::string> parse_override(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InputError("--set '" + text + "': expected key=value, e.g. parallel.micro_batch_size=2");
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+namespace {
+
+Overrides to_overrides(const std::vector<std::string>& raw) {
+  Overrides out;
+  for (const std::string& s : raw) out.push_back(parse_override(s));
+  return out;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"trainsim: simulate, replay and validate one training iteration of a "
+               "Megatron-LM / DeepSpeed scenario"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "trainsim 0.1");
+
+  const std::vector<std::string> devices = {"cuda", "cpu"};
+  std::vector<std::string> sim_sets, replay_sets, validate_sets;
+  auto add_sets = [](CLI::App* sub, std::vector<std::string>& target) {
+    sub->add_option("--set", target,
+                    "override a scenario key (dotted, YAML value), e.g. "
+                    "parallel.micro_batch_size=2; repeatable")
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->type_name("KEY=VALUE");
+  };
+
+  SimulateArgs sim;
+  CLI::App* simulate = app.add_subcommand("simulate", "simulate one iteration with SimGrid");
+  simulate->add_option("scenario", sim.scenario, "scenario YAML file")->required();
+  add_sets(simulate, sim_sets);
+  simulate->add_option("--calibration", sim.calibration,
+                       "calibration profile JSON (default: the shipped profile of the GPU)");
+  simulate->add_option("--trace", sim.trace, "write a Chrome/Perfetto trace JSON");
+  simulate->add_option("--trace-ranks", sim.trace_ranks,
+                       "ranks the trace and the memory CSV cover, e.g. 0-7,3064-3071 or all "
+                       "(default: all ranks up to 64, else the TP group at the first and the "
+                       "last pipeline stage)");
+  simulate->add_option("--json", sim.json, "write the summary JSON");
+  simulate->add_option("--format", sim.format, "stdout: text report or the summary JSON only")
+      ->check(CLI::IsMember({"text", "json"}));
+  simulate->add_option("--memory-csv", sim.memory_csv, "write the memory timeline CSV");
+
+  ReplayArgs rep;
+  CLI::App* replay = app.add_subcommand("replay", "replay one rank's tasks on a real device");
+  replay->add_option("scenario", rep.scenario, "scenario YAML file")->required();
+  add_sets(replay, replay_sets);
+  replay->add_option("--device", rep.device, "cuda or cpu (default: cuda when available)")
+      ->check(CLI::IsMember(devices));
+  replay->add_option("--rank", rep.rank, "world rank to replay (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  replay->add_option("--trace", rep.trace, "write the measured Chrome/Perfetto trace JSON");
+  replay->add_option("--json", rep.json, "write the measured summary JSON");
+
+  ValidateArgs val;
+  CLI::App* validate =
+      app.add_subcommand("validate", "compare the simulation with a replay on a device");
+  validate->add_option("scenario", val.scenario, "scenario YAML file")->required();
+  add_sets(validate, validate_sets);
+  validate->add_option("--device", val.device, "cuda or cpu")->check(CLI::IsMember(devices));
+  validate->add_option("--calibration", val.calibration, "calibration profile JSON");
+  validate->add_option("--json", val.json, "write the comparison JSON");
+  validate->add_option("--report", val.report, "write an HTML report");
+
+  CalibrateArgs cal;
+  CLI::App* calibrate =
+      app.add_subcommand("calibrate", "measure a calibration profile on this machine");
+  calibrate->add_option("--device", cal.device, "cuda or cpu")->check(CLI::IsMember(devices));
+  calibrate->add_option("--out", cal.out, "write the profile JSON (default: stdout)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints help / version on stdout, errors on stderr
+    return rc == 0 ? 0 : 1;
+  }
+  if (simulate->parsed()) {
+    sim.overrides = to_overrides(sim_sets);
+    return simulate_main(sim);
+  }
+  if (replay->parsed()) {
+    rep.overrides = to_overrides(replay_sets);
+    return replay_main(rep);
+  }
+  if (validate->parsed()) {
+    val.overrides = to_overrides(validate_sets);
+    return validate_main(val);
+  }
+  return calibrate_main(cal);
+}
+
+}  // namespace
+}  // namespace trainsim::cli
+
+int main(int argc, char** argv) {
+  try {
+    return trainsim::cli::run(argc, argv);
+  } catch (const trainsim::InputError& e) {
+    std::cerr << "trainsim: " << e.what() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "trainsim: error: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "trainsim: error: unknown exception\n";
+  }
+  return 1;
+}

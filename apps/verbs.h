@@ -1,0 +1,76 @@
+// The verbs of the `trainsim` command line (DESIGN.md "Command line (contract)"). main()
+// (apps/trainsim.cpp) parses the flags into these structs and calls one function; each
+// returns the process exit status (0 success, 1 bad input or a failed run, reason on stderr)
+// and may throw: InputError and other exceptions are turned into exit 1 by main().
+//
+// Where each verb lives (apps/CMakeLists.txt):
+//   simulate  -> apps/simulate.cpp (always built; without sim/ it explains and exits 1)
+//   replay    -> apps/replay.cpp,    when it exists and trainsim_hw is built
+//   validate  -> apps/validate.cpp,  when it exists and trainsim_validation is built
+//   calibrate -> apps/calibrate.cpp, when it exists and trainsim_validation is built
+// A verb whose file or library is missing is answered by apps/verbs_unavailable.cpp ("not
+// built", exit 1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trainsim::cli {
+
+/// `--set key=value` pairs, in command-line order (later ones win).
+using Overrides = std::vector<std::pair<std::string, std::string>>;
+
+/// trainsim simulate SCENARIO.yaml [--set k=v]... [--calibration profile.json]
+///   [--trace out.json] [--trace-ranks LIST] [--json summary.json] [--format text|json]
+///   [--memory-csv memory.csv]
+struct SimulateArgs {
+  std::string scenario;
+  Overrides overrides;
+  std::string calibration;  ///< empty: the shipped default profile of the system's GPU
+  std::string trace;        ///< Chrome trace output file; empty: none
+  std::string trace_ranks;  ///< empty: the default selection (trace_writer.h)
+  std::string json;         ///< summary output file; empty: none
+  std::string format = "text";  ///< stdout: "text" report or "json" summary (nothing else)
+  std::string memory_csv;   ///< CSV memory timeline output file (extension); empty: none
+};
+
+/// trainsim replay SCENARIO.yaml [--set k=v]... [--device cuda|cpu] [--rank N]
+///   [--trace out.json] [--json summary.json]
+struct ReplayArgs {
+  std::string scenario;
+  Overrides overrides;
+  std::string device;  ///< "cuda" or "cpu"; empty: cuda when a GPU is usable, else cpu
+  std::int64_t rank = 0;
+  std::string trace;
+  std::string json;
+};
+
+/// trainsim validate SCENARIO.yaml [--set k=v]... [--device cuda|cpu]
+///   [--calibration profile.json] [--json result.json] [--report report.html]
+struct ValidateArgs {
+  std::string scenario;
+  Overrides overrides;
+  std::string device;
+  std::string calibration;
+  std::string json;
+  std::string report;
+};
+
+/// trainsim calibrate [--device cuda|cpu] [--out profile.json]
+struct CalibrateArgs {
+  std::string device;
+  std::string out;  ///< empty: print the profile JSON on stdout
+};
+
+int simulate_main(const SimulateArgs& args);
+int replay_main(const ReplayArgs& args);
+int validate_main(const ValidateArgs& args);
+int calibrate_main(const CalibrateArgs& args);
+
+/// Splits "key=value" at the first '='; throws InputError naming --set and the text when there
+/// is no '=' or the key is empty.
+std::pair<std::string, std::string> parse_override(const std::string& text);
+
+}  // namespace trainsim::cli

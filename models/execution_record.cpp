@@ -1,0 +1,22 @@
+#include "models/execution_record.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace trainsim {
+
+double ExecutionRecord::iteration_time_s() const {
+  if (start_s.size() != end_s.size())
+    throw std::logic_error("ExecutionRecord: start_s and end_s differ in size");
+  double first = std::numeric_limits<double>::infinity();
+  double last = -first;
+  for (std::size_t i = 0; i < start_s.size(); ++i) {
+    if (start_s[i] != start_s[i] || end_s[i] != end_s[i]) continue;  // NaN: did not run
+    first = std::min(first, start_s[i]);
+    last = std::max(last, end_s[i]);
+  }
+  return last >= first ? last - first : 0.0;
+}
+
+}  // namespace trainsim

@@ -1,0 +1,254 @@
+#include "models/trace_writer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "models/activity.h"
+#include "models/graph_builder.h"
+
+namespace trainsim {
+
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+TraceSelection select_trace_ranks(const ScheduleGraph& graph, const ParallelConfig& parallel,
+                                  const std::string& user_list) {
+  std::vector<RankId> requested;
+  TraceSelection sel;
+  if (!user_list.empty()) {
+    requested = parse_rank_list(user_list, graph.world_size);
+    sel.note = "chosen with --trace-ranks " + user_list;
+  } else if (graph.world_size <= kAllRanksTraceLimit) {
+    for (std::int64_t r = 0; r < graph.world_size; ++r) requested.push_back(RankId(r));
+    sel.note = "default: all ranks, as the run has at most " +
+               std::to_string(kAllRanksTraceLimit) + " ranks";
+  } else {
+    const std::int64_t last = parallel.pipeline_model_parallel_size - 1;
+    for (std::int64_t stage : {std::int64_t{0}, last})
+      for (std::int64_t t = 0; t < parallel.tensor_model_parallel_size; ++t)
+        requested.push_back(RankId(rank_of(parallel, {t, 0, stage})));
+    std::sort(requested.begin(), requested.end());
+    requested.erase(std::unique(requested.begin(), requested.end()), requested.end());
+    sel.note = "default: the tensor-parallel group of data-parallel rank 0 at the first and "
+               "the last pipeline stage (ranks " + format_rank_list(requested) +
+               "); choose others with --trace-ranks";
+  }
+  for (RankId r : requested) sel.ranks.push_back(representative_rank(graph, parallel, r));
+  std::sort(sel.ranks.begin(), sel.ranks.end());
+  sel.ranks.erase(std::unique(sel.ranks.begin(), sel.ranks.end()), sel.ranks.end());
+  if (sel.ranks != requested)
+    sel.note += "; the graph is folded (each simulated rank stands for " +
+                std::to_string(graph.fold_factor) +
+                " ranks: its tensor-parallel peers and data-parallel replicas), so the trace "
+                "shows the representatives " + format_rank_list(sel.ranks) +
+                " of the requested ranks";
+  return sel;
+}
+
+namespace {
+
+// Fixed, locale-independent number formatting. Times are rounded once to whole nanoseconds
+// and printed as microseconds with 3 decimals; a span's duration is the difference of its
+// rounded ends, so spans that touch in the record touch (never overlap) in the trace.
+std::int64_t ns(double seconds) { return std::llround(seconds * 1e9); }
+
+std::string us_of_ns(std::int64_t t) {
+  char buf[48];
+  const char* sign = t < 0 ? "-" : "";
+  const std::int64_t a = t < 0 ? -t : t;
+  std::snprintf(buf, sizeof buf, "%s%lld.%03lld", sign, static_cast<long long>(a / 1000),
+                static_cast<long long>(a % 1000));
+  return buf;
+}
+
+std::string us(double seconds) { return us_of_ns(ns(seconds)); }
+
+std::string number(double v) {
+  char buf[48];
+  if (!std::isfinite(v)) return "0";
+  if (v == std::floor(v) && std::fabs(v) < 9.007199254740992e15)
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+class EventWriter {
+ public:
+  explicit EventWriter(std::ostream& out) : out_(out) {}
+  void event(const std::string& body) {
+    out_ << (first_ ? "\n" : ",\n") << '{' << body << '}';
+    first_ = false;
+  }
+  void metadata(std::int64_t pid, long tid, const char* name, const std::string& args) {
+    std::string b = "\"ph\":\"M\",\"pid\":" + std::to_string(pid);
+    if (tid >= 0) b += ",\"tid\":" + std::to_string(tid);
+    event(b + ",\"name\":\"" + name + "\",\"args\":{" + args + "}");
+  }
+  void counter(std::int64_t pid, const char* name, double time_s, const std::string& args) {
+    event("\"ph\":\"C\",\"pid\":" + std::to_string(pid) + ",\"name\":\"" + name +
+          "\",\"ts\":" + us(time_s) + ",\"args\":{" + args + "}");
+  }
+
+ private:
+  std::ostream& out_;
+  bool first_ = true;
+};
+
+std::string memory_args(const MemVector& v) {
+  std::string a;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    if (c) a += ',';
+    a += std::string("\"") + to_string(static_cast<MemCategory>(c)) + "\":" + std::to_string(v[c]);
+  }
+  return a;
+}
+
+void write_link_counters(EventWriter& w, const ScheduleGraph& graph,
+                         const ExecutionRecord& record, const std::vector<double>& active,
+                         const std::vector<TaskId>& tasks, RankId rank, double start_s,
+                         std::int64_t gpus_per_node) {
+  struct Change {
+    double time_s;
+    int link;
+    int count;
+    double rate;
+  };
+  std::vector<Change> changes;
+  for (TaskId id : tasks) {
+    if (!task_ran(record, id)) continue;
+    const LinkUse use = link_use(graph, id, gpus_per_node);
+    const double a = active[id], e = record.end_s[id];
+    if (use.link == Link::None || use.bytes <= 0 || !(e > a)) continue;
+    const double rate = use.bytes / (e - a);
+    changes.push_back({a, int(use.link), +1, rate});
+    changes.push_back({e, int(use.link), -1, -rate});
+  }
+  std::sort(changes.begin(), changes.end(), [](const Change& x, const Change& y) {
+    if (x.time_s != y.time_s) return x.time_s < y.time_s;
+    if (x.link != y.link) return x.link < y.link;
+    return x.count < y.count;
+  });
+  int count[kNumLinks] = {};
+  double rate[kNumLinks] = {};
+  auto emit = [&](double t) {
+    std::string a;
+    for (int l = 0; l < kNumLinks; ++l) {
+      if (l) a += ',';
+      a += std::string("\"") + to_string(static_cast<Link>(l)) +
+           "\":" + number(count[l] > 0 ? std::max(0.0, rate[l]) : 0.0);
+    }
+    w.counter(rank, "link bytes/s", t, a);
+  };
+  if (changes.empty() || changes.front().time_s > start_s) emit(start_s);
+  for (std::size_t i = 0; i < changes.size();) {
+    const double t = changes[i].time_s;
+    for (; i < changes.size() && changes[i].time_s == t; ++i) {
+      count[changes[i].link] += changes[i].count;
+      rate[changes[i].link] += changes[i].rate;
+      if (count[changes[i].link] == 0) rate[changes[i].link] = 0;  // no drift when idle
+    }
+    emit(t);
+  }
+}
+
+}  // namespace
+
+void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
+                        const ExecutionRecord& record, const MemoryTimeline& memory,
+                        const TraceSelection& selection, const TraceInfo& info) {
+  if (record.start_s.size() != graph.num_tasks() || record.end_s.size() != graph.num_tasks())
+    throw std::logic_error("write_chrome_trace: the record does not match the graph");
+  const std::int64_t gpn = info.gpus_per_node;
+  out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"scenario\":"
+      << json_quote(info.scenario_name) << ",\"executor\":" << json_quote(record.executor)
+      << ",\"measured\":" << (record.measured ? "true" : "false")
+      << ",\"world_size\":" << graph.world_size << ",\"fold_factor\":" << graph.fold_factor
+      << ",\"trace_ranks\":" << json_quote(format_rank_list(selection.ranks))
+      << ",\"trace_ranks_note\":" << json_quote(selection.note) << "},\"traceEvents\":[";
+  EventWriter w(out);
+  const std::vector<double> active = active_start_s(graph, record);
+
+  for (RankId rank : selection.ranks) {
+    if (graph.rank_index(rank) == kNone)
+      throw std::logic_error("write_chrome_trace: rank " + std::to_string(rank) +
+                             " is not simulated");
+    const std::vector<TaskId> tasks = graph.tasks_of_rank(rank);
+    w.metadata(rank, -1, "process_name",
+               "\"name\":" + json_quote("rank " + std::to_string(rank) + " (node " +
+                                        std::to_string(rank / gpn) + " gpu " +
+                                        std::to_string(rank % gpn) + ")"));
+    w.metadata(rank, -1, "process_sort_index", "\"sort_index\":" + std::to_string(rank));
+    if (graph.fold_factor > 1)
+      w.metadata(rank, -1, "process_labels",
+                 "\"labels\":" + json_quote("stands for " + std::to_string(graph.fold_factor) +
+                                            " ranks (folded)"));
+    bool used[kNumStreams] = {};
+    for (TaskId id : tasks) used[static_cast<int>(graph.task(id).stream)] = true;
+    for (int st = 0; st < kNumStreams; ++st) {
+      if (!used[st]) continue;
+      w.metadata(rank, st, "thread_name",
+                 std::string("\"name\":\"") + to_string(static_cast<StreamId>(st)) + "\"");
+      w.metadata(rank, st, "thread_sort_index", "\"sort_index\":" + std::to_string(st));
+    }
+    for (TaskId id : tasks) {
+      if (!task_ran(record, id)) continue;
+      const Task& t = graph.task(id);
+      const OpDesc& op = graph.op(id);
+      const bool is_comm = t.kind != TaskKind::Compute && t.kind != TaskKind::OptimizerGpu &&
+                           t.kind != TaskKind::OptimizerCpu;
+      const double bytes = is_comm ? static_cast<double>(op.bytes) : op.bytes_accessed;
+      w.event("\"ph\":\"X\",\"pid\":" + std::to_string(rank) +
+              ",\"tid\":" + std::to_string(static_cast<int>(t.stream)) +
+              ",\"name\":" + json_quote(graph.label(id)) + ",\"cat\":\"" + to_string(t.kind) +
+              "\",\"ts\":" + us(record.start_s[id]) +
+              ",\"dur\":" + us_of_ns(ns(record.end_s[id]) - ns(record.start_s[id])) +
+              ",\"args\":{\"task\":" + std::to_string(id) + ",\"flops\":" + number(op.flops) +
+              ",\"bytes\":" + number(bytes) + ",\"kind\":\"" + to_string(t.kind) +
+              "\",\"op\":\"" + to_string(op.kind) + "\",\"phase\":\"" + to_string(t.phase) +
+              "\"}");
+    }
+    memory.gpu_of(rank).for_each_step(memory.start_s, [&](double time_s, const MemVector& v) {
+      w.counter(rank, "memory", time_s, memory_args(v));
+    });
+    write_link_counters(w, graph, record, active, tasks, rank, memory.start_s, gpn);
+  }
+
+  std::vector<std::int64_t> nodes;
+  for (RankId r : selection.ranks) nodes.push_back(r / gpn);
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());  // ranks are ascending
+  for (std::int64_t node : nodes) {
+    const std::int64_t pid = graph.world_size + node;
+    w.metadata(pid, -1, "process_name",
+               "\"name\":" + json_quote("host node " + std::to_string(node)));
+    w.metadata(pid, -1, "process_sort_index", "\"sort_index\":" + std::to_string(pid));
+    memory.host(node).for_each_step(memory.start_s, [&](double time_s, const MemVector& v) {
+      w.counter(pid, "host memory", time_s, memory_args(v));
+    });
+  }
+  out << "\n]}\n";
+}
+
+}  // namespace trainsim

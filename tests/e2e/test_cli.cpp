@@ -1,0 +1,242 @@
+// End-to-end tests of the `trainsim` command line (DESIGN.md "Command line (contract)"): the
+// built binary (TRAINSIM_CLI) run on the small scenarios, its exit codes, stdout and files.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           (std::string("trainsim_e2e_") + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `trainsim ARGS` (ARGS already shell-quoted where needed).
+  Result run(const std::string& args) const {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string cmd = std::string("'") + TRAINSIM_CLI + "' " + args + " > '" + out.string() +
+                            "' 2> '" + err.string() + "' < /dev/null";
+    const int status = std::system(cmd.c_str());
+    Result r;
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  fs::path file(const std::string& name) const { return dir_ / name; }
+
+  fs::path dir_;
+};
+
+std::string source(const std::string& rel) { return std::string(TRAINSIM_SOURCE_DIR) + "/" + rel; }
+
+std::vector<std::string> small_scenarios() {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(source("scenarios/small")))
+    if (e.path().extension() == ".yaml") out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const std::string kTiny = "scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml";
+
+TEST_F(Cli, SimulateJsonOnStdoutHasTheContractKeys) {
+  const auto scenarios = small_scenarios();
+  ASSERT_FALSE(scenarios.empty()) << "no scenarios/small/*.yaml";
+  for (const std::string& sc : scenarios) {
+    SCOPED_TRACE(sc);
+    const Result r = run("simulate '" + sc + "' --format json");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    json s;
+    ASSERT_NO_THROW(s = json::parse(r.out)) << "stdout is not only the summary:\n" << r.out;
+    for (const char* key : {"iteration_time_s",
+                            "tokens_per_s",
+                            "model_tflops_per_gpu",
+                            "hardware_tflops_per_gpu",
+                            "mfu",
+                            "peak_memory_bytes",
+                            "per_rank",
+                            "breakdown_s",
+                            "oom",
+                            "world_size",
+                            "schedule",
+                            "microbatches",
+                            "folded",
+                            "fold_factor",
+                            "simulated_ranks",
+                            "tasks",
+                            "executor",
+                            "calibration",
+                            "trace_ranks",
+                            "breakdown_note"})
+      EXPECT_TRUE(s.contains(key)) << key;
+    const double it = s.at("iteration_time_s").get<double>();
+    EXPECT_GT(it, 0);
+    double sum = 0;
+    for (const char* k :
+         {"compute", "tp_comm", "pp_comm", "dp_comm", "pipeline_bubble", "optimizer", "offload"})
+      sum += s.at("breakdown_s").at(k).get<double>();
+    EXPECT_NEAR(sum, it, 1e-9 * it);
+    EXPECT_EQ(s.at("per_rank").size(), s.at("world_size").get<std::size_t>());
+    std::int64_t max_peak = 0;
+    for (const json& pr : s.at("per_rank"))
+      max_peak = std::max(max_peak, pr.at("peak_memory_bytes").get<std::int64_t>());
+    EXPECT_EQ(s.at("peak_memory_bytes").get<std::int64_t>(), max_peak);
+    EXPECT_NEAR(s.at("mfu").get<double>(), s.at("model_tflops_per_gpu").get<double>() / 312.0,
+                1e-12);
+    EXPECT_FALSE(s.at("oom").get<bool>());
+  }
+}
+
+TEST_F(Cli, DefaultOutputIsTheTextReport) {
+  const Result r = run("simulate '" + source(kTiny) + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("iteration time"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pipeline_bubble"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, RunsAreDeterministic) {
+  auto once = [&](const std::string& tag) {
+    const Result r =
+        run("simulate '" + source(kTiny) + "' --format json --json '" +
+            file(tag + ".json").string() + "' --trace '" + file(tag + ".trace.json").string() +
+            "' --memory-csv '" + file(tag + ".csv").string() + "'");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return r;
+  };
+  const Result a = once("a"), b = once("b");
+  EXPECT_EQ(slurp(file("a.trace.json")), slurp(file("b.trace.json")));
+  EXPECT_EQ(slurp(file("a.csv")), slurp(file("b.csv")));
+  // The summaries agree byte for byte (no wall-clock figure in them).
+  EXPECT_EQ(slurp(file("a.json")), slurp(file("b.json")));
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(json::parse(a.out), json::parse(slurp(file("a.json"))));
+  EXPECT_FALSE(slurp(file("a.trace.json")).empty());
+}
+
+TEST_F(Cli, TraceCoversTheChosenRanks) {
+  const Result r = run("simulate '" + source(kTiny) + "' --trace '" + file("t.json").string() +
+                       "' --trace-ranks 1,4-5 --json '" + file("s.json").string() + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json t = json::parse(slurp(file("t.json")));
+  std::set<std::int64_t> pids, process_named, tasks;
+  std::size_t memory_counters = 0, link_counters = 0;
+  for (const json& e : t.at("traceEvents")) {
+    pids.insert(e.at("pid").get<std::int64_t>());
+    if (e.at("ph") == "M" && e.at("name") == "process_name")
+      process_named.insert(e.at("pid").get<std::int64_t>());
+    if (e.at("ph") == "X") {
+      tasks.insert(e.at("args").at("task").get<std::int64_t>());
+      EXPECT_GE(e.at("dur").get<double>(), 0);
+    }
+    if (e.at("ph") == "C" && e.at("name") == "memory") ++memory_counters;
+    if (e.at("ph") == "C" && e.at("name") == "link bytes/s") ++link_counters;
+  }
+  // Ranks 1, 4, 5 and the host of node 0 (8 GPUs per node: pid world_size + 0 = 8).
+  EXPECT_EQ(pids, (std::set<std::int64_t>{1, 4, 5, 8}));
+  EXPECT_EQ(process_named, pids);
+  EXPECT_GT(tasks.size(), 10u);
+  EXPECT_GT(memory_counters, 3u);
+  EXPECT_GT(link_counters, 3u);
+  const json s = json::parse(slurp(file("s.json")));
+  EXPECT_EQ(s.at("trace_ranks"), "1,4-5");
+}
+
+TEST_F(Cli, MemoryCsvHasOneColumnPerCategory) {
+  const Result r =
+      run("simulate '" + source(kTiny) + "' --memory-csv '" + file("m.csv").string() + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::istringstream csv(slurp(file("m.csv")));
+  std::string header, line;
+  std::getline(csv, header);
+  EXPECT_EQ(header,
+            "time_s,device,id,parameters,gradients,optimizer_states,activations,comm_buffers,"
+            "offload_buffers,framework,total");
+  std::size_t rows = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    EXPECT_EQ(std::count(line.begin(), line.end(), ','), 10) << line;
+  }
+  EXPECT_GT(rows, 8u);
+}
+
+void expect_input_error(const Result& r, const std::vector<std::string>& mentions) {
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << "stdout: " << r.out;
+  for (const std::string& m : mentions) EXPECT_NE(r.err.find(m), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, BadInputExitsOneWithFileFieldAndValue) {
+  expect_input_error(run("simulate '" + file("missing.yaml").string() + "'"), {"missing.yaml"});
+  expect_input_error(
+      run("simulate '" + source(kTiny) + "' --set parallel.tensor_model_parallel_size=3"),
+      {"gpt-tiny_tp2_pp2_dp2.yaml", "tensor_model_parallel_size", "3"});
+  expect_input_error(run("simulate '" + source(kTiny) + "' --set parallel.no_such_key=1"),
+                     {"no_such_key"});
+  expect_input_error(run("simulate '" + source(kTiny) + "' --set parallel.micro_batch_size"),
+                     {"--set", "parallel.micro_batch_size"});
+  expect_input_error(run("simulate '" + source(kTiny) + "' --trace-ranks 3-99"),
+                     {"--trace-ranks", "3-99"});
+  expect_input_error(
+      run("simulate '" + source(kTiny) + "' --calibration '" + file("nope.json").string() + "'"),
+      {"nope.json"});
+  expect_input_error(run("simulate '" + source(kTiny) + "' --json /nonexistent-dir/s.json"),
+                     {"--json", "/nonexistent-dir/s.json"});
+  std::ofstream(file("broken.yaml")) << "name: x\nmodel: [1, 2\n";
+  expect_input_error(run("simulate '" + file("broken.yaml").string() + "'"), {"broken.yaml"});
+}
+
+TEST_F(Cli, CommandLineErrorsExitOne) {
+  expect_input_error(run(""), {});
+  expect_input_error(run("frobnicate"), {});
+  expect_input_error(run("simulate"), {"scenario"});
+  expect_input_error(run("simulate '" + source(kTiny) + "' --format xml"), {"--format"});
+  expect_input_error(run("replay '" + source(kTiny) + "' --device tpu"), {"--device"});
+  expect_input_error(run("replay '" + source(kTiny) + "' --rank -1"), {"--rank"});
+  expect_input_error(run("validate"), {"scenario"});
+  expect_input_error(run("calibrate --device tpu"), {"--device"});
+  const Result help = run("simulate --help");
+  EXPECT_EQ(help.rc, 0);
+  for (const char* flag :
+       {"--set", "--calibration", "--trace", "--trace-ranks", "--json", "--format", "--memory-csv"})
+    EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
+  for (const char* verb : {"replay", "validate", "calibrate"}) {
+    const Result h = run(std::string(verb) + " --help");
+    EXPECT_EQ(h.rc, 0) << verb;
+    EXPECT_NE(h.out.find("--device"), std::string::npos) << verb;
+  }
+}
+
+}  // namespace
