@@ -1,0 +1,16 @@
+// Internal to hw_backend/: the boundary between the torch-free replay driver (replay.cpp:
+// rank choice, issue order) and the LibTorch executor (torch_executor.cpp). No torch types.
+#pragma once
+
+#include <vector>
+
+#include "hw_backend/replay.h"
+
+namespace trainsim::hw::detail {
+
+/// Runs `order` (task ids of one rank, a valid issue order) on the device of `opts` and fills
+/// the record (see replay.h).
+ExecutionRecord execute(const ScheduleGraph& graph, const Scenario& scenario, RankId rank,
+                        const std::vector<TaskId>& order, const ReplayOptions& opts);
+
+}  // namespace trainsim::hw::detail

@@ -1,0 +1,104 @@
+// The replay executor: plays one rank's tasks of a schedule graph on a real device (the CPU
+// through LibTorch, or a CUDA GPU through a CUDA build of LibTorch) and reports when each task
+// started and ended, with the allocator's memory over time (DESIGN.md "hw_backend/").
+//
+// What a replay runs, task by task (one rank of the graph, its real shapes from the OpDesc):
+//   Compute       the transformer-layer work the task stands for, through LibTorch, with the
+//                 same kernels models/flops.h lists: LayerNorms, QKV GEMM, baddbmm/bmm core
+//                 attention with a causal masked softmax and dropout, output projection,
+//                 bias-dropout-add, fc1 + tanh-GeLU + fc2 (hw_backend/transformer_layer.h);
+//                 embedding lookups; final LayerNorm, logits GEMM and cross entropy. Forward
+//                 blocks keep their autograd state alive until the block's backward task (per
+//                 microbatch and layer, as the schedule says); backward tasks run autograd on
+//                 the block's output with the gradient the following block produced. Full
+//                 recomputation: the forward runs under NoGradGuard keeping only the layer
+//                 input; the recompute tasks re-run it with autograd. Selective recomputation:
+//                 the core attention runs without autograd in the forward and is recomputed in
+//                 the attention backward.
+//   Collective    group of 1: nothing to do. Larger groups (the other ranks are absent in a
+//                 single-process replay): a device-local copy of the bytes one rank sends in a
+//                 ring implementation (CostModel::ring_bytes_per_rank), noted in the record.
+//   Send / Recv   a device-local copy of the message into / out of a staging buffer.
+//   CopyH2D/D2H   a copy of op.bytes between a device buffer and a host buffer (pinned, on
+//                 the H2D / D2H stream, on CUDA; plain copies on the CPU).
+//   OptimizerGpu  fused Adam (kernels/fused_adam.h) on CUDA; on the CPU device the CPU Adam
+//                 kernel (kernels/cpu_adam.h) stands in, and the record says so.
+//   OptimizerCpu  CPU Adam (kernels/cpu_adam.h) over host fp32 master weights and moments.
+// The optimizer works on real fp32 master weights, exp_avg and exp_avg_sq of op.params
+// elements; the model's parameters and gradients live in one contiguous buffer each (as
+// Megatron's contiguous grad buffer), so the optimizer reads the gradients autograd produced.
+//
+// Issue order: the rank's tasks in program order (ScheduleGraph::tasks_of_rank), which must be
+// a topological order of the dependencies among them (replay_order checks this and repairs
+// nothing silently). CPU: one thread issues and runs each task synchronously, like Megatron's
+// Python loop; start/end are host steady-clock times. CUDA: one CUDA stream per StreamId,
+// dependencies across streams become CUDA events, start/end come from timing events.
+//
+// Memory: on CUDA the caching allocator's device statistics (allocated and reserved bytes),
+// sampled after each task is issued. On the CPU a counting wrapper around LibTorch's CPU
+// allocator (installed process-wide on the first CPU replay, it forwards every allocation to
+// the default allocator) gives the bytes of all live CPU tensors; CPU "reserved" = allocated.
+//
+// This header has no LibTorch types: the CLI and tests can include it without the ~20 s
+// compile cost of the torch headers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/execution_record.h"
+#include "models/scenario.h"
+#include "models/schedule_graph.h"
+
+namespace trainsim::hw {
+
+struct ReplayOptions {
+  /// "cpu" or "cuda" (also "cuda:N" for device N). CUDA needs a CUDA build of LibTorch
+  /// (replay throws InputError otherwise) and a visible GPU.
+  std::string device = "cpu";
+  /// World rank whose tasks are replayed. It must be simulated in the graph; for a folded
+  /// graph use representative_rank() to map a world rank to the rank that stands for it.
+  std::int64_t rank = 0;
+  /// Intra-op threads for LibTorch and the CPU Adam kernel; 0 keeps LibTorch's default.
+  int threads = 0;
+  /// Element type of the model on the CPU device: "fp32" (default) or "bf16". The scenario's
+  /// fp16 is not used on the CPU (LibTorch 1.13 CPU half GEMMs are very slow or missing); the
+  /// record's notes say which type ran. On CUDA the scenario's precision is used.
+  std::string cpu_dtype = "fp32";
+  /// Dropout probabilities (Megatron's --attention-dropout and --hidden-dropout defaults).
+  double attention_dropout = 0.1;
+  double hidden_dropout = 0.1;
+  /// Seed of the parameter initialization, input tokens and dropout masks.
+  std::uint64_t seed = 1234;
+};
+
+/// The task ids of `rank` in the order the replay issues them: program order, checked to be a
+/// topological order of the dependencies among the rank's tasks (edges from other ranks'
+/// tasks are ignored: those tasks are not replayed). Throws InputError when the rank is not
+/// simulated in the graph, std::logic_error when program order breaks a dependency.
+std::vector<TaskId> replay_order(const ScheduleGraph& graph, std::int64_t rank);
+
+/// The simulated rank that stands for world rank `rank`: the rank itself when the graph
+/// simulates it, else (folded graph) the representative of its pipeline stage (tensor rank 0,
+/// data rank 0). Throws InputError for a rank outside [0, world_size).
+std::int64_t representative_rank(const ScheduleGraph& graph, const Scenario& scenario,
+                                 std::int64_t rank);
+
+/// Replays the tasks of `opts.rank` (see the file comment). The record has start_s/end_s for
+/// every task id of the graph (NaN for tasks of other ranks), measured = true, the executor
+/// ("libtorch-1.13.0-cpu", "libtorch-2.3.0-cuda"), the device, memory samples and notes on
+/// every substitution. Throws InputError for a bad option (unknown device, CUDA requested
+/// without CUDA support or GPU, unsimulated rank).
+ExecutionRecord replay(const ScheduleGraph& graph, const Scenario& scenario,
+                       const ReplayOptions& opts);
+
+/// Whether this build's LibTorch has CUDA and a GPU is visible; `why` (if non-null) receives
+/// the reason when it returns false ("LibTorch 1.13.0 was built without CUDA", "no CUDA
+/// device visible").
+bool cuda_available(std::string* why = nullptr);
+
+/// LibTorch's version string, e.g. "1.13.0".
+std::string torch_version();
+
+}  // namespace trainsim::hw

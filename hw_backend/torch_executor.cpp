@@ -1,0 +1,843 @@
+// The LibTorch half of the replay executor (replay.h): model state of one rank, the work of
+// each task kind, the CPU and CUDA issue loops, timing and memory sampling.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#ifdef TRAINSIM_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+#ifdef TRAINSIM_HAVE_FUSED_ADAM
+#include "kernels/fused_adam.h"
+#endif
+
+#include "hw_backend/executor.h"
+#include "hw_backend/transformer_layer.h"
+#include "kernels/cpu_adam.h"
+#include "models/cost_model.h"
+#include "models/graph_builder.h"
+#include "models/memory_model.h"
+
+namespace trainsim::hw {
+
+std::string torch_version() { return TORCH_VERSION; }
+
+bool cuda_available(std::string* why) {
+#ifdef TRAINSIM_TORCH_CUDA
+  if (torch::cuda::is_available()) return true;
+  if (why) *why = "LibTorch " + torch_version() + " has CUDA but no CUDA device is visible";
+  return false;
+#else
+  if (why)
+    *why = "LibTorch " + torch_version() +
+           " was built without CUDA (Debian's libtorch-dev is CPU-only); configure against a "
+           "CUDA LibTorch, e.g. -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch; "
+           "print(torch.utils.cmake_prefix_path)')";
+  return false;
+#endif
+}
+
+namespace {
+
+// ------------------------------------------------------------------ CPU allocator counter
+/// A counting wrapper around LibTorch's default CPU allocator: bytes of live CPU tensors and
+/// their peak. Installed once per process (SetCPUAllocator); it forwards every allocation.
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit CountingCpuAllocator(c10::Allocator* base) : base_(base) {}
+
+  c10::DataPtr allocate(std::size_t n) const override {
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    auto* ctx = new Context{std::move(inner), static_cast<std::int64_t>(n),
+                            const_cast<CountingCpuAllocator*>(this)};
+    const std::int64_t now = in_use_.fetch_add(ctx->bytes) + ctx->bytes;
+    std::int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    return {data, ctx, &release, device};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  std::int64_t in_use() const { return in_use_.load(); }
+  std::int64_t peak() const { return peak_.load(); }
+  void reset_peak() { peak_.store(in_use_.load()); }
+
+ private:
+  struct Context {
+    c10::DataPtr inner;
+    std::int64_t bytes;
+    CountingCpuAllocator* self;
+  };
+  static void release(void* p) {
+    auto* ctx = static_cast<Context*>(p);
+    ctx->self->in_use_.fetch_sub(ctx->bytes);
+    delete ctx;  // frees through the inner DataPtr's own deleter
+  }
+
+  c10::Allocator* base_;
+  mutable std::atomic<std::int64_t> in_use_{0};
+  mutable std::atomic<std::int64_t> peak_{0};
+};
+
+CountingCpuAllocator& cpu_counter() {
+  // Never destroyed: tensors allocated through it may outlive any static destructor order.
+  static CountingCpuAllocator* counter = [] {
+    auto* c = new CountingCpuAllocator(c10::GetDefaultCPUAllocator());
+    c10::SetCPUAllocator(c, /*priority=*/200);
+    return c;
+  }();
+  return *counter;
+}
+
+// ------------------------------------------------------------------ helpers
+struct DeviceChoice {
+  bool cuda = false;
+  int index = 0;
+};
+
+DeviceChoice parse_device(const std::string& s) {
+  if (s == "cpu") return {};
+  if (s == "cuda" || s.rfind("cuda:", 0) == 0) {
+    DeviceChoice d;
+    d.cuda = true;
+    if (s.size() > 5) {
+      try {
+        std::size_t used = 0;
+        d.index = std::stoi(s.substr(5), &used);
+        if (used != s.size() - 5 || d.index < 0) throw std::invalid_argument(s);
+      } catch (const std::exception&) {
+        throw InputError("replay: --device " + s + ": expected cpu, cuda or cuda:N");
+      }
+    }
+    std::string why;
+    if (!cuda_available(&why)) throw InputError("replay: --device " + s + ": " + why);
+    return d;
+  }
+  throw InputError("replay: --device " + s + ": expected cpu, cuda or cuda:N");
+}
+
+torch::Dtype model_dtype(const DeviceChoice& dev, const Scenario& sc, const ReplayOptions& o) {
+  if (dev.cuda) return sc.parallel.precision == Precision::BF16 ? torch::kBFloat16 : torch::kHalf;
+  if (o.cpu_dtype == "fp32") return torch::kFloat32;
+  if (o.cpu_dtype == "bf16") return torch::kBFloat16;
+  throw InputError("replay: cpu_dtype " + o.cpu_dtype + ": expected fp32 or bf16");
+}
+
+kernels::DType kernel_dtype(torch::Dtype t) {
+  if (t == torch::kFloat32) return kernels::DType::F32;
+  if (t == torch::kBFloat16) return kernels::DType::BF16;
+  return kernels::DType::F16;
+}
+
+const char* dtype_name(torch::Dtype t) {
+  if (t == torch::kFloat32) return "fp32";
+  if (t == torch::kBFloat16) return "bf16";
+  return "fp16";
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::uint64_t block_key(std::uint32_t mb, std::uint32_t layer, Part part) {
+  return (std::uint64_t(mb) << 32) | (std::uint64_t(layer) << 1) | (part == Part::Mlp ? 1 : 0);
+}
+std::uint64_t mb_key(std::uint32_t mb, std::uint32_t layer) {
+  return (std::uint64_t(mb) << 32) | layer;
+}
+
+// ------------------------------------------------------------------ the executor
+class Executor {
+ public:
+  Executor(const ScheduleGraph& g, const Scenario& sc, RankId rank, const std::vector<TaskId>& order,
+           const ReplayOptions& o)
+      : g_(g), sc_(sc), rank_(rank), order_(order), opts_(o), dev_(parse_device(o.device)) {
+    dtype_ = model_dtype(dev_, sc, o);
+    device_ = dev_.cuda ? torch::Device(torch::kCUDA, dev_.index) : torch::Device(torch::kCPU);
+    fopts_ = torch::TensorOptions().dtype(dtype_).device(device_);
+    dropout_.attention = o.attention_dropout;
+    dropout_.hidden = o.hidden_dropout;
+  }
+
+  ExecutionRecord run() {
+    if (!dev_.cuda) cpu_counter();  // install before any tensor of the replay exists
+    if (opts_.threads > 0) at::set_num_threads(opts_.threads);
+    const auto wall0 = std::chrono::steady_clock::now();
+    ExecutionRecord rec;
+    rec.measured = true;
+    rec.start_s.assign(g_.num_tasks(), std::numeric_limits<double>::quiet_NaN());
+    rec.end_s.assign(g_.num_tasks(), std::numeric_limits<double>::quiet_NaN());
+    setup();
+    if (dev_.cuda)
+      run_cuda(rec);
+    else
+      run_cpu(rec);
+    check_gradient_buffer();
+    finish_notes();
+    rec.notes = notes_;
+    rec.wall_time_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    return rec;
+  }
+
+ private:
+  // ---------------------------------------------------------------- setup
+  void setup() {
+    torch::manual_seed(opts_.seed);  // dropout masks (CPU and CUDA generators)
+    torch::Generator gen = at::detail::createCPUGenerator(opts_.seed);
+    const auto& p = sc_.parallel;
+    coords_ = rank_coords(p, rank_);
+
+    // Which parts of the model this rank holds, and the shapes, from its compute tasks.
+    const OpDesc* shape_op = nullptr;
+    for (TaskId id : order_) {
+      const Task& t = g_.task(id);
+      const OpDesc& op = g_.op(id);
+      if (t.kind == TaskKind::Compute) {
+        if (!shape_op) shape_op = &op;
+        if (op.kind == OpKind::EmbedFwd) has_embed_ = true;
+        if (op.kind == OpKind::LogitsLossFwd) has_logits_ = true;
+        if (t.part == Part::Attn || t.part == Part::Mlp) layers_.insert(t.layer);
+      }
+      if (t.kind == TaskKind::Collective && op.group_size > 1 && t.part != Part::Pipeline)
+        comm_bytes_ = std::max<std::int64_t>(
+            comm_bytes_, std::int64_t(CostModel::ring_bytes_per_rank(op.kind, double(op.bytes),
+                                                                      op.group_size)));
+      if (t.kind == TaskKind::CopyH2D || t.kind == TaskKind::CopyD2H)
+        copy_bytes_ = std::max(copy_bytes_, op.bytes);
+      if (t.kind == TaskKind::OptimizerGpu) gpu_step_params_ = std::max(gpu_step_params_, op.params);
+      if (t.kind == TaskKind::OptimizerCpu) cpu_step_params_ += op.params;  // sub-groups, in order
+      if (t.kind == TaskKind::CopyH2D || t.kind == TaskKind::CopyD2H) ++copies_;
+    }
+    if (!shape_op) throw std::logic_error("replay: rank " + std::to_string(rank_) + " has no compute task");
+    d_.b = shape_op->micro_batch, d_.s = shape_op->seq, d_.h = shape_op->hidden;
+    d_.heads = shape_op->heads, d_.head_dim = shape_op->head_dim, d_.ffn = shape_op->ffn;
+    d_.vocab = shape_op->vocab, d_.tp = shape_op->tp;
+    sequence_parallel_ = shape_op->sequence_parallel;
+    selective_ = p.recompute_granularity == Recompute::Selective;
+
+    // Parameter shapes in flat-buffer order: embedding, layers, final LayerNorm, output copy.
+    std::vector<std::vector<std::int64_t>> shapes;
+    if (has_embed_) shapes.push_back({d_.vocab, d_.h}), shapes.push_back({d_.s, d_.h});
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      for (const auto& [name, shape] : layer_param_shapes(d_)) shapes.push_back(shape);
+    const bool own_output = has_logits_ && (!has_embed_ || sc_.model.untie_embeddings_and_output_weights);
+    if (has_logits_) shapes.push_back({d_.h}), shapes.push_back({d_.h});
+    if (own_output) shapes.push_back({d_.vocab, d_.h});
+    for (const auto& s : shapes) {
+      std::int64_t n = 1;
+      for (auto x : s) n *= x;
+      total_params_ += n;
+    }
+    flat_params_ = torch::empty({total_params_}, fopts_);
+    flat_grads_ = torch::zeros({total_params_}, fopts_);
+    std::vector<torch::Tensor> params;
+    std::int64_t off = 0;
+    for (const auto& s : shapes) {
+      std::int64_t n = 1;
+      for (auto x : s) n *= x;
+      torch::Tensor prm = flat_params_.narrow(0, off, n).view(s).detach().requires_grad_(true);
+      prm.mutable_grad() = flat_grads_.narrow(0, off, n).view(s);  // Megatron's contiguous grads
+      params.push_back(prm);
+      grad_views_.emplace_back(prm, off);
+      off += n;
+    }
+    // Bind and initialize.
+    std::size_t k = 0;
+    torch::NoGradGuard no_grad;
+    auto normal = [&](torch::Tensor& t, double std) {
+      t.copy_(torch::empty(t.sizes(), torch::kFloat32).normal_(0.0, std, gen));
+    };
+    if (has_embed_) {
+      word_ = params[k++], pos_ = params[k++];
+      normal(word_, 0.02), normal(pos_, 0.02);  // init_method_normal(0.02)
+    }
+    for (std::uint16_t layer : layers_) {
+      std::vector<torch::Tensor> lw(params.begin() + k, params.begin() + k + 12);
+      k += 12;
+      weights_[layer] = bind_layer_weights(lw);
+      init_layer_weights(weights_[layer], sc_.model.num_layers, gen);
+    }
+    if (has_logits_) {
+      final_ln_w_ = params[k++], final_ln_b_ = params[k++];
+      final_ln_w_.fill_(1.0), final_ln_b_.zero_();
+      if (own_output) {
+        output_w_ = params[k++];
+        if (has_embed_)
+          normal(output_w_, 0.02);
+        else
+          normal(output_w_, 0.02);  // the last stage's copy of the word embedding
+      } else {
+        output_w_ = word_;  // tied, same rank
+      }
+    }
+    mask_ = causal_mask(d_.s, torch::TensorOptions().device(device_));
+
+    // Inputs: token ids and labels of every microbatch (random, in this rank's vocab shard).
+    const std::int64_t nmb = p.num_microbatches;
+    auto ids = torch::TensorOptions().dtype(torch::kInt64);
+    tokens_ = torch::randint(0, d_.vocab, {nmb, d_.b, d_.s}, gen, ids).to(device_);
+    labels_ = torch::randint(0, d_.vocab, {nmb, d_.b, d_.s}, gen, ids).to(device_);
+    loss_scale_ = 1.0 / static_cast<double>(nmb);
+
+    // Pipeline staging buffers (what the absent neighbour would have sent), comm scratch.
+    staging_[0] = torch::randn({d_.s, d_.b, d_.h}, gen, torch::kFloat32).to(fopts_);
+    staging_[1] = (torch::randn({d_.s, d_.b, d_.h}, gen, torch::kFloat32) * 1e-3).to(fopts_);
+    if (comm_bytes_ > 0) {
+      comm_src_ = torch::zeros({comm_bytes_}, fopts_.dtype(torch::kUInt8));
+      comm_dst_ = torch::empty({comm_bytes_}, fopts_.dtype(torch::kUInt8));
+    }
+    if (copy_bytes_ > 0) {
+      copy_dev_ = torch::zeros({copy_bytes_}, fopts_.dtype(torch::kUInt8));
+      copy_host_ = torch::zeros({copy_bytes_},
+                                torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(dev_.cuda));
+    }
+
+    // Optimizer states: fp32 master weights, exp_avg, exp_avg_sq (GPU part on the device, CPU
+    // part in host memory), initialized from the model's parameters.
+    auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+    // Twin-Flow / ZeRO-Offload: the CPU part is the first parameters of this rank's share, the
+    // GPU part follows it.
+    if (cpu_step_params_ > 0) {
+      cpu_step_params_ = std::min(cpu_step_params_, total_params_);
+      cpu_offset_ = partition_offset(cpu_step_params_);
+    }
+    if (gpu_step_params_ > 0) {
+      gpu_step_params_ = std::min(gpu_step_params_, total_params_);
+      gpu_offset_ = cpu_step_params_ > 0
+                        ? std::min(cpu_offset_ + cpu_step_params_, total_params_ - gpu_step_params_)
+                        : partition_offset(gpu_step_params_);
+      gpu_master_ = flat_params_.narrow(0, gpu_offset_, gpu_step_params_).to(torch::kFloat32).clone();
+      gpu_m_ = torch::zeros({gpu_step_params_}, f32.device(device_));
+      gpu_v_ = torch::zeros({gpu_step_params_}, f32.device(device_));
+    }
+    if (cpu_step_params_ > 0) {
+      auto host = f32.pinned_memory(dev_.cuda);
+      cpu_master_ = torch::empty({cpu_step_params_}, host);
+      cpu_master_.copy_(flat_params_.narrow(0, cpu_offset_, cpu_step_params_));
+      cpu_m_ = torch::zeros({cpu_step_params_}, host);
+      cpu_v_ = torch::zeros({cpu_step_params_}, host);
+      if (dev_.cuda) {  // gradients arrive and fp16 params leave through pinned host buffers
+        cpu_grads_host_ = torch::zeros({cpu_step_params_}, host.dtype(dtype_));
+        cpu_params_host_ = torch::empty({cpu_step_params_}, host.dtype(dtype_));
+      }
+    }
+    if (cpu_step_params_ > 0 || (gpu_step_params_ > 0 && !dev_.cuda)) {
+      kernels::CpuAdamOptions ao;
+      ao.num_threads = opts_.threads;
+      cpu_adam_ = std::make_unique<kernels::CpuAdam>(ao);
+    }
+    setup_notes();
+  }
+
+  /// First parameter of this rank's optimizer partition: ZeRO (stage >= 1) gives DP rank d the
+  /// d-th slice of `n` parameters; without ZeRO `n` covers all and the offset is 0.
+  std::int64_t partition_offset(std::int64_t n) const {
+    const std::int64_t off = coords_.dp_rank * n;
+    return std::max<std::int64_t>(0, std::min(off, total_params_ - n));
+  }
+
+  // ---------------------------------------------------------------- task work
+  torch::Tensor take(std::map<std::uint32_t, torch::Tensor>& m, std::uint32_t mb, TaskId id,
+                     const char* what) {
+    auto it = m.find(mb);
+    if (it == m.end())
+      throw std::logic_error("replay: task " + std::to_string(id) + " (" + g_.label(id) +
+                             ") has no " + what + " for microbatch " + std::to_string(mb));
+    if (pending_fill_.count(mb_key(mb, &m == &grad_ ? 1 : 0)))
+      throw std::logic_error("replay: task " + std::to_string(id) + " (" + g_.label(id) +
+                             ") uses a received tensor before its all-gather completed it");
+    torch::Tensor t = it->second;
+    m.erase(it);
+    return t;
+  }
+
+  void run_task(TaskId id) {
+    const Task& t = g_.task(id);
+    const OpDesc& op = g_.op(id);
+    switch (t.kind) {
+      case TaskKind::Compute: return compute(id, t, op);
+      case TaskKind::Collective: return collective(t, op);
+      case TaskKind::Send: return send(id, t, op);
+      case TaskKind::Recv: return recv(t, op);
+      case TaskKind::CopyH2D:
+        copy_dev_.narrow(0, 0, op.bytes).copy_(copy_host_.narrow(0, 0, op.bytes), /*non_blocking=*/true);
+        return;
+      case TaskKind::CopyD2H:
+        copy_host_.narrow(0, 0, op.bytes).copy_(copy_dev_.narrow(0, 0, op.bytes), /*non_blocking=*/true);
+        return;
+      case TaskKind::OptimizerGpu: return optimizer_gpu(op);
+      case TaskKind::OptimizerCpu: return optimizer_cpu(op);
+    }
+  }
+
+  void compute(TaskId id, const Task& t, const OpDesc& op) {
+    const std::uint32_t mb = t.microbatch;
+    const bool full = sc_.parallel.recompute_granularity == Recompute::Full;
+    switch (op.kind) {
+      case OpKind::EmbedFwd: {
+        torch::Tensor out = embed_forward(word_, pos_, tokens_[mb], d_, dropout_);
+        embed_out_[mb] = out;
+        act_[mb] = out.detach();
+        return;
+      }
+      case OpKind::AttnFwd:
+      case OpKind::MlpFwd: {
+        const LayerWeights& w = weights_.at(t.layer);
+        const bool attn = op.kind == OpKind::AttnFwd;
+        if (t.phase == Phase::Forward && full) {
+          // Full recomputation (Megatron checkpointed layer): no autograd state, keep only
+          // the layer input for the recompute task.
+          torch::NoGradGuard no_grad;
+          torch::Tensor x = take(act_, mb, id, "input activation");
+          if (attn) stash_[mb_key(mb, t.layer)] = x;
+          act_[mb] = attn ? attn_forward(w, x, mask_, d_, dropout_).output
+                          : mlp_forward(w, x, d_, dropout_).output;
+          return;
+        }
+        torch::Tensor x;
+        if (t.phase == Phase::Recompute && attn) {
+          auto it = stash_.find(mb_key(mb, t.layer));
+          if (it == stash_.end())
+            throw std::logic_error("replay: recompute task " + g_.label(id) + " has no stashed input");
+          x = it->second;
+          stash_.erase(it);
+        } else {
+          x = take(act_, mb, id, "input activation");
+        }
+        BlockState st = attn ? attn_forward(w, x, mask_, d_, dropout_, selective_)
+                             : mlp_forward(w, x, d_, dropout_);
+        // The recomputed MLP output feeds nothing: the backward starts from the gradient.
+        if (t.phase != Phase::Recompute || attn) act_[mb] = st.output.detach();
+        blocks_[block_key(mb, t.layer, t.part)] = std::move(st);
+        return;
+      }
+      case OpKind::AttnBwd:
+      case OpKind::MlpBwd: {
+        auto it = blocks_.find(block_key(mb, t.layer, t.part));
+        if (it == blocks_.end())
+          throw std::logic_error("replay: backward task " + g_.label(id) + " has no forward state");
+        torch::Tensor g = take(grad_, mb, id, "output gradient");
+        grad_[mb] = block_backward(it->second, g, mask_, d_, dropout_);
+        blocks_.erase(it);
+        return;
+      }
+      case OpKind::LogitsLossFwd: {
+        torch::Tensor x = take(act_, mb, id, "input activation").detach().requires_grad_(true);
+        torch::Tensor loss =
+            logits_loss_forward(x, final_ln_w_, final_ln_b_, output_w_, labels_[mb], loss_scale_);
+        logits_[mb] = {x, loss};
+        return;
+      }
+      case OpKind::LogitsLossBwd: {
+        auto it = logits_.find(mb);
+        if (it == logits_.end())
+          throw std::logic_error("replay: " + g_.label(id) + " has no forward state");
+        torch::autograd::backward({it->second.second});
+        grad_[mb] = it->second.first.grad();
+        logits_.erase(it);
+        return;
+      }
+      case OpKind::EmbedBwd: {
+        auto it = embed_out_.find(mb);
+        if (it == embed_out_.end())
+          throw std::logic_error("replay: " + g_.label(id) + " has no forward state");
+        torch::Tensor g = take(grad_, mb, id, "output gradient");
+        torch::autograd::backward({it->second}, {g});
+        embed_out_.erase(it);
+        return;
+      }
+      default:
+        throw std::logic_error(std::string("replay: compute task with op ") + to_string(op.kind));
+    }
+  }
+
+  void collective(const Task& t, const OpDesc& op) {
+    if (op.group_size <= 1) {
+      ++noop_collectives_;
+      return;
+    }
+    const int dir = t.phase == Phase::Backward ? 1 : 0;
+    auto pending = pending_fill_.find(mb_key(t.microbatch, dir));
+    if (t.part == Part::Pipeline && op.kind == OpKind::AllGather && pending != pending_fill_.end()) {
+      // Scatter/gather pipeline message (SC'21 Sec. 4.1): the all-gather completes the
+      // received tensor; here with the slices the other TP ranks would have received.
+      torch::Tensor& dst = dir ? grad_.at(t.microbatch) : act_.at(t.microbatch);
+      const std::int64_t n = pending->second, total = dst.numel();
+      dst.view(-1).narrow(0, n, total - n).copy_(staging_[dir].view(-1).narrow(0, n, total - n));
+      pending_fill_.erase(pending);
+      ++copied_collectives_[int(op.group)];
+      return;
+    }
+    const auto ring = std::int64_t(CostModel::ring_bytes_per_rank(op.kind, double(op.bytes), op.group_size));
+    if (ring > 0) comm_dst_.narrow(0, 0, ring).copy_(comm_src_.narrow(0, 0, ring));
+    ++copied_collectives_[int(op.group)];
+  }
+
+  void send(TaskId id, const Task& t, const OpDesc& op) {
+    const int dir = t.phase == Phase::Backward ? 1 : 0;
+    torch::Tensor src = take(dir ? grad_ : act_, t.microbatch, id, "tensor to send");
+    const std::int64_t n = std::min<std::int64_t>(src.numel(), op.bytes / src.element_size());
+    staging_[dir].view(-1).narrow(0, 0, n).copy_(src.reshape(-1).narrow(0, 0, n));
+    record_stream(src, StreamId::PpComm);
+    ++sends_;
+  }
+
+  void recv(const Task& t, const OpDesc& op) {
+    const int dir = t.phase == Phase::Backward ? 1 : 0;
+    torch::Tensor dst = torch::empty({d_.s, d_.b, d_.h}, fopts_);
+    const std::int64_t n = std::min<std::int64_t>(dst.numel(), op.bytes / dst.element_size());
+    dst.view(-1).narrow(0, 0, n).copy_(staging_[dir].view(-1).narrow(0, 0, n));
+    if (n < dst.numel()) pending_fill_[mb_key(t.microbatch, dir)] = n;
+    record_stream(dst, StreamId::Compute);
+    (dir ? grad_ : act_)[t.microbatch] = dst;
+    ++recvs_;
+  }
+
+  kernels::AdamTensors adam_tensors(torch::Tensor& master, torch::Tensor& m, torch::Tensor& v,
+                                    const torch::Tensor& grads, const torch::Tensor& params_out) {
+    kernels::AdamTensors a;
+    a.params = master.data_ptr<float>();
+    a.exp_avg = m.data_ptr<float>();
+    a.exp_avg_sq = v.data_ptr<float>();
+    a.grads = grads.data_ptr();
+    a.grad_dtype = kernel_dtype(dtype_);
+    a.params_out = params_out.data_ptr();
+    a.params_out_dtype = kernel_dtype(dtype_);
+    a.count = static_cast<std::size_t>(master.numel());
+    return a;
+  }
+
+  void optimizer_gpu(const OpDesc& op) {
+    (void)op;
+    if (gpu_step_params_ == 0) return;
+    torch::Tensor grads = flat_grads_.narrow(0, gpu_offset_, gpu_step_params_);
+    torch::Tensor out = flat_params_.narrow(0, gpu_offset_, gpu_step_params_);
+    const kernels::AdamTensors a = adam_tensors(gpu_master_, gpu_m_, gpu_v_, grads, out);
+    if (!dev_.cuda) {
+      cpu_adam_->step(adam_hp_, /*step=*/1, /*grad_unscale=*/1.0f, a);
+      return;
+    }
+#ifdef TRAINSIM_TORCH_CUDA
+#ifdef TRAINSIM_HAVE_FUSED_ADAM
+    kernels::cuda::fused_adam_step(adam_hp_, 1, 1.0f, a,
+                                   static_cast<kernels::cuda::StreamHandle>(
+                                       c10::cuda::getCurrentCUDAStream(dev_.index).stream()));
+#else
+    // kernels/ built without nvcc: the same update with LibTorch tensor operations.
+    torch::NoGradGuard no_grad;
+    const auto g = grads.to(torch::kFloat32);
+    gpu_m_.mul_(adam_hp_.beta1).add_(g, 1 - adam_hp_.beta1);
+    gpu_v_.mul_(adam_hp_.beta2).addcmul_(g, g, 1 - adam_hp_.beta2);
+    const double bc1 = 1 - adam_hp_.beta1, bc2 = 1 - adam_hp_.beta2;
+    gpu_master_.addcdiv_(gpu_m_, (gpu_v_.sqrt() / std::sqrt(bc2)).add_(adam_hp_.eps),
+                         -adam_hp_.lr / bc1);
+    out.copy_(gpu_master_);
+#endif
+#endif
+  }
+
+  /// One sub-group of the CPU optimizer (DeepSpeed's sub_group_size chunks, in order).
+  void optimizer_cpu(const OpDesc& op) {
+    const std::int64_t n = std::min(op.params, cpu_step_params_ - cpu_cursor_);
+    if (n <= 0) return;
+    const std::int64_t at = cpu_cursor_;
+    cpu_cursor_ += n;
+    // On the CPU device the model's buffers are host memory already; on CUDA the gradients
+    // come from (and the params go to) pinned host buffers.
+    torch::Tensor grads = dev_.cuda ? cpu_grads_host_ : flat_grads_.narrow(0, cpu_offset_, cpu_step_params_);
+    torch::Tensor out = dev_.cuda ? cpu_params_host_ : flat_params_.narrow(0, cpu_offset_, cpu_step_params_);
+    torch::Tensor master = cpu_master_.narrow(0, at, n), m = cpu_m_.narrow(0, at, n),
+                  v = cpu_v_.narrow(0, at, n);
+    cpu_adam_->step(adam_hp_, 1, 1.0f,
+                    adam_tensors(master, m, v, grads.narrow(0, at, n), out.narrow(0, at, n)));
+    ++cpu_steps_;
+  }
+
+  // ---------------------------------------------------------------- issue loops
+  void run_cpu(ExecutionRecord& rec) {
+    CountingCpuAllocator& counter = cpu_counter();
+    rec.executor = "libtorch-" + torch_version() + "-cpu";
+    rec.device = "cpu (" + std::to_string(at::get_num_threads()) + " LibTorch threads)";
+    counter.reset_peak();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto now = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    rec.allocated_bytes_samples.emplace_back(0.0, counter.in_use());
+    rec.reserved_bytes_samples.emplace_back(0.0, counter.in_use());
+    for (TaskId id : order_) {
+      const double start = now();
+      run_task(id);
+      const double end = now();
+      // A zero-length span would be invisible and break start < end: clock resolution is
+      // ~1 ns on Linux, so this only nudges empty tasks (no-op collectives).
+      rec.start_s[id] = start;
+      rec.end_s[id] = end > start ? end : std::nextafter(start, kInf);
+      rec.allocated_bytes_samples.emplace_back(rec.end_s[id], counter.in_use());
+      rec.reserved_bytes_samples.emplace_back(rec.end_s[id], counter.in_use());
+    }
+    rec.peak_allocated_bytes = counter.peak();
+    rec.peak_reserved_bytes = counter.peak();
+  }
+
+#ifdef TRAINSIM_TORCH_CUDA
+  void run_cuda(ExecutionRecord& rec) {
+    namespace cca = c10::cuda::CUDACachingAllocator;
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(dev_.index));
+    const cudaDeviceProp* prop = at::cuda::getDeviceProperties(dev_.index);
+    rec.executor = "libtorch-" + torch_version() + "-cuda";
+    rec.device = "cuda:" + std::to_string(dev_.index) + " (" + prop->name + ")";
+    for (int s = 0; s < kNumStreams; ++s)
+      streams_.push_back(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, dev_.index));
+    const c10::cuda::CUDAStream marker = c10::cuda::getStreamFromPool(false, dev_.index);
+    torch::cuda::synchronize(dev_.index);
+    cca::resetPeakStats(dev_.index);
+    const auto stat = [&](bool reserved) {
+      const auto st = cca::getDeviceStats(dev_.index);
+      const auto& s = reserved ? st.reserved_bytes : st.allocated_bytes;
+      return s[static_cast<std::size_t>(cca::StatType::AGGREGATE)];
+    };
+    at::cuda::CUDAEvent base(cudaEventDefault);
+    base.record(streams_[0]);
+    std::vector<std::unique_ptr<at::cuda::CUDAEvent>> start_ev(g_.num_tasks()), end_ev(g_.num_tasks());
+    std::vector<std::pair<std::int64_t, std::int64_t>> mem;  // (allocated, reserved) at issue
+    rec.allocated_bytes_samples.emplace_back(0.0, stat(false).current);
+    rec.reserved_bytes_samples.emplace_back(0.0, stat(true).current);
+    const DependencyGraph& deps = g_.dependencies();
+    for (TaskId id : order_) {
+      const Task& t = g_.task(id);
+      start_ev[id] = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+      end_ev[id] = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+      if (t.stream == StreamId::Cpu) {
+        // Host work: wait for its dependencies, mark its span on an idle stream.
+        for (auto [e, end] = boost::in_edges(id, deps); e != end; ++e) {
+          const auto from = static_cast<TaskId>(boost::source(*e, deps));
+          if (end_ev[from]) end_ev[from]->synchronize();
+        }
+        start_ev[id]->record(marker);
+        marker.synchronize();
+        run_task(id);
+        end_ev[id]->record(marker);
+      } else {
+        const c10::cuda::CUDAStream& stream = streams_[int(t.stream)];
+        c10::cuda::CUDAStreamGuard sg(stream);
+        for (auto [e, end] = boost::in_edges(id, deps); e != end; ++e) {
+          const auto from = static_cast<TaskId>(boost::source(*e, deps));
+          if (end_ev[from] && g_.task(from).stream != t.stream) end_ev[from]->block(stream);
+        }
+        start_ev[id]->record(stream);
+        run_task(id);
+        end_ev[id]->record(stream);
+      }
+      mem.emplace_back(stat(false).current, stat(true).current);
+    }
+    torch::cuda::synchronize(dev_.index);
+    std::size_t i = 0;
+    for (TaskId id : order_) {
+      rec.start_s[id] = base.elapsed_time(*start_ev[id]) * 1e-3;
+      rec.end_s[id] = std::max(base.elapsed_time(*end_ev[id]) * 1e-3, rec.start_s[id]);
+      if (!(rec.end_s[id] > rec.start_s[id])) rec.end_s[id] = std::nextafter(rec.start_s[id], kInf);
+      rec.allocated_bytes_samples.emplace_back(rec.end_s[id], mem[i].first);
+      rec.reserved_bytes_samples.emplace_back(rec.end_s[id], mem[i].second);
+      ++i;
+    }
+    rec.peak_allocated_bytes = stat(false).peak;
+    rec.peak_reserved_bytes = stat(true).peak;
+  }
+
+  void record_stream(const torch::Tensor& t, StreamId s) {
+    if (dev_.cuda && t.defined())
+      c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), streams_[int(s)]);
+  }
+#else
+  void run_cuda(ExecutionRecord&) {
+    throw std::logic_error("replay: CUDA issue loop in a build without CUDA LibTorch");
+  }
+  void record_stream(const torch::Tensor&, StreamId) {}
+#endif
+
+  /// The optimizer reads the gradients from the contiguous buffer: autograd must have
+  /// accumulated into the preset .grad views (in place), not replaced them.
+  void check_gradient_buffer() {
+    if (dev_.cuda) torch::cuda::synchronize(dev_.index);
+    const auto* base = static_cast<const char*>(flat_grads_.data_ptr());
+    for (const auto& [prm, off] : grad_views_) {
+      const torch::Tensor& g = prm.grad();
+      if (!g.defined() || g.data_ptr() != base + off * flat_grads_.element_size())
+        throw std::logic_error("replay: a parameter's gradient left the contiguous gradient "
+                               "buffer (autograd replaced .grad instead of accumulating)");
+    }
+    if (flat_grads_.abs().max().item<double>() == 0.0)
+      throw std::logic_error("replay: the backward tasks left the gradient buffer all zero");
+  }
+
+  // ---------------------------------------------------------------- notes
+  void setup_notes() {
+    const auto& p = sc_.parallel;
+    std::ostringstream o;
+    o << "replayed rank " << rank_ << " of " << g_.world_size << " (pipeline stage "
+      << coords_.pp_stage << ", tensor rank " << coords_.tp_rank << ", data rank "
+      << coords_.dp_rank << "): its " << order_.size()
+      << " tasks ran with their real shapes (b=" << d_.b << ", s=" << d_.s << ", h=" << d_.h
+      << ", heads/rank=" << d_.heads << ", ffn/rank=" << d_.ffn << ", vocab/rank=" << d_.vocab
+      << "); the other ranks' tasks were not run";
+    notes_.push_back(o.str());
+    if (g_.fold_factor > 1)
+      notes_.push_back("folded graph: rank " + std::to_string(rank_) + " stands for " +
+                       std::to_string(g_.fold_factor) + " identical ranks");
+    if (!dev_.cuda)
+      notes_.push_back(std::string("precision: the scenario's ") + to_string(p.precision) +
+                       " was replayed as " + dtype_name(dtype_) +
+                       " on the CPU (LibTorch 1.13 CPU half-precision GEMMs are very slow or "
+                       "missing)");
+    else
+      notes_.push_back(std::string("precision: ") + dtype_name(dtype_) + " model, fp32 master "
+                       "weights and Adam moments, no loss scaling (grad_unscale 1)");
+    if (d_.tp > 1)
+      notes_.push_back("vocab-parallel cross entropy: softmax over this rank's vocabulary shard "
+                       "only (the cross-rank max/sum all-reduces are replayed as copies)");
+    if (sequence_parallel_)
+      notes_.push_back("sequence parallelism: LayerNorm and dropout regions ran on the full "
+                       "sequence, not s/tp (the all-gathers/reduce-scatters are copies)");
+    if (p.recompute_granularity != Recompute::None)
+      notes_.push_back("recomputation: dropout masks are redrawn in the recomputed forward "
+                       "(Megatron restores the RNG state); the work is the same");
+    const std::int64_t expected = params_per_rank(sc_, coords_.pp_stage);
+    if (expected != total_params_)
+      notes_.push_back("parameters: the replay holds " + std::to_string(total_params_) +
+                       " but memory_model.h params_per_rank gives " + std::to_string(expected));
+    if (gpu_step_params_ > 0 && gpu_step_params_ < total_params_)
+      notes_.push_back("optimizer: this rank's step updates parameters [" +
+                       std::to_string(gpu_offset_) + ", " +
+                       std::to_string(gpu_offset_ + gpu_step_params_) + ") of " +
+                       std::to_string(total_params_) + " (its ZeRO / offload share)");
+    if (gpu_step_params_ > 0 && !dev_.cuda)
+      notes_.push_back("optimizer: OptimizerStepGpu (" + std::to_string(gpu_step_params_) +
+                       " parameters) ran as the CPU Adam kernel (kernels/cpu_adam.h, " +
+                       std::to_string(cpu_adam_->num_threads()) + " threads) on the CPU device");
+#if defined(TRAINSIM_TORCH_CUDA) && !defined(TRAINSIM_HAVE_FUSED_ADAM)
+    if (gpu_step_params_ > 0 && dev_.cuda)
+      notes_.push_back("optimizer: kernels/ fused Adam not built (no nvcc): OptimizerStepGpu ran "
+                       "as LibTorch tensor operations");
+#endif
+    notes_.push_back(dev_.cuda ? "memory: CUDA caching allocator bytes allocated / reserved, "
+                                 "sampled when each task was issued"
+                               : "memory: bytes of live LibTorch CPU tensors (a counting wrapper "
+                                 "around the CPU allocator), sampled after each task; on the CPU "
+                                 "reserved = allocated");
+  }
+
+  void finish_notes() {
+    std::int64_t copied = 0;
+    std::string parts;
+    for (const auto& [group, n] : copied_collectives_) {
+      copied += n;
+      parts += (parts.empty() ? "" : ", ") + std::to_string(n) + " " +
+               to_string(static_cast<GroupKind>(group));
+    }
+    if (copied > 0)
+      notes_.push_back(std::to_string(copied) + " collectives (" + parts +
+                       ") were replayed as device-local copies of the bytes one rank sends in a "
+                       "ring (CostModel::ring_bytes_per_rank): the other ranks of their groups "
+                       "are absent; multi-process NCCL replay is not implemented");
+    if (cpu_steps_ > 0)
+      notes_.push_back("optimizer: " + std::to_string(cpu_steps_) + " OptimizerStepCpu sub-groups (" +
+                       std::to_string(cpu_step_params_) + " parameters) ran the CPU Adam kernel "
+                       "(kernels/cpu_adam.h) over host fp32 master weights and moments");
+    if (copies_ > 0)
+      notes_.push_back(std::to_string(copies_) + " host<->device copies moved their byte count "
+                       "between a device scratch buffer and a host buffer" +
+                       std::string(dev_.cuda ? " (pinned, on the H2D / D2H streams)"
+                                             : " (both in host memory on the CPU device)"));
+    if (noop_collectives_ > 0)
+      notes_.push_back(std::to_string(noop_collectives_) + " collectives of group size 1 were no-ops");
+    if (sends_ + recvs_ > 0)
+      notes_.push_back(std::to_string(sends_) + " pipeline sends and " + std::to_string(recvs_) +
+                       " receives were replayed as device-local copies of the message size "
+                       "through a staging buffer (the neighbour stages are absent)");
+    if (!act_.empty() || !grad_.empty() || !blocks_.empty() || !stash_.empty() || !logits_.empty() ||
+        !embed_out_.empty())
+      notes_.push_back("warning: " + std::to_string(blocks_.size() + stash_.size() + logits_.size() +
+                                                    embed_out_.size()) +
+                       " forward states were still alive at the end of the iteration");
+  }
+
+  // ---------------------------------------------------------------- state
+  const ScheduleGraph& g_;
+  const Scenario& sc_;
+  const RankId rank_;
+  const std::vector<TaskId>& order_;
+  const ReplayOptions& opts_;
+  const DeviceChoice dev_;
+  torch::Dtype dtype_ = torch::kFloat32;
+  torch::Device device_{torch::kCPU};
+  torch::TensorOptions fopts_;
+  Dropout dropout_;
+  LayerDims d_;
+  RankCoords coords_{0, 0, 0};
+  bool has_embed_ = false, has_logits_ = false, sequence_parallel_ = false, selective_ = false;
+  std::set<std::uint16_t> layers_;
+
+  std::int64_t total_params_ = 0;
+  torch::Tensor flat_params_, flat_grads_;
+  std::vector<std::pair<torch::Tensor, std::int64_t>> grad_views_;  // (parameter, offset)
+  std::map<std::uint16_t, LayerWeights> weights_;
+  torch::Tensor word_, pos_, final_ln_w_, final_ln_b_, output_w_, mask_;
+  torch::Tensor tokens_, labels_;
+  double loss_scale_ = 1.0;
+
+  // Live activations and gradients, per microbatch / block.
+  std::map<std::uint32_t, torch::Tensor> act_, grad_, embed_out_;
+  std::map<std::uint64_t, BlockState> blocks_;
+  std::map<std::uint64_t, torch::Tensor> stash_;
+  std::map<std::uint32_t, std::pair<torch::Tensor, torch::Tensor>> logits_;  // (input, loss)
+  std::map<std::uint64_t, std::int64_t> pending_fill_;  // received elements awaiting all-gather
+
+  // Communication stand-ins.
+  torch::Tensor staging_[2];  // forward activations, backward gradients
+  std::int64_t comm_bytes_ = 0, copy_bytes_ = 0;
+  torch::Tensor comm_src_, comm_dst_, copy_dev_, copy_host_;
+  std::map<int, std::int64_t> copied_collectives_;
+  std::int64_t noop_collectives_ = 0, sends_ = 0, recvs_ = 0;
+
+  // Optimizer.
+  kernels::AdamHyperParams adam_hp_;
+  std::int64_t gpu_step_params_ = 0, cpu_step_params_ = 0, gpu_offset_ = 0, cpu_offset_ = 0;
+  std::int64_t cpu_cursor_ = 0, cpu_steps_ = 0, copies_ = 0;
+  torch::Tensor gpu_master_, gpu_m_, gpu_v_, cpu_master_, cpu_m_, cpu_v_;
+  torch::Tensor cpu_grads_host_, cpu_params_host_;
+  std::unique_ptr<kernels::CpuAdam> cpu_adam_;
+
+#ifdef TRAINSIM_TORCH_CUDA
+  std::vector<c10::cuda::CUDAStream> streams_;
+#endif
+  std::vector<std::string> notes_;
+};
+
+}  // namespace
+
+namespace detail {
+
+ExecutionRecord execute(const ScheduleGraph& graph, const Scenario& scenario, RankId rank,
+                        const std::vector<TaskId>& order, const ReplayOptions& opts) {
+  Executor ex(graph, scenario, rank, order, opts);
+  return ex.run();
+}
+
+}  // namespace detail
+}  // namespace trainsim::hw
