@@ -1,0 +1,218 @@
+// End-to-end closed-form checks of `trainsim simulate` (the built CLI, TRAINSIM_CLI): cases
+// simple enough that the iteration time can be written down by hand.
+//
+//  1. One GPU (no parallelism): the iteration is the compute stream alone, so
+//     iteration_time_s = sum of CostModel::compute_time_s over the rank's tasks.
+//  2. Two GPUs of one node, data parallel only, gradient reduction after the backward
+//     (overlap_grad_reduce false): iteration = compute of the m microbatches
+//     + per gradient bucket the NCCL ring all-reduce alpha-beta time over NVLink
+//       (latency + 2(n-1)/n * bytes / (nvlink_bw * nvlink_efficiency); nccl-tests
+//       doc/PERFORMANCE.md) + the optimizer step.
+//     model_tflops_per_gpu = 72 B s l h^2 (1 + s/6h + V/12lh) / T / N / 1e12 (Korthikanti et
+//     al. 2022 Eq. 8-9, DESIGN.md summary contract).
+// Every expected number is computed here: op shapes, parameter counts and bucket sizes are
+// written out in this file, not taken from the builder.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "models/calibration.h"
+#include "models/cost_model.h"
+#include "models/graph_builder.h"
+#include "models/hardware.h"
+#include "models/ops.h"
+#include "models/scenario.h"
+
+namespace trainsim {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string source(const std::string& rel) { return std::string(TRAINSIM_SOURCE_DIR) + "/" + rel; }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+/// Runs `trainsim ARGS --format json` and returns the summary (fails the test on errors).
+json simulate_json(const std::string& args) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("trainsim_closed_form_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd = std::string("'") + TRAINSIM_CLI + "' simulate " + args +
+                          " --format json > '" + out.string() + "' 2> '" + err.string() +
+                          "' < /dev/null";
+  const int status = std::system(cmd.c_str());
+  const std::string o = slurp(out), e = slurp(err);
+  fs::remove_all(dir);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << e;
+  json s;
+  EXPECT_NO_THROW(s = json::parse(o)) << o;
+  return s;
+}
+
+// The tiny model of scenarios/small/gpt-tiny_tp1_pp1_dp1.yaml, written out (checked against
+// the parsed file below).
+constexpr std::int64_t kL = 4, kH = 256, kA = 8, kS = 128, kV = 1024, kMicro = 2;
+
+/// One rank's compute op of the tiny model at tp = 1.
+OpDesc tiny_op(OpKind kind) {
+  OpDesc o;
+  o.kind = kind;
+  o.precision = Precision::FP16;
+  o.micro_batch = kMicro;
+  o.seq = kS;
+  o.hidden = kH;
+  o.heads = kA;
+  o.head_dim = kH / kA;
+  o.ffn = 4 * kH;
+  o.vocab = kV;
+  o.tp = 1;
+  return o;
+}
+
+/// Forward + backward compute of one microbatch on a tp = pp = 1 rank, without recomputation.
+double microbatch_compute_s(const CostModel& cost) {
+  double layer = 0;
+  for (OpKind k : {OpKind::AttnFwd, OpKind::MlpFwd, OpKind::AttnBwd, OpKind::MlpBwd})
+    layer += cost.compute_time_s(tiny_op(k));
+  double ends = 0;
+  for (OpKind k : {OpKind::EmbedFwd, OpKind::EmbedBwd, OpKind::LogitsLossFwd, OpKind::LogitsLossBwd})
+    ends += cost.compute_time_s(tiny_op(k));
+  return kL * layer + ends;
+}
+
+/// Parameters of the whole model (Megatron GPT, tied embeddings): per layer QKV 3h^2 + 3h,
+/// projection h^2 + h, fc1 4h^2 + 4h, fc2 4h^2 + h, two LayerNorms 4h = 12h^2 + 13h; word
+/// embedding V h, position embedding s h; final LayerNorm 2h.
+constexpr std::int64_t kParams = kL * (12 * kH * kH + 13 * kH) + kV * kH + kS * kH + 2 * kH;
+
+double optimizer_s(const CostModel& cost) {
+  OpDesc adam;
+  adam.kind = OpKind::OptimizerStepGpu;
+  adam.precision = Precision::FP16;
+  adam.params = kParams;
+  return cost.compute_time_s(adam);
+}
+
+double model_tflops_per_gpu(double B, double T, double N) {
+  const double s = kS, l = kL, h = kH, V = kV;
+  return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)) / T / N / 1e12;
+}
+
+const char* kTinyFile = "scenarios/small/gpt-tiny_tp1_pp1_dp1.yaml";
+
+TEST(ClosedForm, SingleGpuIterationIsTheSumOfComputeTimes) {
+  const Scenario sc = load_scenario(source(kTinyFile));
+  ASSERT_EQ(sc.model.num_layers, kL);
+  ASSERT_EQ(sc.model.hidden_size, kH);
+  ASSERT_EQ(sc.model.num_attention_heads, kA);
+  ASSERT_EQ(sc.model.seq_length, kS);
+  ASSERT_EQ(sc.model.padded_vocab_size, kV);
+  ASSERT_EQ(sc.parallel.micro_batch_size, kMicro);
+  ASSERT_EQ(sc.world_size(), 1);
+  ASSERT_EQ(sc.parallel.recompute_granularity, Recompute::None);
+  const std::int64_t m = sc.parallel.num_microbatches;
+  ASSERT_EQ(m, 4);  // 8 / 2
+
+  const SystemSpec& system = find_system(sc.cluster.system);
+  const CalibrationProfile profile = default_calibration(system.gpu.name);
+  const CostModel cost(system, profile);
+
+  // (a) over the graph the test builds: every task is GPU work on the compute stream.
+  BuildOptions build;
+  const ScheduleGraph graph = build_schedule_graph(sc, system, build);
+  double graph_sum = 0;
+  for (TaskId id : graph.tasks_of_rank(0)) {
+    const TaskKind k = graph.task(id).kind;
+    ASSERT_TRUE(k == TaskKind::Compute || k == TaskKind::OptimizerGpu) << graph.label(id);
+    graph_sum += cost.compute_time_s(graph.op(id));
+  }
+  // 4 blocks per layer + embedding and logits forward/backward per microbatch, one step.
+  EXPECT_EQ(graph.tasks_of_rank(0).size(), std::size_t(m * (4 * kL + 4) + 1));
+  // (b) from op descriptors written here.
+  const double by_hand = m * microbatch_compute_s(cost) + optimizer_s(cost);
+  EXPECT_NEAR(graph_sum, by_hand, 1e-12 * by_hand);
+
+  const json s = simulate_json("'" + source(kTinyFile) + "'");
+  const double T = s.at("iteration_time_s").get<double>();
+  EXPECT_NEAR(T, by_hand, 1e-9 * by_hand);
+  EXPECT_NEAR(s.at("model_tflops_per_gpu").get<double>(), model_tflops_per_gpu(8, T, 1),
+              1e-9 * model_tflops_per_gpu(8, T, 1));
+  std::printf("[closed-form] 1 GPU: simulated %.9e s, by hand %.9e s\n", T, by_hand);
+}
+
+TEST(ClosedForm, TwoGpuDataParallelIsComputePlusRingAllReducePlusStep) {
+  const std::int64_t bucket = 1'000'000;  // parameters per DDP bucket, so there are several
+  const std::string args = "'" + source(kTinyFile) +
+                           "' --set cluster.gpus_per_node=2 --set parallel.global_batch_size=8"
+                           " --set parallel.overlap_grad_reduce=false"
+                           " --set parallel.ddp_bucket_size=" + std::to_string(bucket);
+  const Scenario sc = load_scenario(source(kTinyFile),
+                                    {{"cluster.gpus_per_node", "2"},
+                                     {"parallel.global_batch_size", "8"},
+                                     {"parallel.overlap_grad_reduce", "false"},
+                                     {"parallel.ddp_bucket_size", std::to_string(bucket)}});
+  ASSERT_EQ(sc.parallel.data_parallel_size, 2);
+  const std::int64_t m = sc.parallel.num_microbatches;
+  ASSERT_EQ(m, 2);  // 8 / (2 x 2)
+  const SystemSpec& system = find_system(sc.cluster.system);
+  ASSERT_EQ(system.name, "dgx-a100-80gb");
+  const CalibrationProfile profile = default_calibration(system.gpu.name);
+  const CostModel cost(system, profile);
+
+  // Gradient buckets: kParams fp16 gradients (2 bytes; Megatron all-reduces fp16 gradients in
+  // fp16) cut into buckets of `bucket` parameters, the last one holding the rest.
+  const double n = 2;
+  const std::int64_t full_buckets = kParams / bucket, rest = kParams % bucket;
+  ASSERT_EQ(full_buckets, 3);  // 3,454,464 parameters
+  // Ring all-reduce over NVLink: A100 NVLink 3 = 600 GB/s total, 300 GB/s per direction
+  // (hardware.md), at the calibrated NCCL efficiency; NCCL latency: launch + 2(n-1) ring steps.
+  const double bw = 300e9 * profile.nvlink_efficiency;
+  const double latency =
+      profile.nccl_launch_latency_s + 2 * (n - 1) * profile.nccl_step_latency_intra_node_s;
+  auto allreduce_s = [&](std::int64_t params) {
+    return latency + 2 * (n - 1) / n * double(params * 2) / bw;
+  };
+  const double dp_s = full_buckets * allreduce_s(bucket) + (rest > 0 ? allreduce_s(rest) : 0);
+  const double compute_s = m * microbatch_compute_s(cost);
+  const double expected = compute_s + dp_s + optimizer_s(cost);
+
+  const json s = simulate_json(args);
+  const double T = s.at("iteration_time_s").get<double>();
+  EXPECT_EQ(s.at("world_size").get<int>(), 2);
+  EXPECT_EQ(s.at("data_parallel_size").get<int>(), 2);
+  // SimGrid's flows are exact to its numerical precision (relative ~1e-9 here).
+  EXPECT_NEAR(T, expected, 1e-9 * expected)
+      << "compute " << compute_s << " s, dp all-reduce " << dp_s << " s, step "
+      << optimizer_s(cost) << " s";
+  // The gradient all-reduce is fully exposed (no overlap): the dp_comm breakdown equals it.
+  EXPECT_NEAR(s.at("breakdown_s").at("dp_comm").get<double>(), dp_s, 1e-9 * expected);
+  const double B = 8, N = 2;
+  EXPECT_NEAR(s.at("model_tflops_per_gpu").get<double>(), model_tflops_per_gpu(B, T, N),
+              1e-9 * model_tflops_per_gpu(B, T, N));
+  // ... and against the time computed here.
+  EXPECT_NEAR(s.at("model_tflops_per_gpu").get<double>(), model_tflops_per_gpu(B, expected, N),
+              1e-8 * model_tflops_per_gpu(B, expected, N));
+  std::printf("[closed-form] 2 GPU DP: simulated %.9e s, by hand %.9e s (compute %.6e, "
+              "all-reduce %.6e in %lld buckets, step %.6e)\n",
+              T, expected, compute_s, dp_s, static_cast<long long>(full_buckets + (rest > 0)),
+              optimizer_s(cost));
+}
+
+}  // namespace
+}  // namespace trainsim
