@@ -1,7 +1,9 @@
 // Calibration profiles: JSON load/save with strict validation, and the embedded defaults.
 #include "models/calibration.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -46,11 +48,31 @@ const std::vector<ParamSpec>& param_specs() {
       {"host_memory_bw_bytes_per_s", &P::host_memory_bw_bytes_per_s, 0, true, kInf, false},
       {"host_memory_efficiency", &P::host_memory_efficiency, 0, true, 1, false},
       {"cpu_flops_per_core_per_s", &P::cpu_flops_per_core_per_s, 0, true, kInf, false},
+      {"framework_overhead_bytes", &P::framework_overhead_bytes, 0, false, 1e12, false},
+      {"nccl_buffer_bytes_per_communicator", &P::nccl_buffer_bytes_per_communicator, 0, false, 1e11,
+       false},
   };
   return specs;
 }
 
-const char* const kTopLevelKeys[] = {"version", "device", "source", "date", "notes", "parameters"};
+const char* const kTopLevelKeys[] = {"version",      "device",        "source",
+                                     "date",         "notes",         "parameters",
+                                     "precision",    "local_device",  "gemm_efficiency",
+                                     "memory_bound_bytes_per_s",      "measurements"};
+
+// The optional measured-profile fields (CalibrationProfile::local_device), in file order.
+struct LocalSpec {
+  const char* name;
+  double CalibrationProfile::LocalDevice::*member;
+};
+const LocalSpec kLocalSpecs[] = {
+    {"peak_flops", &CalibrationProfile::LocalDevice::peak_flops},
+    {"memory_bw_bytes_per_s", &CalibrationProfile::LocalDevice::memory_bw_bytes_per_s},
+    {"memory_bytes", &CalibrationProfile::LocalDevice::memory_bytes},
+    {"copy_bw_bytes_per_s", &CalibrationProfile::LocalDevice::copy_bw_bytes_per_s},
+    {"cores", &CalibrationProfile::LocalDevice::cores},
+    {"threads", &CalibrationProfile::LocalDevice::threads},
+};
 
 [[noreturn]] void fail(const std::string& file, const std::string& field, const std::string& value,
                        const std::string& why) {
@@ -106,7 +128,9 @@ CalibrationProfile parse_calibration(const std::string& text, const std::string&
     for (const char* k : kTopLevelKeys) known = known || it.key() == k;
     if (!known)
       fail(file, it.key(), dump(it.value()),
-           "unknown key (expected version, device, source, date, notes, parameters)");
+           "unknown key (expected version, device, source, date, notes, parameters, "
+           "precision, local_device, gemm_efficiency, memory_bound_bytes_per_s, "
+           "measurements)");
   }
 
   CalibrationProfile p;
@@ -155,7 +179,93 @@ CalibrationProfile parse_calibration(const std::string& text, const std::string&
   for (const auto& s : specs)
     if (params->find(s.name) == params->end())
       fail(file, std::string("parameters.") + s.name, "(missing)", "required");
+
+  // ---- optional measured-profile fields
+  p.precision = read_string(root, "precision", file, false);
+  if (!p.precision.empty() && p.precision != "fp32" && p.precision != "bf16" &&
+      p.precision != "fp16")
+    fail(file, "precision", dump(root["precision"]), "expected fp32, bf16 or fp16");
+  if (auto ld = root.find("local_device"); ld != root.end()) {
+    if (!ld->is_object()) fail(file, "local_device", dump(*ld), "expected an object");
+    for (auto it = ld->begin(); it != ld->end(); ++it) {
+      const LocalSpec* spec = nullptr;
+      for (const auto& s : kLocalSpecs)
+        if (it.key() == s.name) spec = &s;
+      const std::string field = "local_device." + it.key();
+      if (!spec) fail(file, field, dump(it.value()), "unknown key");
+      if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0)
+        fail(file, field, dump(it.value()), "expected a finite number >= 0");
+      p.local_device.*(spec->member) = it->get<double>();
+    }
+  }
+  if (auto ge = root.find("gemm_efficiency"); ge != root.end()) {
+    if (!ge->is_array()) fail(file, "gemm_efficiency", dump(*ge), "expected an array");
+    for (std::size_t i = 0; i < ge->size(); ++i) {
+      const json& row = (*ge)[i];
+      const std::string field = "gemm_efficiency[" + std::to_string(i) + "]";
+      if (!row.is_array() || (row.size() != 5 && row.size() != 6))
+        fail(file, field, dump(row), "expected [m, n, k, batch, efficiency] or [..., role]");
+      std::string role;
+      if (row.size() == 6) {
+        if (!row[5].is_string()) fail(file, field, dump(row), "the role must be a string");
+        role = row[5].get<std::string>();
+        if (role != "fwd" && role != "dgrad" && role != "wgrad" && role != "bmm")
+          fail(file, field, dump(row), "role must be fwd, dgrad, wgrad or bmm");
+      }
+      double v[5];
+      for (int c = 0; c < 5; ++c) {
+        if (!row[c].is_number()) fail(file, field, dump(row), "expected numbers");
+        v[c] = row[c].get<double>();
+        if (!std::isfinite(v[c]) || v[c] <= 0)
+          fail(file, field, dump(row), "every entry must be a finite number > 0");
+      }
+      if (v[4] > 1) fail(file, field, dump(row), "efficiency must be in (0, 1]");
+      p.gemm_efficiency.push_back({v[0], v[1], v[2], v[3], v[4], role});
+    }
+  }
+  if (auto mb = root.find("memory_bound_bytes_per_s"); mb != root.end()) {
+    if (!mb->is_object()) fail(file, "memory_bound_bytes_per_s", dump(*mb), "expected an object");
+    for (auto it = mb->begin(); it != mb->end(); ++it) {
+      const std::string field = "memory_bound_bytes_per_s." + it.key();
+      static const char* const kClasses[] = {"elementwise", "layernorm", "softmax", "gelu", "dropout"};
+      if (std::find(std::begin(kClasses), std::end(kClasses), it.key()) == std::end(kClasses))
+        fail(file, field, dump(it.value()),
+             "unknown kernel class (expected elementwise, layernorm, softmax, gelu, dropout)");
+      if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() <= 0)
+        fail(file, field, dump(it.value()), "expected a finite number > 0");
+      p.memory_bound_bytes_per_s[it.key()] = it->get<double>();
+    }
+  }
+  if (auto ms = root.find("measurements"); ms != root.end()) {
+    if (!ms->is_object()) fail(file, "measurements", dump(*ms), "expected an object");
+    p.measurements_json = ms->dump();
+  }
   return p;
+}
+
+double interpolate_gemm_efficiency(const std::vector<CalibrationProfile::GemmPoint>& table,
+                                   double m, double n, double k, double batch,
+                                   const std::string& role) {
+  if (table.empty()) throw std::logic_error("interpolate_gemm_efficiency: empty table");
+  if (!(m > 0 && n > 0 && k > 0 && batch > 0))
+    throw std::logic_error("interpolate_gemm_efficiency: dimensions must be > 0");
+  // Inverse-distance weighting in log2 space: efficiency curves of GEMM libraries vary with
+  // the order of magnitude of each dimension, not its absolute value.
+  // Candidates: the points of this role and the role-less ones; without any, all points.
+  bool any = false;
+  for (const auto& pt : table) any = any || pt.role.empty() || pt.role == role;
+  double wsum = 0, vsum = 0;
+  for (const auto& pt : table) {
+    if (any && !pt.role.empty() && pt.role != role) continue;
+    const double d2 = std::pow(std::log2(m / pt.m), 2) + std::pow(std::log2(n / pt.n), 2) +
+                      std::pow(std::log2(k / pt.k), 2) +
+                      std::pow(std::log2(batch / pt.batch), 2);
+    if (d2 < 1e-12) return pt.efficiency;
+    const double w = 1.0 / (d2 * d2);
+    wsum += w;
+    vsum += w * pt.efficiency;
+  }
+  return vsum / wsum;
 }
 
 CalibrationProfile load_calibration(const std::string& path) {
@@ -182,6 +292,22 @@ std::string calibration_to_json(const CalibrationProfile& p) {
       params[s.name] = p.*(s.member);
   }
   root["parameters"] = params;
+  if (!p.precision.empty()) root["precision"] = p.precision;
+  json local = json::object();
+  for (const auto& s : kLocalSpecs)
+    if (p.local_device.*(s.member) != 0) local[s.name] = p.local_device.*(s.member);
+  if (!local.empty()) root["local_device"] = local;
+  if (!p.gemm_efficiency.empty()) {
+    json rows = json::array();
+    for (const auto& g : p.gemm_efficiency) {
+      json row = {g.m, g.n, g.k, g.batch, g.efficiency};
+      if (!g.role.empty()) row.push_back(g.role);
+      rows.push_back(row);
+    }
+    root["gemm_efficiency"] = rows;
+  }
+  if (!p.memory_bound_bytes_per_s.empty()) root["memory_bound_bytes_per_s"] = p.memory_bound_bytes_per_s;
+  if (!p.measurements_json.empty()) root["measurements"] = json::parse(p.measurements_json);
   return root.dump(2) + "\n";
 }
 
@@ -216,7 +342,11 @@ bool operator==(const CalibrationProfile& a, const CalibrationProfile& b) {
     return false;
   for (const auto& s : param_specs())
     if (a.*(s.member) != b.*(s.member)) return false;
-  return true;
+  for (const auto& s : kLocalSpecs)
+    if (a.local_device.*(s.member) != b.local_device.*(s.member)) return false;
+  return a.precision == b.precision && a.gemm_efficiency == b.gemm_efficiency &&
+         a.memory_bound_bytes_per_s == b.memory_bound_bytes_per_s &&
+         a.measurements_json == b.measurements_json;
 }
 
 }  // namespace trainsim

@@ -73,9 +73,71 @@ struct CalibrationProfile {
   /// Vector FLOP/s one core sustains on the Adam update (SIMD lanes x pipes x clock).
   double cpu_flops_per_core_per_s = 0;
 
+  // ---- memory model (models/zero_offload.cpp)
+  /// GPU memory taken before any tensor: CUDA context, cuBLAS/cuDNN workspaces, allocator
+  /// slack (bytes per GPU).
+  double framework_overhead_bytes = 0;
+  /// NCCL's internal buffers per communicator a rank belongs to (bytes per GPU).
+  double nccl_buffer_bytes_per_communicator = 0;
+
   /// Source / note of each parameter, by parameter name (optional per parameter).
   std::map<std::string, std::string> sources;
+
+  // ---- measured profiles only (trainsim calibrate); absent from the shipped GPU profiles.
+  // Optional top-level JSON keys "precision", "local_device", "gemm_efficiency",
+  // "measurements" (see calibration/README.md).
+  /// Element type the compute figures were measured in ("fp32", "bf16", "fp16"); empty: not
+  /// stated (the shipped profiles: the scenario's fp16/bf16).
+  std::string precision;
+  /// The measured device's own figures. They stand in for the datasheet figures of the `local`
+  /// system (models/local_device.h), whose catalog entry has none. All 0: not measured.
+  struct LocalDevice {
+    /// FLOP/s the gemm_efficiency values are fractions of: the best GEMM rate measured.
+    double peak_flops = 0;
+    /// Streaming (copy) bandwidth of the device memory: bytes read + written per second.
+    double memory_bw_bytes_per_s = 0;
+    /// Device memory capacity (a CPU: the host's RAM).
+    double memory_bytes = 0;
+    /// Host <-> device copy bandwidth, per direction (a CPU: memcpy between two host buffers).
+    double copy_bw_bytes_per_s = 0;
+    /// Cores and the intra-op threads the measurements ran with.
+    double cores = 0;
+    double threads = 0;
+  } local_device;
+  /// GEMM efficiency by shape: rate of C[m x n] = A[m x k] B[k x n] (`batch` products) over
+  /// the peak (local_device.peak_flops, or the catalog peak when that is 0). When non-empty,
+  /// CostModel::gemm_compute_time_s uses it instead of the wave-quantization model.
+  struct GemmPoint {
+    double m = 0, n = 0, k = 0, batch = 1, efficiency = 0;
+    /// Which product of a layer it was measured as (the operand layouts differ, and so does
+    /// the rate: reference BLAS runs X W^T at ~half the rate of dY W): "fwd" (X W^T), "dgrad"
+    /// (dY W), "wgrad" (dY^T X), "bmm" (batched attention products); "" fits any.
+    std::string role;
+    bool operator==(const GemmPoint& o) const {
+      return m == o.m && n == o.n && k == o.k && batch == o.batch &&
+             efficiency == o.efficiency && role == o.role;
+    }
+  };
+  std::vector<GemmPoint> gemm_efficiency;
+  /// Measured rate (bytes / s, bytes counted as models/flops.cpp counts them) of each class of
+  /// memory-bound kernel (CostModel::memory_bound_class: "elementwise", "layernorm",
+  /// "softmax", "gelu", "dropout"). When non-empty, CostModel times a memory-bound kernel of
+  /// a listed class at its rate instead of HBM bandwidth x hbm_efficiency (on a CPU these
+  /// operators differ by 50x: an add streams, a dropout draws random numbers).
+  std::map<std::string, double> memory_bound_bytes_per_s;
+  /// Raw microbenchmark results kept for the record (JSON text of the "measurements" object;
+  /// empty: none). Not read by the cost model.
+  std::string measurements_json;
 };
+
+/// The efficiency of a GEMM shape from a measured table (CalibrationProfile::gemm_efficiency):
+/// inverse-distance weighting (power 4) in log2(m), log2(n), log2(k), log2(batch) over the
+/// points of the same `role` and those without a role (all points when there are none of
+/// either); an exact shape returns its own value. Throws std::logic_error for an empty table or a
+/// non-positive dimension.
+double interpolate_gemm_efficiency(const std::vector<CalibrationProfile::GemmPoint>& table,
+                                   double m, double n, double k, double batch,
+                                   const std::string& role = "");
 
 /// Names of all parameters, in file order.
 std::vector<std::string> calibration_parameter_names();

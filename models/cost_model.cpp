@@ -38,7 +38,22 @@ CostModel::CostModel(const SystemSpec& system, const CalibrationProfile& profile
   require_positive(profile_.gemm_tile_n, "profile.gemm_tile_n");
 }
 
-double CostModel::gemm_compute_time_s(double m, double n, double k, double batch) const {
+const char* CostModel::gemm_role(const char* kernel_name, double batch) {
+  const std::string n = kernel_name ? kernel_name : "";
+  if (n.find("dgrad") != std::string::npos) return batch > 1 ? "bmm" : "dgrad";
+  if (n.find("wgrad") != std::string::npos) return "wgrad";
+  return batch > 1 ? "bmm" : "fwd";
+}
+
+double CostModel::gemm_compute_time_s(double m, double n, double k, double batch,
+                                      const std::string& role) const {
+  if (!profile_.gemm_efficiency.empty()) {
+    // Measured profile (trainsim calibrate): the GEMM rate of this shape is the peak times the
+    // efficiency measured for the nearest shapes (calibration.h interpolate_gemm_efficiency);
+    // the table carries the shape dependence that wave quantization models on GPUs.
+    const double eff = interpolate_gemm_efficiency(profile_.gemm_efficiency, m, n, k, batch, role);
+    return 2.0 * m * n * k * batch / (system_.gpu.peak_dense_fp16_flops * eff);
+  }
   // Wave quantization (NVIDIA Matrix Multiplication Background User's Guide, "Dimension
   // Quantization Effects"): tiles = ceil(m/tm) * ceil(n/tn) per product; waves =
   // ceil(batch * tiles / SMs); each wave takes the time of one full tile on every SM, i.e.
@@ -81,12 +96,30 @@ double CostModel::memory_bound_time_s(double bytes) const {
 double CostModel::kernel_time_s(const KernelWork& k) const {
   switch (k.cls) {
     case KernelClass::Gemm:
-      return std::max(gemm_compute_time_s(k.m, k.n, k.k, k.batch), hbm_time_s(k.bytes)) +
+      return std::max(gemm_compute_time_s(k.m, k.n, k.k, k.batch, gemm_role(k.name, k.batch)),
+                      hbm_time_s(k.bytes)) +
              profile_.kernel_launch_overhead_s;
-    case KernelClass::MemoryBound:
+    case KernelClass::MemoryBound: {
+      const auto& rates = profile_.memory_bound_bytes_per_s;
+      if (!rates.empty()) {
+        // Measured profile: the rate of this kernel's class (calibration.h).
+        auto it = rates.find(memory_bound_class(k.name));
+        if (it != rates.end()) return k.bytes / it->second + profile_.kernel_launch_overhead_s;
+      }
       return memory_bound_time_s(k.bytes);
+    }
   }
   throw std::logic_error("kernel_time_s: KernelClass out of range");
+}
+
+const char* CostModel::memory_bound_class(const char* kernel_name) {
+  const std::string n = kernel_name ? kernel_name : "";
+  auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
+  if (has("dropout") && has("_fwd")) return "dropout";
+  if (has("layernorm")) return "layernorm";
+  if (has("softmax") || has("xent_exp") || has("xent_sum") || has("xent_max")) return "softmax";
+  if (has("gelu")) return "gelu";
+  return "elementwise";
 }
 
 double CostModel::cpu_adam_time_s(double params) const {
@@ -106,7 +139,11 @@ double CostModel::cpu_adam_time_s(double params) const {
 }
 
 double CostModel::compute_time_s(const OpDesc& op) const {
-  if (op.kind == OpKind::OptimizerStepCpu) {
+  // On the local CPU device (models/local_device.h, a profile measured on a CPU) the replay
+  // runs OptimizerStepGpu with the CPU Adam kernel too (hw_backend/replay.h), so it is timed
+  // as CPU Adam.
+  const bool local_cpu = system_.name == "local" && profile_.device.rfind("cpu", 0) == 0;
+  if (op.kind == OpKind::OptimizerStepCpu || (local_cpu && op.kind == OpKind::OptimizerStepGpu)) {
     if (op.params < 0) throw std::logic_error("compute_time_s: optimizer step with params < 0");
     return cpu_adam_time_s(static_cast<double>(op.params));
   }

@@ -22,8 +22,9 @@ class CostModel {
   CostModel(const SystemSpec& system, const CalibrationProfile& profile);
 
   /// Duration of a compute op (AttnFwd .. LogitsLossBwd, OptimizerStepGpu) on one GPU, or of
-  /// an OptimizerStepCpu on the host cores available to one GPU. Throws std::logic_error for a
-  /// communication op.
+  /// an OptimizerStepCpu on the host cores available to one GPU. On the `local` system with a
+  /// CPU-measured profile (device "cpu: ..."), OptimizerStepGpu is timed as CPU Adam too, as
+  /// the CPU replay runs it. Throws std::logic_error for a communication op.
   double compute_time_s(const OpDesc& op) const;
 
   /// Time of one GEMM (m x k) * (k x n) in `precision`, with its efficiency model.
@@ -51,8 +52,17 @@ class CostModel {
   /// max(compute with wave quantization, HBM time of its bytes), or a memory-bound kernel's HBM
   /// time; plus the launch overhead.
   double kernel_time_s(const KernelWork& kernel) const;
-  /// Compute part of a GEMM: wave-quantized tile time at gemm_max_efficiency (no launch).
-  double gemm_compute_time_s(double m, double n, double k, double batch = 1) const;
+  /// The class of a memory-bound kernel for CalibrationProfile::memory_bound_bytes_per_s, from
+  /// its name (models/flops.cpp): "dropout" (forward dropouts: random numbers), "layernorm",
+  /// "softmax" (also the cross-entropy exp/log kernels "xent_*"), "gelu", else "elementwise".
+  static const char* memory_bound_class(const char* kernel_name);
+  /// Compute part of a GEMM: wave-quantized tile time at gemm_max_efficiency (no launch); with
+  /// a measured GEMM table, 2mnk batch / (peak x table efficiency of the shape and `role`).
+  double gemm_compute_time_s(double m, double n, double k, double batch = 1,
+                             const std::string& role = "") const;
+  /// The GEMM role of a kernel (CalibrationProfile::GemmPoint::role) from its name
+  /// (models/flops.cpp): "*dgrad*" -> dgrad, "*wgrad*" -> wgrad, batch > 1 -> bmm, else fwd.
+  static const char* gemm_role(const char* kernel_name, double batch);
   /// bytes / (HBM bandwidth x hbm_efficiency), no launch overhead.
   double hbm_time_s(double bytes) const;
   /// CPU Adam over `params` parameters on the host share of one GPU (OptimizerStepCpu).

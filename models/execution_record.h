@@ -28,6 +28,10 @@ struct ExecutionRecord {
   std::int64_t peak_reserved_bytes = -1;
   /// Free-form notes the summary repeats (e.g. which parts a replay substituted).
   std::vector<std::string> notes;
+  /// Measured only, per task id (empty when not reported): how a replay ran a communication
+  /// task: "nccl", "device-local copy" (its peers are absent), "no-op" (a group of one); ""
+  /// for a task that ran its own work or did not run. The replay's trace shows it per event.
+  std::vector<std::string> replayed_as;
 
   double iteration_time_s() const;  ///< latest end over all tasks minus earliest start (0)
 };

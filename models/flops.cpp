@@ -74,7 +74,7 @@ KernelWork mem(const char* name, double bytes) {
 // `param.main_grad.add_(param.grad)`): read grad (e), read + write main_grad. main_grad is
 // fp32 with bf16 (arguments.py forces accumulate_allreduce_grads_in_fp32) and fp16 otherwise
 // (the SC'21 default).
-double main_grad_bytes(Precision p) { return p == Precision::BF16 ? kFp32Bytes : 2.0; }
+double main_grad_bytes(Precision p) { return p == Precision::FP16 ? 2.0 : kFp32Bytes; }
 KernelWork grad_accumulate(const char* name, double weights, Precision p) {
   return mem(name, weights * (element_bytes(p) + 2 * main_grad_bytes(p)));
 }
@@ -253,6 +253,8 @@ double element_bytes(Precision p) {
     case Precision::FP16:
     case Precision::BF16:
       return 2.0;
+    case Precision::FP32:
+      return kFp32Bytes;
   }
   throw std::logic_error("element_bytes: Precision out of range");
 }
@@ -342,7 +344,10 @@ void fill_work(OpDesc& op) {
 //     threshold: data dependent, not counted.)
 //   bf16 (fp32 grad buffer, no loss scaler): zero 4, no cast, no unscale, norm 4, Adam 28,
 //     copy back 6: total 42.
+//   fp32 (the CPU replay's plain fp32 training, hw_backend/: fp32 grads, fp32 master copy kept
+//     as with mixed precision, no cast, no unscale, no norm): Adam 28, copy back 4: total 32.
 double optimizer_gpu_bytes_per_param(Precision p) {
+  if (p == Precision::FP32) return 32.0;
   return p == Precision::BF16 ? 42.0 : 54.0;
 }
 

@@ -21,6 +21,7 @@
 #include "models/flops.h"
 #include "models/memory_model.h"
 #include "models/pipeline_schedule.h"
+#include "models/zero_offload.h"
 
 namespace trainsim {
 
@@ -47,8 +48,11 @@ constexpr std::int64_t kFoldAutoTasks = 2'000'000;
 
 class Builder {
  public:
-  Builder(const Scenario& sc, const SystemSpec& /*system*/, const BuildOptions& opt)
-      : sc_(sc), opt_(opt), p_(sc.parallel), m_(sc.model) {
+  Builder(const Scenario& sc, const SystemSpec& system, const BuildOptions& opt)
+      : sc_(sc), opt_(opt), p_(sc.parallel), m_(sc.model),
+        profile_(opt.calibration ? *opt.calibration : default_calibration(system.gpu.name)) {
+    zstage_ = sc.zero.stage;
+    layer_params_ = layer_params_per_rank(m_, p_.tensor_model_parallel_size);
     t_ = p_.tensor_model_parallel_size;
     pp_ = p_.pipeline_model_parallel_size;
     dp_ = p_.data_parallel_size;
@@ -214,6 +218,16 @@ class Builder {
     last_compute_ = kNone;
     coll_seq_.clear();  // sequence numbers count this rank's own collectives and messages
     msg_seq_.clear();
+    z3_units_.clear();
+    z3_gather_.clear();
+    z3_wait_ = kNone;
+    z3_release_ = 0;
+    bucket_lo_ = bucket_hi_ = 0;
+    bucket_ready_ = last_sync_ = last_d2h_ = last_grad_h2d_ = kNone;
+    bucket_index_ = 0;
+    staging_bytes_ = bucket_buffer_bytes_ = 0;
+    buffers_allocated_ = false;
+    layer_grad_bytes_ = zstage_ >= 2 ? layer_params_ * precision_bytes(p_.precision) : 0;
     // Groups (ring order).
     std::vector<RankId> tp_ranks, dp_ranks;
     for (std::int64_t i = 0; i < t_; ++i)
@@ -243,16 +257,26 @@ class Builder {
       const std::int64_t first_layer = vstage * lpc_;
       if (step.forward) {
         // ---- input
+        if (zstage_ >= 3) {  // ZeRO-3 (pp = 1): embedding, layers, logits in forward order
+          std::vector<std::int64_t> units{embed_params()};
+          for (std::int64_t l = 0; l < m_.num_layers; ++l) units.push_back(layer_params_);
+          units.push_back((m_.padded_vocab_size / t_) * h_);
+          z3_begin(std::move(units));
+        }
         if (first_vstage) {
+          if (zstage_ >= 3) z3_need(0, Part::Embedding);
           last_compute_ = compute(op_embed_fwd_, Phase::Forward, Part::Embedding, mb, 0xFFFF,
                                   chunk, last_compute_,
-                                  {{s_ * b_ * h_ / sp_div, MemCategory::Activations}});
+                                  {{dropout_mask_bytes(p_.precision) * s_ * b_ * h_ / sp_div,
+                                    MemCategory::Activations}});  // embedding dropout mask
+          zero_on_block(true, true, Phase::Forward);
         } else {
           receive(prev_rank(c, step.chunk), Phase::Forward, mb, chunk);
         }
         // ---- layers
         for (std::int64_t l = first_layer; l < first_layer + lpc_; ++l) {
           const auto layer = static_cast<std::uint16_t>(l);
+          if (zstage_ >= 3) z3_need(std::size_t(1 + l), Part::Params);
           if (full_recompute) {
             layer_forward(Phase::Forward, mb, layer, chunk,
                           {{layer_act.attn, MemCategory::Activations},
@@ -270,12 +294,14 @@ class Builder {
         if (last_vstage) {
           // Final LayerNorm input (2sbh) and fp32 logits for the loss (4 s b V / t),
           // Korthikanti et al. Sec. 4.3.
-          const std::int64_t logits_bytes = 2 * s_ * b_ * h_ / sp_div +
+          const std::int64_t logits_bytes = precision_bytes(p_.precision) * s_ * b_ * h_ / sp_div +
                                             4 * s_ * b_ * (m_.padded_vocab_size / t_);
           if (sp_)  // the sequence-parallel final LayerNorm output is gathered for the logits
             last_compute_ = tp_collective(op_tp_ag_, Phase::Forward, Part::Logits, mb, 0xFFFF);
+          if (zstage_ >= 3) z3_need(std::size_t(1 + m_.num_layers), Part::Logits);
           last_compute_ = compute(op_logits_fwd_, Phase::Forward, Part::Logits, mb, 0xFFFF, chunk,
                                   last_compute_, {{logits_bytes, MemCategory::Activations}});
+          zero_on_block(true, true, Phase::Forward);
           if (t_ > 1)
             last_compute_ = collective(op_ce_ar_, tp_group_, StreamId::TpComm, Phase::Forward,
                                        Part::Logits, mb, 0xFFFF, last_compute_);
@@ -284,12 +310,37 @@ class Builder {
         }
       } else {
         // ---- backward input
+        if (zstage_ >= 3) {  // backward order: logits, layers last to first, embedding
+          std::vector<std::int64_t> units{(m_.padded_vocab_size / t_) * h_};
+          for (std::int64_t l = 0; l < m_.num_layers; ++l) units.push_back(layer_params_);
+          units.push_back(embed_params());
+          z3_begin(std::move(units));
+        }
+        const bool last_mb = step.microbatch == nmb_ - 1;
         if (last_vstage) {
-          const std::int64_t logits_bytes = 2 * s_ * b_ * h_ / sp_div +
+          const std::int64_t logits_bytes = precision_bytes(p_.precision) * s_ * b_ * h_ / sp_div +
                                             4 * s_ * b_ * (m_.padded_vocab_size / t_);
+          if (zstage_ >= 3) z3_need(0, Part::Logits);
+          // The gradient of the logits (e s b V / t, the input of the output layer's dgrad and
+          // wgrad GEMMs) exists during the logits backward on top of the saved activations.
+          const std::int64_t logits_grad_bytes =
+              precision_bytes(p_.precision) * s_ * b_ * (m_.padded_vocab_size / t_);
           last_compute_ = compute(op_logits_bwd_, Phase::Backward, Part::Logits, mb, 0xFFFF, chunk,
                                   last_compute_,
-                                  {{-logits_bytes, MemCategory::Activations, true}});
+                                  {{logits_grad_bytes, MemCategory::Activations},
+                                   {-logits_bytes - logits_grad_bytes, MemCategory::Activations, true}});
+          if (zstage_ >= 2 && !buffers_allocated_) {
+            alloc_bucket_buffers(last_compute_);
+            buffers_allocated_ = true;
+          }
+          zero_on_block(false, false, Phase::Forward);
+          if (zstage_ >= 2)  // the tied word embedding's gradient lives until the embedding backward
+            g_.add_memory_effect(last_compute_, {(m_.padded_vocab_size / t_) * h_ * precision_bytes(p_.precision),
+                                                 MemCategory::Gradients});
+          if (z3_release_ > 0) {  // the gathered output embedding is released after its backward
+            g_.add_memory_effect(last_compute_, {-z3_release_, MemCategory::Parameters, true});
+            z3_release_ = 0;
+          }
           logits_bwd_last = last_compute_;
           if (t_ > 1)  // input gradient of the vocab-parallel output layer
             last_compute_ = collective(sp_ ? op_tp_rs_ : op_tp_ar_, tp_group_, StreamId::TpComm,
@@ -298,8 +349,15 @@ class Builder {
           receive(next_rank(c, step.chunk), Phase::Backward, mb, chunk);
         }
         // ---- layers, last first
+        if (last_vstage && zstage_ >= 2) {  // final LayerNorm (and untied output layer) gradients
+          const std::int64_t tail = params_per_rank(sc_, c.pp_stage) - embed_params() -
+                                    m_.num_layers * layer_params_;
+          grads_ready(embed_params() + m_.num_layers * layer_params_,
+                      embed_params() + m_.num_layers * layer_params_ + tail, last_compute_, last_mb);
+        }
         for (std::int64_t l = first_layer + lpc_ - 1; l >= first_layer; --l) {
           const auto layer = static_cast<std::uint16_t>(l);
+          if (zstage_ >= 3) z3_need(std::size_t(m_.num_layers - l), Part::Params);
           if (full_recompute) {
             // Megatron's per-layer checkpoint: recompute the layer's forward, then its backward.
             layer_forward(Phase::Recompute, mb, layer, chunk,
@@ -313,13 +371,32 @@ class Builder {
                            {{-layer_act.attn, MemCategory::Activations, true}});
           }
           last_bwd_of_layer[l] = last_compute_;
+          if (zstage_ >= 2)
+            grads_ready(embed_params() + l * layer_params_, embed_params() + (l + 1) * layer_params_,
+                        last_compute_, last_mb);
         }
         // ---- backward output
         if (first_vstage) {
+          if (zstage_ >= 3) z3_need(std::size_t(1 + m_.num_layers), Part::Embedding);
           last_compute_ = compute(op_embed_bwd_, Phase::Backward, Part::Embedding, mb, 0xFFFF, chunk,
                                   last_compute_,
-                                  {{-(s_ * b_ * h_ / sp_div), MemCategory::Activations, true}});
+                                  {{-(dropout_mask_bytes(p_.precision) * s_ * b_ * h_ / sp_div),
+                                    MemCategory::Activations, true}});
+          zero_on_block(false, false, Phase::Forward);
+          if (zstage_ >= 2) {  // position-embedding gradient, then both copied into the bucket
+            const std::int64_t e = precision_bytes(p_.precision);
+            g_.add_memory_effect(last_compute_, {s_ * h_ * e, MemCategory::Gradients});
+            g_.add_memory_effect(last_compute_, {-embed_params() * e, MemCategory::Gradients, true});
+          }
+          if (z3_release_ > 0) {
+            g_.add_memory_effect(last_compute_, {-z3_release_, MemCategory::Parameters, true});
+            z3_release_ = 0;
+          }
           embed_bwd_last = last_compute_;
+          if (zstage_ >= 2) {
+            grads_ready(0, embed_params(), last_compute_, last_mb);
+            flush_bucket(last_mb);  // the rest of this microbatch's gradients
+          }
         } else {
           send(prev_rank(c, step.chunk), Phase::Backward, mb, chunk);
         }
@@ -335,9 +412,11 @@ class Builder {
                      std::initializer_list<MemEffect> mlp_mem) {
     if (sp_) last_compute_ = tp_collective(op_tp_ag_, phase, Part::Attn, mb, layer);
     last_compute_ = compute(op_attn_fwd_, phase, Part::Attn, mb, layer, chunk, last_compute_, attn_mem);
+    zero_on_block(true, false, phase);
     if (t_ > 1) last_compute_ = tp_collective(sp_ ? op_tp_rs_ : op_tp_ar_, phase, Part::Attn, mb, layer);
     if (sp_) last_compute_ = tp_collective(op_tp_ag_, phase, Part::Mlp, mb, layer);
     last_compute_ = compute(op_mlp_fwd_, phase, Part::Mlp, mb, layer, chunk, last_compute_, mlp_mem);
+    zero_on_block(false, true, phase);
     if (t_ > 1) last_compute_ = tp_collective(sp_ ? op_tp_rs_ : op_tp_ar_, phase, Part::Mlp, mb, layer);
   }
 
@@ -347,10 +426,12 @@ class Builder {
                       std::initializer_list<MemEffect> attn_mem) {
     if (sp_) last_compute_ = tp_collective(op_tp_ag_, Phase::Backward, Part::Mlp, mb, layer);
     last_compute_ = compute(op_mlp_bwd_, Phase::Backward, Part::Mlp, mb, layer, chunk, last_compute_, mlp_mem);
+    zero_on_block(true, false, Phase::Backward);
     if (t_ > 1)
       last_compute_ = tp_collective(sp_ ? op_tp_rs_ : op_tp_ar_, Phase::Backward, Part::Mlp, mb, layer);
     if (sp_) last_compute_ = tp_collective(op_tp_ag_, Phase::Backward, Part::Attn, mb, layer);
     last_compute_ = compute(op_attn_bwd_, Phase::Backward, Part::Attn, mb, layer, chunk, last_compute_, attn_mem);
+    zero_on_block(false, true, Phase::Backward);
     if (t_ > 1)
       last_compute_ = tp_collective(sp_ ? op_tp_rs_ : op_tp_ar_, Phase::Backward, Part::Attn, mb, layer);
   }
@@ -414,25 +495,22 @@ class Builder {
                               TaskId embed_bwd_last, TaskId logits_bwd_last) {
     const std::int64_t params = params_per_rank(sc_, c.pp_stage);
     const int stage = sc_.zero.stage;
-    const auto state = state_bytes_per_param(stage, dp_);
     // Megatron accumulates and all-reduces bf16 gradients in fp32 (accumulate_allreduce_grads_in_fp32).
-    const std::int64_t grad_elem_bytes = p_.precision == Precision::BF16 ? 4 : 2;
+    const std::int64_t grad_elem_bytes = grad_element_bytes(sc_);
 
-    MemVector gpu{};
-    gpu[int(MemCategory::Parameters)] = static_cast<std::int64_t>(params * state.params);
-    gpu[int(MemCategory::Gradients)] =
-        static_cast<std::int64_t>(params * state.grads * grad_elem_bytes / 2.0);
-    gpu[int(MemCategory::OptimizerStates)] = static_cast<std::int64_t>(params * state.optimizer);
-    initial_gpu_[rank_] = gpu;
-    initial_host_[rank_] = MemVector{};
+    // Model states, NCCL buffers and framework memory held before the iteration
+    // (models/zero_offload.h).
+    const RankStateBytes state = rank_state_bytes(sc_, profile_, c.pp_stage);
+    initial_gpu_[rank_] = state.gpu;
+    initial_host_[rank_] = state.host;
 
     const TaskId final_compute = last_compute_;
-    TaskId last_sync = kNone;
-    if (dp_ > 1) {
-      // Buckets of ddp_bucket_size parameters in the order gradients become ready (last layer
-      // first, the embedding last); ZeRO-1/2 reduce-scatter so each rank owns its partition
-      // (DeepSpeed stage_1_and_2.py), plain DP all-reduces (Megatron DDP).
-      const bool reduce_scatter = stage >= 1;
+    TaskId& last_sync = last_sync_;
+    if (dp_ > 1 && stage == 0) {
+      // Megatron DDP (no ZeRO): buckets of ddp_bucket_size parameters all-reduced in place in
+      // the order gradients become ready (last layer first, the embedding last). ZeRO stages
+      // reduce-scatter DeepSpeed's reduce_bucket_size buckets (flush_bucket).
+      const bool reduce_scatter = false;
       std::vector<std::pair<std::int64_t, TaskId>> ready;  // (params, producing task)
       for (auto it = last_bwd.rbegin(); it != last_bwd.rend(); ++it)
         ready.emplace_back(layer_params_per_rank(m_, t_), it->second);
@@ -467,6 +545,18 @@ class Builder {
       }
       flush(in_bucket);
     }
+    if (stage == 1) {
+      // DeepSpeed ZeRO-1: the full gradients are reduce-scattered once, after the last
+      // microbatch, in reduce_bucket_size buckets (last parameters first).
+      for (std::int64_t cur = params; cur > 0;) {
+        const std::int64_t take = std::min(cur, sc_.zero.reduce_bucket_size);
+        bucket_hi_ = cur;
+        bucket_lo_ = cur - take;
+        bucket_ready_ = final_compute;
+        flush_bucket(true);
+        cur -= take;
+      }
+    }
     // Tied embeddings: the first and last stage hold copies of the word embedding; their
     // gradients are all-reduced after the DP reduction (Megatron _allreduce_embedding_grads).
     if (pp_ > 1 && !m_.untie_embeddings_and_output_weights &&
@@ -481,29 +571,86 @@ class Builder {
       dep(last_sync, id);
       last_sync = id;
     }
-    // Optimizer step on this rank's partition.
-    const std::int64_t step_params = stage >= 1 ? (params + dp_ - 1) / dp_ : params;
-    OpDesc adam;
-    adam.kind = OpKind::OptimizerStepGpu;
-    adam.precision = p_.precision;
-    adam.params = step_params;
-    fill_work(adam);
-    Task t;
-    t.op = g_.add_op(adam);
-    t.kind = TaskKind::OptimizerGpu;
-    t.stream = StreamId::Compute;
-    t.phase = Phase::Optimizer;
-    t.part = Part::Params;
-    const TaskId step = add(t);
-    dep(final_compute, step);
-    dep(last_sync, step);
-    last_compute_ = step;
-    // ZeRO: all-gather the updated parameter partitions (fp16) for the next iteration.
-    if (stage >= 1 && dp_ > 1) {
-      const std::uint32_t op = g_.add_op(
-          comm_op(OpKind::AllGather, GroupKind::Data, params * precision_bytes(p_.precision), dp_));
-      last_compute_ = collective(op, dp_group_, StreamId::DpComm, Phase::ParamSync, Part::Params,
-                                 0xFFFF, 0xFFFF, step);
+    // Optimizer step. Twin-Flow (DeepSpeed ZeRO-Offload++): the GPU part by fused Adam on the
+    // compute stream and the CPU part by CPU Adam on the host, with no dependency between them;
+    // each CPU sub-group's updated fp16 parameters go back host->device after its step.
+    const std::int64_t gpu_params = stage == 0 ? params : gpu_stepped_params(sc_, c.pp_stage);
+    const std::int64_t cpu_params = stage == 0 ? 0 : cpu_stepped_params(sc_, c.pp_stage);
+    // The fp32 gradients the step reads: Megatron fp16 main_grad.float() (4 B/param; bf16
+    // main_grad is fp32 already), DeepSpeed's fp32 gradient partition of the GPU part.
+    // (Stage 3 with offload keeps the GPU part's fp32 gradients in a persistent buffer instead.)
+    const std::int64_t fp32_grad_bytes =
+        stage == 0 ? (p_.precision == Precision::FP16 ? 4 * params : 0)
+        : stage >= 3 && sc_.zero.offload_optimizer.enabled ? 0
+                                                            : 4 * gpu_params;
+    const std::int64_t e = precision_bytes(p_.precision);
+    // Bucket and staging buffers are free once every reduction and copy is done (the step
+    // waits for them, as DeepSpeed synchronizes its streams before the step).
+    auto release_buffers = [&](TaskId id) {
+      if (bucket_buffer_bytes_ > 0) g_.add_memory_effect(id, {-bucket_buffer_bytes_, MemCategory::CommBuffers});
+      if (staging_bytes_ > 0) g_.add_memory_effect(id, {-staging_bytes_, MemCategory::OffloadBuffers});
+      bucket_buffer_bytes_ = staging_bytes_ = 0;
+    };
+    TaskId gpu_step = kNone;
+    if (gpu_params > 0) {
+      OpDesc adam;
+      adam.kind = OpKind::OptimizerStepGpu;
+      adam.precision = p_.precision;
+      adam.params = gpu_params;
+      fill_work(adam);
+      Task t;
+      t.op = g_.add_op(adam);
+      t.kind = TaskKind::OptimizerGpu;
+      t.stream = StreamId::Compute;
+      t.phase = Phase::Optimizer;
+      t.part = Part::Params;
+      gpu_step = add(t, {{fp32_grad_bytes, MemCategory::Gradients},
+                         {-fp32_grad_bytes, MemCategory::Gradients, true}});
+      release_buffers(gpu_step);
+      dep(final_compute, gpu_step);
+      dep(last_sync, gpu_step);
+      dep(last_d2h_, gpu_step);
+      dep(last_grad_h2d_, gpu_step);
+      last_compute_ = gpu_step;
+    }
+    TaskId last_h2d = kNone;
+    for (std::int64_t off = 0; off < cpu_params; off += sc_.zero.sub_group_size) {
+      const std::int64_t n = std::min(sc_.zero.sub_group_size, cpu_params - off);
+      const auto chunk = static_cast<std::uint16_t>(std::min<std::int64_t>(off / sc_.zero.sub_group_size, 0xFFFE));
+      OpDesc adam;
+      adam.kind = OpKind::OptimizerStepCpu;
+      adam.precision = p_.precision;
+      adam.params = n;
+      Task t;
+      t.op = g_.add_op(adam);
+      t.kind = TaskKind::OptimizerCpu;
+      t.stream = StreamId::Cpu;
+      t.phase = Phase::Optimizer;
+      t.part = Part::Params;
+      t.bucket = chunk;
+      const TaskId cpu_step = add(t);
+      release_buffers(cpu_step);
+      dep(final_compute, cpu_step);
+      dep(last_sync, cpu_step);
+      dep(last_d2h_, cpu_step);
+      Task h;
+      h.op = g_.add_op(comm_op(OpKind::CopyH2D, GroupKind::None, n * e, 1));
+      h.kind = TaskKind::CopyH2D;
+      h.stream = StreamId::H2D;
+      h.phase = Phase::Offload;
+      h.part = Part::Params;
+      h.bucket = chunk;
+      last_h2d = add(h);
+      dep(cpu_step, last_h2d);
+    }
+    // ZeRO-1/2: all-gather the updated parameter partitions (fp16) for the next iteration
+    // (ZeRO-3 keeps them partitioned and gathers per layer).
+    if ((stage == 1 || stage == 2) && dp_ > 1) {
+      const std::uint32_t op = g_.add_op(comm_op(OpKind::AllGather, GroupKind::Data, params * e, dp_));
+      const TaskId ag = collective(op, dp_group_, StreamId::DpComm, Phase::ParamSync, Part::Params,
+                                   0xFFFF, 0xFFFF, gpu_step != kNone ? gpu_step : final_compute);
+      dep(last_h2d, ag);
+      last_compute_ = ag;
     }
   }
 
@@ -534,6 +681,187 @@ class Builder {
   std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> message_ids_;
 
   std::map<std::int64_t, MemVector> initial_gpu_, initial_host_;
+
+  // ---------------------------------------------------------------- ZeRO / offload state
+  CalibrationProfile profile_;
+  int zstage_ = 0;
+  std::int64_t layer_params_ = 0;
+  // ZeRO-3 parameter gathering (models/zero_offload.h): the units of the current pass
+  // (forward: embedding, layers, logits; backward: the reverse), the all-gather issued for
+  // each, and the next one to issue.
+  std::vector<std::int64_t> z3_units_;
+  std::vector<TaskId> z3_gather_;
+  std::size_t z3_next_ = 0;
+  TaskId z3_wait_ = kNone;       ///< gather the next compute task waits for
+  std::int64_t z3_release_ = 0;  ///< gathered bytes released at the end of the unit's last block
+  std::int64_t layer_grad_bytes_ = 0;  ///< stage >= 2: a layer's full gradients during its backward
+  // Stage 2/3 gradient buckets of the current microbatch, in parameter-order coordinates
+  // [bucket_lo_, bucket_hi_) (backward fills them from high to low).
+  std::int64_t bucket_lo_ = 0, bucket_hi_ = 0;
+  TaskId bucket_ready_ = kNone;
+  std::uint16_t bucket_index_ = 0;
+  TaskId last_sync_ = kNone, last_d2h_ = kNone, last_grad_h2d_ = kNone;
+  std::int64_t staging_bytes_ = 0, bucket_buffer_bytes_ = 0;
+  bool buffers_allocated_ = false;
+
+  /// Called right after a compute task of a layer was added (it is the last task added).
+  void zero_on_block(bool first_block, bool last_block, Phase phase) {
+    if (z3_wait_ != kNone) {
+      dep(z3_wait_, last_compute_);
+      z3_wait_ = kNone;
+    }
+    if (phase == Phase::Backward && layer_grad_bytes_ > 0) {
+      // The layer's gradients are produced during its backward and copied into the bucket
+      // buffer (then freed) at its end (DeepSpeed reduce_independent_p_g_buckets_and_remove_grads).
+      if (first_block) g_.add_memory_effect(last_compute_, {layer_grad_bytes_, MemCategory::Gradients});
+      if (last_block)
+        g_.add_memory_effect(last_compute_, {-layer_grad_bytes_, MemCategory::Gradients, true});
+    }
+    if (last_block && phase != Phase::Recompute && z3_release_ > 0) {
+      g_.add_memory_effect(last_compute_, {-z3_release_, MemCategory::Parameters, true});
+      z3_release_ = 0;
+    }
+  }
+
+  bool zero3_gathers() const { return zstage_ >= 3 && dp_ > 1; }
+
+  /// Starts a ZeRO-3 pass over parameter units (elements per rank, in use order).
+  void z3_begin(std::vector<std::int64_t> units) {
+    z3_units_ = std::move(units);
+    z3_gather_.assign(z3_units_.size(), kNone);
+    z3_next_ = 0;
+  }
+  /// Before the first compute of unit k: issues the all-gathers of units up to k + prefetch
+  /// (each may start once the compute issued so far is done), makes the next compute wait for
+  /// unit k's gather and its last block release it.
+  void z3_need(std::size_t k, Part part) {
+    if (!zero3_gathers()) return;
+    const std::size_t until = std::min(z3_units_.size(), k + 1 + std::size_t(zero3_prefetch_layers(sc_)));
+    for (; z3_next_ < until; ++z3_next_) {
+      const std::int64_t bytes = z3_units_[z3_next_] * precision_bytes(p_.precision);
+      const std::uint32_t op = g_.add_op(comm_op(OpKind::AllGather, GroupKind::Data, bytes, dp_));
+      Task t;
+      t.op = op;
+      t.kind = TaskKind::Collective;
+      t.stream = StreamId::DpComm;
+      t.phase = Phase::ParamSync;
+      t.part = part;
+      t.group = dp_group_;
+      t.match = collective_match(dp_group_);
+      // The gathered copy (the rank's own partition is already counted in Parameters).
+      const std::int64_t gathered = bytes - bytes / dp_;
+      const TaskId id = add(t, {{gathered, MemCategory::Parameters}});
+      dep(last_compute_, id);
+      z3_gather_[z3_next_] = id;
+    }
+    z3_wait_ = z3_gather_[k];
+    const std::int64_t bytes = z3_units_[k] * precision_bytes(p_.precision);
+    z3_release_ = bytes - bytes / dp_;
+  }
+
+  /// Parameter-order position of a unit: embedding [0, E), layer l [E + l Lp, E + (l+1) Lp),
+  /// the rest (final LayerNorm) after the last layer.
+  std::int64_t embed_params() const { return embedding_params_per_rank(m_, t_); }
+
+  /// Stage 2/3: gradients of parameters [lo, hi) are complete after task `ready`.
+  void grads_ready(std::int64_t lo, std::int64_t hi, TaskId ready, bool last_microbatch) {
+    if (zstage_ < 2 || hi <= lo) return;
+    if (bucket_hi_ == bucket_lo_) bucket_hi_ = bucket_lo_ = hi;
+    if (bucket_lo_ != hi) throw std::logic_error("grads_ready: gradient ranges must arrive from high to low");
+    const std::int64_t cap = sc_.zero.reduce_bucket_size;
+    std::int64_t cur = hi;
+    while (cur > lo) {
+      const std::int64_t take = std::min(cur - lo, cap - (bucket_hi_ - bucket_lo_));
+      bucket_lo_ -= take;
+      cur -= take;
+      bucket_ready_ = ready;
+      if (bucket_hi_ - bucket_lo_ == cap) flush_bucket(last_microbatch);
+    }
+  }
+
+  /// Reduce-scatters the current bucket (stage >= 1) and copies the CPU-stepped part of this
+  /// rank's share to the host.
+  void flush_bucket(bool last_microbatch) {
+    (void)last_microbatch;
+    const std::int64_t n = bucket_hi_ - bucket_lo_;
+    if (n <= 0) return;
+    const TaskId after = sc_.zero.overlap_comm || zstage_ == 1 ? bucket_ready_ : last_compute_;
+    TaskId done = after;
+    if (dp_ > 1) {
+      const std::uint32_t op = g_.add_op(
+          comm_op(OpKind::ReduceScatter, GroupKind::Data, n * precision_bytes(p_.precision), dp_));
+      done = collective(op, dp_group_, StreamId::DpComm, Phase::GradSync, Part::Gradients, 0xFFFF,
+                        0xFFFF, after, bucket_index_);
+      if (!buffers_allocated_) {  // stage 1: the buffers appear with the first reduction
+        alloc_bucket_buffers(done);
+        buffers_allocated_ = true;
+      }
+      dep(last_sync_, done);
+      last_sync_ = done;
+    }
+    // CPU part: the first r of the parameters (DeepSpeed Twin-Flow), this rank's 1/dp share.
+    const std::int64_t cpu_prefix = static_cast<std::int64_t>(
+        std::floor(effective_offload_ratio(sc_) * double(params_per_rank(sc_, coords_.pp_stage))));
+    const std::int64_t cpu_overlap =
+        std::max<std::int64_t>(0, std::min(bucket_hi_, cpu_prefix) - bucket_lo_);
+    auto share = [&](std::int64_t n) { return (n + dp_ - 1) / dp_; };
+    auto copy = [&](TaskKind kind, std::int64_t bytes, TaskId after) {
+      Task t;
+      t.op = g_.add_op(comm_op(kind == TaskKind::CopyD2H ? OpKind::CopyD2H : OpKind::CopyH2D,
+                               GroupKind::None, bytes, 1));
+      t.kind = kind;
+      t.stream = kind == TaskKind::CopyD2H ? StreamId::D2H : StreamId::H2D;
+      t.phase = Phase::Offload;
+      t.part = Part::Gradients;
+      t.bucket = bucket_index_;
+      const TaskId id = add(t);
+      if (!buffers_allocated_) {  // dp = 1: the staging buffer appears with the first copy
+        alloc_bucket_buffers(id);
+        buffers_allocated_ = true;
+      }
+      dep(after, id);
+      return id;
+    };
+    if (zstage_ >= 3 && sc_.zero.offload_optimizer.enabled) {
+      // DeepSpeed stage3.py with offload_optimizer: the reduced fp16 partition goes to the
+      // pinned host grad_partitions_flat_buffer (device->host, 2 B/elem), then into each
+      // sub-group's fp32 gradient: on the host for the CPU part, back host->device for the GPU
+      // part (copy_ converts fp16->fp32 on the source device, the host: 4 B/elem). This is the
+      // round trip the Twin-Flow blog lists as "unnecessary D2H/H2D memcpy".
+      const TaskId d2h = copy(TaskKind::CopyD2H, share(n) * precision_bytes(p_.precision), done);
+      dep(last_d2h_, d2h);
+      last_d2h_ = d2h;
+      const std::int64_t gpu_part = n - cpu_overlap;
+      if (gpu_part > 0) {
+        const TaskId h2d = copy(TaskKind::CopyH2D, share(gpu_part) * 4, d2h);
+        dep(last_grad_h2d_, h2d);
+        last_grad_h2d_ = h2d;
+      }
+    } else if (cpu_overlap > 0) {
+      // ZeRO-1/2 offload: the CPU part's gradients cast to fp32 on the GPU (copy_ converts on
+      // the source device) and copied into the pinned fp32 host buffer (4 B/elem).
+      const TaskId d2h = copy(TaskKind::CopyD2H, share(cpu_overlap) * 4, done);
+      dep(last_d2h_, d2h);
+      last_d2h_ = d2h;
+    }
+    ++bucket_index_;
+    bucket_hi_ = bucket_lo_;
+  }
+
+  /// Bucket buffers (CommBuffers) and the offload fp32 staging buffer (OffloadBuffers) live
+  /// from the first backward to the last reduction / device->host copy.
+  void alloc_bucket_buffers(TaskId task) {
+    const std::int64_t elems = bucket_elements(sc_, coords_.pp_stage);
+    bucket_buffer_bytes_ = zstage_ >= 2 ? bucket_buffers(sc_) * elems * precision_bytes(p_.precision) : 0;
+    // Offload staging on the GPU: stage 1/2 cast one bucket's share to fp32 before the copy;
+    // stage 3 copies the reduce-scatter output (fp16) of one bucket.
+    const bool z3_offload = zstage_ >= 3 && sc_.zero.offload_optimizer.enabled;
+    staging_bytes_ = z3_offload ? precision_bytes(p_.precision) * ((elems + dp_ - 1) / dp_)
+                     : effective_offload_ratio(sc_) > 0 ? 4 * ((elems + dp_ - 1) / dp_)
+                                                        : 0;
+    if (bucket_buffer_bytes_ > 0) g_.add_memory_effect(task, {bucket_buffer_bytes_, MemCategory::CommBuffers});
+    if (staging_bytes_ > 0) g_.add_memory_effect(task, {staging_bytes_, MemCategory::OffloadBuffers});
+  }
 };
 
 }  // namespace
@@ -549,6 +877,19 @@ bool should_fold(const Scenario& scenario) {
 
 ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& system,
                                    const BuildOptions& options) {
+  const auto& off = scenario.zero.offload_optimizer;
+  if (off.ratio_auto && !off.ratio_resolved) {  // `ratio: auto` the caller did not resolve
+    Scenario resolved = scenario;
+    const CalibrationProfile profile =
+        options.calibration ? *options.calibration : default_calibration(system.gpu.name);
+    resolve_offload_ratio(resolved, system, profile);
+    BuildOptions opt = options;
+    opt.calibration = &profile;
+    return build_schedule_graph(resolved, system, opt);
+  }
+  if (effective_offload_ratio(scenario) > 0)
+    check_host_memory(scenario, system,
+                      options.calibration ? *options.calibration : default_calibration(system.gpu.name));
   Builder builder(scenario, system, options);
   return builder.build();
 }

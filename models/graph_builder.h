@@ -13,6 +13,9 @@ struct BuildOptions {
   /// Build only one representative rank per pipeline stage (tensor rank 0, data rank 0); the
   /// other ranks of its TP group and DP replicas are provably identical to it.
   bool fold = false;
+  /// Calibration profile for the memory model's framework overhead and NCCL buffer sizes;
+  /// null: the shipped default for the system's GPU (default_calibration).
+  const CalibrationProfile* calibration = nullptr;
 };
 
 /// Whether `scenario.simulation.fold` (auto: graphs above ~2M tasks) asks for folding.

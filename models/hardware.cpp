@@ -118,6 +118,19 @@ const std::map<std::string, SystemSpec>& catalog() {
     m.emplace("dgx-a100-80gb",
               dgx_a100("dgx-a100-80gb", a100(80 * kGiB, 2039e9, "A100-SXM4-80GB"), 2 * kTiB));
     m.emplace("dgx-h100", dgx_h100());
+    // `local`: this machine's own device (the CPU through LibTorch, or one local GPU) as one
+    // GPU-equivalent node without network. No datasheet figures: its numbers come from a
+    // measured calibration profile (models/local_device.h local_system fills them in; until
+    // then they are 0 and CostModel refuses them).
+    SystemSpec local;
+    local.name = "local";
+    local.gpu.name = "local";
+    local.gpus_per_node = 1;
+    local.nics_per_node = 1;
+    local.gpus_per_pcie_switch = 1;
+    local.cpu_sockets = 1;
+    local.fat_tree_levels = 1;
+    m.emplace("local", local);
     return m;
   }();
   return systems;

@@ -51,14 +51,20 @@ LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc) {
   const std::int64_t t = sc.parallel.tensor_model_parallel_size;
   const bool sp = sc.parallel.sequence_parallel;
   const std::int64_t sbh = s * b * h;
-  // Korthikanti et al. Sec. 4.1-4.2: the 5sbh per block outside the TP region is split by t
-  // only with sequence parallelism.
-  const std::int64_t replicated = sp ? 5 * sbh / t : 5 * sbh;
+  // Korthikanti et al. count 2-byte activations (e) and 1-byte dropout masks (mk); written with
+  // e and mk so that fp32 (e = 4, mk = 4, see dropout_mask_bytes) follows the same terms:
+  // per block outside the TP region (2e + mk) sbh = 5sbh (LayerNorm input, GEMM input, mask),
+  // split by t only with sequence parallelism (Sec. 4.1-4.2); attention TP region 4e sbh / t =
+  // 8sbh/t (Q, K, V, projection input); scores (2e + mk) a s^2 b / t = 5as^2b/t (softmax
+  // output, dropout mask, dropout output); MLP TP region 8e sbh / t = 16sbh/t.
+  const std::int64_t e = precision_bytes(sc.parallel.precision);
+  const std::int64_t mk = dropout_mask_bytes(sc.parallel.precision);
+  const std::int64_t replicated = sp ? (2 * e + mk) * sbh / t : (2 * e + mk) * sbh;
   LayerActivationBytes out;
   const bool selective = sc.parallel.recompute_granularity == Recompute::Selective;
-  const std::int64_t scores = selective ? 0 : 5 * a * s * s * b / t;
-  out.attn = replicated + 8 * sbh / t + scores;
-  out.mlp = replicated + 16 * sbh / t;
+  const std::int64_t scores = selective ? 0 : (2 * e + mk) * a * s * s * b / t;
+  out.attn = replicated + 4 * e * sbh / t + scores;
+  out.mlp = replicated + 8 * e * sbh / t;
   return out;
 }
 
@@ -66,10 +72,11 @@ LayerActivationBytes layer_activation_bytes(const Scenario& sc) {
   if (sc.parallel.recompute_granularity == Recompute::Full) {
     const std::int64_t sbh =
         sc.model.seq_length * sc.parallel.micro_batch_size * sc.model.hidden_size;
-    // Only the layer input (2sbh, split by t with sequence parallelism) is stashed.
+    // Only the layer input (e sbh = 2sbh, split by t with sequence parallelism) is stashed.
+    const std::int64_t e = precision_bytes(sc.parallel.precision);
     LayerActivationBytes out;
-    out.attn = sc.parallel.sequence_parallel ? 2 * sbh / sc.parallel.tensor_model_parallel_size
-                                             : 2 * sbh;
+    out.attn = sc.parallel.sequence_parallel ? e * sbh / sc.parallel.tensor_model_parallel_size
+                                             : e * sbh;
     out.mlp = 0;
     return out;
   }

@@ -49,8 +49,14 @@ LayerActivationBytes layer_activation_bytes(const Scenario& sc);
 /// materializes again for one layer).
 LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc);
 
-/// Bytes per element of the training precision (fp16 / bf16: 2).
-inline std::int64_t precision_bytes(Precision) { return 2; }
+/// Bytes per element of the training precision (fp16 / bf16: 2, fp32: 4).
+inline std::int64_t precision_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
+/// Bytes per element of a dropout mask kept for the backward. fp16 / bf16 (Megatron on CUDA):
+/// 1, the bool mask of at::native_dropout (Korthikanti et al.'s "sbh" mask terms). fp32 (the
+/// LibTorch CPU replay): 4, because at::dropout on a CPU tensor takes the unfused path
+/// (ATen/native/Dropout.cpp, is_fused_kernel_acceptable needs CUDA) that multiplies by a noise
+/// tensor of the input's dtype and keeps that tensor for the backward.
+inline std::int64_t dropout_mask_bytes(Precision p) { return p == Precision::FP32 ? 4 : 1; }
 
 /// Bytes per parameter of model state on the GPU, per category, for ZeRO `stage` over `dp`:
 /// parameters 2 (/dp at stage 3), gradients 2 (/dp at stage >= 2), optimizer 12 (/dp at

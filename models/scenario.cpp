@@ -51,6 +51,7 @@ const std::vector<std::string>& leaf_paths() {
       "deepspeed.zero_optimization.allgather_bucket_size",
       "deepspeed.zero_optimization.overlap_comm",
       "deepspeed.zero_optimization.stage3_prefetch_bucket_size",
+      "deepspeed.zero_optimization.sub_group_size",
       "deepspeed.zero_optimization.offload_optimizer.device",
       "deepspeed.zero_optimization.offload_optimizer.pin_memory",
       "deepspeed.zero_optimization.offload_optimizer.ratio",
@@ -400,8 +401,8 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   if (auto g = r.get_enum("parallel.recompute_granularity", {"full", "selective"}))
     p.recompute_granularity = *g == 0 ? Recompute::Full : Recompute::Selective;
   p.sequence_parallel = r.get_bool("parallel.sequence_parallel").value_or(false);
-  if (auto pr = r.get_enum("parallel.precision", {"fp16", "bf16"}))
-    p.precision = *pr == 0 ? Precision::FP16 : Precision::BF16;
+  if (auto pr = r.get_enum("parallel.precision", {"fp16", "bf16", "fp32"}))
+    p.precision = *pr == 0 ? Precision::FP16 : *pr == 1 ? Precision::BF16 : Precision::FP32;
   p.overlap_grad_reduce = r.get_bool("parallel.overlap_grad_reduce").value_or(false);
   p.scatter_gather_tensors_in_pipeline =
       r.get_bool("parallel.scatter_gather_tensors_in_pipeline").value_or(true);
@@ -434,6 +435,7 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   z.overlap_comm = r.get_bool(zp + "overlap_comm").value_or(z.overlap_comm);
   z.stage3_prefetch_bucket_size = r.get_int(zp + "stage3_prefetch_bucket_size", 1, false, true)
                                       .value_or(z.stage3_prefetch_bucket_size);
+  z.sub_group_size = r.get_int(zp + "sub_group_size", 1, false, true).value_or(z.sub_group_size);
   const std::string op = zp + "offload_optimizer.";
   if (auto dev = r.get_enum(op + "device", {"cpu", "none"})) z.offload_optimizer.enabled = *dev == 0;
   z.offload_optimizer.pin_memory = r.get_bool(op + "pin_memory").value_or(true);
@@ -519,6 +521,7 @@ void validate_scenario(Scenario& s) {
       {"deepspeed.zero_optimization.allgather_bucket_size", s.zero.allgather_bucket_size},
       {"deepspeed.zero_optimization.stage3_prefetch_bucket_size",
        s.zero.stage3_prefetch_bucket_size},
+      {"deepspeed.zero_optimization.sub_group_size", s.zero.sub_group_size},
       {"cluster.nodes", s.cluster.nodes}};
   for (const auto& [field, value] : positive)
     if (value <= 0) fail(kv(field, value) + " must be positive");
@@ -630,6 +633,14 @@ void validate_scenario(Scenario& s) {
     fail("deepspeed.zero_optimization.offload_optimizer.ratio (" + r.str() +
          ") must be within [0, 1]");
   }
+  if (z.offload_optimizer.enabled && z.stage < 3 &&
+      (z.offload_optimizer.ratio_auto || z.offload_optimizer.ratio < 1)) {
+    std::ostringstream r;
+    if (z.offload_optimizer.ratio_auto) r << "auto"; else r << z.offload_optimizer.ratio;
+    fail("deepspeed.zero_optimization.offload_optimizer.ratio (" + r.str() + ") with " + st +
+         ": DeepSpeed supports partial offload (Twin-Flow, ratio < 1) only with ZeRO stage 3 "
+         "(zero/config.py offload_ratio_check); use stage 3 or ratio 1.0");
+  }
   if (pp > 1 && z.stage >= 2)
     fail(st + " with " + pps +
          ": DeepSpeed does not support ZeRO stage 2 or 3 with pipeline parallelism "
@@ -640,6 +651,7 @@ const char* to_string(Precision p) {
   switch (p) {
     case Precision::FP16: return "fp16";
     case Precision::BF16: return "bf16";
+    case Precision::FP32: return "fp32";
   }
   throw std::logic_error("to_string: Precision out of range");
 }

@@ -22,7 +22,10 @@ class InputError : public std::runtime_error {
   explicit InputError(const std::string& message) : std::runtime_error(message) {}
 };
 
-enum class Precision : std::uint8_t { FP16, BF16 };
+/// FP32: plain fp32 training (4-byte parameters, gradients and activations; fp32 master copy
+/// and Adam moments as with mixed precision): the LibTorch CPU replay's precision
+/// (hw_backend/replay.h ReplayOptions::cpu_dtype), used to validate against it.
+enum class Precision : std::uint8_t { FP16, BF16, FP32 };
 enum class Recompute : std::uint8_t { None, Selective, Full };
 /// GPipe (all forwards, then all backwards), Megatron's 1F1B (PipeDream-Flush) and the
 /// interleaved 1F1B of Narayanan et al. SC'21 (chosen when virtual stages are set).
@@ -76,6 +79,9 @@ struct OffloadOptimizerConfig {
   bool pin_memory = true;
   double ratio = 1.0;        ///< Twin-Flow: fraction of parameters updated by CPU Adam
   bool ratio_auto = false;   ///< `ratio: auto`: smallest ratio whose GPU peak fits
+  /// Set by resolve_offload_ratio (models/zero_offload.h) once `ratio` holds the chosen value
+  /// for `ratio: auto`.
+  bool ratio_resolved = false;
 };
 
 /// deepspeed.zero_optimization
@@ -85,6 +91,9 @@ struct ZeroConfig {
   std::int64_t allgather_bucket_size = 500'000'000;  ///< elements
   bool overlap_comm = true;
   std::int64_t stage3_prefetch_bucket_size = 50'000'000;  ///< elements
+  /// Elements per optimizer sub-group (DeepSpeed default 1e9): the CPU step and the host->device
+  /// copy of updated parameters proceed one sub-group at a time.
+  std::int64_t sub_group_size = 1'000'000'000;
   OffloadOptimizerConfig offload_optimizer;
 };
 

@@ -174,6 +174,13 @@ json make_summary(const ScheduleGraph& graph, const ExecutionRecord& record,
   s["host_peak_memory_by_category"] = memvector_json(memory.host(host_peak_node).peak_by_category);
   s["host_memory_capacity_bytes"] = host_capacity;
   s["host_oom"] = host_peak > host_capacity;
+  // ZeRO / offload (models/zero_offload.h): the ratio in effect, and whether `auto` chose it.
+  s["zero_stage"] = scenario.zero.stage;
+  s["offload_optimizer"] = scenario.zero.offload_optimizer.enabled;
+  if (scenario.zero.offload_optimizer.enabled) {
+    s["offload_ratio"] = scenario.zero.offload_optimizer.ratio;
+    s["offload_ratio_auto"] = scenario.zero.offload_optimizer.ratio_auto;
+  }
 
   // ---- breakdown: average over ranks (every simulated rank stands for fold_factor ranks,
   // so the average over simulated ranks is the average over all world ranks)

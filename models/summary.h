@@ -21,6 +21,8 @@
 //                             kMaxListedOomRanks world ranks), oom_ranks_total,
 //                             oom_capacity_bytes, oom_peak_bytes, oom_excess_bytes (peak -
 //                             capacity), oom_dominant_category (largest category at that peak)
+//   zero_stage, offload_optimizer; with offload also offload_ratio (in effect) and
+//                             offload_ratio_auto (true when `ratio: auto` chose it)
 //   breakdown_s               {compute, optimizer, offload, tp_comm, pp_comm, dp_comm,
 //                             pipeline_bubble}: per rank, each instant of the iteration counts
 //                             for the highest-priority active category (activity.h), idle time

@@ -254,7 +254,7 @@ TEST_F(ScenarioFiles, ExplicitValuesAreRead) {
   text = replace(text, "    stage: 0\n",
                  "    stage: 1\n    reduce_bucket_size: 5e8\n    allgather_bucket_size: 200000000\n"
                  "    overlap_comm: false\n    stage3_prefetch_bucket_size: 1000\n"
-                 "    offload_optimizer: {device: cpu, pin_memory: false, ratio: 0.25}\n");
+                 "    offload_optimizer: {device: cpu, pin_memory: false, ratio: 1.0}\n");
   text += "  gpus_per_node: 4\nsimulation:\n  fold: false\n";
   const Scenario s = load_scenario(write(text));
   EXPECT_EQ(s.model.ffn_hidden_size, 512);
@@ -274,7 +274,8 @@ TEST_F(ScenarioFiles, ExplicitValuesAreRead) {
   EXPECT_EQ(s.zero.stage3_prefetch_bucket_size, 1000);
   EXPECT_TRUE(s.zero.offload_optimizer.enabled);
   EXPECT_FALSE(s.zero.offload_optimizer.pin_memory);
-  EXPECT_DOUBLE_EQ(s.zero.offload_optimizer.ratio, 0.25);
+  // (ratio < 1 needs ZeRO stage 3: tests/models/test_memory.cpp)
+  EXPECT_DOUBLE_EQ(s.zero.offload_optimizer.ratio, 1.0);
   EXPECT_FALSE(s.zero.offload_optimizer.ratio_auto);
   EXPECT_EQ(s.cluster.gpus_per_node, 4);
   EXPECT_EQ(s.parallel.data_parallel_size, 1);
@@ -288,7 +289,7 @@ TEST_F(ScenarioFiles, OverridesAreAppliedAndTyped) {
       path, {{"parallel.micro_batch_size", "4"},
              {"deepspeed.zero_optimization.stage", "1"},
              {"deepspeed.zero_optimization.offload_optimizer.device", "cpu"},
-             {"deepspeed.zero_optimization.offload_optimizer.ratio", "0.4"},
+             {"deepspeed.zero_optimization.offload_optimizer.ratio", "1"},
              {"parallel.recompute_granularity", "full"},
              {"simulation.fold", "true"},
              {"name", "renamed"}});
@@ -296,7 +297,7 @@ TEST_F(ScenarioFiles, OverridesAreAppliedAndTyped) {
   EXPECT_EQ(s.parallel.num_microbatches, 16 / (4 * 2));
   EXPECT_EQ(s.zero.stage, 1);
   EXPECT_TRUE(s.zero.offload_optimizer.enabled);
-  EXPECT_DOUBLE_EQ(s.zero.offload_optimizer.ratio, 0.4);
+  EXPECT_DOUBLE_EQ(s.zero.offload_optimizer.ratio, 1.0);
   EXPECT_EQ(s.parallel.recompute_granularity, trainsim::Recompute::Full);
   EXPECT_EQ(s.simulation.fold, trainsim::SimulationConfig::Fold::On);
   EXPECT_EQ(s.name, "renamed");
@@ -304,10 +305,11 @@ TEST_F(ScenarioFiles, OverridesAreAppliedAndTyped) {
   // A section the file does not have is created; `auto` ratio.
   const std::string no_ds = replace(kBase, "deepspeed:\n  zero_optimization:\n    stage: 0\n", "");
   const Scenario t = load_scenario(
-      write(no_ds, "no_ds"), {{"deepspeed.zero_optimization.stage", "1"},
+      write(no_ds, "no_ds"), {{"deepspeed.zero_optimization.stage", "3"},
+                              {"parallel.pipeline_model_parallel_size", "1"},
                               {"deepspeed.zero_optimization.offload_optimizer.device", "cpu"},
                               {"deepspeed.zero_optimization.offload_optimizer.ratio", "auto"}});
-  EXPECT_EQ(t.zero.stage, 1);
+  EXPECT_EQ(t.zero.stage, 3);
   EXPECT_TRUE(t.zero.offload_optimizer.ratio_auto);
 
   // null removes a value: back to the plain 1F1B schedule.
@@ -395,8 +397,8 @@ TEST_F(ScenarioFiles, WrongTypes) {
       {"  num_layers: 4\n", "  num_layers: [4]\n", {":3:", "model.num_layers", "single value"}},
       {"  global_batch_size: 16\n", "  global_batch_size: 16\n  sequence_parallel: maybe\n",
        {":13:", "parallel.sequence_parallel", "'maybe'", "boolean"}},
-      {"  global_batch_size: 16\n", "  global_batch_size: 16\n  precision: fp32\n",
-       {":13:", "parallel.precision", "'fp32'", "fp16, bf16"}},
+      {"  global_batch_size: 16\n", "  global_batch_size: 16\n  precision: fp8\n",
+       {":13:", "parallel.precision", "'fp8'", "fp16, bf16, fp32"}},
       {"  global_batch_size: 16\n", "  global_batch_size: 16\n  recompute_granularity: some\n",
        {":13:", "parallel.recompute_granularity", "'some'"}},
       {"  global_batch_size: 16\n", "  global_batch_size: 16\n  pipeline_schedule: zigzag\n",

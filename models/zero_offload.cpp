@@ -1,0 +1,207 @@
+#include "models/zero_offload.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include "models/graph_builder.h"
+#include "models/memory_model.h"
+
+namespace trainsim {
+
+double effective_offload_ratio(const Scenario& sc) {
+  const auto& o = sc.zero.offload_optimizer;
+  if (!o.enabled || sc.zero.stage < 1) return 0.0;
+  return o.ratio;
+}
+
+std::int64_t owned_params(const Scenario& sc, std::int64_t pp_stage) {
+  const std::int64_t p = params_per_rank(sc, pp_stage);
+  const std::int64_t dp = sc.parallel.data_parallel_size;
+  return sc.zero.stage >= 1 ? (p + dp - 1) / dp : p;
+}
+
+std::int64_t cpu_stepped_params(const Scenario& sc, std::int64_t pp_stage) {
+  // DeepSpeed assigns whole sub-groups (int(ratio * n_subgroups)); trainsim splits the
+  // partition continuously (the limit of small sub_group_size).
+  return static_cast<std::int64_t>(
+      std::floor(effective_offload_ratio(sc) * double(owned_params(sc, pp_stage))));
+}
+
+std::int64_t gpu_stepped_params(const Scenario& sc, std::int64_t pp_stage) {
+  return owned_params(sc, pp_stage) - cpu_stepped_params(sc, pp_stage);
+}
+
+std::int64_t grad_element_bytes(const Scenario& sc) {
+  if (sc.parallel.precision == Precision::FP32) return 4;  // fp32 training: fp32 gradients
+  return sc.zero.stage == 0 && sc.parallel.precision == Precision::BF16
+             ? 4
+             : precision_bytes(sc.parallel.precision);
+}
+
+std::int64_t zero3_prefetch_layers(const Scenario& sc) {
+  const std::int64_t layer = layer_params_per_rank(sc.model, sc.parallel.tensor_model_parallel_size);
+  return std::max<std::int64_t>(1, (sc.zero.stage3_prefetch_bucket_size + layer - 1) / layer);
+}
+
+std::int64_t bucket_elements(const Scenario& sc, std::int64_t pp_stage) {
+  if (sc.zero.stage == 0) return 0;
+  return std::min(sc.zero.reduce_bucket_size, params_per_rank(sc, pp_stage));
+}
+
+int bucket_buffers(const Scenario& sc) {
+  return sc.zero.stage >= 2 && sc.zero.overlap_comm ? 2 : 1;
+}
+
+int communicators_of_rank(const Scenario& sc, std::int64_t pp_stage) {
+  const auto& p = sc.parallel;
+  int n = 0;
+  if (p.tensor_model_parallel_size > 1) ++n;
+  if (p.data_parallel_size > 1) ++n;
+  if (p.pipeline_model_parallel_size > 1) {
+    // NCCL p2p: one communicator per neighbour pair (previous and next stage).
+    n += (pp_stage > 0) + (pp_stage < p.pipeline_model_parallel_size - 1);
+    if (p.virtual_pipeline_size > 1 && p.pipeline_model_parallel_size > 2 &&
+        (pp_stage == 0 || pp_stage == p.pipeline_model_parallel_size - 1))
+      ++n;  // interleaved: the first and last stage also talk to each other (a new pair if pp > 2)
+    if (!sc.model.untie_embeddings_and_output_weights &&
+        (pp_stage == 0 || pp_stage == p.pipeline_model_parallel_size - 1))
+      ++n;  // tied embedding gradients
+  }
+  return n;
+}
+
+RankStateBytes rank_state_bytes(const Scenario& sc, const CalibrationProfile& profile,
+                                std::int64_t pp_stage) {
+  const std::int64_t params = params_per_rank(sc, pp_stage);
+  const std::int64_t owned = owned_params(sc, pp_stage);
+  const std::int64_t cpu = cpu_stepped_params(sc, pp_stage);
+  const std::int64_t gpu = owned - cpu;
+  const std::int64_t e = precision_bytes(sc.parallel.precision);
+  const int stage = sc.zero.stage;
+  RankStateBytes out;
+  auto& g = out.gpu;
+  g[int(MemCategory::Parameters)] = (stage >= 3 ? owned : params) * e;
+  if (stage == 0)
+    g[int(MemCategory::Gradients)] = params * grad_element_bytes(sc);
+  else if (stage == 1)
+    g[int(MemCategory::Gradients)] = params * e;  // full model .grad, reduced at the boundary
+  else if (stage == 2)
+    // Stage 2 keeps the reduced partition on the GPU only for the GPU-stepped part; with
+    // offload the CPU part is accumulated in the host fp32 buffer instead.
+    g[int(MemCategory::Gradients)] = gpu * e;
+  else if (!sc.zero.offload_optimizer.enabled)
+    g[int(MemCategory::Gradients)] = owned * e;  // stage 3: grad partition flat buffer
+  else
+    // Stage 3 with offload (DeepSpeed stage3.py initialize_optimizer_states): every sub-group
+    // gets a persistent fp32 gradient buffer on its own device; the fp16 partition buffer is
+    // pinned host memory.
+    g[int(MemCategory::Gradients)] = gpu * 4;
+  g[int(MemCategory::OptimizerStates)] = (stage == 0 ? params : gpu) * 12;
+  g[int(MemCategory::CommBuffers)] = static_cast<std::int64_t>(
+      communicators_of_rank(sc, pp_stage) * profile.nccl_buffer_bytes_per_communicator);
+  g[int(MemCategory::Framework)] = static_cast<std::int64_t>(profile.framework_overhead_bytes);
+  // Host: fp32 master/momentum/variance (12 B) and the fp32 gradient buffer (4 B, pinned) of
+  // the CPU-stepped part.
+  out.host[int(MemCategory::OptimizerStates)] = cpu * 12;
+  out.host[int(MemCategory::OffloadBuffers)] =
+      cpu * 4 + (stage >= 3 && sc.zero.offload_optimizer.enabled ? owned * e : 0);
+  return out;
+}
+
+double host_bytes_per_node(const Scenario& sc, const SystemSpec& system,
+                           const CalibrationProfile& profile) {
+  (void)system;
+  const auto& p = sc.parallel;
+  const std::int64_t gpn = sc.cluster.gpus_per_node;
+  // The ranks of node 0 .. : rank = stage * (dp * tp) + ...; take the node needing the most.
+  double worst = 0;
+  const std::int64_t world = sc.world_size();
+  for (std::int64_t node = 0; node * gpn < world; ++node) {
+    double bytes = 0;
+    for (std::int64_t r = node * gpn; r < std::min(world, (node + 1) * gpn); ++r) {
+      const std::int64_t stage = r / (p.data_parallel_size * p.tensor_model_parallel_size);
+      const auto st = rank_state_bytes(sc, profile, stage);
+      for (std::int64_t v : st.host) bytes += double(v);
+    }
+    worst = std::max(worst, bytes);
+    if (p.pipeline_model_parallel_size == 1) break;  // all nodes alike
+  }
+  return worst;
+}
+
+void check_host_memory(const Scenario& sc, const SystemSpec& system,
+                       const CalibrationProfile& profile) {
+  if (effective_offload_ratio(sc) <= 0) return;
+  const double need = host_bytes_per_node(sc, system, profile);
+  if (need > system.host_memory_bytes) {
+    std::ostringstream os;
+    os.precision(4);
+    os << sc.source_path << ": deepspeed.zero_optimization.offload_optimizer.ratio ("
+       << sc.zero.offload_optimizer.ratio << (sc.zero.offload_optimizer.ratio_auto ? ", auto" : "")
+       << ") puts " << need / 1e9 << " GB of optimizer states and pinned gradient buffers in the "
+       << "host memory of one node, but cluster.system (" << system.name << ") has "
+       << system.host_memory_bytes / 1e9
+       << " GB per node; lower the ratio, use more nodes or a higher ZeRO stage";
+    throw InputError(os.str());
+  }
+}
+
+std::int64_t program_order_peak_gpu_bytes(const ScheduleGraph& graph) {
+  std::int64_t peak = 0;
+  const auto& ranks = graph.simulated_ranks();
+  for (std::size_t ri = 0; ri < ranks.size(); ++ri) {
+    std::int64_t cur = 0;
+    if (ri < graph.initial_gpu_memory.size())
+      for (std::int64_t v : graph.initial_gpu_memory[ri]) cur += v;
+    peak = std::max(peak, cur);
+    for (TaskId id : graph.tasks_of_rank(ranks[ri])) {
+      // Start effects, then end effects; allocations before releases within each (the order
+      // memory_timeline.cpp uses for effects at one instant).
+      for (int at_end = 0; at_end < 2; ++at_end) {
+        for (int pass = 0; pass < 2; ++pass)
+          for (const MemEffect* e = graph.effects_begin(id); e != graph.effects_end(id); ++e) {
+            if (e->on_host || e->at_end != bool(at_end)) continue;
+            if ((pass == 0) != (e->bytes > 0)) continue;
+            cur += e->bytes;
+            peak = std::max(peak, cur);
+          }
+      }
+    }
+  }
+  return peak;
+}
+
+double resolve_offload_ratio(Scenario& sc, const SystemSpec& system,
+                             const CalibrationProfile& profile) {
+  auto& o = sc.zero.offload_optimizer;
+  if (!o.ratio_auto || o.ratio_resolved) return o.ratio;
+  const double capacity = system.gpu.hbm_bytes;
+  BuildOptions opt;
+  opt.fold = should_fold(sc);
+  opt.calibration = &profile;
+  auto fits = [&](int percent) {
+    Scenario trial = sc;
+    trial.zero.offload_optimizer.ratio = percent / 100.0;
+    trial.zero.offload_optimizer.ratio_resolved = true;
+    const ScheduleGraph g = build_schedule_graph(trial, system, opt);
+    return double(program_order_peak_gpu_bytes(g)) <= capacity;
+  };
+  int chosen = 100;
+  if (fits(0)) {
+    chosen = 0;
+  } else if (fits(100)) {
+    int lo = 0, hi = 100;  // fits(lo) false, fits(hi) true
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      (fits(mid) ? hi : lo) = mid;
+    }
+    chosen = hi;
+  }
+  o.ratio = chosen / 100.0;
+  o.ratio_resolved = true;
+  return o.ratio;
+}
+
+}  // namespace trainsim
