@@ -12,9 +12,11 @@
 #include "apps/verbs.h"
 #include "models/activity.h"
 #include "models/calibration.h"
+#include "models/zero_offload.h"
 #include "models/cost_model.h"
 #include "models/graph_builder.h"
 #include "models/hardware.h"
+#include "models/local_device.h"
 #include "models/memory_timeline.h"
 #include "models/scenario.h"
 #include "models/summary.h"
@@ -27,8 +29,9 @@ namespace trainsim::cli {
 
 namespace {
 
-/// Graphs above this many tasks report progress on stderr even when it is not a terminal.
-constexpr std::size_t kLongRunTasks = 1'000'000;
+/// Graphs above this many tasks report progress on stderr even when it is not a terminal:
+/// at the ~100k tasks/s measured by bench_sim_scale on 2 cores, that is runs of a few seconds.
+constexpr std::size_t kLongRunTasks = 300'000;
 
 /// Opens an output file before the (possibly long) run, so a bad path fails at once.
 std::unique_ptr<std::ofstream> open_output(const std::string& path, const char* flag) {
@@ -69,7 +72,11 @@ int simulate_main(const SimulateArgs& args) {
   };
   Scenario sc = load_scenario(args.scenario, args.overrides);
   if (!args.trace_ranks.empty()) parse_rank_list(args.trace_ranks, sc.world_size());  // early check
-  const SystemSpec& system = find_system(sc.cluster.system);
+  const bool local = sc.cluster.system == kLocalSystemName;
+  if (local && args.calibration.empty())
+    throw InputError(args.scenario + ": cluster.system 'local' (this machine's device) needs a "
+                     "measured profile: pass --calibration PROFILE.json from `trainsim calibrate`");
+  SystemSpec system = find_system(sc.cluster.system);
 
   CalibrationProfile profile;
   std::string calibration_source;
@@ -79,12 +86,18 @@ int simulate_main(const SimulateArgs& args) {
   } else {
     profile = load_calibration(args.calibration);
     calibration_source = args.calibration + " (" + profile.device + ", " + profile.source + ")";
-    if (profile.device != system.gpu.name)
+    if (local)
+      system = local_system(profile, args.calibration);
+    else if (profile.device != system.gpu.name)
       std::cerr << "trainsim: warning: --calibration '" << args.calibration
                 << "' is a profile for " << profile.device << ", but system " << system.name
                 << " has " << system.gpu.name << " GPUs\n";
   }
-  const CostModel cost(system, profile);
+  // The host CPU and memory of a node are shared by the GPUs the scenario uses on it
+  // (cluster.gpus_per_node may be fewer than the system has): CPU Adam's share follows that.
+  SystemSpec cost_system = system;
+  if (sc.cluster.gpus_per_node > 0) cost_system.gpus_per_node = int(sc.cluster.gpus_per_node);
+  const CostModel cost(cost_system, profile);
 
   auto json_file = open_output(args.json, "--json");
   auto trace_file = open_output(args.trace, "--trace");
@@ -92,6 +105,13 @@ int simulate_main(const SimulateArgs& args) {
 
   BuildOptions build;
   build.fold = should_fold(sc);
+  build.calibration = &profile;  // the memory model's framework and NCCL buffer figures
+  // `offload_optimizer.ratio: auto`: choose the ratio now so the summary reports it
+  // (models/zero_offload.h).
+  if (sc.zero.offload_optimizer.ratio_auto) {
+    say("choosing the offload ratio (ratio: auto)");
+    resolve_offload_ratio(sc, system, profile);
+  }
   say("building the schedule graph of " + sc.name + (build.fold ? " (folded)" : ""));
   const ScheduleGraph graph = build_schedule_graph(sc, system, build);
   const TraceSelection selection = select_trace_ranks(graph, sc.parallel, args.trace_ranks);

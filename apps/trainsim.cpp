@@ -69,6 +69,10 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember(devices));
   replay->add_option("--rank", rep.rank, "world rank to replay (default 0)")
       ->check(CLI::NonNegativeNumber);
+  replay->add_option("--nprocs", rep.nprocs,
+                     "processes, one per GPU, replaying ranks 0..N-1 with NCCL (default 1; "
+                     "under torchrun/srun their WORLD_SIZE)")
+      ->check(CLI::PositiveNumber);
   replay->add_option("--trace", rep.trace, "write the measured Chrome/Perfetto trace JSON");
   replay->add_option("--json", rep.json, "write the measured summary JSON");
 
@@ -81,12 +85,20 @@ int run(int argc, char** argv) {
   validate->add_option("--calibration", val.calibration, "calibration profile JSON");
   validate->add_option("--json", val.json, "write the comparison JSON");
   validate->add_option("--report", val.report, "write an HTML report");
+  validate->add_option("--repeat", val.repeat,
+                       "measured replays after a warm-up; the fastest is compared (default 3)")
+      ->check(CLI::PositiveNumber);
 
   CalibrateArgs cal;
   CLI::App* calibrate =
       app.add_subcommand("calibrate", "measure a calibration profile on this machine");
   calibrate->add_option("--device", cal.device, "cuda or cpu")->check(CLI::IsMember(devices));
   calibrate->add_option("--out", cal.out, "write the profile JSON (default: stdout)");
+  calibrate->add_flag("--quick", cal.quick, "smaller microbenchmark grids (a few seconds)");
+  calibrate->add_option("--from-trace", cal.from_trace,
+                        "fit --base from a PyTorch profiler (Kineto) trace instead of running "
+                        "microbenchmarks");
+  calibrate->add_option("--base", cal.base, "the profile --from-trace refines");
 
   try {
     app.parse(argc, argv);

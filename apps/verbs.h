@@ -36,13 +36,16 @@ struct SimulateArgs {
   std::string memory_csv;   ///< CSV memory timeline output file (extension); empty: none
 };
 
-/// trainsim replay SCENARIO.yaml [--set k=v]... [--device cuda|cpu] [--rank N]
+/// trainsim replay SCENARIO.yaml [--set k=v]... [--device cuda|cpu] [--rank N] [--nprocs N]
 ///   [--trace out.json] [--json summary.json]
 struct ReplayArgs {
   std::string scenario;
   Overrides overrides;
   std::string device;  ///< "cuda" or "cpu"; empty: cuda when a GPU is usable, else cpu
   std::int64_t rank = 0;
+  /// Processes, one per GPU, replaying ranks 0..nprocs-1 with NCCL (hw_backend/launch.h);
+  /// 0: one process, or the WORLD_SIZE of a launcher (torchrun, srun).
+  std::int64_t nprocs = 0;
   std::string trace;
   std::string json;
 };
@@ -56,12 +59,21 @@ struct ValidateArgs {
   std::string calibration;
   std::string json;
   std::string report;
+  /// Measured replays after one warm-up replay; the fastest is compared (others' load on the
+  /// machine only ever slows a run down).
+  int repeat = 3;
 };
 
-/// trainsim calibrate [--device cuda|cpu] [--out profile.json]
+/// trainsim calibrate [--device cuda|cpu] [--out profile.json] [--quick]
+///   [--from-trace kineto.json --base profile.json]
 struct CalibrateArgs {
   std::string device;
   std::string out;  ///< empty: print the profile JSON on stdout
+  bool quick = false;      ///< smaller microbenchmark grids (tests)
+  /// Instead of microbenchmarks: fit `base` from the operators of a PyTorch profiler trace
+  /// (validation/fit.h fit_from_operator_samples).
+  std::string from_trace;
+  std::string base;
 };
 
 int simulate_main(const SimulateArgs& args);

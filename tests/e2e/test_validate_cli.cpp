@@ -1,0 +1,96 @@
+// `trainsim calibrate` then `trainsim validate` on the CPU, end to end, on a freshly measured
+// run (the acceptance test): the profile loads, `simulate` accepts it for the `local`
+// system, and the simulated iteration time is within 10% and the peak memory within 5% of the
+// replay's measurement.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/calibration.h"
+
+namespace {
+
+const std::string kScenario =
+    std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/small/gpt-cpu_tp1_pp1_dp1.yaml";
+const std::string kOut = std::string(TRAINSIM_BINARY_DIR) + "/e2e_validate_cli";
+
+int run(const std::string& args, const std::string& log) {
+  const std::string cmd = std::string(TRAINSIM_CLI) + " " + args + " > " + log + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST(ValidateCli, CalibrateThenValidateOnTheCpu) {
+  std::system(("mkdir -p " + kOut).c_str());
+  const std::string profile = kOut + "/cpu_profile.json";
+  ASSERT_EQ(run("calibrate --device cpu --quick --out " + profile, kOut + "/calibrate.log"), 0)
+      << slurp(kOut + "/calibrate.log");
+  const trainsim::CalibrationProfile p = trainsim::load_calibration(profile);
+  EXPECT_EQ(p.precision, "fp32");
+  EXPECT_GT(p.local_device.peak_flops, 0);
+  EXPECT_FALSE(p.gemm_efficiency.empty());
+  EXPECT_NE(p.source.find("measured"), std::string::npos);
+
+  // simulate accepts the profile for the `local` system.
+  ASSERT_EQ(run("simulate " + kScenario + " --calibration " + profile + " --json " + kOut +
+                    "/sim.json",
+                kOut + "/simulate.log"),
+            0)
+      << slurp(kOut + "/simulate.log");
+  const auto sim = nlohmann::json::parse(slurp(kOut + "/sim.json"));
+  EXPECT_GT(sim["iteration_time_s"].get<double>(), 0);
+
+  const std::string result = kOut + "/validate.json", report = kOut + "/validate.html";
+  ASSERT_EQ(run("validate " + kScenario + " --device cpu --calibration " + profile +
+                    " --repeat 2 --json " + result + " --report " + report,
+                kOut + "/validate.log"),
+            0)
+      << slurp(kOut + "/validate.log");
+  const auto r = nlohmann::json::parse(slurp(result));
+  const double t_err = r["iteration_time_error"].get<double>();
+  const double m_err = r["peak_memory_error"].get<double>();
+  // Both errors are (simulated - measured) / measured of the numbers next to them.
+  const double ts = r["iteration_time_s"]["simulated"], tm = r["iteration_time_s"]["measured"];
+  const double ms = r["peak_memory_bytes"]["simulated"], mm = r["peak_memory_bytes"]["measured"];
+  EXPECT_NEAR(t_err, (ts - tm) / tm, 1e-12);
+  EXPECT_NEAR(m_err, (ms - mm) / mm, 1e-12);
+  EXPECT_GT(tm, 0);
+  EXPECT_GT(mm, 0);
+  EXPECT_LE(std::abs(m_err), 0.05) << slurp(kOut + "/validate.log");
+  // The timing bound compares two measurements (calibration microbenchmarks, replay) of this
+  // machine; it holds on an otherwise idle machine (CI). When other processes kept the cores
+  // busy during the replays (load average above the core count, recorded by validate), the
+  // measured time is theirs as much as ours: reported, not asserted.
+  const double load = std::max(r["load_average_1min"]["before"].get<double>(),
+                               r["load_average_1min"]["after"].get<double>());
+  const double cores = r["cores"].get<double>();
+  if (load > cores) {
+    std::cout << "[ NOTE ] machine busy (load " << load << " on " << cores
+              << " cores): iteration_time_error " << t_err << " not asserted\n";
+  } else {
+    EXPECT_LE(std::abs(t_err), 0.10) << slurp(kOut + "/validate.log");
+  }
+  for (const char* k : {"compute", "copies", "collectives", "optimizer"})
+    EXPECT_TRUE(r["per_kind"].contains(k)) << k;
+  EXPECT_FALSE(r["largest_mismatches"].empty());
+  const std::string html = slurp(report);
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("simulated"), std::string::npos);
+}

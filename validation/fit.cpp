@@ -1,0 +1,185 @@
+#include "validation/fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "models/cost_model.h"
+#include "models/flops.h"
+#include "models/scenario.h"  // InputError
+
+namespace trainsim::validation {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double peak_of(const CalibrationProfile& p, const SystemSpec& s) {
+  return p.local_device.peak_flops > 0 ? p.local_device.peak_flops : s.gpu.peak_dense_fp16_flops;
+}
+double bandwidth_of(const CalibrationProfile& p, const SystemSpec& s) {
+  return p.local_device.memory_bw_bytes_per_s > 0 ? p.local_device.memory_bw_bytes_per_s
+                                                  : s.gpu.hbm_bw_bytes_per_s;
+}
+
+}  // namespace
+
+nlohmann::json FitReport::to_json() const {
+  return {{"gemm_samples", gemm_samples},
+          {"gemm_shapes", gemm_shapes},
+          {"memory_samples", memory_samples},
+          {"memory_fit_applied", memory_fit_applied},
+          {"fitted_overhead_s", fitted_overhead_s},
+          {"fitted_bandwidth_bytes_per_s", fitted_bandwidth_bytes_per_s},
+          {"gemm_rate_scale", gemm_rate_scale},
+          {"notes", notes}};
+}
+
+const std::vector<std::string>& memory_bound_operator_names() {
+  static const std::vector<std::string> names = {
+      "aten::add",          "aten::add_",        "aten::mul",          "aten::mul_",
+      "aten::div",          "aten::div_",        "aten::_softmax",     "aten::_log_softmax",
+      "aten::native_layer_norm", "aten::gelu",   "aten::bernoulli_",   "aten::masked_fill",
+      "aten::copy_",        "aten::native_dropout", "aten::_softmax_backward_data",
+      "aten::native_layer_norm_backward", "aten::gelu_backward", "aten::fill_", "aten::zero_"};
+  return names;
+}
+
+CalibrationProfile fit_from_operator_samples(const std::vector<OpSample>& samples,
+                                             const CalibrationProfile& base,
+                                             const SystemSpec& system, FitReport* report) {
+  FitReport rep;
+  CalibrationProfile p = base;
+  const double peak = peak_of(base, system);
+  if (!(peak > 0)) throw std::logic_error("fit: the system has no peak FLOP/s");
+
+  // ---- GEMMs: median duration per shape.
+  std::map<std::tuple<double, double, double, double>, std::vector<double>> by_shape;
+  for (const OpSample& op : samples) {
+    GemmSample g;
+    if (!gemm_of(op, &g)) continue;
+    by_shape[{g.m, g.n, g.k, g.batch}].push_back(g.dur_s);
+    ++rep.gemm_samples;
+  }
+  std::size_t capped = 0;
+  for (const auto& [shape, durs] : by_shape) {
+    const auto [m, n, k, batch] = shape;
+    double eff = 2.0 * m * n * k * batch / (median(durs) * peak);
+    if (eff > 1) eff = 1, ++capped;
+    // The trace does not say the operand layout: its point (no role) replaces every point of
+    // the same shape.
+    auto& t = p.gemm_efficiency;
+    t.erase(std::remove_if(t.begin(), t.end(),
+                           [&](const auto& q) {
+                             return q.m == m && q.n == n && q.k == k && q.batch == batch;
+                           }),
+            t.end());
+    t.push_back({m, n, k, batch, eff, ""});
+  }
+  rep.gemm_shapes = by_shape.size();
+  if (capped)
+    rep.notes.push_back(std::to_string(capped) + " GEMM shapes ran faster than the profile's "
+                        "peak; their efficiency was capped at 1 (the peak is too low for this "
+                        "device)");
+  if (base.gemm_efficiency.empty() && !by_shape.empty())
+    rep.notes.push_back("the profile had no GEMM efficiency table: the cost model now "
+                        "interpolates the " + std::to_string(by_shape.size()) +
+                        " traced shapes for every GEMM instead of wave quantization");
+
+  // ---- memory-bound operators: OLS line duration = a + bytes * c.
+  const auto& names = memory_bound_operator_names();
+  double sx = 0, sy = 0, sxx = 0, sxy = 0, n = 0;
+  for (const OpSample& op : samples) {
+    if (std::find(names.begin(), names.end(), op.name) == names.end()) continue;
+    double bytes = 0;
+    if (!elementwise_bytes(op, &bytes) || !(op.dur_s > 0)) continue;
+    sx += bytes, sy += op.dur_s, sxx += bytes * bytes, sxy += bytes * op.dur_s, n += 1;
+  }
+  rep.memory_samples = static_cast<std::size_t>(n);
+  const double det = n * sxx - sx * sx;
+  if (n >= 3 && det > 0) {
+    const double c = (n * sxy - sx * sy) / det;
+    const double a = (sy - c * sx) / n;
+    rep.fitted_overhead_s = a;
+    rep.fitted_bandwidth_bytes_per_s = c > 0 ? 1.0 / c : 0;
+    const double eff = c > 0 ? (1.0 / c) / bandwidth_of(base, system) : 0;
+    if (a >= 0 && c > 0 && eff <= 1 && a <= 1e-2) {
+      p.kernel_launch_overhead_s = a;
+      p.hbm_efficiency = eff;
+      rep.memory_fit_applied = true;
+    } else {
+      std::ostringstream o;
+      o << "memory-bound fit not applied (overhead " << a << " s, bandwidth "
+        << rep.fitted_bandwidth_bytes_per_s << " B/s = " << eff
+        << " of the device's; needs overhead in [0, 10 ms] and efficiency in (0, 1])";
+      rep.notes.push_back(o.str());
+    }
+  } else {
+    rep.notes.push_back("memory-bound fit not applied: fewer than 3 samples or one size only");
+  }
+  if (rep.gemm_samples == 0 && !rep.memory_fit_applied)
+    throw InputError("fit: the trace has no usable operator sample (GEMMs with shapes or "
+                     "memory-bound operators; was it recorded with record_shapes=True?)");
+  if (report) *report = rep;
+  return p;
+}
+
+CalibrationProfile fit_from_task_durations(const ScheduleGraph& graph,
+                                           const std::vector<double>& measured_s,
+                                           const CalibrationProfile& base,
+                                           const SystemSpec& system, FitReport* report) {
+  FitReport rep;
+  const CostModel cost(system, base);
+  double sgg = 0, sgr = 0;
+  std::size_t used = 0;
+  for (TaskId id = 0; id < graph.num_tasks(); ++id) {
+    if (id >= measured_s.size() || !std::isfinite(measured_s[id])) continue;
+    if (graph.task(id).kind != TaskKind::Compute) continue;
+    double gemm = 0, other = 0;
+    for (const KernelWork& k : op_kernels(graph.op(id))) {
+      if (k.cls == KernelClass::Gemm) {
+        const double g =
+            cost.gemm_compute_time_s(k.m, k.n, k.k, k.batch, CostModel::gemm_role(k.name, k.batch));
+        gemm += g;
+        other += cost.kernel_time_s(k) - g;
+      } else {
+        other += cost.kernel_time_s(k);
+      }
+    }
+    if (gemm <= 0) continue;
+    sgg += gemm * gemm;
+    sgr += gemm * (measured_s[id] - other);
+    ++used;
+  }
+  if (used == 0 || !(sgr > 0))
+    throw InputError("fit: no compute task with a measured duration and GEMM work");
+  const double x = sgr / sgg;  // 1 / alpha
+  const double alpha = 1.0 / x;
+  rep.gemm_rate_scale = alpha;
+  CalibrationProfile p = base;
+  if (p.local_device.peak_flops > 0) {
+    p.local_device.peak_flops *= alpha;
+  } else {
+    std::size_t capped = 0;
+    p.gemm_max_efficiency = std::min(1.0, p.gemm_max_efficiency * alpha);
+    if (base.gemm_max_efficiency * alpha > 1) ++capped;
+    for (auto& g : p.gemm_efficiency) {
+      if (g.efficiency * alpha > 1) ++capped;
+      g.efficiency = std::min(1.0, g.efficiency * alpha);
+    }
+    if (capped)
+      rep.notes.push_back("GEMM efficiencies capped at 1 (" + std::to_string(capped) + " values)");
+  }
+  rep.notes.push_back("GEMM rate scaled by " + std::to_string(alpha) + " from " +
+                      std::to_string(used) + " compute tasks");
+  if (report) *report = rep;
+  return p;
+}
+
+}  // namespace trainsim::validation

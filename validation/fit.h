@@ -1,0 +1,68 @@
+// Calibration fitting: turns measured per-op or per-task times into cost-model parameters
+// (models/calibration.h), so that the simulator's times move toward what the hardware did.
+//
+// Two sources:
+//  * operator samples of a PyTorch profiler (Kineto) trace (trace_import.h):
+//      GEMMs (aten::mm / addmm / bmm / baddbmm with shapes): per shape, efficiency =
+//        2 m n k batch / (median duration x peak); written into the profile's gemm_efficiency
+//        table (a shape already in the table is replaced, new shapes are added), which
+//        CostModel::gemm_compute_time_s reads (the trace does not give operand layouts: its
+//        points have no role and replace every point of their shape). peak = the profile's local_device.peak_flops,
+//        else the system's datasheet peak.
+//      memory-bound operators (element-wise, softmax, LayerNorm, dropout, copies): an
+//        ordinary least-squares line  duration = overhead + bytes / bandwidth  over all samples
+//        (bytes from elementwise_bytes); overhead -> kernel_launch_overhead_s, bandwidth /
+//        device bandwidth -> hbm_efficiency (only when both come out positive and the
+//        efficiency is <= 1; otherwise they are left unchanged and the report says why).
+//  * per-task durations of a measured trainsim trace (or an ExecutionRecord): one scale
+//    factor alpha for the GEMM rate, least squares over the compute tasks of
+//      measured = gemm_time / alpha + other_time
+//    (gemm_time, other_time: the current cost model's split of the task's kernels), applied to
+//    local_device.peak_flops (measured profiles) or to gemm_max_efficiency and the table
+//    (datasheet profiles; capped at 1, reported).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/calibration.h"
+#include "models/hardware.h"
+#include "models/schedule_graph.h"
+#include "validation/trace_import.h"
+
+namespace trainsim::validation {
+
+struct FitReport {
+  std::size_t gemm_samples = 0;       ///< GEMM operator samples used
+  std::size_t gemm_shapes = 0;        ///< distinct shapes written to the table
+  std::size_t memory_samples = 0;     ///< memory-bound samples used
+  bool memory_fit_applied = false;
+  double fitted_overhead_s = 0;       ///< intercept of the memory-bound fit
+  double fitted_bandwidth_bytes_per_s = 0;  ///< 1 / slope of the memory-bound fit
+  double gemm_rate_scale = 1;         ///< alpha of the per-task fit
+  std::vector<std::string> notes;
+  nlohmann::json to_json() const;
+};
+
+/// Names of the ATen operators treated as memory-bound by the fit.
+const std::vector<std::string>& memory_bound_operator_names();
+
+/// Fits `profile` from the operator samples of a Kineto trace (see the file comment) for
+/// `system` (the system the profile is for; for `local`, models/local_device.h). Returns the
+/// new profile; `report` (if not null) says what was fitted. Throws InputError when the trace
+/// has no usable operator sample.
+CalibrationProfile fit_from_operator_samples(const std::vector<OpSample>& samples,
+                                             const CalibrationProfile& profile,
+                                             const SystemSpec& system, FitReport* report);
+
+/// Fits the GEMM rate scale from per-task measured durations (indexed by task id, NaN where
+/// not measured) of `graph` (see the file comment). Throws InputError when no compute task has
+/// a measured duration.
+CalibrationProfile fit_from_task_durations(const ScheduleGraph& graph,
+                                           const std::vector<double>& measured_s,
+                                           const CalibrationProfile& profile,
+                                           const SystemSpec& system, FitReport* report);
+
+}  // namespace trainsim::validation

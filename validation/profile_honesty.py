@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Default-profile honesty: how the shipped calibration profiles (calibration/*.json, labelled
+"datasheet-derived") relate to the published figures in ../shared/ground-truth/hardware.md.
+
+For every parameter that a hardware.md figure speaks to, prints the profile value, the figure
+(with the hardware.md row it comes from), the ratio the figure implies, and profile / implied.
+Parameters without a hardware.md figure are listed with their own `source` text.
+
+--check exits 1 when a profile claims more than the published figures allow:
+  gemm_max_efficiency  <= best published GEMM rate / datasheet peak (a default may derate, not exceed)
+  nvlink_efficiency, network_efficiency, pcie_efficiency within the published range (+-0.02)
+Exit 77 (ctest: skipped) when hardware.md is not found.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def numbers(text):
+    return [float(x) for x in re.findall(r"\d+(?:\.\d+)?", text)]
+
+
+def parse_hardware_md(path):
+    """Returns {gpu_key: {...datasheet...}} and published measurement rows (what, value text)."""
+    text = open(path).read()
+    lines = text.splitlines()
+    sheet = {}
+    # The GPU datasheet table: header "| | A100 SXM 40GB | A100 SXM 80GB | H100 SXM 80GB |".
+    for i, line in enumerate(lines):
+        if line.startswith("| |") and "A100" in line:
+            cols = [c.strip() for c in line.strip("|").split("|")][1:]
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                cells = [c.strip() for c in row.strip("|").split("|")]
+                for col, cell in zip(cols, cells[1:]):
+                    sheet.setdefault(col, {})[cells[0]] = cell
+            break
+    measured = {}
+    in_table = False
+    for line in lines:
+        if line.startswith("| what |"):
+            in_table = True
+            continue
+        if in_table:
+            if not line.startswith("|"):
+                in_table = False
+                continue
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if len(cells) >= 2 and not set(cells[0]) <= set("-"):
+                measured[cells[0]] = cells[1]
+    return sheet, measured
+
+
+def relations(device, sheet, measured):
+    """(parameter, implied low, implied high, derivation text, kind) for one GPU."""
+    a100 = device.startswith("A100")
+    col = {"A100-SXM4-40GB": "A100 SXM 40GB", "A100-SXM4-80GB": "A100 SXM 80GB",
+           "H100-SXM5-80GB": "H100 SXM 80GB"}[device]
+    ds = sheet[col]
+    peak = numbers(ds["dense BF16/FP16 tensor TFLOP/s"])[0]
+    nvlink_both = numbers(ds["NVLink per GPU (both directions together)"])[0]
+    pcie_dir = 32.0 if a100 else 64.0  # "Gen4 x16 (32 GB/s per direction)", "Gen5 x16 (64 GB/s ...)"
+    pcie_txt = sheet["A100 SXM 40GB" if a100 else "H100 SXM 80GB"]["PCIe"]
+    pcie_dir = numbers(pcie_txt)[-1] if "GB/s" in pcie_txt else pcie_dir
+    out = []
+    gemm_key = "large BF16 GEMM, A100 SXM" if a100 else "large BF16 GEMM, H100 SXM"
+    g = numbers(measured[gemm_key])[0]
+    out.append(("gemm_max_efficiency", g / peak, g / peak,
+                f"'{gemm_key}' {g:g} TFLOP/s / datasheet {peak:g} TFLOP/s", "max"))
+    ar_key = "NCCL all-reduce bus bandwidth, 8x A100 one node" if a100 else \
+        "NCCL all-reduce bus bandwidth, 8x H100 one node (ring)"
+    ar = numbers(measured[ar_key])
+    lo, hi = (ar[0], ar[1]) if a100 else (ar[0], ar[0])  # H100: the ring figure, not NVLS
+    out.append(("nvlink_efficiency", lo / (nvlink_both / 2), hi / (nvlink_both / 2),
+                f"'{ar_key}' {measured[ar_key]} / NVLink {nvlink_both:g}/2 GB/s per direction",
+                "range"))
+    if a100:
+        nk = "NCCL all-reduce bus bandwidth, multi-node DGX A100 8x200 Gb/s"
+        v = numbers(measured[nk])[-1]
+        out.append(("network_efficiency", v / 200, v / 200,
+                    f"'{nk}' {v:g} GB/s / 8 x 25 GB/s HDR", "range"))
+        hk = "pinned host-to-device copy, A100 (PCIe Gen4)"
+    else:
+        nk = "per-NIC bandwidth, NDR ConnectX-7"
+        v = numbers(measured[nk])
+        out.append(("network_efficiency", v[-2] / 50, v[-1] / 50,
+                    f"'{nk}' {measured[nk]} / 50 GB/s NDR", "range"))
+        hk = "pinned host-to-device copy, H100 (PCIe Gen5)"
+    h = numbers(measured[hk])
+    h = [x for x in h if x > 5]
+    out.append(("pcie_efficiency", min(h) / pcie_dir, max(h) / pcie_dir,
+                f"'{hk}' {measured[hk]} / PCIe {pcie_dir:g} GB/s per direction", "range"))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hardware-md", default=os.path.join(ROOT, "..", "shared", "ground-truth",
+                                                          "hardware.md"))
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args()
+    if not os.path.exists(args.hardware_md):
+        print(f"profile_honesty: {args.hardware_md} not found: skipped")
+        return 77
+    sheet, measured = parse_hardware_md(args.hardware_md)
+    failures = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "calibration", "*.json"))):
+        prof = json.load(open(path))
+        params = {k: (v["value"] if isinstance(v, dict) else v) for k, v in prof["parameters"].items()}
+        srcs = {k: v.get("source", "") for k, v in prof["parameters"].items() if isinstance(v, dict)}
+        print(f"\n== {os.path.basename(path)}: {prof['device']} ({prof['source']})")
+        print(f"{'parameter':24} {'profile':>8} {'hardware.md implies':>20} {'profile/implied':>15}  derivation")
+        seen = set()
+        for name, lo, hi, how, kind in relations(prof["device"], sheet, measured):
+            v = params[name]
+            seen.add(name)
+            implied = f"{lo:.3f}" if lo == hi else f"{lo:.3f}-{hi:.3f}"
+            mid = (lo + hi) / 2
+            print(f"{name:24} {v:8.3f} {implied:>20} {v / mid:15.3f}  {how}")
+            if kind == "max" and v > hi + 1e-9:
+                failures.append(f"{prof['device']} {name} = {v} exceeds the published {hi:.3f}")
+            if kind == "range" and not (lo - 0.02 <= v <= hi + 0.02):
+                failures.append(f"{prof['device']} {name} = {v} outside the published {implied}")
+        for name in params:
+            if name not in seen:
+                src = srcs.get(name, "(no source)")
+                print(f"{name:24} {params[name]:8.3g} {'(no hardware.md figure)':>20} {'':15}  "
+                      f"source: {src[:110]}{'...' if len(src) > 110 else ''}")
+    if failures:
+        print("\nFAILED:\n  " + "\n  ".join(failures))
+        return 1 if args.check else 0
+    print("\nall default-profile values within what hardware.md publishes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
