@@ -15,10 +15,19 @@
 //                 input; the recompute tasks re-run it with autograd. Selective recomputation:
 //                 the core attention runs without autograd in the forward and is recomputed in
 //                 the attention backward.
-//   Collective    group of 1: nothing to do. Larger groups (the other ranks are absent in a
-//                 single-process replay): a device-local copy of the bytes one rank sends in a
-//                 ring implementation (CostModel::ring_bytes_per_rank), noted in the record.
-//   Send / Recv   a device-local copy of the message into / out of a staging buffer.
+//   Collective    group of 1: nothing to do. Multi-process replay (ReplayOptions::nprocs) with
+//                 every rank of the group present: NCCL (kernels/nccl_comm.h) on the group's
+//                 communicator, op.bytes of the model's type through a scratch buffer of its
+//                 stream (a pipeline scatter/gather all-gather completes the received tensor in
+//                 place). Otherwise (the other ranks are absent): a device-local copy of the
+//                 bytes one rank sends in a ring (CostModel::ring_bytes_per_rank), noted in the
+//                 record.
+//   Send / Recv   both ranks present: ncclSend / ncclRecv on the pipeline channel's
+//                 communicator (src -> dst). The send runs on a stream of its own per
+//                 destination, so, as in the simulator, it does not hold up the pipeline stream
+//                 (its span ends when the message is delivered); the receive blocks the
+//                 pipeline stream until the data is in. Otherwise a device-local copy of the
+//                 message into / out of a staging buffer.
 //   CopyH2D/D2H   a copy of op.bytes between a device buffer and a host buffer (pinned, on
 //                 the H2D / D2H stream, on CUDA; plain copies on the CPU).
 //   OptimizerGpu  fused Adam (kernels/fused_adam.h) on CUDA; on the CPU device the CPU Adam
@@ -71,6 +80,19 @@ struct ReplayOptions {
   double hidden_dropout = 0.1;
   /// Seed of the parameter initialization, input tokens and dropout masks.
   std::uint64_t seed = 1234;
+  /// Multi-process replay (hw_backend/launch.h): the job's processes, one per GPU, process r
+  /// replaying world rank r (`rank`). Collectives and messages whose ranks are all below nprocs
+  /// run through NCCL (hw_backend/comm_plan.h); those with absent peers stay device-local
+  /// copies, and the record says which is which. 1 (default): a single-process replay.
+  /// nprocs > 1 needs device cuda and a build with NCCL (multiprocess_available()).
+  std::int64_t nprocs = 1;
+  /// Directory and run id of the NCCL unique-id rendezvous (kernels/rendezvous.h); needed
+  /// when nprocs > 1.
+  std::string nccl_dir;
+  std::string nccl_run_id = "run";
+  /// Longest wait for a peer, in seconds: for a unique id, and for NCCL operations to finish
+  /// (a peer that died or a schedule that deadlocks ends the replay with an error, not a hang).
+  double nccl_timeout_s = 300;
 };
 
 /// The task ids of `rank` in the order the replay issues them: program order, checked to be a
@@ -97,6 +119,11 @@ ExecutionRecord replay(const ScheduleGraph& graph, const Scenario& scenario,
 /// the reason when it returns false ("LibTorch 1.13.0 was built without CUDA", "no CUDA
 /// device visible").
 bool cuda_available(std::string* why = nullptr);
+
+/// Whether this build can replay with several processes (ReplayOptions::nprocs > 1): a CUDA
+/// LibTorch, kernels/nccl_comm.h built, and the NCCL library loadable; `why` (if non-null)
+/// receives the reason when it returns false.
+bool multiprocess_available(std::string* why = nullptr);
 
 /// LibTorch's version string, e.g. "1.13.0".
 std::string torch_version();

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/CPUAllocator.h>
@@ -26,7 +27,14 @@
 #ifdef TRAINSIM_HAVE_FUSED_ADAM
 #include "kernels/fused_adam.h"
 #endif
+#if defined(TRAINSIM_TORCH_CUDA) && defined(TRAINSIM_HAVE_NCCL)
+#include "kernels/fused_adam.h"  // kernels::cuda::set_device
+#include "kernels/nccl_comm.h"
+#include "kernels/rendezvous.h"
+#define TRAINSIM_NCCL_REPLAY 1
+#endif
 
+#include "hw_backend/comm_plan.h"
 #include "hw_backend/executor.h"
 #include "hw_backend/transformer_layer.h"
 #include "kernels/cpu_adam.h"
@@ -50,6 +58,24 @@ bool cuda_available(std::string* why) {
            "CUDA LibTorch, e.g. -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch; "
            "print(torch.utils.cmake_prefix_path)')";
   return false;
+#endif
+}
+
+bool multiprocess_available(std::string* why) {
+#ifdef TRAINSIM_NCCL_REPLAY
+  std::string reason;
+  if (!kernels::nccl::available(&reason)) {
+    if (why) *why = "the NCCL library cannot be loaded: " + reason;
+    return false;
+  }
+  return true;
+#elif defined(TRAINSIM_TORCH_CUDA)
+  if (why)
+    *why = "this build has no NCCL (kernels/nccl_comm.h was not built: nccl.h not found; "
+           "configure with -DNCCL_ROOT=...)";
+  return false;
+#else
+  return cuda_available(why);  // false, with the reason: no CUDA LibTorch
 #endif
 }
 
@@ -173,6 +199,22 @@ class Executor {
     fopts_ = torch::TensorOptions().dtype(dtype_).device(device_);
     dropout_.attention = o.attention_dropout;
     dropout_.hidden = o.hidden_dropout;
+    if (o.nprocs > 1) {
+      if (!dev_.cuda)
+        throw InputError("replay: --nprocs " + std::to_string(o.nprocs) +
+                         " (one process per GPU, NCCL) needs --device cuda");
+      std::string why;
+      if (!multiprocess_available(&why))
+        throw InputError("replay: --nprocs " + std::to_string(o.nprocs) + ": " + why);
+      if (o.nccl_dir.empty())
+        throw InputError("replay: --nprocs " + std::to_string(o.nprocs) +
+                         ": no rendezvous directory (set TRAINSIM_NCCL_DIR to a directory every "
+                         "rank can read, on a shared file system across nodes)");
+      if (static_cast<std::int64_t>(rank) >= o.nprocs)
+        throw InputError("replay: rank " + std::to_string(rank) + " is not among the " +
+                         std::to_string(o.nprocs) + " processes of a multi-process replay");
+      nccl_ = true;
+    }
   }
 
   ExecutionRecord run() {
@@ -183,6 +225,7 @@ class Executor {
     rec.measured = true;
     rec.start_s.assign(g_.num_tasks(), std::numeric_limits<double>::quiet_NaN());
     rec.end_s.assign(g_.num_tasks(), std::numeric_limits<double>::quiet_NaN());
+    replayed_as_.assign(g_.num_tasks(), std::string());
     setup();
     if (dev_.cuda)
       run_cuda(rec);
@@ -191,6 +234,7 @@ class Executor {
     check_gradient_buffer();
     finish_notes();
     rec.notes = notes_;
+    rec.replayed_as = std::move(replayed_as_);
     rec.wall_time_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     return rec;
@@ -203,6 +247,7 @@ class Executor {
     torch::Generator gen = at::detail::createCPUGenerator(opts_.seed);
     const auto& p = sc_.parallel;
     coords_ = rank_coords(p, rank_);
+    if (nccl_) plan_ = plan_communicators(g_, opts_.nprocs);
 
     // Which parts of the model this rank holds, and the shapes, from its compute tasks.
     const OpDesc* shape_op = nullptr;
@@ -215,10 +260,14 @@ class Executor {
         if (op.kind == OpKind::LogitsLossFwd) has_logits_ = true;
         if (t.part == Part::Attn || t.part == Part::Mlp) layers_.insert(t.layer);
       }
-      if (t.kind == TaskKind::Collective && op.group_size > 1 && t.part != Part::Pipeline)
-        comm_bytes_ = std::max<std::int64_t>(
-            comm_bytes_, std::int64_t(CostModel::ring_bytes_per_rank(op.kind, double(op.bytes),
-                                                                      op.group_size)));
+      if (t.kind == TaskKind::Collective && op.group_size > 1 && t.part != Part::Pipeline) {
+        if (nccl_ && plan_.uses_nccl(g_, id))
+          nccl_bytes_[int(t.stream)] = std::max(nccl_bytes_[int(t.stream)], op.bytes);
+        else
+          comm_bytes_ = std::max<std::int64_t>(
+              comm_bytes_, std::int64_t(CostModel::ring_bytes_per_rank(op.kind, double(op.bytes),
+                                                                        op.group_size)));
+      }
       if (t.kind == TaskKind::CopyH2D || t.kind == TaskKind::CopyD2H)
         copy_bytes_ = std::max(copy_bytes_, op.bytes);
       if (t.kind == TaskKind::OptimizerGpu) gpu_step_params_ = std::max(gpu_step_params_, op.params);
@@ -297,12 +346,26 @@ class Executor {
     loss_scale_ = 1.0 / static_cast<double>(nmb);
 
     // Pipeline staging buffers (what the absent neighbour would have sent), comm scratch.
-    staging_[0] = torch::randn({d_.s, d_.b, d_.h}, gen, torch::kFloat32).to(fopts_);
-    staging_[1] = (torch::randn({d_.s, d_.b, d_.h}, gen, torch::kFloat32) * 1e-3).to(fopts_);
+    // Only a rank with pipeline messages needs them (they would count as memory a real run
+    // does not hold).
+    bool pipeline = false;
+    for (TaskId id : order_) {
+      const Task& t = g_.task(id);
+      pipeline = pipeline || t.kind == TaskKind::Send || t.kind == TaskKind::Recv ||
+                 t.part == Part::Pipeline;
+    }
+    if (pipeline) {
+      staging_[0] = torch::randn({d_.s, d_.b, d_.h}, gen, torch::kFloat32).to(fopts_);
+      staging_[1] = (torch::randn({d_.s, d_.b, d_.h}, gen, torch::kFloat32) * 1e-3).to(fopts_);
+    }
     if (comm_bytes_ > 0) {
       comm_src_ = torch::zeros({comm_bytes_}, fopts_.dtype(torch::kUInt8));
       comm_dst_ = torch::empty({comm_bytes_}, fopts_.dtype(torch::kUInt8));
     }
+    // NCCL collectives: one zeroed scratch buffer per stream (collectives of two streams may
+    // run at once), as large as the largest op.bytes on it.
+    for (const auto& [stream, bytes] : nccl_bytes_)
+      nccl_buf_[stream] = torch::zeros({bytes}, fopts_.dtype(torch::kUInt8));
     if (copy_bytes_ > 0) {
       copy_dev_ = torch::zeros({copy_bytes_}, fopts_.dtype(torch::kUInt8));
       copy_host_ = torch::zeros({copy_bytes_},
@@ -373,9 +436,9 @@ class Executor {
     const OpDesc& op = g_.op(id);
     switch (t.kind) {
       case TaskKind::Compute: return compute(id, t, op);
-      case TaskKind::Collective: return collective(t, op);
+      case TaskKind::Collective: return collective(id, t, op);
       case TaskKind::Send: return send(id, t, op);
-      case TaskKind::Recv: return recv(t, op);
+      case TaskKind::Recv: return recv(id, t, op);
       case TaskKind::CopyH2D:
         copy_dev_.narrow(0, 0, op.bytes).copy_(copy_host_.narrow(0, 0, op.bytes), /*non_blocking=*/true);
         return;
@@ -468,46 +531,72 @@ class Executor {
     }
   }
 
-  void collective(const Task& t, const OpDesc& op) {
+  void collective(TaskId id, const Task& t, const OpDesc& op) {
     if (op.group_size <= 1) {
       ++noop_collectives_;
+      replayed_as_[id] = "no-op";
       return;
     }
+    const bool nccl = nccl_ && plan_.uses_nccl(g_, id);
     const int dir = t.phase == Phase::Backward ? 1 : 0;
     auto pending = pending_fill_.find(mb_key(t.microbatch, dir));
     if (t.part == Part::Pipeline && op.kind == OpKind::AllGather && pending != pending_fill_.end()) {
       // Scatter/gather pipeline message (SC'21 Sec. 4.1): the all-gather completes the
-      // received tensor; here with the slices the other TP ranks would have received.
+      // received tensor, which holds this TP rank's slice [off, off + n).
       torch::Tensor& dst = dir ? grad_.at(t.microbatch) : act_.at(t.microbatch);
-      const std::int64_t n = pending->second, total = dst.numel();
-      dst.view(-1).narrow(0, n, total - n).copy_(staging_[dir].view(-1).narrow(0, n, total - n));
+      const auto [off, n] = pending->second;
+      const std::int64_t total = dst.numel();
       pending_fill_.erase(pending);
+      if (nccl && nccl_gather_in_place(id, t, dst, off, n)) return;
+      // The slices the other TP ranks would have received.
+      torch::Tensor flat = dst.view(-1), stage = staging_[dir].view(-1);
+      if (off > 0) flat.narrow(0, 0, off).copy_(stage.narrow(0, 0, off));
+      if (off + n < total) flat.narrow(0, off + n, total - off - n).copy_(stage.narrow(0, off + n, total - off - n));
       ++copied_collectives_[int(op.group)];
+      replayed_as_[id] = "device-local copy";
       return;
     }
+    if (nccl) return nccl_collective(id, t, op);
     const auto ring = std::int64_t(CostModel::ring_bytes_per_rank(op.kind, double(op.bytes), op.group_size));
     if (ring > 0) comm_dst_.narrow(0, 0, ring).copy_(comm_src_.narrow(0, 0, ring));
     ++copied_collectives_[int(op.group)];
+    replayed_as_[id] = "device-local copy";
+  }
+
+  /// Elements of a pipeline message and where they sit in the full tensor of `numel`
+  /// elements: the whole tensor, or (scatter/gather, SC'21 Sec. 4.1) this TP rank's 1/tp slice.
+  std::pair<std::int64_t, std::int64_t> message_slice(const OpDesc& op, std::int64_t numel,
+                                                      std::int64_t elem_bytes) const {
+    const std::int64_t n = std::min<std::int64_t>(numel, op.bytes / elem_bytes);
+    const std::int64_t off = n < numel ? std::min(coords_.tp_rank * n, numel - n) : 0;
+    return {off, n};
   }
 
   void send(TaskId id, const Task& t, const OpDesc& op) {
     const int dir = t.phase == Phase::Backward ? 1 : 0;
     torch::Tensor src = take(dir ? grad_ : act_, t.microbatch, id, "tensor to send");
-    const std::int64_t n = std::min<std::int64_t>(src.numel(), op.bytes / src.element_size());
-    staging_[dir].view(-1).narrow(0, 0, n).copy_(src.reshape(-1).narrow(0, 0, n));
-    record_stream(src, StreamId::PpComm);
+    const auto [off, n] = message_slice(op, src.numel(), src.element_size());
     ++sends_;
+    if (nccl_ && plan_.uses_nccl(g_, id)) return nccl_send(id, t, src.contiguous().view(-1).narrow(0, off, n));
+    staging_[dir].view(-1).narrow(0, 0, n).copy_(src.reshape(-1).narrow(0, off, n));
+    record_stream(src, StreamId::PpComm);
+    replayed_as_[id] = "device-local copy";
   }
 
-  void recv(const Task& t, const OpDesc& op) {
+  void recv(TaskId id, const Task& t, const OpDesc& op) {
     const int dir = t.phase == Phase::Backward ? 1 : 0;
     torch::Tensor dst = torch::empty({d_.s, d_.b, d_.h}, fopts_);
-    const std::int64_t n = std::min<std::int64_t>(dst.numel(), op.bytes / dst.element_size());
-    dst.view(-1).narrow(0, 0, n).copy_(staging_[dir].view(-1).narrow(0, 0, n));
-    if (n < dst.numel()) pending_fill_[mb_key(t.microbatch, dir)] = n;
+    const auto [off, n] = message_slice(op, dst.numel(), dst.element_size());
+    ++recvs_;
+    if (nccl_ && plan_.uses_nccl(g_, id)) {
+      nccl_recv(id, t, dst.view(-1).narrow(0, off, n));
+    } else {
+      dst.view(-1).narrow(0, off, n).copy_(staging_[dir].view(-1).narrow(0, 0, n));
+      replayed_as_[id] = "device-local copy";
+    }
+    if (n < dst.numel()) pending_fill_[mb_key(t.microbatch, dir)] = {off, n};
     record_stream(dst, StreamId::Compute);
     (dir ? grad_ : act_)[t.microbatch] = dst;
-    ++recvs_;
   }
 
   kernels::AdamTensors adam_tensors(torch::Tensor& master, torch::Tensor& m, torch::Tensor& v,
@@ -570,6 +659,142 @@ class Executor {
     ++cpu_steps_;
   }
 
+  // ---------------------------------------------------------------- NCCL (multi-process)
+#ifdef TRAINSIM_NCCL_REPLAY
+  const kernels::nccl::Communicator& comm_of(const Task& t) const {
+    return comms_.at(static_cast<std::size_t>(plan_.comm_of_group.at(t.group)));
+  }
+  cudaStream_t current_stream() const { return c10::cuda::getCurrentCUDAStream(dev_.index).stream(); }
+
+  /// The world and group communicators (collective over the job's processes, same plan on
+  /// each), then a barrier on `stream`, so the ranks' iteration clocks start together.
+  void setup_nccl(const c10::cuda::CUDAStream& stream) {
+    namespace nc = kernels::nccl;
+    const auto t0 = std::chrono::steady_clock::now();
+    kernels::cuda::set_device(dev_.index);  // NCCL uses the calling thread's current device
+    kernels::FileRendezvous rv(opts_.nccl_dir, opts_.nccl_run_id, opts_.nccl_timeout_s);
+    world_ = nc::Communicator::init_with_rendezvous(rv, "nccl-id.world", int(opts_.nprocs), int(rank_));
+    if (rank_ == 0) rv.remove("nccl-id.world");  // init returned: every rank has read it
+    comms_ = nc::make_group_communicators(world_, plan_.members(g_), rv, "nccl-id.group");
+    torch::Tensor one = torch::ones({1}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+    world_.all_reduce(one.data_ptr(), one.data_ptr(), 1, kernels::DType::F32, stream.stream());
+    at::cuda::CUDAEvent barrier;
+    barrier.record(stream);
+    wait_event(barrier, "the barrier before the iteration");
+    if (one.item<float>() != static_cast<float>(opts_.nprocs))
+      throw std::runtime_error("replay: the NCCL barrier all-reduce of ones gave " +
+                               std::to_string(one.item<float>()) + ", expected " +
+                               std::to_string(opts_.nprocs));
+    nccl_setup_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  void nccl_collective(TaskId id, const Task& t, const OpDesc& op) {
+    const kernels::nccl::Communicator& comm = comm_of(t);
+    torch::Tensor& buf = nccl_buf_.at(int(t.stream));
+    const std::size_t es = static_cast<std::size_t>(flat_params_.element_size());
+    const std::size_t count = static_cast<std::size_t>(op.bytes) / es;
+    const std::size_t part = count / static_cast<std::size_t>(comm.size());
+    char* base = static_cast<char*>(buf.data_ptr());
+    const std::size_t me = static_cast<std::size_t>(comm.rank());
+    switch (op.kind) {
+      case OpKind::AllReduce: comm.all_reduce(base, base, count, kernel_dtype(dtype_), current_stream()); break;
+      case OpKind::AllGather:  // in place: this rank's block inside the gathered buffer
+        comm.all_gather(base + me * part * es, base, part, kernel_dtype(dtype_), current_stream());
+        break;
+      case OpKind::ReduceScatter:
+        comm.reduce_scatter(base, base + me * part * es, part, kernel_dtype(dtype_), current_stream());
+        break;
+      default:
+        throw std::logic_error("replay: collective task " + g_.label(id) + " has op " + to_string(op.kind));
+    }
+    ++nccl_collectives_[int(op.group)];
+    replayed_as_[id] = "nccl";
+  }
+
+  /// The pipeline all-gather of a received slice, in place in the received tensor; false
+  /// when the slice is not this rank's block of it (then the caller fills it by copies).
+  bool nccl_gather_in_place(TaskId id, const Task& t, torch::Tensor& dst, std::int64_t off,
+                            std::int64_t n) {
+    const kernels::nccl::Communicator& comm = comm_of(t);
+    if (off != comm.rank() * n || n * comm.size() != dst.numel()) return false;
+    char* base = static_cast<char*>(dst.data_ptr());
+    comm.all_gather(base + off * dst.element_size(), base, static_cast<std::size_t>(n),
+                    kernel_dtype(dtype_), current_stream());
+    record_stream(dst, t.stream);
+    ++nccl_collectives_[int(g_.op(id).group)];
+    replayed_as_[id] = "nccl";
+    return true;
+  }
+
+  /// ncclSend on the channel [this rank, peer], on a stream of its own per destination that
+  /// first waits for what the send waited for on the pipeline stream.
+  void nccl_send(TaskId id, const Task& t, const torch::Tensor& slice) {
+    const kernels::nccl::Communicator& comm = comm_of(t);
+    const c10::cuda::CUDAStream cur = c10::cuda::getCurrentCUDAStream(dev_.index);
+    auto it = send_streams_.find(RankId(t.peer));
+    if (it == send_streams_.end())
+      it = send_streams_.emplace(RankId(t.peer), c10::cuda::getStreamFromPool(false, dev_.index)).first;
+    const c10::cuda::CUDAStream side = it->second;
+    at::cuda::CUDAEvent posted;
+    posted.record(cur);
+    posted.block(side);
+    comm.send(slice.data_ptr(), static_cast<std::size_t>(slice.numel()), kernel_dtype(dtype_),
+              /*peer=*/1, side.stream());
+    c10::cuda::CUDACachingAllocator::recordStream(slice.storage().data_ptr(), side);
+    sent_ev_[id] = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+    sent_ev_[id]->record(side);
+    ++nccl_sends_;
+    replayed_as_[id] = "nccl";
+  }
+
+  /// ncclRecv on the channel [peer, this rank], on the pipeline stream (blocking it).
+  void nccl_recv(TaskId id, const Task& t, const torch::Tensor& slice) {
+    comm_of(t).recv(slice.data_ptr(), static_cast<std::size_t>(slice.numel()), kernel_dtype(dtype_),
+                    /*peer=*/0, current_stream());
+    ++nccl_recvs_;
+    replayed_as_[id] = "nccl";
+  }
+
+  void abort_nccl() noexcept {
+    for (auto& c : comms_) c.abort();
+    world_.abort();
+  }
+
+  /// Waits for `ev`. With NCCL it polls, so a peer that died, an NCCL error or a schedule
+  /// whose ranks wait on each other ends in an error after nccl_timeout_s instead of a hang.
+  void wait_event(const at::cuda::CUDAEvent& ev, const std::string& what) {
+    if (!nccl_) return ev.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!ev.query()) {
+      std::string err = world_.async_error();
+      for (const auto& c : comms_)
+        if (err.empty()) err = c.async_error();
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!err.empty() || waited > opts_.nccl_timeout_s) {
+        abort_nccl();
+        throw std::runtime_error(
+            "replay: rank " + std::to_string(rank_) + ": " +
+            (err.empty() ? "NCCL operations did not finish within " + std::to_string(waited) +
+                               " s (TRAINSIM_NCCL_TIMEOUT_S) while waiting for " + what +
+                               ": a peer process failed or stopped, or the ranks wait on each other"
+                         : "NCCL error while waiting for " + what + ": " + err));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+#else
+  void nccl_collective(TaskId, const Task&, const OpDesc&) {
+    throw std::logic_error("replay: NCCL collective in a build without NCCL replay");
+  }
+  bool nccl_gather_in_place(TaskId, const Task&, torch::Tensor&, std::int64_t, std::int64_t) { return false; }
+  void nccl_send(TaskId, const Task&, const torch::Tensor&) {
+    throw std::logic_error("replay: NCCL send in a build without NCCL replay");
+  }
+  void nccl_recv(TaskId, const Task&, const torch::Tensor&) {
+    throw std::logic_error("replay: NCCL receive in a build without NCCL replay");
+  }
+#endif
+
   // ---------------------------------------------------------------- issue loops
   void run_cpu(ExecutionRecord& rec) {
     CountingCpuAllocator& counter = cpu_counter();
@@ -606,6 +831,9 @@ class Executor {
       streams_.push_back(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, dev_.index));
     const c10::cuda::CUDAStream marker = c10::cuda::getStreamFromPool(false, dev_.index);
     torch::cuda::synchronize(dev_.index);
+#ifdef TRAINSIM_NCCL_REPLAY
+    if (nccl_) setup_nccl(streams_[0]);  // communicators, then a barrier on streams_[0]
+#endif
     cca::resetPeakStats(dev_.index);
     const auto stat = [&](bool reserved) {
       const auto st = cca::getDeviceStats(dev_.index);
@@ -627,7 +855,7 @@ class Executor {
         // Host work: wait for its dependencies, mark its span on an idle stream.
         for (auto [e, end] = boost::in_edges(id, deps); e != end; ++e) {
           const auto from = static_cast<TaskId>(boost::source(*e, deps));
-          if (end_ev[from]) end_ev[from]->synchronize();
+          if (end_ev[from]) wait_event(*end_ev[from], "task " + g_.label(from));
         }
         start_ev[id]->record(marker);
         marker.synchronize();
@@ -646,11 +874,25 @@ class Executor {
       }
       mem.emplace_back(stat(false).current, stat(true).current);
     }
+    if (nccl_) {  // every stream's work done, or an error after the timeout
+      std::vector<c10::cuda::CUDAStream> all(streams_.begin(), streams_.end());
+      all.push_back(marker);
+#ifdef TRAINSIM_NCCL_REPLAY
+      for (const auto& [peer, side] : send_streams_) all.push_back(side);
+#endif
+      for (const auto& st : all) {
+        at::cuda::CUDAEvent done;
+        done.record(st);
+        wait_event(done, "the end of the iteration");
+      }
+    }
     torch::cuda::synchronize(dev_.index);
     std::size_t i = 0;
     for (TaskId id : order_) {
+      // A send's span ends when its message is delivered (its own stream), not when posted.
+      const at::cuda::CUDAEvent& last = sent_ev_.count(id) ? *sent_ev_.at(id) : *end_ev[id];
       rec.start_s[id] = base.elapsed_time(*start_ev[id]) * 1e-3;
-      rec.end_s[id] = std::max(base.elapsed_time(*end_ev[id]) * 1e-3, rec.start_s[id]);
+      rec.end_s[id] = std::max(base.elapsed_time(last) * 1e-3, rec.start_s[id]);
       if (!(rec.end_s[id] > rec.start_s[id])) rec.end_s[id] = std::nextafter(rec.start_s[id], kInf);
       rec.allocated_bytes_samples.emplace_back(rec.end_s[id], mem[i].first);
       rec.reserved_bytes_samples.emplace_back(rec.end_s[id], mem[i].second);
@@ -664,6 +906,9 @@ class Executor {
     if (dev_.cuda && t.defined())
       c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), streams_[int(s)]);
   }
+#ifndef TRAINSIM_NCCL_REPLAY
+  void wait_event(const at::cuda::CUDAEvent& ev, const std::string&) { ev.synchronize(); }
+#endif
 #else
   void run_cuda(ExecutionRecord&) {
     throw std::logic_error("replay: CUDA issue loop in a build without CUDA LibTorch");
@@ -750,11 +995,49 @@ class Executor {
       parts += (parts.empty() ? "" : ", ") + std::to_string(n) + " " +
                to_string(static_cast<GroupKind>(group));
     }
+    const std::string absent =
+        nccl_ ? "the other ranks of their groups are absent (this job replays ranks 0-" +
+                    std::to_string(opts_.nprocs - 1) + ", one process per GPU)"
+              : "the other ranks of their groups are absent (a single-process replay; `--nprocs N` "
+                "on N GPUs runs the collectives among ranks 0..N-1 through NCCL)";
     if (copied > 0)
       notes_.push_back(std::to_string(copied) + " collectives (" + parts +
                        ") were replayed as device-local copies of the bytes one rank sends in a "
-                       "ring (CostModel::ring_bytes_per_rank): the other ranks of their groups "
-                       "are absent; multi-process NCCL replay is not implemented");
+                       "ring (CostModel::ring_bytes_per_rank): " + absent);
+    if (nccl_) {
+      std::int64_t through = 0;
+      std::string kinds;
+      for (const auto& [group, n] : nccl_collectives_) {
+        through += n;
+        kinds += (kinds.empty() ? "" : ", ") + std::to_string(n) + " " +
+                 to_string(static_cast<GroupKind>(group));
+      }
+      std::int64_t scratch = 0;
+      for (const auto& [stream, bytes] : nccl_bytes_) scratch += bytes;
+      std::string version;
+#ifdef TRAINSIM_NCCL_REPLAY
+      version = " " + std::to_string(kernels::nccl::version()) + " (" + kernels::nccl::library_path() +
+                "), communicators by " +
+                (kernels::nccl::has_comm_split() ? "ncclCommSplit" : "ncclCommInitRank per group");
+#endif
+      notes_.push_back("multi-process replay: rank " + std::to_string(rank_) + " of " +
+                       std::to_string(opts_.nprocs) + " processes (one GPU each) through NCCL" +
+                       version + "; " + std::to_string(plan_.groups.size()) +
+                       " group communicators set up in " + std::to_string(nccl_setup_s_) +
+                       " s, then a barrier aligned the ranks' iteration clocks");
+      if (through > 0)
+        notes_.push_back(std::to_string(through) + " collectives (" + kinds + ") ran through NCCL "
+                         "on their groups' communicators, op.bytes of " + dtype_name(dtype_) +
+                         " in per-stream scratch buffers (" + std::to_string(scratch) +
+                         " bytes, counted in the measured memory; a pipeline all-gather works in "
+                         "place in the received tensor)");
+      if (nccl_sends_ + nccl_recvs_ > 0)
+        notes_.push_back(std::to_string(nccl_sends_) + " pipeline sends and " +
+                         std::to_string(nccl_recvs_) + " receives ran through NCCL on one "
+                         "communicator per directed rank pair; each send on a stream of its own "
+                         "per destination (it does not hold up the pipeline stream, as in the "
+                         "simulator; its span ends when the message is delivered)");
+    }
     if (cpu_steps_ > 0)
       notes_.push_back("optimizer: " + std::to_string(cpu_steps_) + " OptimizerStepCpu sub-groups (" +
                        std::to_string(cpu_step_params_) + " parameters) ran the CPU Adam kernel "
@@ -766,8 +1049,9 @@ class Executor {
                                              : " (both in host memory on the CPU device)"));
     if (noop_collectives_ > 0)
       notes_.push_back(std::to_string(noop_collectives_) + " collectives of group size 1 were no-ops");
-    if (sends_ + recvs_ > 0)
-      notes_.push_back(std::to_string(sends_) + " pipeline sends and " + std::to_string(recvs_) +
+    if (sends_ - nccl_sends_ + recvs_ - nccl_recvs_ > 0)
+      notes_.push_back(std::to_string(sends_ - nccl_sends_) + " pipeline sends and " +
+                       std::to_string(recvs_ - nccl_recvs_) +
                        " receives were replayed as device-local copies of the message size "
                        "through a staging buffer (the neighbour stages are absent)");
     if (!act_.empty() || !grad_.empty() || !blocks_.empty() || !stash_.empty() || !logits_.empty() ||
@@ -806,7 +1090,8 @@ class Executor {
   std::map<std::uint64_t, BlockState> blocks_;
   std::map<std::uint64_t, torch::Tensor> stash_;
   std::map<std::uint32_t, std::pair<torch::Tensor, torch::Tensor>> logits_;  // (input, loss)
-  std::map<std::uint64_t, std::int64_t> pending_fill_;  // received elements awaiting all-gather
+  // Received slices (offset, elements) awaiting the pipeline all-gather.
+  std::map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> pending_fill_;
 
   // Communication stand-ins.
   torch::Tensor staging_[2];  // forward activations, backward gradients
@@ -814,6 +1099,16 @@ class Executor {
   torch::Tensor comm_src_, comm_dst_, copy_dev_, copy_host_;
   std::map<int, std::int64_t> copied_collectives_;
   std::int64_t noop_collectives_ = 0, sends_ = 0, recvs_ = 0;
+  std::vector<std::string> replayed_as_;  // per task id (ExecutionRecord::replayed_as)
+
+  // Multi-process replay through NCCL (ReplayOptions::nprocs > 1).
+  bool nccl_ = false;
+  CommPlan plan_;
+  std::map<int, std::int64_t> nccl_bytes_;  // per StreamId: largest op.bytes of its NCCL collectives
+  std::map<int, torch::Tensor> nccl_buf_;   // per StreamId: scratch of nccl_bytes_
+  std::map<int, std::int64_t> nccl_collectives_;  // per GroupKind
+  std::int64_t nccl_sends_ = 0, nccl_recvs_ = 0;
+  double nccl_setup_s_ = 0;
 
   // Optimizer.
   kernels::AdamHyperParams adam_hp_;
@@ -825,6 +1120,13 @@ class Executor {
 
 #ifdef TRAINSIM_TORCH_CUDA
   std::vector<c10::cuda::CUDAStream> streams_;
+  std::map<TaskId, std::unique_ptr<at::cuda::CUDAEvent>> sent_ev_;  // NCCL send delivered
+#endif
+#ifdef TRAINSIM_NCCL_REPLAY
+  // Declared after streams_ and the buffers: destroyed first (ncclCommDestroy waits for them).
+  kernels::nccl::Communicator world_;
+  std::vector<kernels::nccl::Communicator> comms_;  // indexed like plan_.groups
+  std::map<RankId, c10::cuda::CUDAStream> send_streams_;  // per destination rank
 #endif
   std::vector<std::string> notes_;
 };

@@ -1,0 +1,236 @@
+// Multi-process replay launch (launch.h): environment of a worker, the local fork/exec launcher.
+#include "hw_backend/launch.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "models/scenario.h"
+
+extern char** environ;
+
+namespace trainsim::hw {
+
+namespace {
+
+int parse_int(const char* name, const char* value) {
+  try {
+    std::size_t used = 0;
+    const int v = std::stoi(value, &used);
+    if (used == std::strlen(value) && v >= 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw InputError(std::string("environment: ") + name + "='" + value +
+                   "': expected a non-negative integer");
+}
+
+std::vector<std::string> own_command_line() {
+  std::vector<std::string> args;
+  const int fd = ::open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(std::string("launch: cannot read /proc/self/cmdline: ") + std::strerror(errno));
+  std::string all;
+  char buf[4096];
+  for (ssize_t r; (r = ::read(fd, buf, sizeof buf)) > 0;) all.append(buf, std::size_t(r));
+  ::close(fd);
+  std::size_t at = 0;
+  while (at < all.size()) {
+    const std::size_t end = all.find('\0', at);
+    args.push_back(all.substr(at, end == std::string::npos ? std::string::npos : end - at));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  if (args.empty()) throw std::runtime_error("launch: empty /proc/self/cmdline");
+  return args;
+}
+
+void remove_tree_files(const std::string& dir) {
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n != "." && n != "..") ::unlink((dir + "/" + n).c_str());
+    }
+    ::closedir(d);
+  }
+  ::rmdir(dir.c_str());
+}
+
+}  // namespace
+
+ProcessEnv process_env(const std::function<const char*(const char*)>& getenv_fn) {
+  auto get = [&](const char* name) -> const char* {
+    const char* v = getenv_fn ? getenv_fn(name) : std::getenv(name);
+    return v && *v ? v : nullptr;
+  };
+  ProcessEnv e;
+  if (const char* t = get("TRAINSIM_NCCL_TIMEOUT_S")) {
+    char* end = nullptr;
+    e.timeout_s = std::strtod(t, &end);
+    if (end == t || *end != '\0' || !(e.timeout_s > 0))
+      throw InputError(std::string("environment: TRAINSIM_NCCL_TIMEOUT_S='") + t +
+                       "': expected a positive number of seconds");
+  }
+  if (const char* d = get("TRAINSIM_NCCL_DIR")) e.nccl_dir = d;
+  const char* ws = get("WORLD_SIZE");
+  const bool srun = !ws && get("SLURM_STEP_ID") && get("SLURM_NTASKS") && get("SLURM_PROCID");
+  if (!ws && !srun) return e;  // not a worker
+  e.worker = true;
+  if (ws) {
+    e.world_size = parse_int("WORLD_SIZE", ws);
+    const char* rank = get("RANK");
+    if (!rank) throw InputError("environment: WORLD_SIZE is set but RANK is not");
+    e.rank = parse_int("RANK", rank);
+    const char* local = get("LOCAL_RANK");
+    e.local_rank = local ? parse_int("LOCAL_RANK", local) : e.rank;
+    e.launcher = get("TRAINSIM_NCCL_RUN_ID") ? "trainsim" : "torchrun";
+  } else {
+    e.world_size = parse_int("SLURM_NTASKS", get("SLURM_NTASKS"));
+    e.rank = parse_int("SLURM_PROCID", get("SLURM_PROCID"));
+    const char* local = get("SLURM_LOCALID");
+    e.local_rank = local ? parse_int("SLURM_LOCALID", local) : e.rank;
+    e.launcher = "srun";
+  }
+  if (e.world_size < 1)
+    throw InputError("environment: WORLD_SIZE=" + std::to_string(e.world_size) + ": expected >= 1");
+  if (e.rank >= e.world_size)
+    throw InputError("environment: RANK=" + std::to_string(e.rank) + " is not below WORLD_SIZE=" +
+                     std::to_string(e.world_size));
+  if (const char* id = get("TRAINSIM_NCCL_RUN_ID")) e.run_id = id;
+  else if (const char* tid = get("TORCHELASTIC_RUN_ID")) e.run_id = tid;
+  else if (srun) e.run_id = std::string("slurm-") + (get("SLURM_JOB_ID") ? get("SLURM_JOB_ID") : "job") + "." + get("SLURM_STEP_ID");
+  else e.run_id = "run";
+  // Run ids become file names (kernels/rendezvous.h): keep letters, digits, '.', '_', '-'.
+  for (char& c : e.run_id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  return e;
+}
+
+std::string per_rank_path(const std::string& path, int rank) {
+  const std::size_t slash = path.find_last_of('/');
+  const std::size_t dot = path.find_last_of('.');
+  const std::string tag = ".rank" + std::to_string(rank);
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash) ||
+      dot == (slash == std::string::npos ? 0 : slash + 1))
+    return path + tag;
+  return path.substr(0, dot) + tag + path.substr(dot);
+}
+
+int launch_local_workers(int nprocs) {
+  if (nprocs < 1) throw std::invalid_argument("launch: nprocs must be >= 1");
+  const std::vector<std::string> args = own_command_line();
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/trainsim-nccl-XXXXXX";
+  std::vector<char> dirbuf(templ.begin(), templ.end());
+  dirbuf.push_back('\0');
+  if (!::mkdtemp(dirbuf.data()))
+    throw std::runtime_error("launch: cannot create a rendezvous directory " + templ + ": " +
+                             std::strerror(errno));
+  const std::string dir = dirbuf.data();
+  const std::string run_id =
+      "trainsim-" + std::to_string(::getpid()) + "-" +
+      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+
+  // Everything a child needs is built before fork(): between fork and exec only
+  // async-signal-safe calls.
+  std::vector<std::string> base_env;
+  const char* ours[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
+                        "TRAINSIM_NCCL_DIR=", "TRAINSIM_NCCL_RUN_ID="};
+  for (char** e = environ; e && *e; ++e) {
+    bool replaced = false;
+    for (const char* p : ours) replaced |= std::strncmp(*e, p, std::strlen(p)) == 0;
+    if (!replaced) base_env.emplace_back(*e);
+  }
+  std::vector<std::vector<std::string>> envs(nprocs, base_env);
+  for (int r = 0; r < nprocs; ++r) {
+    envs[r].push_back("RANK=" + std::to_string(r));
+    envs[r].push_back("WORLD_SIZE=" + std::to_string(nprocs));
+    envs[r].push_back("LOCAL_RANK=" + std::to_string(r));
+    envs[r].push_back("LOCAL_WORLD_SIZE=" + std::to_string(nprocs));
+    envs[r].push_back("TRAINSIM_NCCL_DIR=" + dir);
+    envs[r].push_back("TRAINSIM_NCCL_RUN_ID=" + run_id);
+  }
+  auto pointers = [](std::vector<std::string>& v) {
+    std::vector<char*> p;
+    for (auto& s : v) p.push_back(s.data());
+    p.push_back(nullptr);
+    return p;
+  };
+  std::vector<std::string> argv_copy = args;
+  std::vector<char*> argv = pointers(argv_copy);
+  std::vector<std::vector<char*>> envps;
+  for (auto& e : envs) envps.push_back(pointers(e));
+
+  std::cout.flush();
+  std::cerr.flush();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nprocs; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      const std::string why = std::strerror(errno);
+      for (pid_t p : pids) ::kill(p, SIGTERM);
+      for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+      remove_tree_files(dir);
+      throw std::runtime_error("launch: fork failed: " + why);
+    }
+    if (pid == 0) {
+      ::execve("/proc/self/exe", argv.data(), envps[r].data());
+      static const char msg[] = "trainsim: launch: execve(/proc/self/exe) failed\n";
+      (void)!::write(2, msg, sizeof msg - 1);
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+
+  std::vector<int> status(nprocs, -1);
+  int remaining = nprocs, failed_rank = -1;
+  auto since_stop = std::chrono::steady_clock::time_point{};
+  bool stopping = false, killed = false;
+  while (remaining > 0) {
+    bool progressed = false;
+    for (int r = 0; r < nprocs; ++r) {
+      if (status[r] >= 0) continue;
+      int st = 0;
+      const pid_t w = ::waitpid(pids[r], &st, WNOHANG);
+      if (w != pids[r]) continue;
+      progressed = true;
+      status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      --remaining;
+      if (status[r] != 0 && !stopping) {
+        failed_rank = r;
+        stopping = true;
+        since_stop = std::chrono::steady_clock::now();
+        for (int k = 0; k < nprocs; ++k)
+          if (status[k] < 0) ::kill(pids[k], SIGTERM);
+      }
+    }
+    if (stopping && !killed && remaining > 0 &&
+        std::chrono::steady_clock::now() - since_stop > std::chrono::seconds(10)) {
+      for (int k = 0; k < nprocs; ++k)
+        if (status[k] < 0) ::kill(pids[k], SIGKILL);
+      killed = true;
+    }
+    if (!progressed && remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  remove_tree_files(dir);
+  if (failed_rank >= 0) {
+    std::cerr << "trainsim: replay: rank " << failed_rank << " of " << nprocs
+              << " failed (exit status " << status[failed_rank]
+              << "); the other ranks were stopped\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace trainsim::hw
