@@ -453,37 +453,33 @@ class Builder {
     return rank_of(p_, {c.tp_rank, c.dp_rank, 0});
   }
 
-  void send(std::int64_t to, Phase phase, std::uint16_t mb, std::uint8_t chunk) {
+  /// A pipeline message task of this rank: a Send to `peer` or a Recv from it, after the
+  /// preceding compute (Megatron issues its p2p calls synchronously after it).
+  TaskId message(TaskKind kind, std::int64_t peer, Phase phase, std::uint16_t mb, std::uint8_t chunk) {
+    const std::int64_t src = kind == TaskKind::Send ? rank_ : peer;
+    const std::int64_t dst = kind == TaskKind::Send ? peer : rank_;
     Task t;
     t.op = op_p2p_;
-    t.kind = TaskKind::Send;
+    t.kind = kind;
     t.stream = StreamId::PpComm;
     t.phase = phase;
     t.part = Part::Pipeline;
     t.microbatch = mb;
     t.chunk = chunk;
-    t.peer = static_cast<std::int32_t>(to);
-    t.group = group_id(GroupKind::Pipeline, {RankId(rank_), RankId(to)});
-    t.match = message_match(rank_, to);
+    t.peer = static_cast<std::int32_t>(peer);
+    t.group = group_id(GroupKind::Pipeline, {RankId(src), RankId(dst)});
+    t.match = message_match(src, dst);
     const TaskId id = add(t);
     dep(last_compute_, id);
+    return id;
+  }
+
+  void send(std::int64_t to, Phase phase, std::uint16_t mb, std::uint8_t chunk) {
+    message(TaskKind::Send, to, phase, mb, chunk);
   }
 
   void receive(std::int64_t from, Phase phase, std::uint16_t mb, std::uint8_t chunk) {
-    Task t;
-    t.op = op_p2p_;
-    t.kind = TaskKind::Recv;
-    t.stream = StreamId::PpComm;
-    t.phase = phase;
-    t.part = Part::Pipeline;
-    t.microbatch = mb;
-    t.chunk = chunk;
-    t.peer = static_cast<std::int32_t>(from);
-    t.group = group_id(GroupKind::Pipeline, {RankId(from), RankId(rank_)});
-    t.match = message_match(from, rank_);
-    const TaskId id = add(t);
-    // Megatron issues the receive after the preceding compute (synchronous p2p calls).
-    dep(last_compute_, id);
+    const TaskId id = message(TaskKind::Recv, from, phase, mb, chunk);
     last_compute_ = id;
     if (scatter_gather_)  // gather_split_1d_tensor: all-gather of the t slices over NVLink
       last_compute_ = collective(op_tp_ag_, tp_group_, StreamId::TpComm, phase, Part::Pipeline, mb,
