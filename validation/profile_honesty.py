@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Default-profile honesty: how the shipped calibration profiles (calibration/*.json, labelled
-"datasheet-derived") relate to the published figures in ../shared/ground-truth/hardware.md.
+"datasheet-derived") relate to the published figures in validation/data/hardware.md (a copy of
+the project's ground-truth hardware.md, shipped so the check needs nothing outside the repo).
 
 For every parameter that a hardware.md figure speaks to, prints the profile value, the figure
 (with the hardware.md row it comes from), the ratio the figure implies, and profile / implied.
@@ -102,8 +103,7 @@ def relations(device, sheet, measured):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--hardware-md", default=os.path.join(ROOT, "..", "shared", "ground-truth",
-                                                          "hardware.md"))
+    ap.add_argument("--hardware-md", default=os.path.join(ROOT, "validation", "data", "hardware.md"))
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
     if not os.path.exists(args.hardware_md):
