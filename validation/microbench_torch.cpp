@@ -86,11 +86,15 @@ std::string today_utc() {
   return b;
 }
 
-/// Ordinary least-squares line y = a + c x over the operator mix (each operator and size
-/// counts by its time, as in an iteration); false when degenerate.
-bool fit_line(const std::vector<std::pair<double, double>>& xy, double* a, double* c) {
+/// Least squares of y = a + c x in relative error (weights 1/y^2), so that the small operators,
+/// whose time is mostly the fixed cost a, weigh as much as the large ones; false when degenerate.
+bool fit_line_relative(const std::vector<std::pair<double, double>>& xy, double* a, double* c) {
   double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (auto [x, y] : xy) sw += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+  for (auto [x, y] : xy) {
+    if (!(y > 0)) continue;
+    const double w = 1.0 / (y * y);
+    sw += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;
+  }
   const double det = sw * sxx - sx * sx;
   if (xy.size() < 3 || !(det > 0)) return false;
   *c = (sw * sxy - sx * sy) / det;
@@ -213,7 +217,6 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
   const double stream_bw = 2.0 * big * e / copy_s;  // read + write
   meas["stream_copy"] = {{"elements", big}, {"bytes_moved", 2.0 * big * e}, {"seconds", copy_s},
                          {"bytes_per_s", stream_bw}};
-  std::vector<std::pair<double, double>> mem_xy;
   json mem_rows = json::array();
   const std::vector<std::int64_t> sizes =
       o.quick ? std::vector<std::int64_t>{1 << 14, 1 << 16, 1 << 18, 1 << 20}
@@ -239,12 +242,22 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
     };
     for (const Op& op : ops) {
       const double t = timer.best(op.f);
-      mem_xy.push_back({op.bytes, t});
       mem_rows.push_back({{"op", op.name}, {"elements", n}, {"bytes", op.bytes}, {"seconds", t}});
     }
   }
   meas["memory_bound"] = mem_rows;
-  // Per kernel class (CostModel::memory_bound_class): the median over sizes of bytes / time.
+  // Cost model (CostModel::kernel_time_s): time = kernel_launch_overhead_s + bytes / rate of the
+  // kernel's class. The fixed cost per operator is the intercept of the element-wise (add, mul)
+  // fit in relative error; each class's rate is then the median over sizes of
+  // bytes / (time - that fixed cost), so the fixed cost is not counted twice.
+  std::vector<std::pair<double, double>> eltwise_xy;
+  for (const json& r : mem_rows)
+    if (r["op"] == "add" || r["op"] == "mul")
+      eltwise_xy.push_back({r["bytes"].get<double>(), r["seconds"].get<double>()});
+  double overhead = 0, slope = 0;
+  const bool line = fit_line_relative(eltwise_xy, &overhead, &slope) && slope > 0;
+  overhead = std::max(0.0, overhead);
+  const double eltwise_bw = line ? 1.0 / slope : stream_bw;
   const std::pair<const char*, std::vector<const char*>> classes[] = {
       {"elementwise", {"add", "mul"}}, {"layernorm", {"layer_norm"}}, {"softmax", {"softmax"}},
       {"gelu", {"gelu_tanh"}}, {"dropout", {"dropout"}}};
@@ -252,15 +265,15 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
     std::vector<double> rates;
     for (const json& r : mem_rows)
       for (const char* nm : names)
-        if (r["op"] == nm) rates.push_back(r["bytes"].get<double>() / r["seconds"].get<double>());
+        if (r["op"] == nm) {
+          const double t = r["seconds"].get<double>();
+          rates.push_back(r["bytes"].get<double>() / std::max(t - overhead, 0.05 * t));
+        }
     std::sort(rates.begin(), rates.end());
     if (!rates.empty()) p.memory_bound_bytes_per_s[cls] = rates[rates.size() / 2];
   }
-  double overhead = 0, slope = 0;
-  const bool line = fit_line(mem_xy, &overhead, &slope) && slope > 0;
-  const double eltwise_bw = line ? 1.0 / slope : stream_bw;
   meas["memory_bound_fit"] = {{"overhead_s", overhead}, {"bytes_per_s", eltwise_bw},
-                              {"method", "OLS duration = overhead + bytes / bandwidth (overhead clamped at 0)"}};
+                              {"method", "element-wise ops (add, mul): least squares in relative error of duration = overhead + bytes / bandwidth (overhead clamped at 0)"}};
 
   // ---------------------------------------------------------------- copies
   say("host <-> device copies");
@@ -354,8 +367,8 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
   set("sm_count", &CalibrationProfile::sm_count, cores, "cores of this machine (not used while the GEMM table is present)");
   set("hbm_efficiency", &CalibrationProfile::hbm_efficiency, std::min(1.0, eltwise_bw / stream_bw),
       "memory-bound operators' fitted bandwidth / streaming copy bandwidth (measurements.memory_bound_fit)");
-  set("kernel_launch_overhead_s", &CalibrationProfile::kernel_launch_overhead_s, std::max(0.0, overhead),
-      "intercept of the memory-bound fit: fixed cost per operator (dispatch, threading)");
+  set("kernel_launch_overhead_s", &CalibrationProfile::kernel_launch_overhead_s, overhead,
+      "intercept of the element-wise fit (measurements.memory_bound_fit): fixed cost per operator (dispatch, threading)");
   set("nvlink_efficiency", &CalibrationProfile::nvlink_efficiency, 1.0,
       "local device: single-process collectives are device-local copies at copy_bw_bytes_per_s");
   set("network_efficiency", &CalibrationProfile::network_efficiency, 1.0, "local device: no network");
