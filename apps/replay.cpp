@@ -20,6 +20,8 @@
 #include "models/calibration.h"
 #include "models/hardware.h"
 #include "models/local_device.h"
+
+#include <unistd.h>
 #include "models/memory_timeline.h"
 #include "models/scenario.h"
 #include "models/summary.h"
@@ -111,7 +113,16 @@ nlohmann::json rank_result(std::int64_t rank, const ExecutionRecord& r) {
 
 int replay_main(const ReplayArgs& args) {
   const Scenario sc = load_scenario(args.scenario, args.overrides);
-  const SystemSpec& system = find_system(sc.cluster.system);
+  SystemSpec system = find_system(sc.cluster.system);
+  if (sc.cluster.system == kLocalSystemName && args.device != "cuda") {
+    // This machine's CPU as the device: its capacity is the physical memory (the replay's
+    // tensors live there); its peak FLOP/s is unknown without a profile (MFU reported null).
+    const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page_bytes > 0) {
+      system.gpu.hbm_bytes = double(pages) * double(page_bytes);
+      system.host_memory_bytes = system.gpu.hbm_bytes;
+    }
+  }
   hw::ReplayOptions opts;
 
   // Multi-process replay (hw_backend/launch.h): a launcher's worker replays its RANK on GPU

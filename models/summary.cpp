@@ -117,7 +117,12 @@ json make_summary(const ScheduleGraph& graph, const ExecutionRecord& record,
   s["hardware_flops_per_iteration"] = hw_flops;
   s["hardware_tflops_per_gpu"] = per_time(hw_flops) / world / 1e12;
   s["peak_tflops_per_gpu"] = system.gpu.peak_dense_fp16_flops / 1e12;
-  s["mfu"] = model_tflops * 1e12 / system.gpu.peak_dense_fp16_flops;
+  // No peak is known for a device without figures (the `local` system replayed without a
+  // calibration profile): MFU is then null, not a division by zero.
+  if (system.gpu.peak_dense_fp16_flops > 0)
+    s["mfu"] = model_tflops * 1e12 / system.gpu.peak_dense_fp16_flops;
+  else
+    s["mfu"] = nullptr;
 
   // ---- memory
   const std::vector<std::uint32_t> rep = representative_indices(graph, p);
@@ -268,9 +273,12 @@ std::string format_text_summary(const json& s) {
   o << "  iteration time        " << fmt("%.6f s", it) << "\n";
   o << "  throughput            " << fmt("%.1f tokens/s", s.at("tokens_per_s").get<double>())
     << "\n";
-  o << "  model TFLOP/s per GPU " << fmt("%.1f", s.at("model_tflops_per_gpu").get<double>())
-    << "  (MFU " << fmt("%.1f%%", 100 * s.at("mfu").get<double>()) << " of "
-    << fmt("%.0f", s.at("peak_tflops_per_gpu").get<double>()) << " TFLOP/s peak)\n";
+  o << "  model TFLOP/s per GPU " << fmt("%.1f", s.at("model_tflops_per_gpu").get<double>());
+  if (s.at("mfu").is_null())
+    o << "  (MFU unknown: no peak figure for this device)\n";
+  else
+    o << "  (MFU " << fmt("%.1f%%", 100 * s.at("mfu").get<double>()) << " of "
+      << fmt("%.0f", s.at("peak_tflops_per_gpu").get<double>()) << " TFLOP/s peak)\n";
   o << "  hardware TFLOP/s/GPU  " << fmt("%.1f", s.at("hardware_tflops_per_gpu").get<double>())
     << "  (recomputation included)\n";
   o << "  peak GPU memory       " << gib(s.at("peak_memory_bytes")) << " on rank "
