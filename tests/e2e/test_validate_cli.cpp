@@ -75,13 +75,15 @@ TEST(ValidateCli, CalibrateThenValidateOnTheCpu) {
   EXPECT_GT(mm, 0);
   EXPECT_LE(std::abs(m_err), 0.05) << slurp(kOut + "/validate.log");
   // The timing bound compares two measurements (calibration microbenchmarks, replay) of this
-  // machine; it holds on an otherwise idle machine (CI). When other processes kept the cores
-  // busy during the replays (load average above the core count, recorded by validate), the
-  // measured time is theirs as much as ours: reported, not asserted.
+  // machine; it holds on an otherwise idle machine (CI: ctest runs this test alone, RUN_SERIAL,
+  // though the 1-minute load average still shows the tests before it, about one per core).
+  // When other processes kept the cores busy during the replays (load average above 1.5 x the
+  // core count, recorded by validate), the measured time is theirs as much as ours: reported,
+  // not asserted.
   const double load = std::max(r["load_average_1min"]["before"].get<double>(),
                                r["load_average_1min"]["after"].get<double>());
   const double cores = r["cores"].get<double>();
-  if (load > cores) {
+  if (load > 1.5 * cores) {
     std::cout << "[ NOTE ] machine busy (load " << load << " on " << cores
               << " cores): iteration_time_error " << t_err << " not asserted\n";
   } else {
