@@ -1,6 +1,8 @@
 // End-to-end tests of the `trainsim` command line (DESIGN.md "Command line (contract)"): the
 // built binary (TRAINSIM_CLI) run on the small scenarios, its exit codes, stdout and files.
 #include <gtest/gtest.h>
+
+#include "tests/e2e/cli_helpers.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +19,8 @@
 
 namespace {
 
+using trainsim_e2e::slurp;
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -24,13 +28,6 @@ struct Result {
   int rc = -1;
   std::string out, err;
 };
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 class Cli : public ::testing::Test {
  protected:

@@ -13,6 +13,8 @@
 // Every expected number is computed here: op shapes, parameter counts and bucket sizes are
 // written out in this file, not taken from the builder.
 #include <gtest/gtest.h>
+
+#include "tests/e2e/cli_helpers.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,17 +37,12 @@
 namespace trainsim {
 namespace {
 
+using trainsim_e2e::slurp;
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string source(const std::string& rel) { return std::string(TRAINSIM_SOURCE_DIR) + "/" + rel; }
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 /// Runs `trainsim ARGS --format json` and returns the summary (fails the test on errors).
 json simulate_json(const std::string& args) {

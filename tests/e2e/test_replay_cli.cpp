@@ -3,6 +3,8 @@
 // time and peak memory.
 #include <gtest/gtest.h>
 
+#include "tests/e2e/cli_helpers.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -20,22 +22,12 @@ using namespace trainsim;
 
 namespace {
 
+using trainsim_e2e::run;
+using trainsim_e2e::slurp;
+
 const std::string kScenario =
     std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml";
 const std::string kOut = std::string(TRAINSIM_BINARY_DIR) + "/e2e_replay_cli";
-
-int run(const std::string& args, const std::string& log) {
-  const std::string cmd = std::string(TRAINSIM_CLI) + " " + args + " > " + log + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 /// (task id, label) of the complete events of process `pid` in a Chrome trace.
 std::set<std::pair<std::uint32_t, std::string>> spans(const std::string& path, int pid) {

@@ -6,6 +6,8 @@
 // case skips with the CLI's own reason.
 #include <gtest/gtest.h>
 
+#include "tests/e2e/cli_helpers.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -16,22 +18,12 @@
 
 namespace {
 
+using trainsim_e2e::run;
+using trainsim_e2e::slurp;
+
 const std::string kScenario =
     std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml";
 const std::string kOut = std::string(TRAINSIM_BINARY_DIR) + "/e2e_replay_nprocs_cli";
-
-int run(const std::string& args, const std::string& log, const std::string& env = "") {
-  const std::string cmd = env + " " + std::string(TRAINSIM_CLI) + " " + args + " > " + log + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 /// How the complete events of `pid` ran: count per args.replayed_as ("" for the task's own
 /// work), only for events of `kind` ("collective", "send", ...) when given.

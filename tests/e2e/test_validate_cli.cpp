@@ -4,6 +4,8 @@
 // replay's measurement.
 #include <gtest/gtest.h>
 
+#include "tests/e2e/cli_helpers.h"
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -18,22 +20,12 @@
 
 namespace {
 
+using trainsim_e2e::run;
+using trainsim_e2e::slurp;
+
 const std::string kScenario =
     std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/small/gpt-cpu_tp1_pp1_dp1.yaml";
 const std::string kOut = std::string(TRAINSIM_BINARY_DIR) + "/e2e_validate_cli";
-
-int run(const std::string& args, const std::string& log) {
-  const std::string cmd = std::string(TRAINSIM_CLI) + " " + args + " > " + log + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 }  // namespace
 
