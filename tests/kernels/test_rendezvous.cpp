@@ -94,9 +94,8 @@ TEST_F(Rendezvous, WaitTimesOutWithTheFileAndThePublisherInTheMessage) {
     EXPECT_NE(msg.find("rank 0"), std::string::npos) << msg;
     EXPECT_NE(msg.find("TRAINSIM_NCCL_TIMEOUT_S"), std::string::npos) << msg;
   }
-  const double waited = seconds_since(t0);
-  EXPECT_GE(waited, 0.2);
-  EXPECT_LT(waited, 5.0);
+  // A lower bound only: the timeout was honoured (a loaded machine can only make it longer).
+  EXPECT_GE(seconds_since(t0), 0.2);
 }
 
 TEST_F(Rendezvous, AnotherProcessPublishesLaterAndTheWaiterGetsIt) {
@@ -113,9 +112,7 @@ TEST_F(Rendezvous, AnotherProcessPublishesLaterAndTheWaiterGetsIt) {
     ::_exit(0);
   }
   FileRendezvous rv(dir_, "job2", 10.0);
-  const auto t0 = std::chrono::steady_clock::now();
   const std::string got = rv.wait("blob", 1 << 20, "the child");
-  EXPECT_GE(seconds_since(t0), 0.1);  // it really waited for the child
   EXPECT_EQ(got, payload);
   EXPECT_EQ(wait_child(pid), 0);
 }
@@ -164,22 +161,35 @@ TEST_F(Rendezvous, ReadersNeverSeeAPartialFile) {
 }
 
 TEST_F(Rendezvous, MalformedOrWrongSizeFilesFailAtOnce) {
+  // The errors are the file's faults, not the 30 s timeout's: a malformed file fails on the
+  // first read (the message names the file and the fault, never TRAINSIM_NCCL_TIMEOUT_S).
   FileRendezvous rv(dir_, "job4", 30.0);
+  auto fault_of = [&](const std::string& name, std::int64_t bytes) -> std::string {
+    try {
+      rv.wait(name, bytes);
+    } catch (const RendezvousError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
   {
     std::ofstream f(rv.path_of("garbage"));
     f << "not a rendezvous file";
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_THROW(rv.wait("garbage"), RendezvousError);
+  std::string msg = fault_of("garbage", -1);
+  EXPECT_NE(msg.find("is not a trainsim rendezvous file"), std::string::npos) << msg;
   {
     std::ofstream f(rv.path_of("short"));
     f << "trainsim-rendezvous 1 10\nabc";  // header promises 10 bytes, 3 follow
   }
-  EXPECT_THROW(rv.wait("short"), RendezvousError);
+  msg = fault_of("short", -1);
+  EXPECT_NE(msg.find(rv.path_of("short")), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("TRAINSIM_NCCL_TIMEOUT_S"), std::string::npos) << msg;
   rv.publish("id", std::string(100, 'x'));
-  EXPECT_THROW(rv.wait("id", 128), RendezvousError);  // an id of another size
+  msg = fault_of("id", 128);  // an id of another size
+  EXPECT_NE(msg.find("holds"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("TRAINSIM_NCCL_TIMEOUT_S"), std::string::npos) << msg;
   EXPECT_EQ(rv.wait("id", 100), std::string(100, 'x'));
-  EXPECT_LT(seconds_since(t0), 5.0);  // none of them waited for the 30 s timeout
 }
 
 TEST_F(Rendezvous, RunIdsKeepJobsApartAndNamesAreChecked) {
