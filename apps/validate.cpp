@@ -58,6 +58,11 @@ int validate_main(const ValidateArgs& args) {
   const ScheduleGraph& graph = run.graph;
   const SystemSpec& system = run.system;
   std::vector<std::string> notes = run.notes;
+  if (sc.world_size() > 1)
+    notes.push_back("one of " + std::to_string(sc.world_size()) + " ranks is replayed: the "
+                    "simulated iteration includes waiting for the other ranks (pipeline bubble, "
+                    "collectives over the modelled links), the replay does not; compare the "
+                    "per-kind task times rather than the iteration time");
   hw::ReplayOptions ro;
   ro.device = device;
   if (cpu) ro.cpu_dtype = run.replay_dtype;

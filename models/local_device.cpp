@@ -1,5 +1,7 @@
 #include "models/local_device.h"
 
+#include <algorithm>
+
 #include "models/scenario.h"  // InputError
 
 namespace trainsim {
@@ -10,7 +12,8 @@ bool has_local_device(const CalibrationProfile& p) {
          d.copy_bw_bytes_per_s > 0 && d.cores > 0;
 }
 
-SystemSpec local_system(const CalibrationProfile& p, const std::string& profile_name) {
+SystemSpec local_system(const CalibrationProfile& p, const std::string& profile_name,
+                        std::int64_t nodes) {
   if (!has_local_device(p))
     throw InputError(profile_name + ": field 'local_device': missing or incomplete (needs "
                      "peak_flops, memory_bw_bytes_per_s, memory_bytes, copy_bw_bytes_per_s, "
@@ -28,7 +31,8 @@ SystemSpec local_system(const CalibrationProfile& p, const std::string& profile_
   s.nic_bw_bytes_per_s = d.copy_bw_bytes_per_s;
   s.cpu_cores = static_cast<int>(d.cores);
   s.host_memory_bytes = d.memory_bytes;
-  s.switch_radix = 2;
+  // One switch level whose radix has a port per node (even, as the fat tree needs).
+  s.switch_radix = static_cast<int>(std::max<std::int64_t>(2, nodes + nodes % 2));
   return s;
 }
 

@@ -31,7 +31,10 @@ bool has_local_device(const CalibrationProfile& profile);
 
 /// The `local` system with its figures from `profile` (see the file comment). Throws
 /// InputError naming `profile_name` when the profile has no local_device section (a shipped
-/// datasheet profile, say).
-SystemSpec local_system(const CalibrationProfile& profile, const std::string& profile_name);
+/// datasheet profile, say). `nodes`: the one-device nodes the scenario has (a multi-rank
+/// scenario validated on this machine); they hang off one switch with a port each, every link
+/// at the measured copy bandwidth.
+SystemSpec local_system(const CalibrationProfile& profile, const std::string& profile_name,
+                        std::int64_t nodes = 1);
 
 }  // namespace trainsim

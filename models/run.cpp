@@ -236,7 +236,7 @@ void substitute_local_device(const RunRequest& req, PreparedRun& run) {
     sc.cluster.gpus_per_node = 1;
     sc.cluster.nodes = world;
   }
-  run.system = local_system(run.profile, req.calibration_path);
+  run.system = local_system(run.profile, req.calibration_path, sc.cluster.nodes);
   if (req.device != "cpu") return;
   run.replay_dtype = run.profile.precision.empty() ? "fp32" : run.profile.precision;
   if (run.replay_dtype != "fp32" && run.replay_dtype != "bf16")
@@ -272,7 +272,7 @@ void choose_system(const RunRequest& req, PreparedRun& run) {
   if (req.purpose == RunPurpose::Validate && (local || cpu_validate)) {
     substitute_local_device(req, run);
   } else if (req.purpose == RunPurpose::Simulate && local) {
-    run.system = local_system(run.profile, req.calibration_path);
+    run.system = local_system(run.profile, req.calibration_path, sc.cluster.nodes);
   } else if (req.purpose == RunPurpose::Simulate && !req.calibration_path.empty() &&
              run.profile.device != run.system.gpu.name) {
     run.warnings.push_back("--calibration '" + req.calibration_path + "' is a profile for " +

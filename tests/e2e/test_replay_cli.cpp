@@ -98,3 +98,43 @@ TEST(ReplayCli, BadRankAndDeviceExitOne) {
   EXPECT_EQ(run("replay " + kScenario + " --device tpu", kOut + "/bad_device.log"), 1);
   EXPECT_NE(slurp(kOut + "/bad_device.log").find("tpu"), std::string::npos);
 }
+
+// A CPU replay describes the device it ran on (this machine's CPU and memory, no FLOP/s peak:
+// MFU null), keeps the model's estimate apart from the allocator's measurement, and says so.
+TEST(ReplayCli, TheSummaryDescribesTheCpuItRanOn) {
+#ifndef TRAINSIM_HAVE_REPLAY
+  GTEST_SKIP() << "the replay verb is not in this build (LibTorch was not found)";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  const std::string json = kOut + "/cpu_summary.json";
+  ASSERT_EQ(run("replay " + kScenario + " --device cpu --json " + json, kOut + "/cpu.log"), 0)
+      << slurp(kOut + "/cpu.log");
+  const auto s = nlohmann::json::parse(slurp(json));
+  EXPECT_NE(s.at("gpu").get<std::string>().find("CPU of this machine"), std::string::npos);
+  EXPECT_TRUE(s.at("mfu").is_null());
+  EXPECT_EQ(s.at("peak_tflops_per_gpu").get<double>(), 0.0);
+  EXPECT_NE(s.at("memory_capacity_bytes").get<std::int64_t>(), std::int64_t(80) << 30);
+  EXPECT_TRUE(s.contains("modelled_peak_memory_bytes"));
+  EXPECT_EQ(s.at("peak_memory_bytes"), s.at("measured_peak_allocated_bytes"));
+  const std::string text = slurp(kOut + "/cpu.log");
+  EXPECT_NE(text.find("replayed on"), std::string::npos) << text;
+  EXPECT_NE(text.find("modelled GPU memory"), std::string::npos) << text;
+  EXPECT_NE(text.find("measured peak memory"), std::string::npos) << text;
+}
+
+// A rank whose modelled memory cannot fit in this machine is refused before anything is
+// allocated (the 1T model's stage: tens of GiB in fp32), with --force named as the way on.
+TEST(ReplayCli, ARankThatCannotFitIsRefusedCleanly) {
+#ifndef TRAINSIM_HAVE_REPLAY
+  GTEST_SKIP() << "the replay verb is not in this build (LibTorch was not found)";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  const std::string log = kOut + "/refuse.log";
+  EXPECT_EQ(run("replay " + std::string(TRAINSIM_SOURCE_DIR) +
+                    "/scenarios/gpt-1t_tp8_pp64_dp6.yaml --device cpu --rank 0",
+                log),
+            1);
+  const std::string text = slurp(log);
+  EXPECT_NE(text.find("of memory are available on this machine"), std::string::npos) << text;
+  EXPECT_NE(text.find("--force"), std::string::npos) << text;
+}

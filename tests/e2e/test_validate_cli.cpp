@@ -76,3 +76,31 @@ TEST(ValidateCli, CalibrateThenValidateOnTheCpu) {
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("simulated"), std::string::npos);
 }
+
+// A multi-rank scenario validates on the CPU the way replay runs it: the cluster becomes
+// one-device `local` nodes (their links at the profile's copy bandwidth), rank 0 is replayed
+// with its collectives and messages substituted, and the notes say all of it. Only the
+// deterministic parts are asserted (the comparison's arithmetic, structure, notes).
+TEST(ValidateCli, AMultiRankScenarioValidatesOnTheCpu) {
+#ifndef TRAINSIM_HAVE_VALIDATE
+  GTEST_SKIP() << "the validate verb is not in this build";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  const std::string profile = std::string(TRAINSIM_SOURCE_DIR) + "/tests/golden/cpu_profile.json";
+  const std::string result = kOut + "/multi.json";
+  ASSERT_EQ(run("validate " + std::string(TRAINSIM_SOURCE_DIR) +
+                    "/scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml --device cpu --calibration " +
+                    profile + " --repeat 1 --json " + result,
+                kOut + "/multi.log"),
+            0)
+      << slurp(kOut + "/multi.log");
+  const auto r = nlohmann::json::parse(slurp(result));
+  const double ts = r["iteration_time_s"]["simulated"], tm = r["iteration_time_s"]["measured"];
+  EXPECT_NEAR(r["iteration_time_error"].get<double>(), (ts - tm) / tm, 1e-12);
+  EXPECT_EQ(r["rank"], 0);
+  std::string notes;
+  for (const auto& n : r["notes"]) notes += n.get<std::string>() + "\n";
+  EXPECT_NE(notes.find("replaced by `local`"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("each of the 8 ranks is a one-device node"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("replayed as device-local copies"), std::string::npos) << notes;
+}
