@@ -1,6 +1,11 @@
 // trainsim: the command line (DESIGN.md "Command line (contract)"). Parses the verbs and
 // flags with CLI11 and dispatches to apps/verbs.h; turns every failure into exit status 1 with
 // the reason on stderr (never a crash, never a message on stdout).
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -130,7 +135,42 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace trainsim::cli
 
+#ifdef TRAINSIM_EXEC_TORCH_VERBS
+namespace {
+
+/// The LibTorch verbs run in trainsim-torch, next to this program (apps/CMakeLists.txt): this
+/// process execs it with the same arguments, so that `simulate` never loads LibTorch. Returns
+/// only when the verb is not a LibTorch one or trainsim-torch is not there (the verb then
+/// answers "not built").
+void exec_torch_verb(char** argv) {
+  const char* verb = nullptr;
+  for (char** a = argv + 1; *a; ++a)
+    if ((*a)[0] != '-') {
+      verb = *a;
+      break;
+    }
+  if (!verb || (std::strcmp(verb, "replay") != 0 && std::strcmp(verb, "validate") != 0 &&
+                std::strcmp(verb, "calibrate") != 0))
+    return;
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
+  std::string path(self);
+  path = path.substr(0, path.rfind('/') + 1) + "trainsim-torch";
+  if (::access(path.c_str(), X_OK) != 0) return;
+  ::execv(path.c_str(), argv);
+  std::cerr << "trainsim: cannot run " << path << ": " << std::strerror(errno) << "\n";
+  std::exit(1);
+}
+
+}  // namespace
+#endif
+
 int main(int argc, char** argv) {
+#ifdef TRAINSIM_EXEC_TORCH_VERBS
+  exec_torch_verb(argv);
+#endif
   try {
     return trainsim::cli::run(argc, argv);
   } catch (const trainsim::InputError& e) {

@@ -130,3 +130,20 @@ TEST_F(OutputsCli, TextSummarySaysHowTheRunWasFoldedAndWhatOffloadChose) {
 }
 
 }  // namespace
+
+namespace {
+
+// A process that only simulates never loads LibTorch (sweeps start thousands of them): the
+// `trainsim` program has no LibTorch library among its dependencies; the LibTorch verbs run in
+// trainsim-torch next to it.
+TEST(Startup, TheSimulatorDoesNotLinkLibTorch) {
+  const std::string log = std::string(TRAINSIM_BINARY_DIR) + "/e2e_ldd.log";
+  const std::string cmd = "ldd " + std::string(TRAINSIM_CLI) + " > " + log + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(log);
+  const std::string libs = slurp(log);
+  EXPECT_NE(libs.find("libsimgrid"), std::string::npos) << libs;
+  EXPECT_EQ(libs.find("libtorch"), std::string::npos) << libs;
+  EXPECT_EQ(libs.find("libc10"), std::string::npos) << libs;
+}
+
+}  // namespace
