@@ -140,7 +140,7 @@ class ScheduleGraph {
   std::int64_t fold_factor = 1;
   std::int64_t world_size = 0;
 
-  /// "fwd mb3 layer12 attn", "allreduce tp fwd mb3 layer12 attn", "send fwd mb3 -> rank 8".
+  /// "fwd mb3 layer12 attn", "all_reduce tensor fwd mb3 layer12 attn", "send fwd mb3 -> rank 8".
   std::string label(TaskId id) const;
 
   /// Index of `rank` in simulated_ranks(), or kNone.
