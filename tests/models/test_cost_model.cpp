@@ -11,6 +11,9 @@
 
 #include "models/calibration.h"
 #include "models/flops.h"
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
 
 namespace trainsim {
 namespace {
@@ -216,7 +219,7 @@ TEST(Calibration, DefaultsAreEmbeddedForEveryCatalogGpu) {
 TEST(Calibration, EmbeddedTextMatchesTheSourceTree) {
   // The build embeds calibration/*.json; the embedded copy must equal the file on disk.
   for (const auto& [name, text] : detail::embedded_calibration_files()) {
-    const std::string path = std::string(TRAINSIM_SOURCE_DIR) + "/calibration/" + name;
+    const std::string path = source_path("calibration/" + name);
     EXPECT_EQ(load_calibration(path), parse_calibration(text, name)) << path;
   }
   EXPECT_EQ(detail::embedded_calibration_files().size(), 3u);
