@@ -195,9 +195,9 @@ int replay_main(const ReplayArgs& args) {
 
   // The trace and the modelled memory timeline cover the replayed rank only.
   const TraceSelection selection =
-      select_trace_ranks(graph, sc.parallel, std::to_string(opts.rank));
+      select_trace_ranks(graph, std::to_string(opts.rank));
   const MemoryTimeline memory =
-      build_memory_timeline(graph, record, sc.parallel, sc.cluster.gpus_per_node);
+      build_memory_timeline(graph, record, sc.cluster.gpus_per_node);
   SummaryOptions summary_options;
   summary_options.calibration_source = "none (measured replay)";
   summary_options.trace_ranks = format_rank_list(selection.ranks);

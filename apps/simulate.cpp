@@ -114,7 +114,7 @@ int simulate_main(const SimulateArgs& args) {
   }
   say("building the schedule graph of " + sc.name + (build.fold ? " (folded)" : ""));
   const ScheduleGraph graph = build_schedule_graph(sc, system, build);
-  const TraceSelection selection = select_trace_ranks(graph, sc.parallel, args.trace_ranks);
+  const TraceSelection selection = select_trace_ranks(graph, args.trace_ranks);
 
   say("simulating " + std::to_string(graph.num_tasks()) + " tasks on " +
       std::to_string(graph.simulated_ranks().size()) + " simulated ranks");
@@ -122,7 +122,7 @@ int simulate_main(const SimulateArgs& args) {
       run_simulator(graph, sc, system, cost, tty || graph.num_tasks() > kLongRunTasks);
 
   const std::int64_t gpus_per_node = sc.cluster.gpus_per_node;
-  const MemoryTimeline memory = build_memory_timeline(graph, record, sc.parallel, gpus_per_node);
+  const MemoryTimeline memory = build_memory_timeline(graph, record, gpus_per_node);
   SummaryOptions summary_options;
   summary_options.calibration_source = calibration_source;
   summary_options.trace_ranks = format_rank_list(selection.ranks);

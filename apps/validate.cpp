@@ -143,7 +143,7 @@ int validate_main(const ValidateArgs& args) {
 
   // ---- memory: the model's peak of the rank vs the allocator's measured peak
   const MemoryTimeline memory =
-      build_memory_timeline(graph, simulated, sc.parallel, sc.cluster.gpus_per_node);
+      build_memory_timeline(graph, simulated, sc.cluster.gpus_per_node);
   validation::MemoryFigures mem;
   const MemorySeries& series = memory.gpu_of(rank);
   mem.simulated_peak_bytes = series.peak_bytes;

@@ -7,7 +7,6 @@
 #include <unordered_map>
 
 #include "hw_backend/executor.h"
-#include "models/graph_builder.h"
 
 namespace trainsim::hw {
 
@@ -53,16 +52,7 @@ std::int64_t representative_rank(const ScheduleGraph& graph, const Scenario& sce
   if (rank < 0 || rank >= graph.world_size)
     throw InputError("replay: --rank " + std::to_string(rank) + " is outside the world of " +
                      std::to_string(graph.world_size) + " ranks of " + scenario.source_path);
-  if (graph.rank_index(static_cast<RankId>(rank)) != kNone) return rank;
-  // Folded graphs simulate tensor rank 0, data rank 0 of every pipeline stage (graph_builder.h).
-  RankCoords c = rank_coords(scenario.parallel, rank);
-  c.tp_rank = 0;
-  c.dp_rank = 0;
-  const std::int64_t rep = rank_of(scenario.parallel, c);
-  if (graph.rank_index(static_cast<RankId>(rep)) == kNone)
-    throw InputError("replay: rank " + std::to_string(rank) +
-                     " is neither simulated nor represented in the schedule graph");
-  return rep;
+  return graph.representative_of(rank);
 }
 
 ExecutionRecord replay(const ScheduleGraph& graph, const Scenario& scenario,

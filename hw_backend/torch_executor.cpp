@@ -39,7 +39,6 @@
 #include "hw_backend/transformer_layer.h"
 #include "kernels/cpu_adam.h"
 #include "models/cost_model.h"
-#include "models/graph_builder.h"
 #include "models/memory_model.h"
 
 namespace trainsim::hw {
@@ -246,7 +245,7 @@ class Executor {
     torch::manual_seed(opts_.seed);  // dropout masks (CPU and CUDA generators)
     torch::Generator gen = at::detail::createCPUGenerator(opts_.seed);
     const auto& p = sc_.parallel;
-    coords_ = rank_coords(p, rank_);
+    coords_ = p.layout().coords(rank_);
     if (nccl_) plan_ = plan_communicators(g_, opts_.nprocs);
 
     // Which parts of the model this rank holds, and the shapes, from its compute tasks.

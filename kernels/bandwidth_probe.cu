@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cuda_check.h"
+#include "kernels/fused_adam.h"
 
 namespace trainsim::kernels::cuda {
 namespace {

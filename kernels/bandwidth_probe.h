@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cuda_error.h"
+
 namespace trainsim::kernels::cuda {
 
 /// Result of measure_copy_bandwidth.

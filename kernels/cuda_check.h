@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "kernels/fused_adam.h"
+#include "kernels/cuda_error.h"
 
 #define CUDACHECK(call)                                                                        \
   do {                                                                                         \

@@ -18,17 +18,12 @@
 #include <string>
 
 #include "kernels/adam_types.h"
+#include "kernels/cuda_error.h"
 
 namespace trainsim::kernels::cuda {
 
 /// A cudaStream_t passed as an opaque pointer; nullptr is the default stream.
 using StreamHandle = void*;
-
-/// A failed CUDA runtime call: what() holds "file:line: call: error name: error string".
-class CudaError : public std::runtime_error {
- public:
-  explicit CudaError(const std::string& message) : std::runtime_error(message) {}
-};
 
 /// Number of usable CUDA devices. Never throws: returns 0 when the driver is missing or no
 /// device is visible, and stores the runtime's reason in `*why` when `why` is non-null.

@@ -9,38 +9,16 @@
 #include <utility>
 
 #include "models/cost_model.h"
-#include "models/graph_builder.h"
 
 namespace trainsim {
 
-RankId representative_rank(const ScheduleGraph& graph, const ParallelConfig& parallel,
-                           std::int64_t rank) {
-  if (rank < 0 || rank >= graph.world_size)
-    throw InputError("rank " + std::to_string(rank) + " is outside the world (0 .. " +
-                     std::to_string(graph.world_size - 1) + ")");
-  RankId rep = static_cast<RankId>(rank);
-  if (graph.fold_factor > 1) {
-    RankCoords c = rank_coords(parallel, rank);
-    c.tp_rank = 0;
-    c.dp_rank = 0;
-    rep = static_cast<RankId>(rank_of(parallel, c));
-  }
-  if (graph.rank_index(rep) == kNone)
-    throw std::logic_error("representative_rank: rank " + std::to_string(rank) + " maps to rank " +
-                           std::to_string(rep) +
-                           ", which the schedule graph does not simulate (fold_factor " +
-                           std::to_string(graph.fold_factor) + ")");
-  return rep;
-}
-
-std::vector<std::uint32_t> representative_indices(const ScheduleGraph& graph,
-                                                  const ParallelConfig& parallel) {
+std::vector<std::uint32_t> representative_indices(const ScheduleGraph& graph) {
   if (static_cast<std::int64_t>(graph.simulated_ranks().size()) * graph.fold_factor !=
       graph.world_size)
     throw std::logic_error("representative_indices: simulated ranks x fold_factor != world_size");
   std::vector<std::uint32_t> out(static_cast<std::size_t>(graph.world_size));
   for (std::int64_t r = 0; r < graph.world_size; ++r)
-    out[r] = graph.rank_index(representative_rank(graph, parallel, r));
+    out[r] = graph.rank_index(graph.representative_of(r));
   return out;
 }
 

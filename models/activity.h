@@ -16,20 +16,11 @@
 namespace trainsim {
 
 // ---------------------------------------------------------------------------------------
-// Folding: ranks and their representatives
-
-/// The simulated rank whose results stand for world rank `rank`: the rank itself when the
-/// graph is not folded; when folded (fold_factor > 1) the representative of its pipeline stage
-/// (tensor rank 0, data-parallel rank 0; graph_builder.h BuildOptions::fold, Megatron layout
-/// rank_of()). Throws std::logic_error when the representative is not in the graph (a
-/// builder/fold mismatch) and InputError when `rank` is outside the world.
-RankId representative_rank(const ScheduleGraph& graph, const ParallelConfig& parallel,
-                           std::int64_t rank);
+// Folding: ranks and their representatives (ScheduleGraph::representative_of)
 
 /// For every world rank 0 .. world_size-1, the index (in graph.simulated_ranks()) of the rank
-/// that stands for it. Throws as representative_rank().
-std::vector<std::uint32_t> representative_indices(const ScheduleGraph& graph,
-                                                  const ParallelConfig& parallel);
+/// that stands for it. Throws as ScheduleGraph::representative_of().
+std::vector<std::uint32_t> representative_indices(const ScheduleGraph& graph);
 
 // ---------------------------------------------------------------------------------------
 // Activity

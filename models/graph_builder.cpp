@@ -25,16 +25,6 @@
 
 namespace trainsim {
 
-RankCoords rank_coords(const ParallelConfig& p, std::int64_t rank) {
-  const std::int64_t t = p.tensor_model_parallel_size, d = p.data_parallel_size;
-  return RankCoords{rank % t, (rank / t) % d, rank / (t * d)};
-}
-
-std::int64_t rank_of(const ParallelConfig& p, const RankCoords& c) {
-  const std::int64_t t = p.tensor_model_parallel_size, d = p.data_parallel_size;
-  return c.pp_stage * (d * t) + c.dp_rank * t + c.tp_rank;
-}
-
 namespace {
 
 /// Rough task count of the unfolded graph (per layer and microbatch up to 12 tasks).
@@ -73,6 +63,7 @@ class Builder {
 
   ScheduleGraph build() {
     g_.world_size = sc_.world_size();
+    g_.layout = layout_;
     g_.fold_factor = opt_.fold ? t_ * dp_ : 1;
     for (std::int64_t stage = 0; stage < pp_; ++stage)
       for (std::int64_t d = 0; d < (opt_.fold ? 1 : dp_); ++d)
@@ -213,7 +204,7 @@ class Builder {
 
   // ---------------------------------------------------------------- one rank's program
   void build_rank(const RankCoords& c) {
-    rank_ = rank_of(p_, c);
+    rank_ = layout_.rank_of(c);
     coords_ = c;
     last_compute_ = kNone;
     coll_seq_.clear();  // sequence numbers count this rank's own collectives and messages
@@ -231,9 +222,9 @@ class Builder {
     // Groups (ring order).
     std::vector<RankId> tp_ranks, dp_ranks;
     for (std::int64_t i = 0; i < t_; ++i)
-      tp_ranks.push_back(RankId(rank_of(p_, {i, c.dp_rank, c.pp_stage})));
+      tp_ranks.push_back(RankId(layout_.rank_of({i, c.dp_rank, c.pp_stage})));
     for (std::int64_t i = 0; i < dp_; ++i)
-      dp_ranks.push_back(RankId(rank_of(p_, {c.tp_rank, i, c.pp_stage})));
+      dp_ranks.push_back(RankId(layout_.rank_of({c.tp_rank, i, c.pp_stage})));
     tp_group_ = group_id(GroupKind::Tensor, tp_ranks);
     dp_group_ = group_id(GroupKind::Data, dp_ranks);
 
@@ -443,14 +434,14 @@ class Builder {
   // ---------------------------------------------------------------- pipeline messages
   /// Rank holding the previous virtual stage of `chunk` (same TP and DP coordinates).
   std::int64_t prev_rank(const RankCoords& c, int chunk) const {
-    if (c.pp_stage > 0) return rank_of(p_, {c.tp_rank, c.dp_rank, c.pp_stage - 1});
+    if (c.pp_stage > 0) return layout_.rank_of({c.tp_rank, c.dp_rank, c.pp_stage - 1});
     (void)chunk;  // stage 0, chunk k > 0: previous virtual stage is chunk k-1 on the last stage
-    return rank_of(p_, {c.tp_rank, c.dp_rank, pp_ - 1});
+    return layout_.rank_of({c.tp_rank, c.dp_rank, pp_ - 1});
   }
   std::int64_t next_rank(const RankCoords& c, int chunk) const {
     (void)chunk;
-    if (c.pp_stage < pp_ - 1) return rank_of(p_, {c.tp_rank, c.dp_rank, c.pp_stage + 1});
-    return rank_of(p_, {c.tp_rank, c.dp_rank, 0});
+    if (c.pp_stage < pp_ - 1) return layout_.rank_of({c.tp_rank, c.dp_rank, c.pp_stage + 1});
+    return layout_.rank_of({c.tp_rank, c.dp_rank, 0});
   }
 
   /// A pipeline message task of this rank: a Send to `peer` or a Recv from it, after the
@@ -558,8 +549,8 @@ class Builder {
     if (pp_ > 1 && !m_.untie_embeddings_and_output_weights &&
         (c.pp_stage == 0 || c.pp_stage == pp_ - 1)) {
       const std::uint32_t grp = group_id(
-          GroupKind::Embedding, {RankId(rank_of(p_, {c.tp_rank, c.dp_rank, 0})),
-                                 RankId(rank_of(p_, {c.tp_rank, c.dp_rank, pp_ - 1}))});
+          GroupKind::Embedding, {RankId(layout_.rank_of({c.tp_rank, c.dp_rank, 0})),
+                                 RankId(layout_.rank_of({c.tp_rank, c.dp_rank, pp_ - 1}))});
       const std::int64_t bytes = (m_.padded_vocab_size / t_) * h_ * grad_elem_bytes;
       const std::uint32_t op = g_.add_op(comm_op(OpKind::AllReduce, GroupKind::Embedding, bytes, 2));
       const TaskId id = collective(op, grp, StreamId::DpComm, Phase::GradSync, Part::Embedding,
@@ -654,6 +645,7 @@ class Builder {
   const BuildOptions& opt_;
   const ParallelConfig& p_;
   const ModelConfig& m_;
+  const ParallelLayout layout_ = p_.layout();
   std::int64_t t_ = 1, pp_ = 1, dp_ = 1, nmb_ = 1, v_ = 1, lpc_ = 1, b_ = 1, s_ = 1, h_ = 1;
   bool sp_ = false, scatter_gather_ = false;
   std::int64_t act_bytes_ = 0;
@@ -874,15 +866,9 @@ bool should_fold(const Scenario& scenario) {
 ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& system,
                                    const BuildOptions& options) {
   const auto& off = scenario.zero.offload_optimizer;
-  if (off.ratio_auto && !off.ratio_resolved) {  // `ratio: auto` the caller did not resolve
-    Scenario resolved = scenario;
-    const CalibrationProfile profile =
-        options.calibration ? *options.calibration : default_calibration(system.gpu.name);
-    resolve_offload_ratio(resolved, system, profile);
-    BuildOptions opt = options;
-    opt.calibration = &profile;
-    return build_schedule_graph(resolved, system, opt);
-  }
+  TRAINSIM_CHECK(!off.ratio_auto || off.ratio_resolved,
+                 scenario.source_path + ": `offload_optimizer.ratio: auto` must be resolved "
+                 "(resolve_offload_ratio, models/run.h) before the graph is built");
   if (effective_offload_ratio(scenario) > 0)
     check_host_memory(scenario, system,
                       options.calibration ? *options.calibration : default_calibration(system.gpu.name));

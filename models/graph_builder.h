@@ -24,12 +24,4 @@ bool should_fold(const Scenario& scenario);
 ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& system,
                                    const BuildOptions& options);
 
-/// Megatron rank layout (initialize_model_parallel: TP fastest, then DP, then PP):
-/// rank = pp_stage * (dp * tp) + dp_rank * tp + tp_rank.
-struct RankCoords {
-  std::int64_t tp_rank, dp_rank, pp_stage;
-};
-RankCoords rank_coords(const ParallelConfig& p, std::int64_t rank);
-std::int64_t rank_of(const ParallelConfig& p, const RankCoords& c);
-
 }  // namespace trainsim

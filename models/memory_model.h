@@ -50,7 +50,6 @@ LayerActivationBytes layer_activation_bytes(const Scenario& sc);
 LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc);
 
 /// Bytes per element of the training precision (fp16 / bf16: 2, fp32: 4).
-inline std::int64_t precision_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
 /// Bytes per element of a dropout mask kept for the backward. fp16 / bf16 (Megatron on CUDA):
 /// 1, the bool mask of at::native_dropout (Korthikanti et al.'s "sbh" mask terms). fp32 (the
 /// LibTorch CPU replay): 4, because at::dropout on a CPU tensor takes the unfused path

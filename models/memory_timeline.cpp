@@ -82,7 +82,7 @@ const MemorySeries& MemoryTimeline::gpu_of(RankId rank) const {
 }
 
 MemoryTimeline build_memory_timeline(const ScheduleGraph& graph, const ExecutionRecord& record,
-                                     const ParallelConfig& parallel, std::int64_t gpus_per_node) {
+                                     std::int64_t gpus_per_node) {
   const std::size_t n = graph.num_tasks();
   if (record.start_s.size() != n || record.end_s.size() != n)
     throw std::logic_error("build_memory_timeline: the record does not match the graph");
@@ -127,7 +127,7 @@ MemoryTimeline build_memory_timeline(const ScheduleGraph& graph, const Execution
   }
 
   // Host memory per node: the node's GPUs, each represented by its simulated rank.
-  const std::vector<std::uint32_t> rep = representative_indices(graph, parallel);
+  const std::vector<std::uint32_t> rep = representative_indices(graph);
   const std::int64_t nodes = (graph.world_size + gpus_per_node - 1) / gpus_per_node;
   std::map<std::vector<std::pair<std::uint32_t, std::int64_t>>, std::uint32_t> by_composition;
   tl.node_series.resize(static_cast<std::size_t>(nodes));

@@ -20,7 +20,7 @@
 //
 // Host memory is per node: the sum over the node's GPUs of their host memory (initial host
 // memory + host effects). When the graph is folded, a node's GPUs are represented by their
-// representatives (activity.h representative_rank), each counted once per GPU it stands for.
+// representatives (ScheduleGraph::representative_of), each counted once per GPU it stands for.
 //
 // Cost: O(E log E) for E memory effects; memory 24 bytes per effect.
 #pragma once
@@ -91,7 +91,7 @@ struct MemoryTimeline {
 /// tasks that did not run (NaN times) are left out. Throws std::logic_error when the record
 /// does not match the graph.
 MemoryTimeline build_memory_timeline(const ScheduleGraph& graph, const ExecutionRecord& record,
-                                     const ParallelConfig& parallel, std::int64_t gpus_per_node);
+                                     std::int64_t gpus_per_node);
 
 /// CSV memory timeline, one row per device and distinct change time, one column per category:
 ///   time_s,device,id,parameters,gradients,optimizer_states,activations,comm_buffers,

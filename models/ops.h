@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "models/scenario.h"
+#include "models/precision.h"
 
 namespace trainsim {
 

@@ -7,25 +7,16 @@
 
 #include <cstdint>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "models/errors.h"
+#include "models/parallel_layout.h"
+#include "models/precision.h"
+
 namespace trainsim {
 
-/// A user error in a scenario or another input file. The message names the file, the
-/// field (dotted path, e.g. `parallel.tensor_model_parallel_size`), the offending value and,
-/// where known, the line. The CLI turns it into exit status 1.
-class InputError : public std::runtime_error {
- public:
-  explicit InputError(const std::string& message) : std::runtime_error(message) {}
-};
-
-/// FP32: plain fp32 training (4-byte parameters, gradients and activations; fp32 master copy
-/// and Adam moments as with mixed precision): the LibTorch CPU replay's precision
-/// (hw_backend/replay.h ReplayOptions::cpu_dtype), used to validate against it.
-enum class Precision : std::uint8_t { FP16, BF16, FP32 };
 enum class Recompute : std::uint8_t { None, Selective, Full };
 /// GPipe (all forwards, then all backwards), Megatron's 1F1B (PipeDream-Flush) and the
 /// interleaved 1F1B of Narayanan et al. SC'21 (chosen when virtual stages are set).
@@ -71,6 +62,12 @@ struct ParallelConfig {
   std::int64_t num_microbatches = 1;            ///< global_batch / (micro_batch * dp)
   std::int64_t virtual_pipeline_size = 1;       ///< model chunks per pipeline rank
   std::int64_t layers_per_chunk = 1;            ///< num_layers / (pp * virtual_pipeline_size)
+
+  /// Rank <-> coordinates (models/parallel_layout.h); valid once validated.
+  ParallelLayout layout() const {
+    return ParallelLayout{tensor_model_parallel_size, data_parallel_size,
+                          pipeline_model_parallel_size};
+  }
 };
 
 /// deepspeed.zero_optimization.offload_optimizer
@@ -140,7 +137,6 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
 /// offload settings consistent. Throws InputError naming the fields and values.
 void validate_scenario(Scenario& scenario);
 
-const char* to_string(Precision p);
 const char* to_string(Recompute r);
 const char* to_string(PipelineSchedule s);
 

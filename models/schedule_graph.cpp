@@ -128,6 +128,18 @@ std::uint32_t ScheduleGraph::rank_index(RankId rank) const {
   return static_cast<std::uint32_t>(it - simulated_ranks_.begin());
 }
 
+RankId ScheduleGraph::representative_of(std::int64_t rank) const {
+  if (rank < 0 || rank >= world_size)
+    throw InputError("rank " + std::to_string(rank) + " is outside the world (0 .. " +
+                     std::to_string(world_size - 1) + ")");
+  const auto rep = static_cast<RankId>(fold_factor > 1 ? layout.representative(rank) : rank);
+  TRAINSIM_CHECK(rank_index(rep) != kNone,
+                 "rank " + std::to_string(rank) + " maps to rank " + std::to_string(rep) +
+                     ", which the schedule graph does not simulate (fold_factor " +
+                     std::to_string(fold_factor) + ")");
+  return rep;
+}
+
 std::vector<TaskId> ScheduleGraph::tasks_of_rank(RankId rank) const {
   const std::uint32_t i = rank_index(rank);
   if (i == kNone) return {};

@@ -17,7 +17,8 @@
 #include <boost/graph/compressed_sparse_row_graph.hpp>
 
 #include "models/ops.h"
-#include "models/scenario.h"
+#include "models/errors.h"
+#include "models/parallel_layout.h"
 
 namespace trainsim {
 
@@ -139,6 +140,14 @@ class ScheduleGraph {
   /// Folding: each simulated rank stands for `fold_factor` identical ranks (1 = unfolded).
   std::int64_t fold_factor = 1;
   std::int64_t world_size = 0;
+  /// The parallel plan's rank layout; with fold_factor > 1 it defines the representatives.
+  ParallelLayout layout;
+
+  /// The simulated rank standing for world rank `rank`: the rank itself when the graph is
+  /// unfolded; when folded, tensor rank 0 and data rank 0 of its pipeline stage
+  /// (ParallelLayout::representative). Throws InputError for a rank outside [0, world_size),
+  /// std::logic_error when the representative has no tasks (a builder/fold mismatch).
+  RankId representative_of(std::int64_t rank) const;
 
   /// "fwd mb3 layer12 attn", "all_reduce tensor fwd mb3 layer12 attn", "send fwd mb3 -> rank 8".
   std::string label(TaskId id) const;

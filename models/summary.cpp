@@ -125,7 +125,7 @@ json make_summary(const ScheduleGraph& graph, const ExecutionRecord& record,
     s["mfu"] = nullptr;
 
   // ---- memory
-  const std::vector<std::uint32_t> rep = representative_indices(graph, p);
+  const std::vector<std::uint32_t> rep = representative_indices(graph);
   const auto capacity = static_cast<std::int64_t>(system.gpu.hbm_bytes);
   std::int64_t peak = std::numeric_limits<std::int64_t>::min();
   std::int64_t peak_rank = 0;

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "models/activity.h"
-#include "models/graph_builder.h"
 
 namespace trainsim {
 
@@ -33,8 +32,7 @@ std::string json_quote(const std::string& s) {
   return out + "\"";
 }
 
-TraceSelection select_trace_ranks(const ScheduleGraph& graph, const ParallelConfig& parallel,
-                                  const std::string& user_list) {
+TraceSelection select_trace_ranks(const ScheduleGraph& graph, const std::string& user_list) {
   std::vector<RankId> requested;
   TraceSelection sel;
   if (!user_list.empty()) {
@@ -45,17 +43,17 @@ TraceSelection select_trace_ranks(const ScheduleGraph& graph, const ParallelConf
     sel.note = "default: all ranks, as the run has at most " +
                std::to_string(kAllRanksTraceLimit) + " ranks";
   } else {
-    const std::int64_t last = parallel.pipeline_model_parallel_size - 1;
-    for (std::int64_t stage : {std::int64_t{0}, last})
-      for (std::int64_t t = 0; t < parallel.tensor_model_parallel_size; ++t)
-        requested.push_back(RankId(rank_of(parallel, {t, 0, stage})));
+    const ParallelLayout& layout = graph.layout;
+    for (std::int64_t stage : {std::int64_t{0}, layout.pp - 1})
+      for (std::int64_t t = 0; t < layout.tp; ++t)
+        requested.push_back(RankId(layout.rank_of({t, 0, stage})));
     std::sort(requested.begin(), requested.end());
     requested.erase(std::unique(requested.begin(), requested.end()), requested.end());
     sel.note = "default: the tensor-parallel group of data-parallel rank 0 at the first and "
                "the last pipeline stage (ranks " + format_rank_list(requested) +
                "); choose others with --trace-ranks";
   }
-  for (RankId r : requested) sel.ranks.push_back(representative_rank(graph, parallel, r));
+  for (RankId r : requested) sel.ranks.push_back(graph.representative_of(r));
   std::sort(sel.ranks.begin(), sel.ranks.end());
   sel.ranks.erase(std::unique(sel.ranks.begin(), sel.ranks.end()), sel.ranks.end());
   if (sel.ranks != requested)

@@ -48,8 +48,7 @@ struct TraceSelection {
 /// input). Requested ranks that a folded graph does not simulate are replaced by their
 /// representatives, and the note says so.
 constexpr std::int64_t kAllRanksTraceLimit = 64;
-TraceSelection select_trace_ranks(const ScheduleGraph& graph, const ParallelConfig& parallel,
-                                  const std::string& user_list);
+TraceSelection select_trace_ranks(const ScheduleGraph& graph, const std::string& user_list);
 
 struct TraceInfo {
   std::string scenario_name;

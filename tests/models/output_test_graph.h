@@ -217,6 +217,7 @@ inline HandBuilt folded_run() {
   g.add_memory_effect(id, MemEffect{32, MemCategory::Activations, false, false});
   g.world_size = 4;
   g.fold_factor = 2;
+  g.layout = ParallelLayout{2, 1, 2};
   MemVector p0{}, p2{}, h0{}, h2{};
   p0[static_cast<int>(MemCategory::Parameters)] = 1000;
   p2[static_cast<int>(MemCategory::Parameters)] = 900;

@@ -52,7 +52,7 @@ using test_support::program_order_record;
 std::int64_t graph_peak(const Scenario& sc, RankId rank) {
   const ScheduleGraph g = build(sc);
   const MemoryTimeline m =
-      build_memory_timeline(g, program_order_record(g), sc.parallel, sc.cluster.gpus_per_node);
+      build_memory_timeline(g, program_order_record(g), sc.cluster.gpus_per_node);
   return m.gpu_of(rank).peak_bytes;
 }
 
@@ -109,7 +109,7 @@ TEST(MemoryPeak, Zero0OneFOneBHoldsPpMicrobatchesOnTheFirstStage) {
   // microbatches' worth (warm-up pp-1 forwards + 1), the last stage's one microbatch's.
   const ScheduleGraph g = build(sc);
   const MemoryTimeline m =
-      build_memory_timeline(g, program_order_record(g), sc.parallel, sc.cluster.gpus_per_node);
+      build_memory_timeline(g, program_order_record(g), sc.cluster.gpus_per_node);
   const std::int64_t per_mb_stage0 = embed_act() + (L / 4) * (13 * sbh + 21 * sbh);
   // (+ the logits' gradient during the logits backward, 2 s b V)
   const std::int64_t per_mb_stage3 = logits_act() + 2 * S * B * V + (L / 4) * (13 * sbh + 21 * sbh);
@@ -317,13 +317,16 @@ TEST(Offload, AutoRatioIsTheSmallestThatFits) {
   Scenario never = make(parallel, zero, 2);
   EXPECT_DOUBLE_EQ(resolve_offload_ratio(never, sys, profile()), 1.0);
 
-  // The builder resolves `auto` itself when the caller did not: the graph built for the
-  // midpoint capacity steps floor(0.37 Pp) parameters on the CPU (a hand count) and the rest
-  // on the GPU.
+  // `auto` is a planning step above the builder (models/run.h): the builder refuses a scenario
+  // whose ratio was not resolved. Once resolved for the midpoint capacity, the graph steps
+  // floor(0.37 Pp) parameters on the CPU (a hand count) and the rest on the GPU.
   sys.gpu.hbm_bytes = double(expected_at(0.37) + expected_at(0.36)) / 2;
   BuildOptions o;
   o.calibration = &profile();
-  const ScheduleGraph g = build_schedule_graph(make(parallel, zero, 2), sys, o);
+  EXPECT_THROW(build_schedule_graph(make(parallel, zero, 2), sys, o), std::logic_error);
+  Scenario resolved = make(parallel, zero, 2);
+  resolve_offload_ratio(resolved, sys, profile());
+  const ScheduleGraph g = build_schedule_graph(resolved, sys, o);
   std::int64_t on_cpu = 0, on_gpu = 0;
   for (TaskId id : g.tasks_of_rank(0)) {
     if (g.task(id).kind == TaskKind::OptimizerCpu) on_cpu += g.op(id).params;

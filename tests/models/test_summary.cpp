@@ -30,7 +30,7 @@ struct Fixture {
   Scenario scenario = two_stage_scenario();
   SystemSpec system = find_system("dgx-a100-80gb");
   MemoryTimeline memory() const {
-    return build_memory_timeline(run.graph, run.record, scenario.parallel, 2);
+    return build_memory_timeline(run.graph, run.record, 2);
   }
   json summary() const {
     SummaryOptions o;
@@ -136,7 +136,7 @@ TEST(MemoryTimeline, ZeroDurationTaskShowsItsTransientAllocation) {
   ExecutionRecord r;
   r.start_s = {1, 0};
   r.end_s = {1, 1};
-  const MemoryTimeline m = build_memory_timeline(g, r, ParallelConfig{}, 1);
+  const MemoryTimeline m = build_memory_timeline(g, r, 1);
   // At t = 1: b's release (end of a task with duration), then a's +100 (start), then a's
   // -100 (end of a zero-length task): peak 100 at t = 1.
   EXPECT_EQ(m.gpu[0].peak_bytes, 100);
@@ -228,7 +228,7 @@ TEST(Summary, FoldedRanksAreReplicated) {
   testing::HandBuilt run = testing::folded_run();
   const Scenario sc = testing::folded_scenario();
   const SystemSpec sys = find_system("dgx-a100-80gb");
-  const MemoryTimeline m = build_memory_timeline(run.graph, run.record, sc.parallel, 4);
+  const MemoryTimeline m = build_memory_timeline(run.graph, run.record, 4);
   const json s = make_summary(run.graph, run.record, sc, sys, m, SummaryOptions{});
   EXPECT_EQ(s.at("folded"), true);
   EXPECT_EQ(s.at("fold_factor"), 2);

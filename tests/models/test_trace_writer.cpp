@@ -23,7 +23,7 @@ using nlohmann::json;
 
 std::string write(const testing::HandBuilt& run, const Scenario& sc, const TraceSelection& sel,
                   std::int64_t gpus_per_node) {
-  const MemoryTimeline m = build_memory_timeline(run.graph, run.record, sc.parallel, gpus_per_node);
+  const MemoryTimeline m = build_memory_timeline(run.graph, run.record, gpus_per_node);
   std::ostringstream out;
   write_chrome_trace(out, run.graph, run.record, m, sel, TraceInfo{sc.name, gpus_per_node});
   return out.str();
@@ -32,7 +32,7 @@ std::string write(const testing::HandBuilt& run, const Scenario& sc, const Trace
 json trace_of(std::int64_t gpus_per_node = 2) {
   const testing::HandBuilt run = testing::two_stage_run();
   const Scenario sc = testing::two_stage_scenario();
-  const TraceSelection sel = select_trace_ranks(run.graph, sc.parallel, "");
+  const TraceSelection sel = select_trace_ranks(run.graph, "");
   return json::parse(write(run, sc, sel, gpus_per_node));
 }
 
@@ -158,7 +158,7 @@ TEST(TraceWriter, LinkCountersFromCommAndCopies) {
 TEST(TraceWriter, DeterministicAndStreamingFormat) {
   const testing::HandBuilt run = testing::two_stage_run();
   const Scenario sc = testing::two_stage_scenario();
-  const TraceSelection sel = select_trace_ranks(run.graph, sc.parallel, "1");
+  const TraceSelection sel = select_trace_ranks(run.graph, "1");
   const std::string a = write(run, sc, sel, 2), b = write(run, sc, sel, 2);
   EXPECT_EQ(a, b);
   // One event per line; only rank 1 and its host are present.
@@ -171,17 +171,17 @@ TEST(TraceSelection, DefaultsAndFolding) {
   // Small unfolded run: all ranks.
   const testing::HandBuilt run = testing::two_stage_run();
   const Scenario sc = testing::two_stage_scenario();
-  TraceSelection sel = select_trace_ranks(run.graph, sc.parallel, "");
+  TraceSelection sel = select_trace_ranks(run.graph, "");
   EXPECT_EQ(sel.ranks, (std::vector<RankId>{0, 1}));
   EXPECT_NE(sel.note.find("all ranks"), std::string::npos);
   // Folded: ranks 1 and 3 are represented by 0 and 2.
   const testing::HandBuilt folded = testing::folded_run();
   const Scenario fsc = testing::folded_scenario();
-  sel = select_trace_ranks(folded.graph, fsc.parallel, "1,3");
+  sel = select_trace_ranks(folded.graph, "1,3");
   EXPECT_EQ(sel.ranks, (std::vector<RankId>{0, 2}));
   EXPECT_NE(sel.note.find("folded"), std::string::npos) << sel.note;
   EXPECT_NE(sel.note.find("0,2"), std::string::npos) << sel.note;
-  sel = select_trace_ranks(folded.graph, fsc.parallel, "");
+  sel = select_trace_ranks(folded.graph, "");
   EXPECT_EQ(sel.ranks, (std::vector<RankId>{0, 2}));
   const json t = json::parse(write(folded, fsc, sel, 4));
   bool labelled = false;
@@ -202,12 +202,9 @@ TEST(TraceSelection, LargeRunDefaultIsFirstAndLastStageTpGroup) {
     g.add_task(t);
   }
   g.world_size = 128;
+  g.layout = ParallelLayout{4, 8, 4};  // tp, dp, pp
   g.finalize();
-  ParallelConfig p;
-  p.tensor_model_parallel_size = 4;
-  p.pipeline_model_parallel_size = 4;
-  p.data_parallel_size = 8;
-  const TraceSelection sel = select_trace_ranks(g, p, "");
+  const TraceSelection sel = select_trace_ranks(g, "");
   // Megatron layout rank = stage * (dp * tp) + dp_rank * tp + tp_rank: stage 0 dp 0 -> 0-3,
   // stage 3 dp 0 -> 96-99.
   EXPECT_EQ(format_rank_list(sel.ranks), "0-3,96-99");

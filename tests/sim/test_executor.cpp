@@ -11,9 +11,12 @@
 
 #include "models/calibration.h"
 #include "models/flops.h"
-#include "sim/synthetic_graph.h"
+#include "tests/support/synthetic_graph.h"
 
 namespace trainsim::sim {
+using testing::SyntheticPipeline;
+using testing::SyntheticPipelineSpec;
+using testing::synthetic_pipeline_graph;
 namespace {
 
 struct Env {

@@ -59,7 +59,7 @@ Run run(const Scenario& sc, bool fold) {
   const ScheduleGraph graph = build_schedule_graph(sc, system, build);
   const ExecutionRecord record = sim::simulate(graph, sc, system, cost);
   const MemoryTimeline memory =
-      build_memory_timeline(graph, record, sc.parallel, sc.cluster.gpus_per_node);
+      build_memory_timeline(graph, record, sc.cluster.gpus_per_node);
   Run r;
   r.tasks = graph.num_tasks();
   r.fold_factor = graph.fold_factor;

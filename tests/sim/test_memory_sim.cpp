@@ -43,7 +43,7 @@ void check(const std::string& what, const Scenario& sc, PeakConfig c,
   const ScheduleGraph g = build_schedule_graph(sc, sys, o);
   const CostModel cost(sys, prof);
   const ExecutionRecord rec = simulate(g, sc, sys, cost);
-  const MemoryTimeline m = build_memory_timeline(g, rec, sc.parallel, sc.cluster.gpus_per_node);
+  const MemoryTimeline m = build_memory_timeline(g, rec, sc.cluster.gpus_per_node);
   std::int64_t simulated = 0;
   for (const auto& s : m.gpu) simulated = std::max(simulated, s.peak_bytes);
 

@@ -1,4 +1,4 @@
-// A synthetic pipeline-parallel schedule graph of any size, built by hand through the
+// Test fixture: a synthetic pipeline-parallel schedule graph of any size, built by hand through the
 // ScheduleGraph API, for the simulator's speed and memory benchmark (bench/bench_sim_scale)
 // and its tests. Folded (the default) like the builder's folded graphs: one simulated rank per
 // pipeline stage stands for a tensor-parallel group of `tp` GPUs in one node, whose TP
@@ -15,7 +15,7 @@
 #include "models/scenario.h"
 #include "models/schedule_graph.h"
 
-namespace trainsim::sim {
+namespace trainsim::testing {
 
 struct SyntheticPipelineSpec {
   std::int64_t stages = 64;            ///< pipeline stages = simulated ranks
@@ -44,4 +44,4 @@ struct SyntheticPipeline {
 /// dividing gpus_per_node, more than 65535 microbatches, ...).
 SyntheticPipeline synthetic_pipeline_graph(const SyntheticPipelineSpec& spec);
 
-}  // namespace trainsim::sim
+}  // namespace trainsim::testing

@@ -1,10 +1,10 @@
-#include "sim/synthetic_graph.h"
+#include "tests/support/synthetic_graph.h"
 
 #include <string>
 
 #include "models/flops.h"
 
-namespace trainsim::sim {
+namespace trainsim::testing {
 
 SyntheticPipeline synthetic_pipeline_graph(const SyntheticPipelineSpec& spec) {
   if (spec.stages < 1 || spec.tp < 1 || spec.layers_per_stage < 1 || spec.gpus_per_node < 1 ||
@@ -26,6 +26,7 @@ SyntheticPipeline synthetic_pipeline_graph(const SyntheticPipelineSpec& spec) {
   ScheduleGraph& g = out.graph;
   g.world_size = world;
   g.fold_factor = spec.fold ? spec.tp : 1;
+  g.layout = ParallelLayout{spec.tp, 1, spec.stages};
 
   auto layer_op = [&](OpKind kind) {
     OpDesc op;
@@ -144,4 +145,4 @@ SyntheticPipeline synthetic_pipeline_graph(const SyntheticPipelineSpec& spec) {
   return out;
 }
 
-}  // namespace trainsim::sim
+}  // namespace trainsim::testing
