@@ -60,6 +60,8 @@ int run(int argc, char** argv) {
   simulate->add_option("--format", sim.format, "stdout: text report or the summary JSON only")
       ->check(CLI::IsMember({"text", "json"}));
   simulate->add_option("--memory-csv", sim.memory_csv, "write the memory timeline CSV");
+  simulate->add_flag("--force", sim.force,
+                     "simulate even when the estimated graph is above the size limits");
 
   ReplayArgs rep;
   CLI::App* replay = app.add_subcommand("replay", "replay one rank's tasks on a real device");
@@ -75,6 +77,8 @@ int run(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   replay->add_option("--trace", rep.trace, "write the measured Chrome/Perfetto trace JSON");
   replay->add_option("--json", rep.json, "write the measured summary JSON");
+  replay->add_flag("--force", rep.force,
+                   "replay even when the rank's predicted memory does not fit the device");
 
   ValidateArgs val;
   CLI::App* validate =
@@ -88,6 +92,8 @@ int run(int argc, char** argv) {
   validate->add_option("--repeat", val.repeat,
                        "measured replays after a warm-up; the fastest is compared (default 3)")
       ->check(CLI::PositiveNumber);
+  validate->add_flag("--force", val.force,
+                     "run even when the estimated graph is above the size limits");
 
   CalibrateArgs cal;
   CLI::App* calibrate =

@@ -10,30 +10,17 @@
 #include <string>
 #include <thread>
 
+#include "apps/output_file.h"
 #include "apps/verbs.h"
+#include "models/run.h"
 #include "hw_backend/replay.h"
-#include "models/calibration.h"
-#include "models/cost_model.h"
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/local_device.h"
 #include "models/memory_timeline.h"
-#include "models/scenario.h"
 #include "sim/executor.h"
 #include "validation/compare.h"
 
 namespace trainsim::cli {
 
 namespace {
-
-void write_file(const std::string& path, const std::string& text, const char* flag) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f)
-    throw InputError(std::string(flag) + " '" + path + "': cannot write the file (" +
-                     std::strerror(errno) + ")");
-  f << text;
-  if (!f) throw std::runtime_error(std::string(flag) + " '" + path + "': write failed");
-}
 
 /// The 1-minute load average (/proc/loadavg), or -1 where unavailable.
 double load_average() {
@@ -52,72 +39,33 @@ double rank_span_s(const ExecutionRecord& r, const std::vector<TaskId>& ids) {
 }  // namespace
 
 int validate_main(const ValidateArgs& args) {
-  Scenario sc = load_scenario(args.scenario, args.overrides);
   const std::string device = args.device.empty() ? (hw::cuda_available() ? "cuda" : "cpu") : args.device;
   const bool cpu = device == "cpu";
-  std::vector<std::string> notes;
+  check_distinct_paths({{"scenario", args.scenario}, {"--calibration", args.calibration}},
+                       {{"--json", args.json}, {"--report", args.report}});
+  OutputFile json_file(args.json, "--json"), report_file(args.report, "--report");
 
-  // ---- profile and system
-  if (args.calibration.empty() && (cpu || sc.cluster.system == kLocalSystemName))
-    throw InputError("validate: --device " + device + " needs --calibration PROFILE.json from "
-                     "`trainsim calibrate --device " + device + "` (the shipped profiles "
-                     "describe datacenter GPUs)");
-  CalibrationProfile profile;
-  std::string calibration_source;
-  if (args.calibration.empty()) {
-    profile = default_calibration(find_system(sc.cluster.system).gpu.name);
-    calibration_source = "default profile for " + profile.device + " (" + profile.source + ")";
-  } else {
-    profile = load_calibration(args.calibration);
-    calibration_source = args.calibration + " (" + profile.device + ", " + profile.source + ")";
-  }
-  SystemSpec system;
-  if (cpu || sc.cluster.system == kLocalSystemName) {
-    if (sc.cluster.system != kLocalSystemName) {
-      notes.push_back("cluster.system " + sc.cluster.system +
-                      " was replaced by `local` (this machine's device, figures from the "
-                      "profile) so that the simulation models the device the replay runs on; "
-                      "each of the " + std::to_string(sc.world_size()) +
-                      " ranks is a one-device node");
-      const std::int64_t world = sc.world_size();
-      sc.cluster.system = kLocalSystemName;
-      sc.cluster.gpus_per_node = 1;
-      sc.cluster.nodes = world;
-    }
-    system = local_system(profile, args.calibration);
-  } else {
-    system = find_system(sc.cluster.system);
-  }
-
-  // ---- precision: the CPU replay runs fp32 or bf16 (hw_backend ReplayOptions::cpu_dtype)
+  // ---- one graph (models/run.h: the local device and precision substitutions), two executors
+  RunRequest req;
+  req.purpose = RunPurpose::Validate;
+  req.scenario_path = args.scenario;
+  req.overrides = args.overrides;
+  req.calibration_path = args.calibration;
+  req.device = device;
+  req.force = args.force;
+  const PreparedRun run = prepare_run(req);
+  const Scenario& sc = run.scenario;
+  const ScheduleGraph& graph = run.graph;
+  const SystemSpec& system = run.system;
+  std::vector<std::string> notes = run.notes;
   hw::ReplayOptions ro;
   ro.device = device;
-  if (cpu) {
-    ro.cpu_dtype = profile.precision.empty() ? "fp32" : profile.precision;
-    if (ro.cpu_dtype != "fp32" && ro.cpu_dtype != "bf16")
-      throw InputError(args.calibration + ": field 'precision' = " + profile.precision +
-                       ": the CPU replay runs fp32 or bf16");
-    const Precision want = ro.cpu_dtype == "fp32" ? Precision::FP32 : Precision::BF16;
-    if (sc.parallel.precision != want) {
-      notes.push_back(std::string("parallel.precision ") + to_string(sc.parallel.precision) +
-                      " was replaced by " + to_string(want) +
-                      ": the CPU replay runs the profile's precision (" + ro.cpu_dtype +
-                      "), and the simulation must model the same element sizes");
-      sc.parallel.precision = want;
-    }
-  }
-
-  // ---- one graph, two executors
-  BuildOptions build;
-  build.fold = should_fold(sc);
-  build.calibration = &profile;
-  const ScheduleGraph graph = build_schedule_graph(sc, system, build);
+  if (cpu) ro.cpu_dtype = run.replay_dtype;
   ro.rank = hw::representative_rank(graph, sc, 0);
   const RankId rank = static_cast<RankId>(ro.rank);
   const std::vector<TaskId> ids = graph.tasks_of_rank(rank);
 
-  const CostModel cost(system, profile);
-  const ExecutionRecord simulated = sim::simulate(graph, sc, system, cost);
+  const ExecutionRecord simulated = sim::simulate(graph, sc, system, run.cost_model());
 
   std::cerr << "trainsim validate: replaying rank " << rank << " on " << device << " ("
             << args.repeat << " measured replays after a warm-up)\n";
@@ -162,7 +110,7 @@ int validate_main(const ValidateArgs& args) {
                             {"device", measured.device},
                             {"system", system.name + " (" + system.gpu.name + ")"},
                             {"rank", rank},
-                            {"calibration", calibration_source},
+                            {"calibration", run.calibration_source},
                             {"simulator", simulated.executor},
                             {"replay", measured.executor},
                             {"precision", to_string(sc.parallel.precision)}};
@@ -173,10 +121,14 @@ int validate_main(const ValidateArgs& args) {
   out["cores"] = cores;
   out["notes"] = notes;
 
-  if (!args.json.empty()) write_file(args.json, out.dump(2) + "\n", "--json");
-  if (!args.report.empty())
-    write_file(args.report, validation::html_report(graph, cmp, simulated, measured, context, notes),
-               "--report");
+  if (json_file) {
+    json_file.stream() << out.dump(2) << "\n";
+    json_file.commit();
+  }
+  if (report_file) {
+    report_file.stream() << validation::html_report(graph, cmp, simulated, measured, context, notes);
+    report_file.commit();
+  }
   char line[512];
   std::snprintf(line, sizeof line,
                 "%s on %s: iteration time simulated %.4f s, measured %.4f s (error %+.1f%%); "

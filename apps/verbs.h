@@ -34,6 +34,7 @@ struct SimulateArgs {
   std::string json;         ///< summary output file; empty: none
   std::string format = "text";  ///< stdout: "text" report or "json" summary (nothing else)
   std::string memory_csv;   ///< CSV memory timeline output file (extension); empty: none
+  bool force = false;       ///< --force: run even above the size limits (models/run.h)
 };
 
 /// trainsim replay SCENARIO.yaml [--set k=v]... [--device cuda|cpu] [--rank N] [--nprocs N]
@@ -48,6 +49,7 @@ struct ReplayArgs {
   std::int64_t nprocs = 0;
   std::string trace;
   std::string json;
+  bool force = false;  ///< --force: replay even when the predicted memory does not fit
 };
 
 /// trainsim validate SCENARIO.yaml [--set k=v]... [--device cuda|cpu]
@@ -62,6 +64,7 @@ struct ValidateArgs {
   /// Measured replays after one warm-up replay; the fastest is compared (others' load on the
   /// machine only ever slows a run down).
   int repeat = 3;
+  bool force = false;  ///< --force: run even above the size limits (models/run.h)
 };
 
 /// trainsim calibrate [--device cuda|cpu] [--out profile.json] [--quick]

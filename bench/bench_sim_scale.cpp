@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
     const auto t_sum = Clock::now();
     const MemoryTimeline memory =
         build_memory_timeline(graph, record, sc.cluster.gpus_per_node);
-    const nlohmann::json summary = make_summary(graph, record, sc, system, memory, SummaryOptions{});
+    const nlohmann::json summary =
+        summary_to_json(make_summary(graph, record, sc, system, memory, SummaryOptions{}));
     const double summary_s = seconds_since(t_sum);
     const double total_s = seconds_since(t_start);
 

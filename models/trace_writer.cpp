@@ -172,6 +172,30 @@ void write_link_counters(EventWriter& w, const ScheduleGraph& graph,
   }
 }
 
+/// `,"replayed_as":"..."` for a task a replay ran in a substituted way, else nothing.
+std::string replayed_as_arg(const ExecutionRecord& record, TaskId id) {
+  if (id >= record.replayed_as.size() || record.replayed_as[id].empty()) return "";
+  return ",\"replayed_as\":" + json_quote(record.replayed_as[id]);
+}
+
+/// Measured records: the allocator's bytes over time (counter "allocator", series "allocated"
+/// and "reserved") on the process of the rank whose tasks ran.
+void write_allocator_counter(EventWriter& w, const ExecutionRecord& record,
+                             const std::vector<TaskId>& tasks, RankId rank) {
+  if (record.allocated_bytes_samples.empty()) return;
+  if (std::none_of(tasks.begin(), tasks.end(), [&](TaskId id) { return task_ran(record, id); }))
+    return;
+  for (std::size_t i = 0; i < record.allocated_bytes_samples.size(); ++i) {
+    const auto& [t, allocated] = record.allocated_bytes_samples[i];
+    const std::int64_t reserved = i < record.reserved_bytes_samples.size()
+                                      ? record.reserved_bytes_samples[i].second
+                                      : allocated;
+    w.counter(rank, "allocator", t,
+              "\"allocated\":" + std::to_string(allocated) +
+                  ",\"reserved\":" + std::to_string(reserved));
+  }
+}
+
 }  // namespace
 
 void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
@@ -185,7 +209,14 @@ void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
       << ",\"measured\":" << (record.measured ? "true" : "false")
       << ",\"world_size\":" << graph.world_size << ",\"fold_factor\":" << graph.fold_factor
       << ",\"trace_ranks\":" << json_quote(format_rank_list(selection.ranks))
-      << ",\"trace_ranks_note\":" << json_quote(selection.note) << "},\"traceEvents\":[";
+      << ",\"trace_ranks_note\":" << json_quote(selection.note);
+  if (!record.notes.empty()) {  // what a replay substituted (ExecutionRecord::notes)
+    out << ",\"notes\":[";
+    for (std::size_t i = 0; i < record.notes.size(); ++i)
+      out << (i ? "," : "") << json_quote(record.notes[i]);
+    out << "]";
+  }
+  out << "},\"traceEvents\":[";
   EventWriter w(out);
   const std::vector<double> active = active_start_s(graph, record);
 
@@ -226,12 +257,13 @@ void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
               ",\"args\":{\"task\":" + std::to_string(id) + ",\"flops\":" + number(op.flops) +
               ",\"bytes\":" + number(bytes) + ",\"kind\":\"" + to_string(t.kind) +
               "\",\"op\":\"" + to_string(op.kind) + "\",\"phase\":\"" + to_string(t.phase) +
-              "\"}");
+              "\"" + replayed_as_arg(record, id) + "}");
     }
     memory.gpu_of(rank).for_each_step(memory.start_s, [&](double time_s, const MemVector& v) {
       w.counter(rank, "memory", time_s, memory_args(v));
     });
     write_link_counters(w, graph, record, active, tasks, rank, memory.start_s, gpn);
+    write_allocator_counter(w, record, tasks, rank);
   }
 
   std::vector<std::int64_t> nodes;

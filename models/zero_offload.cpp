@@ -5,7 +5,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "models/graph_builder.h"
 #include "models/memory_model.h"
 
 namespace trainsim {
@@ -148,10 +147,11 @@ void check_host_memory(const Scenario& sc, const SystemSpec& system,
   }
 }
 
-std::int64_t program_order_peak_gpu_bytes(const ScheduleGraph& graph) {
+std::int64_t program_order_peak_gpu_bytes(const ScheduleGraph& graph, std::int64_t rank) {
   std::int64_t peak = 0;
   const auto& ranks = graph.simulated_ranks();
   for (std::size_t ri = 0; ri < ranks.size(); ++ri) {
+    if (rank >= 0 && ranks[ri] != RankId(rank)) continue;
     std::int64_t cur = 0;
     if (ri < graph.initial_gpu_memory.size())
       for (std::int64_t v : graph.initial_gpu_memory[ri]) cur += v;
@@ -171,37 +171,6 @@ std::int64_t program_order_peak_gpu_bytes(const ScheduleGraph& graph) {
     }
   }
   return peak;
-}
-
-double resolve_offload_ratio(Scenario& sc, const SystemSpec& system,
-                             const CalibrationProfile& profile) {
-  auto& o = sc.zero.offload_optimizer;
-  if (!o.ratio_auto || o.ratio_resolved) return o.ratio;
-  const double capacity = system.gpu.hbm_bytes;
-  BuildOptions opt;
-  opt.fold = should_fold(sc);
-  opt.calibration = &profile;
-  auto fits = [&](int percent) {
-    Scenario trial = sc;
-    trial.zero.offload_optimizer.ratio = percent / 100.0;
-    trial.zero.offload_optimizer.ratio_resolved = true;
-    const ScheduleGraph g = build_schedule_graph(trial, system, opt);
-    return double(program_order_peak_gpu_bytes(g)) <= capacity;
-  };
-  int chosen = 100;
-  if (fits(0)) {
-    chosen = 0;
-  } else if (fits(100)) {
-    int lo = 0, hi = 100;  // fits(lo) false, fits(hi) true
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      (fits(mid) ? hi : lo) = mid;
-    }
-    chosen = hi;
-  }
-  o.ratio = chosen / 100.0;
-  o.ratio_resolved = true;
-  return o.ratio;
 }
 
 }  // namespace trainsim

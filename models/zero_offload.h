@@ -98,16 +98,7 @@ void check_host_memory(const Scenario& sc, const SystemSpec& system,
 /// one after another in program (issue) order. The builder attaches every release to a task
 /// that, by the graph's dependencies, cannot end before the memory is really free, and issues
 /// every allocation in the order it really happens, so this peak does not depend on timing;
-/// tests compare it with the SimGrid timeline.
-std::int64_t program_order_peak_gpu_bytes(const ScheduleGraph& graph);
-
-/// `offload_optimizer.ratio: auto`: the smallest ratio on a 0.01 grid whose program-order GPU
-/// peak (graph built with that ratio) fits in the GPU memory; 1.0 when none fits (the run
-/// then reports oom). Bisection: the peak falls monotonically as the ratio rises (every
-/// parameter moved to the CPU removes 12 B of GPU state and 4 B of step-time fp32 gradient).
-/// Stores the result in sc.zero.offload_optimizer.ratio (ratio_auto stays true, so the summary
-/// can say the ratio was chosen) and returns it. No-op returning the ratio when not auto.
-double resolve_offload_ratio(Scenario& sc, const SystemSpec& system,
-                             const CalibrationProfile& profile);
+/// tests compare it with the SimGrid timeline. `rank` >= 0: that simulated rank only.
+std::int64_t program_order_peak_gpu_bytes(const ScheduleGraph& graph, std::int64_t rank = -1);
 
 }  // namespace trainsim

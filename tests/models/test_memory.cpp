@@ -19,6 +19,7 @@
 #include "models/memory_timeline.h"
 #include "models/pipeline_schedule.h"
 #include "models/scenario.h"
+#include "models/run.h"
 #include "models/zero_offload.h"
 #include "tests/support/memory_closed_form.h"
 #include "tests/support/records.h"

@@ -32,13 +32,14 @@ struct Fixture {
   MemoryTimeline memory() const {
     return build_memory_timeline(run.graph, run.record, 2);
   }
-  json summary() const {
+  Summary typed() const {
     SummaryOptions o;
     o.calibration_source = "test profile";
     o.trace_ranks = "0-1";
     o.trace_ranks_note = "test";
     return make_summary(run.graph, run.record, scenario, system, memory(), o);
   }
+  json summary() const { return summary_to_json(typed()); }
 };
 
 TEST(ExecutionRecord, IterationTimeSkipsTasksThatDidNotRun) {
@@ -220,7 +221,7 @@ TEST(Summary, OomNamesRanksExcessAndDominantCategory) {
   EXPECT_EQ(s.at("oom_peak_bytes"), 2450);
   EXPECT_EQ(s.at("oom_excess_bytes"), 450);
   EXPECT_EQ(s.at("oom_dominant_category"), "parameters");
-  const std::string text = format_text_summary(s);
+  const std::string text = format_text_summary(f.typed());
   EXPECT_NE(text.find("OUT OF MEMORY"), std::string::npos) << text;
 }
 
@@ -229,7 +230,7 @@ TEST(Summary, FoldedRanksAreReplicated) {
   const Scenario sc = testing::folded_scenario();
   const SystemSpec sys = find_system("dgx-a100-80gb");
   const MemoryTimeline m = build_memory_timeline(run.graph, run.record, 4);
-  const json s = make_summary(run.graph, run.record, sc, sys, m, SummaryOptions{});
+  const json s = summary_to_json(make_summary(run.graph, run.record, sc, sys, m, SummaryOptions{}));
   EXPECT_EQ(s.at("folded"), true);
   EXPECT_EQ(s.at("fold_factor"), 2);
   EXPECT_EQ(s.at("simulated_ranks"), 2);
@@ -279,7 +280,7 @@ TEST(Summary, PartialRecordAveragesOverTheRanksThatRan) {
 
 TEST(Summary, TextSummaryMentionsTheHeadlineNumbers) {
   Fixture f;
-  const std::string text = format_text_summary(f.summary());
+  const std::string text = format_text_summary(f.typed());
   EXPECT_NE(text.find("hand-built"), std::string::npos);
   EXPECT_NE(text.find("11.000000 s"), std::string::npos) << text;
   EXPECT_NE(text.find("pipeline_bubble"), std::string::npos);

@@ -63,7 +63,7 @@ Run run(const Scenario& sc, bool fold) {
   Run r;
   r.tasks = graph.num_tasks();
   r.fold_factor = graph.fold_factor;
-  r.summary = make_summary(graph, record, sc, system, memory, SummaryOptions{});
+  r.summary = summary_to_json(make_summary(graph, record, sc, system, memory, SummaryOptions{}));
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }

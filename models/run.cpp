@@ -1,0 +1,339 @@
+#include "models/run.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "models/graph_builder.h"
+#include "models/local_device.h"
+#include "models/memory_model.h"
+#include "models/zero_offload.h"
+
+namespace trainsim {
+
+namespace {
+
+/// Graphs above this many (estimated, unfolded) tasks are folded by `simulation.fold: auto`.
+constexpr double kFoldAutoTasks = 2'000'000;
+
+/// Bytes of memory and seconds of one core per task of a simulation, measured by
+/// bench/bench_sim_scale on the 1T scenario (folded: 986k tasks, 260 MiB in the parent for the
+/// graph and outputs plus 212 MiB in the SimGrid child, ~12.7 s on a loaded 2-core machine):
+/// (260 + 212) MiB / 986k tasks ~ 500 B, 12.7 s / 986k ~ 13 us.
+constexpr double kBytesPerTask = 500;
+constexpr double kSecondsPerTask = 13e-6;
+
+double ceil_div(double a, double b) { return b > 0 ? std::ceil(a / b) : 0; }
+
+/// Tasks one rank at `stage` issues (models/graph_builder.cpp emits these, per
+/// microbatch and layer: the attention and MLP blocks, forward, backward and, with full
+/// recomputation, recomputed; their tensor-parallel collectives; the embedding, logits and
+/// pipeline messages; ZeRO-3 gathers; gradient buckets; optimizer sub-groups and copies).
+double tasks_of_rank(const Scenario& sc, std::int64_t stage) {
+  const ParallelConfig& p = sc.parallel;
+  const double t = double(p.tensor_model_parallel_size), mb = double(p.num_microbatches);
+  const double layers = double(sc.model.num_layers) / double(p.pipeline_model_parallel_size);
+  const double tp_colls = t > 1 ? (p.sequence_parallel ? 4 : 2) : 0;  // per block pair
+  const double passes = p.recompute_granularity == Recompute::Full ? 3 : 2;
+  double per_mb = layers * passes * (2 + tp_colls) + 8;  // + embedding, logits, messages
+  const ZeroConfig& z = sc.zero;
+  if (z.stage >= 3) per_mb += 2 * (double(sc.model.num_layers) + 2);  // gathers, both passes
+  double tasks = mb * per_mb;
+  const double params = double(params_per_rank(sc, stage));
+  if (p.data_parallel_size > 1 || z.offload_optimizer.enabled) {
+    if (z.stage == 0)
+      tasks += ceil_div(params, double(p.ddp_bucket_size));
+    else  // reduce-scatter + up to two copies per bucket; stage >= 2 per microbatch
+      tasks += 3 * ceil_div(params, double(z.reduce_bucket_size)) * (z.stage >= 2 ? mb : 1);
+  }
+  tasks += 2 * ceil_div(double(cpu_stepped_params(sc, stage)), double(z.sub_group_size)) + 4;
+  return tasks;
+}
+
+}  // namespace
+
+RunEstimate estimate_run(const Scenario& sc, bool fold) {
+  const ParallelConfig& p = sc.parallel;
+  double per_stage = 0;  // one rank of every pipeline stage
+  for (std::int64_t stage = 0; stage < p.pipeline_model_parallel_size; ++stage)
+    per_stage += tasks_of_rank(sc, stage);
+  const double replicas = double(p.tensor_model_parallel_size) * double(p.data_parallel_size);
+  RunEstimate e;
+  e.unfolded_tasks = per_stage * replicas;
+  e.tasks = fold ? per_stage : e.unfolded_tasks;
+  e.memory_bytes = e.tasks * kBytesPerTask;
+  e.simulate_s = e.tasks * kSecondsPerTask;
+  return e;
+}
+
+namespace {
+
+/// "18.3 billion", "1.1 million", "52 thousand", "950".
+std::string count(double x) {
+  char buf[48];
+  if (x >= 1e9) std::snprintf(buf, sizeof buf, "%.1f billion", x / 1e9);
+  else if (x >= 1e6) std::snprintf(buf, sizeof buf, "%.1f million", x / 1e6);
+  else if (x >= 1e4) std::snprintf(buf, sizeof buf, "%.0f thousand", x / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", x);
+  return buf;
+}
+
+std::string gib(double bytes) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1ull << 30));
+  return buf;
+}
+
+std::string duration(double s) {
+  char buf[48];
+  if (s >= 86400) std::snprintf(buf, sizeof buf, "%.1f days", s / 86400);
+  else if (s >= 3600) std::snprintf(buf, sizeof buf, "%.1f hours", s / 3600);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%.0f minutes", s / 60);
+  else std::snprintf(buf, sizeof buf, "%.0f s", s);
+  return buf;
+}
+
+/// The largest source of tasks that a setting controls, as advice.
+std::string size_advice(const Scenario& sc, const RunEstimate& e, bool fold) {
+  const ParallelConfig& p = sc.parallel;
+  if (!fold && estimate_run(sc, true).tasks <= kMaxRunTasks)
+    return "set simulation.fold: true (--set simulation.fold=true): the TP peers and DP "
+           "replicas are identical and the folded graph has " +
+           count(estimate_run(sc, true).tasks) + " tasks";
+  const double params = double(params_per_rank(sc, 0));
+  if (sc.zero.stage == 0 && params / double(p.ddp_bucket_size) > 0.1 * e.tasks / p.pipeline_model_parallel_size)
+    return "raise parallel.ddp_bucket_size (now " + std::to_string(p.ddp_bucket_size) +
+           " parameters: " + count(params / double(p.ddp_bucket_size)) +
+           " gradient buckets per rank; Megatron's default is 40000000)";
+  if (sc.zero.stage >= 1 &&
+      params / double(sc.zero.reduce_bucket_size) > 0.1 * e.tasks / p.pipeline_model_parallel_size)
+    return "raise deepspeed.zero_optimization.reduce_bucket_size (now " +
+           std::to_string(sc.zero.reduce_bucket_size) + " elements: " +
+           count(params / double(sc.zero.reduce_bucket_size)) + " buckets per rank)";
+  return "use fewer microbatches (parallel.global_batch_size) or fewer layers";
+}
+
+}  // namespace
+
+void check_run_size(const Scenario& sc, const RunEstimate& e, bool fold) {
+  if (e.tasks <= kMaxRunTasks && e.memory_bytes <= kMaxRunMemoryBytes) return;
+  std::ostringstream o;
+  o << sc.source_path << ": this run would build about " << count(e.tasks) << " tasks ("
+    << (fold ? "folded" : "unfolded") << "), needing about " << gib(e.memory_bytes)
+    << " of memory and " << duration(e.simulate_s) << " to simulate; the limits are "
+    << count(kMaxRunTasks) << " tasks and " << gib(kMaxRunMemoryBytes) << ". "
+    << size_advice(sc, e, fold) << "; or pass --force to run it anyway";
+  throw InputError(o.str());
+}
+
+std::pair<bool, std::string> fold_decision(const Scenario& sc) {
+  switch (sc.simulation.fold) {
+    case SimulationConfig::Fold::On:
+      return {true, "simulation.fold: true"};
+    case SimulationConfig::Fold::Off:
+      return {false, "simulation.fold: false"};
+    case SimulationConfig::Fold::Auto:
+      break;
+  }
+  const ParallelConfig& p = sc.parallel;
+  if (p.tensor_model_parallel_size * p.data_parallel_size == 1)
+    return {false, "nothing to fold (TP x DP = 1)"};
+  // Rough size of the unfolded graph: up to 12 tasks per layer and microbatch on every rank.
+  const double tasks = double(sc.world_size()) * double(p.num_microbatches) *
+                       (double(sc.model.num_layers) / double(p.pipeline_model_parallel_size)) * 12;
+  if (tasks > kFoldAutoTasks)
+    return {true, "simulation.fold: auto, and the unfolded graph (about " + count(tasks) +
+                      " tasks) is above " + count(kFoldAutoTasks) + " tasks"};
+  return {false, "simulation.fold: auto, and the unfolded graph (about " + count(tasks) +
+                     " tasks) is small enough to simulate every rank"};
+}
+
+double resolve_offload_ratio(Scenario& sc, const SystemSpec& system,
+                             const CalibrationProfile& profile) {
+  auto& o = sc.zero.offload_optimizer;
+  if (!o.ratio_auto || o.ratio_resolved) return o.ratio;
+  const double capacity = system.gpu.hbm_bytes;
+  BuildOptions opt;
+  opt.fold = fold_decision(sc).first;
+  opt.calibration = &profile;
+  auto fits = [&](int percent) {
+    Scenario trial = sc;
+    trial.zero.offload_optimizer.ratio = percent / 100.0;
+    trial.zero.offload_optimizer.ratio_resolved = true;
+    const ScheduleGraph g = build_schedule_graph(trial, system, opt);
+    return double(program_order_peak_gpu_bytes(g)) <= capacity;
+  };
+  int chosen = 100;
+  if (fits(0)) {
+    chosen = 0;
+  } else if (fits(100)) {
+    int lo = 0, hi = 100;  // fits(lo) false, fits(hi) true
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      (fits(mid) ? hi : lo) = mid;
+    }
+    chosen = hi;
+  }
+  o.ratio = chosen / 100.0;
+  o.ratio_resolved = true;
+  return o.ratio;
+}
+
+// ---------------------------------------------------------------- prepare_run
+
+namespace {
+
+const char* verb_name(RunPurpose p) {
+  switch (p) {
+    case RunPurpose::Simulate: return "simulate";
+    case RunPurpose::Replay: return "replay";
+    case RunPurpose::Validate: return "validate";
+  }
+  return "run";
+}
+
+/// The calibration profile and where it came from.
+void choose_profile(const RunRequest& req, PreparedRun& run, bool local) {
+  if (req.calibration_path.empty()) {
+    if (req.purpose == RunPurpose::Replay && local) {
+      // A replay on the `local` system has no shipped profile: its memory model needs only
+      // the framework and NCCL buffer bytes, both 0 for a replay (no framework bytes among the
+      // counted tensors, no NCCL).
+      run.calibration_source = "none (measured replay)";
+      return;
+    }
+    run.profile = default_calibration(run.system.gpu.name);
+    run.calibration_source = req.purpose == RunPurpose::Replay
+                                 ? "none (measured replay)"
+                                 : "default profile for " + run.profile.device + " (" +
+                                       run.profile.source + ")";
+    return;
+  }
+  run.profile = load_calibration(req.calibration_path);
+  run.calibration_source =
+      req.calibration_path + " (" + run.profile.device + ", " + run.profile.source + ")";
+}
+
+/// Validate on the CPU (or a `local` scenario): the simulation models the device the replay
+/// runs on, each rank a one-device node, in the profile's precision.
+void substitute_local_device(const RunRequest& req, PreparedRun& run) {
+  Scenario& sc = run.scenario;
+  if (sc.cluster.system != kLocalSystemName) {
+    const std::int64_t world = sc.world_size();
+    run.notes.push_back("cluster.system " + sc.cluster.system +
+                        " was replaced by `local` (this machine's device, figures from the "
+                        "profile) so that the simulation models the device the replay runs on; "
+                        "each of the " + std::to_string(world) + " ranks is a one-device node");
+    sc.cluster.system = kLocalSystemName;
+    sc.cluster.gpus_per_node = 1;
+    sc.cluster.nodes = world;
+  }
+  run.system = local_system(run.profile, req.calibration_path);
+  if (req.device != "cpu") return;
+  run.replay_dtype = run.profile.precision.empty() ? "fp32" : run.profile.precision;
+  if (run.replay_dtype != "fp32" && run.replay_dtype != "bf16")
+    throw InputError(req.calibration_path + ": field 'precision' = " + run.profile.precision +
+                     ": the CPU replay runs fp32 or bf16");
+  const Precision want = run.replay_dtype == "fp32" ? Precision::FP32 : Precision::BF16;
+  if (sc.parallel.precision != want) {
+    run.notes.push_back(std::string("parallel.precision ") + to_string(sc.parallel.precision) +
+                        " was replaced by " + to_string(want) +
+                        ": the CPU replay runs the profile's precision (" + run.replay_dtype +
+                        "), and the simulation must model the same element sizes");
+    sc.parallel.precision = want;
+  }
+}
+
+/// The system the run models, the profile, and the verb's substitutions.
+void choose_system(const RunRequest& req, PreparedRun& run) {
+  Scenario& sc = run.scenario;
+  const bool local = sc.cluster.system == kLocalSystemName;
+  const bool cpu_validate = req.purpose == RunPurpose::Validate && req.device == "cpu";
+  if ((local || cpu_validate) && req.calibration_path.empty() &&
+      req.purpose != RunPurpose::Replay)
+    throw InputError(
+        req.purpose == RunPurpose::Simulate
+            ? req.scenario_path + ": cluster.system 'local' (this machine's device) needs a "
+                                  "measured profile: pass --calibration PROFILE.json from "
+                                  "`trainsim calibrate`"
+            : "validate: --device " + req.device + " needs --calibration PROFILE.json from "
+                  "`trainsim calibrate --device " + req.device + "` (the shipped profiles "
+                  "describe datacenter GPUs)");
+  run.system = find_system(sc.cluster.system);
+  choose_profile(req, run, local);
+  if (req.purpose == RunPurpose::Validate && (local || cpu_validate)) {
+    substitute_local_device(req, run);
+  } else if (req.purpose == RunPurpose::Simulate && local) {
+    run.system = local_system(run.profile, req.calibration_path);
+  } else if (req.purpose == RunPurpose::Simulate && !req.calibration_path.empty() &&
+             run.profile.device != run.system.gpu.name) {
+    run.warnings.push_back("--calibration '" + req.calibration_path + "' is a profile for " +
+                           run.profile.device + ", but system " + run.system.name + " has " +
+                           run.system.gpu.name + " GPUs");
+  }
+  if (req.purpose == RunPurpose::Replay && local && req.device != "cuda") {
+    // This machine's CPU as the device: its capacity is the physical memory (the replay's
+    // tensors live there); its peak FLOP/s is unknown without a profile (MFU reported null).
+    const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page_bytes > 0) {
+      run.system.gpu.hbm_bytes = double(pages) * double(page_bytes);
+      run.system.host_memory_bytes = run.system.gpu.hbm_bytes;
+    }
+  }
+  run.cost_system = run.system;
+  if (sc.cluster.gpus_per_node > 0) run.cost_system.gpus_per_node = int(sc.cluster.gpus_per_node);
+}
+
+}  // namespace
+
+PreparedRun prepare_run(const RunRequest& req) {
+  auto say = [&](const std::string& what) {
+    if (req.progress) req.progress(what);
+  };
+  PreparedRun run;
+  run.scenario = load_scenario(req.scenario_path, req.overrides);
+  choose_system(req, run);
+  Scenario& sc = run.scenario;
+
+  std::tie(run.fold, run.fold_reason) = fold_decision(sc);
+  if (req.unfolded && run.fold) {
+    run.fold = false;
+    run.fold_reason = "every process of a multi-process replay needs its own rank's tasks";
+  }
+  run.estimate = estimate_run(sc, run.fold);
+  if (!req.force) check_run_size(sc, run.estimate, run.fold);
+
+  // `offload_optimizer.ratio: auto`: a planning step above the builder (trial graphs).
+  if (sc.zero.offload_optimizer.ratio_auto && !sc.zero.offload_optimizer.ratio_resolved) {
+    say("choosing the offload ratio (ratio: auto)");
+    resolve_offload_ratio(sc, run.system, run.profile);
+  }
+  if (effective_offload_ratio(sc) > 0) check_host_memory(sc, run.system, run.profile);
+
+  say(std::string(verb_name(req.purpose)) + ": building the schedule graph of " + sc.name +
+      (run.fold ? " (folded)" : ""));
+  BuildOptions build;
+  build.fold = run.fold;
+  build.calibration = &run.profile;
+  run.graph = build_schedule_graph(sc, run.system, build);
+  return run;
+}
+
+RunOutputs finish_run(const PreparedRun& run, const ExecutionRecord& record,
+                      const FinishOptions& options) {
+  RunOutputs out;
+  out.selection = select_trace_ranks(run.graph, options.trace_ranks);
+  out.memory = build_memory_timeline(run.graph, record, run.scenario.cluster.gpus_per_node);
+  SummaryOptions so;
+  so.calibration_source = run.calibration_source;
+  so.trace_ranks = format_rank_list(out.selection.ranks);
+  so.trace_ranks_note = out.selection.note;
+  so.fold_reason = run.fold_reason;
+  out.summary = make_summary(run.graph, record, run.scenario, run.system, out.memory, so);
+  return out;
+}
+
+}  // namespace trainsim
