@@ -266,6 +266,38 @@ TEST(ScheduleGraph, BuildingRulesAreEnforced) {
   EXPECT_THROW(g.add_task(task_on(op, 0, StreamId::Compute)), std::logic_error);
 }
 
+// ------------------------------------------------------------------ folding
+
+TEST(ScheduleGraph, RepresentativesOfAFoldedGraph) {
+  // TP 2 x DP 2 x PP 2 = 8 ranks (Megatron layout: rank = stage * 4 + dp * 2 + tp), folded:
+  // one task on each stage's representative, rank 0 (stage 0) and rank 4 (stage 1).
+  ScheduleGraph g;
+  const std::uint32_t op = g.add_op(compute_op());
+  g.add_task(task_on(op, 0, StreamId::Compute));
+  g.add_task(task_on(op, 4, StreamId::Compute));
+  g.world_size = 8;
+  g.fold_factor = 4;
+  g.layout = ParallelLayout{2, 2, 2};
+  g.finalize();
+  const RankId expected[8] = {0, 0, 0, 0, 4, 4, 4, 4};
+  for (std::int64_t r = 0; r < 8; ++r) EXPECT_EQ(g.representative_of(r), expected[r]) << r;
+  EXPECT_THROW(g.representative_of(8), InputError);
+  EXPECT_THROW(g.representative_of(-1), InputError);
+}
+
+TEST(ScheduleGraph, UnfoldedRanksRepresentThemselvesAndMissingOnesAreABug) {
+  ScheduleGraph g;
+  const std::uint32_t op = g.add_op(compute_op());
+  g.add_task(task_on(op, 0, StreamId::Compute));
+  g.add_task(task_on(op, 1, StreamId::Compute));
+  g.world_size = 3;  // rank 2 has no tasks
+  g.layout = ParallelLayout{1, 3, 1};
+  g.finalize();
+  EXPECT_EQ(g.representative_of(0), 0u);
+  EXPECT_EQ(g.representative_of(1), 1u);
+  EXPECT_THROW(g.representative_of(2), std::logic_error);  // a builder/fold mismatch
+}
+
 // ------------------------------------------------------------------ labels
 
 TEST(ScheduleGraph, LabelsSayKindPhaseAndPlace) {
