@@ -16,8 +16,11 @@ namespace trainsim {
 
 namespace {
 
-/// Graphs above this many (estimated, unfolded) tasks are folded by `simulation.fold: auto`.
-constexpr double kFoldAutoTasks = 2'000'000;
+/// `simulation.fold: auto` folds every run whose TP peers and DP replicas exist (they run the
+/// same program by construction, and tests/sim/test_fold.cpp checks that folded and unfolded
+/// simulations agree), except runs whose unfolded graph is below this many tasks: those
+/// simulate every rank in well under a second, and their traces then show every rank.
+constexpr double kFoldAutoTasks = 100'000;
 
 /// Bytes of memory and seconds of one core per task of a simulation, measured by
 /// bench/bench_sim_scale on the 1T scenario (folded: 986k tasks, 260 MiB in the parent for the
@@ -145,9 +148,11 @@ std::pair<bool, std::string> fold_decision(const Scenario& sc) {
   const double tasks = double(sc.world_size()) * double(p.num_microbatches) *
                        (double(sc.model.num_layers) / double(p.pipeline_model_parallel_size)) * 12;
   if (tasks > kFoldAutoTasks)
-    return {true, "simulation.fold: auto, and the unfolded graph (about " + count(tasks) +
-                      " tasks) is above " + count(kFoldAutoTasks) + " tasks"};
-  return {false, "simulation.fold: auto, and the unfolded graph (about " + count(tasks) +
+    return {true, "simulation.fold: auto: the " + std::to_string(p.tensor_model_parallel_size) +
+                      " TP ranks and " + std::to_string(p.data_parallel_size) +
+                      " DP replicas of a stage run the same program, so one stands for all; "
+                      "the unfolded graph would have about " + count(tasks) + " tasks"};
+  return {false, "simulation.fold: auto: the unfolded graph (about " + count(tasks) +
                      " tasks) is small enough to simulate every rank"};
 }
 
@@ -319,6 +324,18 @@ PreparedRun prepare_run(const RunRequest& req) {
   build.fold = run.fold;
   build.calibration = &run.profile;
   run.graph = build_schedule_graph(sc, run.system, build);
+  if (req.purpose == RunPurpose::Replay && req.device == "cpu" &&
+      sc.cluster.system != kLocalSystemName) {
+    // The summary describes the device the replay ran on, not the scenario's GPU: this
+    // machine's CPU, its physical memory as the capacity, no known peak (MFU null).
+    run.system.gpu.name = "CPU of this machine (replay of a " + run.system.gpu.name + " rank)";
+    run.system.gpu.peak_dense_fp16_flops = 0;
+    const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page_bytes > 0) run.system.gpu.hbm_bytes = double(pages) * double(page_bytes);
+    run.notes.push_back("the modelled memory and FLOP figures are the scenario's (" +
+                        std::string(to_string(sc.parallel.precision)) +
+                        " on its GPUs); the replay measured this machine's CPU");
+  }
   return run;
 }
 
@@ -333,6 +350,7 @@ RunOutputs finish_run(const PreparedRun& run, const ExecutionRecord& record,
   so.trace_ranks_note = out.selection.note;
   so.fold_reason = run.fold_reason;
   out.summary = make_summary(run.graph, record, run.scenario, run.system, out.memory, so);
+  out.summary.notes.insert(out.summary.notes.begin(), run.notes.begin(), run.notes.end());
   return out;
 }
 

@@ -320,6 +320,7 @@ void measured_json(json& j, const Summary& s, const MeasuredSummary& m) {
 
 json summary_to_json(const Summary& s) {
   json j = json::object();
+  j["summary_version"] = s.version;
   j["name"] = s.name;
   j["system"] = s.system;
   j["gpu"] = s.gpu;
@@ -334,6 +335,7 @@ json summary_to_json(const Summary& s) {
   j["world_size"] = s.world_size;
   j["folded"] = s.folded;
   j["fold_factor"] = s.fold_factor;
+  j["fold_reason"] = s.fold_reason;
   j["simulated_ranks"] = s.simulated_ranks;
   j["tasks"] = s.tasks;
   j["tasks_not_run"] = s.tasks_not_run;
@@ -425,7 +427,8 @@ void text_breakdown(std::ostringstream& o, const Breakdown& b, double it) {
 }
 
 void text_memory(std::ostringstream& o, const Summary& s) {
-  o << "  peak GPU memory       " << gib(double(s.peak_memory_bytes)) << " on rank "
+  o << (s.measured ? "  modelled GPU memory   " : "  peak GPU memory       ")
+    << gib(double(s.peak_memory_bytes)) << " on rank "
     << s.peak_memory_rank << " of " << gib(double(s.memory_capacity_bytes)) << ":";
   for (int c = 0; c < kNumMemCategories; ++c)
     if (s.peak_memory_by_category[c] != 0)
@@ -434,10 +437,17 @@ void text_memory(std::ostringstream& o, const Summary& s) {
   o << "\n";
   if (s.measured)
     o << "  measured peak memory  " << gib(double(s.measured->peak_allocated_bytes))
-      << " (allocator, rank " << s.measured->peak_memory_rank << " on " << s.device << ")\n";
-  o << "  peak host memory      " << gib(double(s.host_peak_memory_bytes)) << " on node "
-    << s.host_peak_memory_node << " of " << gib(double(s.host_memory_capacity_bytes))
-    << (s.host_oom ? "  ** exceeds host memory **" : "") << "\n";
+      << " (allocator, rank " << s.measured->peak_memory_rank << " on " << s.device
+      << "; the line above is the model's estimate for that rank)\n";
+  if (s.offload_optimizer || s.host_peak_memory_bytes > 0)
+    o << "  peak host memory      " << gib(double(s.host_peak_memory_bytes)) << " on node "
+      << s.host_peak_memory_node << " of " << gib(double(s.host_memory_capacity_bytes))
+      << (s.host_oom ? "  ** exceeds host memory **" : "") << "\n";
+  if (s.offload_optimizer)
+    o << "  optimizer offload     ZeRO-" << s.zero_stage << ", "
+      << fmt("%.2f", s.offload_ratio) << " of the parameters stepped by CPU Adam"
+      << (s.offload_ratio_auto ? " (chosen by ratio: auto: the smallest that fits)" : "")
+      << "\n";
   if (s.oom())
     o << "  OUT OF MEMORY         " << s.oom_ranks_total << " rank(s), e.g. rank "
       << s.oom_ranks.front() << ": peak " << gib(double(s.peak_memory_bytes)) << " exceeds "
@@ -455,6 +465,7 @@ std::string format_text_summary(const Summary& s) {
     << s.tensor_model_parallel_size << " x PP " << s.pipeline_model_parallel_size << " x DP "
     << s.data_parallel_size << "), " << s.schedule << ", " << s.microbatches
     << " microbatches of " << s.micro_batch_size << "\n";
+  if (s.measured_run) o << "  replayed on           " << s.device << " (" << s.gpu << ")\n";
   o << "  iteration time        " << fmt("%.6f s", it) << "\n";
   o << "  throughput            " << fmt("%.1f tokens/s", s.tokens_per_s) << "\n";
   o << "  model TFLOP/s per GPU " << fmt("%.1f", s.model_tflops_per_gpu);
@@ -476,6 +487,7 @@ std::string format_text_summary(const Summary& s) {
   o << "  simulated ranks       " << s.simulated_ranks << " of " << s.world_size;
   if (s.folded) o << " (folded: each stands for " << s.fold_factor << " ranks)";
   o << "\n";
+  if (!s.fold_reason.empty()) o << "  folding               " << s.fold_reason << "\n";
   o << "  tasks                 " << s.tasks;
   if (s.tasks_not_run > 0) o << " (" << s.tasks_not_run << " did not run)";
   o << "\n";

@@ -172,6 +172,39 @@ void write_link_counters(EventWriter& w, const ScheduleGraph& graph,
   }
 }
 
+/// Thread id of lane `lane` of stream `stream`: lane 0 is the stream's own track (tid = the
+/// stream's index), lane k > 0 an extra track kLaneTidStride * k + stream.
+constexpr long kLaneTidStride = 100;
+long lane_tid(int stream, int lane) { return long(lane) * kLaneTidStride + stream; }
+
+/// Per task of one rank, the lane of its stream's track that its span goes to: spans of one
+/// stream that overlap without nesting (pipeline sends in flight while the next one starts)
+/// would be dropped by Perfetto, so each goes to the first lane whose last span has ended by
+/// its start (interval partitioning in start order; times as written, in whole ns). Streams
+/// whose spans never overlap use lane 0 only.
+std::vector<int> assign_lanes(const ScheduleGraph& graph, const ExecutionRecord& record,
+                              const std::vector<TaskId>& tasks) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < tasks.size(); ++i)
+    if (task_ran(record, tasks[i])) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return ns(record.start_s[tasks[a]]) < ns(record.start_s[tasks[b]]);
+  });
+  std::vector<int> lane(tasks.size(), 0);
+  std::vector<std::vector<std::int64_t>> lane_end(kNumStreams);  // per stream, per lane
+  for (std::size_t i : order) {
+    const TaskId id = tasks[i];
+    auto& ends = lane_end[static_cast<int>(graph.task(id).stream)];
+    const std::int64_t b = ns(record.start_s[id]), e = ns(record.end_s[id]);
+    std::size_t k = 0;
+    while (k < ends.size() && ends[k] > b) ++k;
+    if (k == ends.size()) ends.push_back(e);
+    else ends[k] = e;
+    lane[i] = static_cast<int>(k);
+  }
+  return lane;
+}
+
 /// `,"replayed_as":"..."` for a task a replay ran in a substituted way, else nothing.
 std::string replayed_as_arg(const ExecutionRecord& record, TaskId id) {
   if (id >= record.replayed_as.size() || record.replayed_as[id].empty()) return "";
@@ -234,15 +267,26 @@ void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
       w.metadata(rank, -1, "process_labels",
                  "\"labels\":" + json_quote("stands for " + std::to_string(graph.fold_factor) +
                                             " ranks (folded)"));
+    const std::vector<int> lanes = assign_lanes(graph, record, tasks);
     bool used[kNumStreams] = {};
-    for (TaskId id : tasks) used[static_cast<int>(graph.task(id).stream)] = true;
+    int lanes_of[kNumStreams] = {};
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      const int st = static_cast<int>(graph.task(tasks[i]).stream);
+      used[st] = true;
+      lanes_of[st] = std::max(lanes_of[st], lanes[i] + 1);
+    }
     for (int st = 0; st < kNumStreams; ++st) {
       if (!used[st]) continue;
-      w.metadata(rank, st, "thread_name",
-                 std::string("\"name\":\"") + to_string(static_cast<StreamId>(st)) + "\"");
-      w.metadata(rank, st, "thread_sort_index", "\"sort_index\":" + std::to_string(st));
+      for (int k = 0; k < std::max(1, lanes_of[st]); ++k) {
+        std::string name = to_string(static_cast<StreamId>(st));
+        if (k > 0) name += " #" + std::to_string(k + 1);  // a message in flight beside others
+        w.metadata(rank, lane_tid(st, k), "thread_name", "\"name\":\"" + name + "\"");
+        w.metadata(rank, lane_tid(st, k), "thread_sort_index",
+                   "\"sort_index\":" + std::to_string(st));
+      }
     }
-    for (TaskId id : tasks) {
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      const TaskId id = tasks[i];
       if (!task_ran(record, id)) continue;
       const Task& t = graph.task(id);
       const OpDesc& op = graph.op(id);
@@ -250,7 +294,7 @@ void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
                            t.kind != TaskKind::OptimizerCpu;
       const double bytes = is_comm ? static_cast<double>(op.bytes) : op.bytes_accessed;
       w.event("\"ph\":\"X\",\"pid\":" + std::to_string(rank) +
-              ",\"tid\":" + std::to_string(static_cast<int>(t.stream)) +
+              ",\"tid\":" + std::to_string(lane_tid(static_cast<int>(t.stream), lanes[i])) +
               ",\"name\":" + json_quote(graph.label(id)) + ",\"cat\":\"" + to_string(t.kind) +
               "\",\"ts\":" + us(record.start_s[id]) +
               ",\"dur\":" + us_of_ns(ns(record.end_s[id]) - ns(record.start_s[id])) +

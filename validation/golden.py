@@ -5,7 +5,8 @@ For each scenario under scenarios/ this script runs
 
     trainsim simulate SCENARIO --json S --trace T --memory-csv M
 
-and compares S with tests/golden/<scenario path>.summary.json (verbatim: a diff is printed on
+checks that the complete (`ph: X`) slices of every thread of T nest (Perfetto drops slices
+that overlap without nesting), and compares S with tests/golden/<scenario path>.summary.json (verbatim: a diff is printed on
 a mismatch) and T and M with the SHA-256 digests and sizes in tests/golden/<scenario path>.digests
 (the traces are too large to ship). Refactors must leave every output byte-identical; a change
 that alters outputs on purpose regenerates the goldens with --update and says why in its commit.
@@ -49,6 +50,32 @@ def digest(path):
     return "%s %d" % (h.hexdigest(), os.path.getsize(path))
 
 
+def nesting_problems(trace_path, limit=3):
+    """Slices of one (pid, tid) that overlap without nesting: [(pid, tid, name_a, name_b)]."""
+    import json
+    with open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    threads = {}
+    for e in events:
+        if e.get("ph") == "X":
+            b = round(float(e["ts"]) * 1000)  # whole ns, as written
+            threads.setdefault((e["pid"], e["tid"]), []).append((b, -round(float(e["dur"]) * 1000), e["name"]))
+    bad = []
+    for key, spans in threads.items():
+        spans.sort()
+        stack = []  # (end, name) of the open enclosing slices
+        for b, neg_dur, name in spans:
+            end = b - neg_dur
+            while stack and stack[-1][0] <= b:
+                stack.pop()
+            if stack and end > stack[-1][0]:
+                bad.append((key[0], key[1], stack[-1][1], name))
+                if len(bad) >= limit:
+                    return bad
+            stack.append((end, name))
+    return bad
+
+
 def run_one(trainsim, rel, tmp):
     base = os.path.join(tmp, rel.replace("/", "__"))
     paths = {k: base + "." + k for k in ("summary.json", "trace.json", "memory.csv")}
@@ -61,6 +88,10 @@ def run_one(trainsim, rel, tmp):
     p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
         return rel, None, "trainsim exited %d: %s" % (p.returncode, p.stderr.strip())
+    bad = nesting_problems(paths["trace.json"])
+    if bad:
+        return rel, None, "trace slices overlap without nesting: " + "; ".join(
+            "pid %s tid %s: '%s' / '%s'" % b for b in bad)
     with open(paths["summary.json"]) as f:
         summary = f.read()
     digests = "trace.json %s\nmemory.csv %s\n" % (digest(paths["trace.json"]),

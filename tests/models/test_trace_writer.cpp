@@ -241,3 +241,61 @@ TEST(JsonQuote, EscapesSpecialCharacters) {
 
 }  // namespace
 }  // namespace trainsim
+
+namespace trainsim {
+namespace {
+
+// Pipeline sends in flight overlap without nesting (the second starts before the first is
+// delivered): each goes to its own track of the stream, so every track's slices nest (Perfetto
+// drops the others). A third send after both ended goes back to the first track.
+TEST(TraceWriter, OverlappingSendsGetTracksOfTheirOwn) {
+  ScheduleGraph g;
+  OpDesc o;
+  o.kind = OpKind::SendRecv;
+  o.bytes = 64;
+  const auto op = g.add_op(o);
+  const auto group = g.add_group(GroupKind::Pipeline, {0, 1});
+  const double start[] = {0.0, 1.0, 5.0}, end[] = {2.0, 3.0, 6.0};
+  ExecutionRecord rec;
+  for (int i = 0; i < 3; ++i) {
+    Task t;
+    t.op = op;
+    t.rank = 0;
+    t.kind = TaskKind::Send;
+    t.stream = StreamId::PpComm;
+    t.phase = Phase::Forward;
+    t.part = Part::Pipeline;
+    t.microbatch = static_cast<std::uint16_t>(i);
+    t.peer = 1;
+    t.group = group;
+    t.match = static_cast<std::uint32_t>(i);
+    g.add_task(t);
+    rec.start_s.push_back(start[i]);
+    rec.end_s.push_back(end[i]);
+  }
+  g.world_size = 1;  // rank 0 alone; its peer is outside the graph
+  g.initial_gpu_memory = {MemVector{}};
+  g.initial_host_memory = {MemVector{}};
+  g.finalize();
+  rec.executor = "hand-made";
+  const MemoryTimeline m = build_memory_timeline(g, rec, 2);
+  TraceSelection sel;
+  sel.ranks = {0};
+  std::ostringstream out;
+  write_chrome_trace(out, g, rec, m, sel, TraceInfo{"lanes", 2});
+  const json t = json::parse(out.str());
+  const long pp = static_cast<long>(StreamId::PpComm);
+  std::vector<long> tids;
+  std::map<long, std::string> names;
+  for (const json& e : t.at("traceEvents")) {
+    if (e.at("ph") == "X") tids.push_back(e.at("tid").get<long>());
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      names[e.at("tid").get<long>()] = e.at("args").at("name").get<std::string>();
+  }
+  EXPECT_EQ(tids, (std::vector<long>{pp, 100 + pp, pp}));
+  EXPECT_EQ(names[pp], "pp-comm");
+  EXPECT_EQ(names[100 + pp], "pp-comm #2");
+}
+
+}  // namespace
+}  // namespace trainsim
