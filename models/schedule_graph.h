@@ -149,7 +149,7 @@ class ScheduleGraph {
   /// std::logic_error when the representative has no tasks (a builder/fold mismatch).
   RankId representative_of(std::int64_t rank) const;
 
-  /// "fwd mb3 layer12 attn", "allreduce tp fwd mb3 layer12 attn", "send fwd mb3 -> rank 8".
+  /// "fwd mb3 layer12 attn", "all_reduce tensor fwd mb3 layer12 attn", "send fwd mb3 -> rank 8".
   std::string label(TaskId id) const;
 
   /// Index of `rank` in simulated_ranks(), or kNone.

@@ -14,8 +14,12 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
 
 namespace {
 
@@ -32,13 +36,10 @@ struct Result {
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           (std::string("trainsim_e2e_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    scratch_.emplace("trainsim_e2e");
+    dir_ = scratch_->path();
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { scratch_.reset(); }
 
   // Runs `trainsim ARGS` (ARGS already shell-quoted where needed).
   Result run(const std::string& args) const {
@@ -54,14 +55,14 @@ class Cli : public ::testing::Test {
   }
   fs::path file(const std::string& name) const { return dir_ / name; }
 
+  std::optional<trainsim::test_support::ScratchDir> scratch_;
   fs::path dir_;
 };
 
-std::string source(const std::string& rel) { return std::string(TRAINSIM_SOURCE_DIR) + "/" + rel; }
 
 std::vector<std::string> small_scenarios() {
   std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(source("scenarios/small"))) {
+  for (const auto& e : fs::directory_iterator(source_path("scenarios/small"))) {
     if (e.path().extension() != ".yaml") continue;
     // Scenarios of the `local` system (this machine) need a measured profile from `trainsim
     // calibrate`: tests/e2e/test_validate_cli.cpp covers them.
@@ -126,7 +127,7 @@ TEST_F(Cli, SimulateJsonOnStdoutHasTheContractKeys) {
 }
 
 TEST_F(Cli, DefaultOutputIsTheTextReport) {
-  const Result r = run("simulate '" + source(kTiny) + "'");
+  const Result r = run("simulate '" + source_path(kTiny) + "'");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("iteration time"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("pipeline_bubble"), std::string::npos) << r.out;
@@ -135,7 +136,7 @@ TEST_F(Cli, DefaultOutputIsTheTextReport) {
 TEST_F(Cli, RunsAreDeterministic) {
   auto once = [&](const std::string& tag) {
     const Result r =
-        run("simulate '" + source(kTiny) + "' --format json --json '" +
+        run("simulate '" + source_path(kTiny) + "' --format json --json '" +
             file(tag + ".json").string() + "' --trace '" + file(tag + ".trace.json").string() +
             "' --memory-csv '" + file(tag + ".csv").string() + "'");
     EXPECT_EQ(r.rc, 0) << r.err;
@@ -152,7 +153,7 @@ TEST_F(Cli, RunsAreDeterministic) {
 }
 
 TEST_F(Cli, TraceCoversTheChosenRanks) {
-  const Result r = run("simulate '" + source(kTiny) + "' --trace '" + file("t.json").string() +
+  const Result r = run("simulate '" + source_path(kTiny) + "' --trace '" + file("t.json").string() +
                        "' --trace-ranks 1,4-5 --json '" + file("s.json").string() + "'");
   ASSERT_EQ(r.rc, 0) << r.err;
   const json t = json::parse(slurp(file("t.json")));
@@ -181,7 +182,7 @@ TEST_F(Cli, TraceCoversTheChosenRanks) {
 
 TEST_F(Cli, MemoryCsvHasOneColumnPerCategory) {
   const Result r =
-      run("simulate '" + source(kTiny) + "' --memory-csv '" + file("m.csv").string() + "'");
+      run("simulate '" + source_path(kTiny) + "' --memory-csv '" + file("m.csv").string() + "'");
   ASSERT_EQ(r.rc, 0) << r.err;
   std::istringstream csv(slurp(file("m.csv")));
   std::string header, line;
@@ -206,18 +207,18 @@ void expect_input_error(const Result& r, const std::vector<std::string>& mention
 TEST_F(Cli, BadInputExitsOneWithFileFieldAndValue) {
   expect_input_error(run("simulate '" + file("missing.yaml").string() + "'"), {"missing.yaml"});
   expect_input_error(
-      run("simulate '" + source(kTiny) + "' --set parallel.tensor_model_parallel_size=3"),
+      run("simulate '" + source_path(kTiny) + "' --set parallel.tensor_model_parallel_size=3"),
       {"gpt-tiny_tp2_pp2_dp2.yaml", "tensor_model_parallel_size", "3"});
-  expect_input_error(run("simulate '" + source(kTiny) + "' --set parallel.no_such_key=1"),
+  expect_input_error(run("simulate '" + source_path(kTiny) + "' --set parallel.no_such_key=1"),
                      {"no_such_key"});
-  expect_input_error(run("simulate '" + source(kTiny) + "' --set parallel.micro_batch_size"),
+  expect_input_error(run("simulate '" + source_path(kTiny) + "' --set parallel.micro_batch_size"),
                      {"--set", "parallel.micro_batch_size"});
-  expect_input_error(run("simulate '" + source(kTiny) + "' --trace-ranks 3-99"),
+  expect_input_error(run("simulate '" + source_path(kTiny) + "' --trace-ranks 3-99"),
                      {"--trace-ranks", "3-99"});
   expect_input_error(
-      run("simulate '" + source(kTiny) + "' --calibration '" + file("nope.json").string() + "'"),
+      run("simulate '" + source_path(kTiny) + "' --calibration '" + file("nope.json").string() + "'"),
       {"nope.json"});
-  expect_input_error(run("simulate '" + source(kTiny) + "' --json /nonexistent-dir/s.json"),
+  expect_input_error(run("simulate '" + source_path(kTiny) + "' --json /nonexistent-dir/s.json"),
                      {"--json", "/nonexistent-dir/s.json"});
   std::ofstream(file("broken.yaml")) << "name: x\nmodel: [1, 2\n";
   expect_input_error(run("simulate '" + file("broken.yaml").string() + "'"), {"broken.yaml"});
@@ -227,9 +228,9 @@ TEST_F(Cli, CommandLineErrorsExitOne) {
   expect_input_error(run(""), {});
   expect_input_error(run("frobnicate"), {});
   expect_input_error(run("simulate"), {"scenario"});
-  expect_input_error(run("simulate '" + source(kTiny) + "' --format xml"), {"--format"});
-  expect_input_error(run("replay '" + source(kTiny) + "' --device tpu"), {"--device"});
-  expect_input_error(run("replay '" + source(kTiny) + "' --rank -1"), {"--rank"});
+  expect_input_error(run("simulate '" + source_path(kTiny) + "' --format xml"), {"--format"});
+  expect_input_error(run("replay '" + source_path(kTiny) + "' --device tpu"), {"--device"});
+  expect_input_error(run("replay '" + source_path(kTiny) + "' --rank -1"), {"--rank"});
   expect_input_error(run("validate"), {"scenario"});
   expect_input_error(run("calibrate --device tpu"), {"--device"});
   const Result help = run("simulate --help");

@@ -33,6 +33,9 @@
 #include "models/hardware.h"
 #include "models/ops.h"
 #include "models/scenario.h"
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
 
 namespace trainsim {
 namespace {
@@ -42,20 +45,15 @@ using trainsim_e2e::slurp;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string source(const std::string& rel) { return std::string(TRAINSIM_SOURCE_DIR) + "/" + rel; }
-
 /// Runs `trainsim ARGS --format json` and returns the summary (fails the test on errors).
 json simulate_json(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("trainsim_closed_form_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const test_support::ScratchDir dir("trainsim_closed_form");
+  const fs::path out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
   const std::string cmd = std::string("'") + TRAINSIM_CLI + "' simulate " + args +
                           " --format json > '" + out.string() + "' 2> '" + err.string() +
                           "' < /dev/null";
   const int status = std::system(cmd.c_str());
   const std::string o = slurp(out), e = slurp(err);
-  fs::remove_all(dir);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << e;
   json s;
   EXPECT_NO_THROW(s = json::parse(o)) << o;
@@ -114,7 +112,7 @@ double model_tflops_per_gpu(double B, double T, double N) {
 const char* kTinyFile = "scenarios/small/gpt-tiny_tp1_pp1_dp1.yaml";
 
 TEST(ClosedForm, SingleGpuIterationIsTheSumOfComputeTimes) {
-  const Scenario sc = load_scenario(source(kTinyFile));
+  const Scenario sc = load_scenario(source_path(kTinyFile));
   ASSERT_EQ(sc.model.num_layers, kL);
   ASSERT_EQ(sc.model.hidden_size, kH);
   ASSERT_EQ(sc.model.num_attention_heads, kA);
@@ -145,7 +143,7 @@ TEST(ClosedForm, SingleGpuIterationIsTheSumOfComputeTimes) {
   const double by_hand = m * microbatch_compute_s(cost) + optimizer_s(cost);
   EXPECT_NEAR(graph_sum, by_hand, 1e-12 * by_hand);
 
-  const json s = simulate_json("'" + source(kTinyFile) + "'");
+  const json s = simulate_json("'" + source_path(kTinyFile) + "'");
   const double T = s.at("iteration_time_s").get<double>();
   EXPECT_NEAR(T, by_hand, 1e-9 * by_hand);
   EXPECT_NEAR(s.at("model_tflops_per_gpu").get<double>(), model_tflops_per_gpu(8, T, 1),
@@ -155,11 +153,11 @@ TEST(ClosedForm, SingleGpuIterationIsTheSumOfComputeTimes) {
 
 TEST(ClosedForm, TwoGpuDataParallelIsComputePlusRingAllReducePlusStep) {
   const std::int64_t bucket = 1'000'000;  // parameters per DDP bucket, so there are several
-  const std::string args = "'" + source(kTinyFile) +
+  const std::string args = "'" + source_path(kTinyFile) +
                            "' --set cluster.gpus_per_node=2 --set parallel.global_batch_size=8"
                            " --set parallel.overlap_grad_reduce=false"
                            " --set parallel.ddp_bucket_size=" + std::to_string(bucket);
-  const Scenario sc = load_scenario(source(kTinyFile),
+  const Scenario sc = load_scenario(source_path(kTinyFile),
                                     {{"cluster.gpus_per_node", "2"},
                                      {"parallel.global_batch_size", "8"},
                                      {"parallel.overlap_grad_reduce", "false"},

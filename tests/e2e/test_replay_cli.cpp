@@ -17,6 +17,9 @@
 #include "models/graph_builder.h"
 #include "models/hardware.h"
 #include "models/scenario.h"
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
 
 using namespace trainsim;
 
@@ -26,7 +29,7 @@ using trainsim_e2e::run;
 using trainsim_e2e::slurp;
 
 const std::string kScenario =
-    std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml";
+    source_path("scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml");
 const std::string kOut = std::string(TRAINSIM_BINARY_DIR) + "/e2e_replay_cli";
 
 /// (task id, label) of the complete events of process `pid` in a Chrome trace.

@@ -15,6 +15,9 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
 
 namespace {
 
@@ -22,7 +25,7 @@ using trainsim_e2e::run;
 using trainsim_e2e::slurp;
 
 const std::string kScenario =
-    std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml";
+    source_path("scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml");
 const std::string kOut = std::string(TRAINSIM_BINARY_DIR) + "/e2e_replay_nprocs_cli";
 
 /// How the complete events of `pid` ran: count per args.replayed_as ("" for the task's own

@@ -11,6 +11,9 @@
 
 #include "models/calibration.h"
 #include "models/flops.h"
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
 
 namespace trainsim {
 namespace {
@@ -105,16 +108,35 @@ OpDesc layer_op(OpKind kind) {
 
 TEST(CostModel, ComputeTimeIsTheSumOfItsKernels) {
   CostModel cm(a100(), round_profile());
+  // One op by hand: layer_op(MlpFwd) is b = 2, s = 2048 (T = b s = 4096 tokens), h = 8192,
+  // ffn / tp = 4096, fp16. Megatron's ParallelMLP forward launches five kernels: LayerNorm,
+  // fc1 GEMM, fused bias + GeLU, fc2 GEMM, fused bias-dropout-add. Each costs its roofline
+  // time plus one launch; the GEMMs are compute-bound, with wave quantization over 108 SMs of
+  // 256x128 tiles (either orientation gives the same count here).
+  {
+    const double bw = 2039e9 * 0.5, launch = 1e-6;
+    const double tile_s_per_k = 2.0 * 256 * 128 / (kPeak * 0.8 / 108);  // one wave, per unit k
+    // read x, write y (2 B each), fp32 mean and inverse variance per token
+    const double layernorm = 4096.0 * (2 * 8192 * 2 + 2 * 4) / bw + launch;
+    // [4096 x 8192] x [8192 x 4096]: 16 x 32 = 512 tiles = 5 waves (HBM: 168 MB, 0.16 ms < 1.2 ms)
+    const double fc1 = 5 * tile_s_per_k * 8192 + launch;
+    // read the fc1 output and the bias, write the activation
+    const double bias_gelu = (2.0 * 4096 * 4096 + 4096) * 2 / bw + launch;
+    // [4096 x 4096] x [4096 x 8192]: 16 x 64 = 1024 tiles = 10 waves (9 x 108 = 972 < 1024)
+    const double fc2 = 10 * tile_s_per_k * 4096 + launch;
+    // read x, bias, residual, write out (2 B each) and a 1-byte dropout mask; read the bias
+    const double bias_dropout_add = (4096.0 * 8192 * (4 * 2 + 1) + 8192 * 2) / bw + launch;
+    EXPECT_LT(rel(cm.compute_time_s(layer_op(OpKind::MlpFwd)),
+                  layernorm + fc1 + bias_gelu + fc2 + bias_dropout_add),
+              1e-12);
+  }
   for (OpKind kind : {OpKind::AttnFwd, OpKind::MlpFwd, OpKind::AttnBwd, OpKind::MlpBwd,
                       OpKind::EmbedFwd, OpKind::EmbedBwd, OpKind::LogitsLossFwd,
                       OpKind::LogitsLossBwd}) {
     const OpDesc op = layer_op(kind);
-    double sum = 0, lower = 0;
-    for (const KernelWork& k : op_kernels(op)) {
-      sum += cm.kernel_time_s(k);
+    double lower = 0;
+    for (const KernelWork& k : op_kernels(op))
       lower += std::max(k.flops / (kPeak * 0.8), k.bytes / (2039e9 * 0.5));
-    }
-    EXPECT_LT(rel(cm.compute_time_s(op), sum), 1e-12) << to_string(kind);
     // No kernel runs faster than its roofline.
     EXPECT_GE(cm.compute_time_s(op), lower) << to_string(kind);
   }
@@ -197,7 +219,7 @@ TEST(Calibration, DefaultsAreEmbeddedForEveryCatalogGpu) {
 TEST(Calibration, EmbeddedTextMatchesTheSourceTree) {
   // The build embeds calibration/*.json; the embedded copy must equal the file on disk.
   for (const auto& [name, text] : detail::embedded_calibration_files()) {
-    const std::string path = std::string(TRAINSIM_SOURCE_DIR) + "/calibration/" + name;
+    const std::string path = source_path("calibration/" + name);
     EXPECT_EQ(load_calibration(path), parse_calibration(text, name)) << path;
   }
   EXPECT_EQ(detail::embedded_calibration_files().size(), 3u);

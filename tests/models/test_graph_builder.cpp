@@ -11,12 +11,15 @@
 #include "models/hardware.h"
 #include "models/memory_model.h"
 #include "models/scenario.h"
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
 
 using namespace trainsim;
 
 namespace {
 
-std::string scen(const std::string& rel) { return std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/" + rel; }
+std::string scen(const std::string& rel) { return source_path("scenarios/" + rel); }
 
 Scenario tiny(const std::string& extra) {
   const std::string yaml = R"(

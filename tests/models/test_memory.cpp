@@ -21,6 +21,9 @@
 #include "models/scenario.h"
 #include "models/run.h"
 #include "models/zero_offload.h"
+#include "tests/support/memory_closed_form.h"
+#include "tests/support/records.h"
+#include "tests/support/scenario_yaml.h"
 
 using namespace trainsim;
 
@@ -31,14 +34,7 @@ constexpr std::int64_t L = 8, H = 512, A = 8, S = 512, V = 4096, B = 2;
 
 Scenario make(const std::string& parallel, const std::string& zero, std::int64_t gpus,
               const std::string& system = "dgx-a100-80gb") {
-  const std::string yaml = "name: mem\nmodel: {num_layers: " + std::to_string(L) +
-                           ", hidden_size: " + std::to_string(H) +
-                           ", num_attention_heads: " + std::to_string(A) +
-                           ", seq_length: " + std::to_string(S) +
-                           ", padded_vocab_size: " + std::to_string(V) + "}\nparallel: " + parallel +
-                           "\ndeepspeed: {zero_optimization: " + zero + "}\ncluster: {system: " +
-                           system + ", nodes: 1, gpus_per_node: " + std::to_string(gpus) + "}\n";
-  return parse_scenario(yaml, "mem.yaml");
+  return test_support::gpt_scenario("mem", {L, H, A, S, V}, parallel, zero, gpus, system);
 }
 
 const CalibrationProfile& profile() {
@@ -52,205 +48,37 @@ ScheduleGraph build(const Scenario& sc) {
   return build_schedule_graph(sc, find_system(sc.cluster.system), o);
 }
 
-/// Every rank runs its tasks back to back in program order: task k of a rank in [k, k+1).
-ExecutionRecord serial_record(const ScheduleGraph& g) {
-  ExecutionRecord r;
-  r.start_s.assign(g.num_tasks(), NAN);
-  r.end_s.assign(g.num_tasks(), NAN);
-  for (RankId rank : g.simulated_ranks()) {
-    double t = 0;
-    for (TaskId id : g.tasks_of_rank(rank)) {
-      r.start_s[id] = t;
-      r.end_s[id] = t + 1;
-      t += 1;
-    }
-  }
-  return r;
-}
+using test_support::program_order_record;
 
 std::int64_t graph_peak(const Scenario& sc, RankId rank) {
   const ScheduleGraph g = build(sc);
   const MemoryTimeline m =
-      build_memory_timeline(g, serial_record(g), sc.cluster.gpus_per_node);
+      build_memory_timeline(g, program_order_record(g), sc.cluster.gpus_per_node);
   return m.gpu_of(rank).peak_bytes;
 }
 
 // ------------------------------------------------------------------ independent calculation
-// Parameters (tp = 1): per layer QKV 3h^2+3h, projection h^2+h, fc1 4h^2+4h, fc2 4h^2+h, two
-// LayerNorms 4h = 12h^2 + 13h; embedding V h + s h; final LayerNorm 2h; a second copy of the
-// word embedding on the last stage when pp > 1 (tied).
-std::int64_t layer_params() { return 12 * H * H + 13 * H; }
-std::int64_t stage_params(std::int64_t pp, std::int64_t stage) {
-  std::int64_t p = (L / pp) * layer_params();
-  if (stage == 0) p += V * H + S * H;
-  if (stage == pp - 1) p += 2 * H + (pp > 1 ? V * H : 0);
-  return p;
-}
+// (tests/support/memory_closed_form.h, shared with tests/sim/test_memory_sim.cpp)
 
-// Activations in bytes (Korthikanti et al. Table 2, t = 1): attention 13sbh + 5as^2b, MLP
-// 21sbh; selective recomputation drops 5as^2b; full recomputation stashes 2sbh per layer and
-// materializes one layer's full activations during its backward.
+const test_support::ClosedFormMemory& closed_form() {
+  static const test_support::ClosedFormMemory m(L, H, A, S, V, B, profile());
+  return m;
+}
+using Config = test_support::PeakConfig;
 constexpr std::int64_t sbh = S * B * H;
-std::int64_t attn_full() { return 13 * sbh + 5 * A * S * S * B; }
-std::int64_t mlp_full() { return 21 * sbh; }
-std::int64_t logits_act() { return 2 * sbh + 4 * S * B * V; }  // final LN input + fp32 logits
-std::int64_t embed_act() { return sbh; }                        // embedding dropout output mask
-
-/// A running total with its maximum.
-struct Ledger {
-  std::int64_t cur = 0, peak = 0;
-  void add(std::int64_t b) {
-    cur += b;
-    peak = std::max(peak, cur);
-  }
-};
-
-struct Config {
-  int stage = 0;
-  std::int64_t pp = 1, dp = 1, v = 1, m = 1;
-  Recompute rc = Recompute::None;
-  double ratio = -1;  // < 0: no offload
-  std::int64_t rank_stage = 0;
-  std::int64_t reduce_bucket = 500'000'000;
-  std::int64_t prefetch = 50'000'000;  // stage3_prefetch_bucket_size
-  int communicators = 0;  // counted by hand per configuration
-};
-
-/// Peak GPU bytes of the rank at pipeline stage c.rank_stage, walking Megatron's pipeline order
-/// with DeepSpeed's allocation rules (stated in models/zero_offload.h), written independently
-/// of the builder.
-std::int64_t expected_peak(const Config& c) {
-  const std::int64_t P = stage_params(c.pp, c.rank_stage);
-  const std::int64_t Pp = c.stage >= 1 ? (P + c.dp - 1) / c.dp : P;
-  const bool offload = c.ratio >= 0;
-  const std::int64_t cpu = offload ? std::int64_t(std::floor(c.ratio * double(Pp))) : 0;
-  const std::int64_t gpu = Pp - cpu;
-  // Model states.
-  std::int64_t states = 0;
-  states += (c.stage >= 3 ? Pp : P) * 2;                                   // fp16 parameters
-  if (c.stage <= 1) states += P * 2;                                        // fp16 gradients
-  else if (c.stage == 2) states += gpu * 2;                                 // partition
-  else states += offload ? gpu * 4 : Pp * 2;                                // fp32 / fp16 partition
-  states += (c.stage == 0 ? P : gpu) * 12;                                  // Adam
-  states += std::int64_t(profile().framework_overhead_bytes);
-  states += c.communicators * std::int64_t(profile().nccl_buffer_bytes_per_communicator);
-
-  Ledger led;
-  led.add(states);
-  const bool full = c.rc == Recompute::Full;
-  const std::int64_t attn_kept = c.rc == Recompute::Selective ? 13 * sbh : attn_full();
-  const std::int64_t lpc = L / (c.pp * c.v);
-  const std::int64_t buckets = c.stage >= 2 ? 2 * std::min(c.reduce_bucket, P) * 2 : 0;
-  const std::int64_t share = (std::min(c.reduce_bucket, P) + c.dp - 1) / c.dp;
-  const std::int64_t staging =
-      c.stage >= 3 && offload ? 2 * share : (offload && cpu > 0 ? 4 * share : 0);
-  const bool gathers = c.stage >= 3 && c.dp > 1;
-  auto gathered = [&](std::int64_t elems) { return gathers ? 2 * elems - (2 * elems) / c.dp : 0; };
-  // Layers gathered ahead: ceil(stage3_prefetch_bucket_size (5e7) / layer params).
-  const std::int64_t depth = (c.prefetch + layer_params() - 1) / layer_params();
-  bool buffers = false;
-
-  // ZeRO-3 pass: issue the gathers of units up to k + depth, release unit k later.
-  std::vector<std::int64_t> units;
-  std::size_t issued = 0;
-  auto need = [&](std::size_t k) {
-    for (; issued < std::min(units.size(), k + 1 + depth); ++issued) led.add(gathered(units[issued]));
-  };
-
-  const auto order = pipeline_order(
-      c.v > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB, int(c.pp),
-      int(c.rank_stage), int(c.m), int(c.v));
-  for (const PipelineStep& st : order) {
-    const std::int64_t vstage = st.chunk * c.pp + c.rank_stage;
-    const bool first = vstage == 0, last = vstage == c.pp * c.v - 1;
-    if (st.forward) {
-      units.clear();
-      issued = 0;
-      if (c.stage >= 3) {
-        units.push_back(V * H + S * H);
-        for (int l = 0; l < L; ++l) units.push_back(layer_params());
-        units.push_back(V * H);
-      }
-      if (first) {
-        if (gathers) need(0);
-        led.add(embed_act());
-        led.add(-gathered(units.empty() ? 0 : units[0]));
-      }
-      for (std::int64_t l = 0; l < lpc; ++l) {
-        if (gathers) need(std::size_t(1 + vstage * lpc + l));
-        if (full) {
-          led.add(2 * sbh);
-          led.add(attn_full());
-          led.add(-attn_full());
-          led.add(mlp_full());
-          led.add(-mlp_full());
-        } else {
-          led.add(attn_kept);
-          led.add(mlp_full());
-        }
-        if (gathers) led.add(-gathered(layer_params()));
-      }
-      if (last) {
-        if (gathers) need(std::size_t(1 + L));
-        led.add(logits_act());
-        if (gathers) led.add(-gathered(V * H));
-      }
-    } else {
-      units.clear();
-      issued = 0;
-      if (c.stage >= 3) {
-        units.push_back(V * H);
-        for (int l = 0; l < L; ++l) units.push_back(layer_params());
-        units.push_back(V * H + S * H);
-      }
-      if (last) {
-        if (gathers) need(0);
-        if (c.stage >= 2 && !buffers) {
-          led.add(buckets);
-          led.add(staging);
-          buffers = true;
-        }
-        if (c.stage >= 2) led.add(V * H * 2);  // tied word-embedding gradient
-        led.add(2 * S * B * V);                  // gradient of the logits, during their backward
-        led.add(-logits_act() - 2 * S * B * V);
-        if (gathers) led.add(-gathered(V * H));
-      }
-      for (std::int64_t l = lpc - 1; l >= 0; --l) {
-        const std::int64_t gl = vstage * lpc + l;
-        if (gathers) need(std::size_t(L - gl));
-        if (full) {
-          led.add(attn_full());
-          led.add(mlp_full());
-        }
-        if (c.stage >= 2) led.add(2 * layer_params());  // the layer's gradients
-        led.add(-mlp_full());
-        led.add(-(full ? attn_full() + 2 * sbh : attn_kept));
-        if (c.stage >= 2) led.add(-2 * layer_params());
-        if (gathers) led.add(-gathered(layer_params()));
-      }
-      if (first) {
-        if (gathers) need(std::size_t(1 + L));
-        if (c.stage >= 2) led.add(2 * S * H);
-        led.add(-embed_act());
-        if (c.stage >= 2) led.add(-2 * (V * H + S * H));
-        if (gathers) led.add(-gathered(V * H + S * H));
-      }
-    }
-  }
-  // Stage 1: the buffers appear with the first reduction (offload staging only).
-  if (c.stage == 1 && !buffers) led.add(staging);
-  // Optimizer step: fp32 gradients of the stepped part (Megatron fp16 main_grad.float();
-  // DeepSpeed's fp32 partition; persistent already with ZeRO-3 offload), then the bucket
-  // buffers are released.
-  const std::int64_t fp32 = c.stage == 0 ? 4 * P : (c.stage >= 3 && offload ? 0 : 4 * gpu);
-  if (gpu > 0) led.add(fp32);
-  return led.peak;
+std::int64_t layer_params() { return closed_form().layer_params(); }
+std::int64_t stage_params(std::int64_t pp, std::int64_t stage) {
+  return closed_form().stage_params(pp, stage);
 }
+std::int64_t attn_full() { return closed_form().attn_full(); }
+std::int64_t mlp_full() { return closed_form().mlp_full(); }
+std::int64_t logits_act() { return closed_form().logits_act(); }
+std::int64_t embed_act() { return closed_form().embed_act(); }
+std::int64_t expected_peak(const Config& c) { return closed_form().expected_peak(c); }
 
 void expect_peak(const std::string& what, const Scenario& sc, RankId rank, const Config& c) {
-  const double got = double(graph_peak(sc, rank));
-  const double want = double(expected_peak(c));
-  EXPECT_NEAR(got / want, 1.0, 0.02) << what << ": graph " << got << " B, closed form " << want << " B";
+  // Byte for byte: the closed form counts every allocation the builder makes.
+  EXPECT_EQ(graph_peak(sc, rank), expected_peak(c)) << what;
 }
 
 // ------------------------------------------------------------------ peaks, ZeRO 0-3
@@ -281,7 +109,7 @@ TEST(MemoryPeak, Zero0OneFOneBHoldsPpMicrobatchesOnTheFirstStage) {
   // microbatches' worth (warm-up pp-1 forwards + 1), the last stage's one microbatch's.
   const ScheduleGraph g = build(sc);
   const MemoryTimeline m =
-      build_memory_timeline(g, serial_record(g), sc.cluster.gpus_per_node);
+      build_memory_timeline(g, program_order_record(g), sc.cluster.gpus_per_node);
   const std::int64_t per_mb_stage0 = embed_act() + (L / 4) * (13 * sbh + 21 * sbh);
   // (+ the logits' gradient during the logits backward, 2 s b V)
   const std::int64_t per_mb_stage3 = logits_act() + 2 * S * B * V + (L / 4) * (13 * sbh + 21 * sbh);
@@ -445,33 +273,67 @@ TEST(Offload, TwinFlowStepsRunConcurrentlyAndMoveTheRightBytes) {
 }
 
 TEST(Offload, AutoRatioIsTheSmallestThatFits) {
-  // A model whose optimizer cannot stay on a 40 GB GPU: the 13B OPT scenario's shape on 2 GPUs.
-  Scenario sc = load_scenario(std::string(TRAINSIM_SOURCE_DIR) +
-                              "/scenarios/offload/opt-13b_zero3_dp8_offload-auto.yaml");
-  const SystemSpec& sys = find_system(sc.cluster.system);
-  const CalibrationProfile prof = default_calibration(sys.gpu.name);
-  Scenario small = load_scenario(
-      std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/offload/opt-13b_zero3_dp8_offload-auto.yaml",
-      {{"cluster.gpus_per_node", "4"}, {"parallel.global_batch_size", "12"}});
-  const double r = resolve_offload_ratio(small, sys, prof);
-  EXPECT_TRUE(small.zero.offload_optimizer.ratio_resolved);
-  EXPECT_GT(r, 0.0);
-  EXPECT_LT(r, 1.0);
-  BuildOptions o;
-  o.calibration = &prof;
-  auto peak_at = [&](double ratio) {
-    Scenario t = small;
-    t.zero.offload_optimizer.ratio = ratio;
-    return double(program_order_peak_gpu_bytes(build_schedule_graph(t, sys, o)));
+  // ZeRO-3 with `ratio: auto` on 2 GPUs, the small GPT above. Every parameter of the rank's
+  // partition that moves to the CPU takes 12 B of Adam state and 4 B of fp32 gradient buffer
+  // off the GPU (models/zero_offload.h), so by the independent calculation
+  //   peak(r) = expected_peak(r), and peak(r1) - peak(r2) = 16 (floor(r2 Pp) - floor(r1 Pp)).
+  // A GPU whose capacity lies between peak(0.37) and peak(0.36) must get ratio 0.37, the
+  // smallest on the 0.01 grid that fits.
+  const std::string parallel =
+      "{micro_batch_size: 2, global_batch_size: 4, recompute_granularity: full}";
+  const std::string zero = "{stage: 3, reduce_bucket_size: 2000000, offload_optimizer: "
+                           "{device: cpu, ratio: auto}}";
+  const std::int64_t Pp = (stage_params(1, 0) + 1) / 2;
+  auto cpu_params = [&](double r) { return std::int64_t(std::floor(r * double(Pp))); };
+  auto expected_at = [&](double r) {
+    Config c;
+    c.stage = 3;
+    c.dp = 2;
+    c.m = 1;
+    c.rc = Recompute::Full;
+    c.ratio = r;
+    c.reduce_bucket = 2'000'000;
+    c.communicators = 1;
+    return expected_peak(c);
   };
-  EXPECT_LE(peak_at(r), sys.gpu.hbm_bytes);
-  EXPECT_GT(peak_at(r - 0.01), sys.gpu.hbm_bytes);
-  // The GPU peak falls as the ratio rises (12 B of Adam state and 4 B of fp32 gradient per
-  // parameter leave the GPU).
-  EXPECT_GT(peak_at(0.2), peak_at(0.6));
-  // `auto` is a planning step above the builder (models/run.h): the builder refuses a
-  // scenario whose ratio was not resolved.
-  EXPECT_THROW(build_schedule_graph(sc, sys, o), std::logic_error);
+  // The independent peaks themselves fall by exactly 16 B per offloaded parameter.
+  EXPECT_EQ(expected_at(0.36) - expected_at(0.37), 16 * (cpu_params(0.37) - cpu_params(0.36)));
+  ASSERT_GT(expected_at(0.36) - expected_at(0.37), 1'000'000);  // a 1 MB gap to aim into
+
+  SystemSpec sys = find_system("dgx-a100-80gb");
+  sys.gpu.hbm_bytes = double(expected_at(0.37) + expected_at(0.36)) / 2;
+  Scenario sc = make(parallel, zero, 2);
+  ASSERT_TRUE(sc.zero.offload_optimizer.ratio_auto);
+  EXPECT_DOUBLE_EQ(resolve_offload_ratio(sc, sys, profile()), 0.37);
+  EXPECT_TRUE(sc.zero.offload_optimizer.ratio_resolved);
+  EXPECT_TRUE(sc.zero.offload_optimizer.ratio_auto);  // the summary says `auto` chose it
+
+  // Capacity above the peak without offload: ratio 0. Below the peak with everything
+  // offloaded: none fits, 1.0 (the run then reports oom).
+  sys.gpu.hbm_bytes = double(expected_at(0.0));
+  Scenario fits = make(parallel, zero, 2);
+  EXPECT_DOUBLE_EQ(resolve_offload_ratio(fits, sys, profile()), 0.0);
+  sys.gpu.hbm_bytes = double(expected_at(1.0) - 1);
+  Scenario never = make(parallel, zero, 2);
+  EXPECT_DOUBLE_EQ(resolve_offload_ratio(never, sys, profile()), 1.0);
+
+  // `auto` is a planning step above the builder (models/run.h): the builder refuses a scenario
+  // whose ratio was not resolved. Once resolved for the midpoint capacity, the graph steps
+  // floor(0.37 Pp) parameters on the CPU (a hand count) and the rest on the GPU.
+  sys.gpu.hbm_bytes = double(expected_at(0.37) + expected_at(0.36)) / 2;
+  BuildOptions o;
+  o.calibration = &profile();
+  EXPECT_THROW(build_schedule_graph(make(parallel, zero, 2), sys, o), std::logic_error);
+  Scenario resolved = make(parallel, zero, 2);
+  resolve_offload_ratio(resolved, sys, profile());
+  const ScheduleGraph g = build_schedule_graph(resolved, sys, o);
+  std::int64_t on_cpu = 0, on_gpu = 0;
+  for (TaskId id : g.tasks_of_rank(0)) {
+    if (g.task(id).kind == TaskKind::OptimizerCpu) on_cpu += g.op(id).params;
+    if (g.task(id).kind == TaskKind::OptimizerGpu) on_gpu += g.op(id).params;
+  }
+  EXPECT_EQ(on_cpu, cpu_params(0.37));
+  EXPECT_EQ(on_gpu, Pp - cpu_params(0.37));
 }
 
 TEST(Offload, BadSettingsAreInputErrors) {

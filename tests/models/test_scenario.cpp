@@ -6,11 +6,15 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "models/scenario.h"
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
 
 namespace fs = std::filesystem;
 using trainsim::InputError;
@@ -20,7 +24,7 @@ using trainsim::Scenario;
 
 namespace {
 
-const fs::path kScenarios = fs::path(TRAINSIM_SOURCE_DIR) / "scenarios";
+const fs::path kScenarios = fs::path(source_path("scenarios"));
 
 // Narayanan et al. SC'21 Table 1 (also /work/shared/ground-truth/megatron_sc21_table1.csv),
 // typed in independently of the scenario files.
@@ -86,17 +90,13 @@ int line_of(const std::string& text, const std::string& needle) {
 class ScenarioFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("trainsim_test_scenario_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
+    scratch_.emplace("trainsim_test_scenario");
+    dir_ = scratch_->path();
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { scratch_.reset(); }
 
   std::string write(const std::string& text, const std::string& stem = "case") {
-    fs::path p = dir_ / (stem + ".yaml");
-    std::ofstream(p) << text;
-    return p.string();
+    return scratch_->write(stem + ".yaml", text);
   }
 
   /// Loads `text` from a file, expects an InputError whose message has every `parts` entry
@@ -120,6 +120,7 @@ class ScenarioFiles : public ::testing::Test {
     return {};
   }
 
+  std::optional<trainsim::test_support::ScratchDir> scratch_;
   fs::path dir_;
 };
 

@@ -31,6 +31,9 @@
 #include "models/scenario.h"
 #include "models/summary.h"
 #include "sim/executor.h"
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
 
 namespace trainsim {
 namespace {
@@ -116,10 +119,9 @@ void expect_fold_agrees(const Scenario& sc) {
               full.wall_s, folded.wall_s);
 }
 
-std::string source(const std::string& rel) { return std::string(TRAINSIM_SOURCE_DIR) + "/" + rel; }
 
 TEST(Fold, TinyTp2Pp2Dp2) {
-  const Scenario sc = load_scenario(source("scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml"));
+  const Scenario sc = load_scenario(source_path("scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml"));
   ASSERT_EQ(sc.world_size(), 8);
   expect_fold_agrees(sc);
 }
@@ -128,7 +130,7 @@ TEST(Fold, TinyTp2Pp2Dp2) {
 // backward), shrunk to 4 layers, DP 16 over 2 nodes, 2 microbatches: the DP all-reduce rings
 // cross the IB fabric.
 TEST(Fold, Tp1Dp16TwoNodes) {
-  const Scenario sc = load_scenario(source("scenarios/gpt-1.7b_tp1_pp1_dp32.yaml"),
+  const Scenario sc = load_scenario(source_path("scenarios/gpt-1.7b_tp1_pp1_dp32.yaml"),
                                     Overrides{{"model.num_layers", "4"},
                                               {"cluster.nodes", "2"},
                                               {"parallel.micro_batch_size", "2"},
@@ -145,7 +147,7 @@ TEST(Fold, Tp1Dp16TwoNodes) {
 // recomputation as in Table 1.
 TEST(Fold, Tp8Pp4Dp2Interleaved) {
   const Scenario sc =
-      load_scenario(source("scenarios/gpt-76.1b_tp8_pp4_dp32.yaml"),
+      load_scenario(source_path("scenarios/gpt-76.1b_tp8_pp4_dp32.yaml"),
                     Overrides{{"model.num_layers", "32"},
                               {"parallel.num_layers_per_virtual_pipeline_stage", "4"},
                               {"cluster.nodes", "8"},
@@ -164,7 +166,7 @@ TEST(Fold, Tp8Pp4Dp2Interleaved) {
 // per node, so the all-reduce is the hierarchical ring (NVLink inside the node, one rail per
 // member across the fabric), with PyTorch DDP-style overlap as in the scenario file.
 TEST(Fold, Tp2Dp8HierarchicalRing) {
-  const Scenario sc = load_scenario(source("scenarios/gpt-3.6b_tp2_pp1_dp32.yaml"),
+  const Scenario sc = load_scenario(source_path("scenarios/gpt-3.6b_tp2_pp1_dp32.yaml"),
                                     Overrides{{"model.num_layers", "4"},
                                               {"cluster.nodes", "2"},
                                               {"parallel.micro_batch_size", "2"},

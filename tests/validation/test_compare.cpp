@@ -8,6 +8,9 @@
 #include "models/local_device.h"
 #include "models/scenario.h"
 #include "validation/compare.h"
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
 
 using namespace trainsim;
 using namespace trainsim::validation;
@@ -15,7 +18,7 @@ using namespace trainsim::validation;
 namespace {
 
 struct Fixture {
-  Scenario sc = load_scenario(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/small/gpt-cpu_tp1_pp1_dp1.yaml");
+  Scenario sc = load_scenario(source_path("scenarios/small/gpt-cpu_tp1_pp1_dp1.yaml"));
   CalibrationProfile p = [] {
     CalibrationProfile q = default_calibration("A100-SXM4-80GB");
     q.device = "cpu: test";

@@ -9,6 +9,9 @@
 #include "models/local_device.h"
 #include "models/memory_model.h"
 #include "models/scenario.h"
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
 
 using namespace trainsim;
 
@@ -122,7 +125,7 @@ TEST(LocalProfile, CostModelUsesTheGemmTable) {
 }
 
 TEST(LocalProfile, Fp32MemoryModel) {
-  Scenario sc = load_scenario(std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/small/gpt-cpu_tp1_pp1_dp1.yaml");
+  Scenario sc = load_scenario(source_path("scenarios/small/gpt-cpu_tp1_pp1_dp1.yaml"));
   ASSERT_EQ(sc.parallel.precision, Precision::FP32);
   const double s = 64, b = 2, h = 128, a = 4;
   // Korthikanti's terms with 4-byte activations and 4-byte CPU dropout masks:

@@ -18,14 +18,17 @@
 #include "models/scenario.h"
 #include "validation/fit.h"
 #include "validation/trace_import.h"
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
 
 using namespace trainsim;
 using namespace trainsim::validation;
 
 namespace {
 
-const std::string kTrace = std::string(TRAINSIM_SOURCE_DIR) + "/validation/data/kineto_gpt_tiny_cpu.json";
-const std::string kScenario = std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/small/gpt-cpu_tp1_pp1_dp1.yaml";
+const std::string kTrace = source_path("validation/data/kineto_gpt_tiny_cpu.json");
+const std::string kScenario = source_path("scenarios/small/gpt-cpu_tp1_pp1_dp1.yaml");
 
 nlohmann::json raw_trace() {
   std::ifstream f(kTrace);

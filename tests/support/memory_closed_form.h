@@ -1,0 +1,206 @@
+// An independent calculation of a rank's GPU memory peak (tp = 1) from the formulas, written
+// without the builder: model-state bytes per ZeRO stage (Rajbhandari et al. SC'20), Korthikanti
+// et al. activations per layer, DeepSpeed's bucket / gather / offload buffers
+// (models/zero_offload.h states the rules), walked along Megatron's pipeline order. Tests
+// compare the builder's memory effects (tests/models/test_memory.cpp, program order) and the
+// SimGrid-timed peak (tests/sim/test_memory_sim.cpp) with it.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "models/calibration.h"
+#include "models/pipeline_schedule.h"
+#include "models/scenario.h"
+
+namespace trainsim::test_support {
+
+/// The configuration of the rank whose peak is computed (tp = 1; the counts that depend on the
+/// plan, such as `communicators`, are counted by hand per test).
+struct PeakConfig {
+  int stage = 0;
+  std::int64_t pp = 1, dp = 1, v = 1, m = 1;
+  Recompute rc = Recompute::None;
+  double ratio = -1;  // < 0: no offload
+  std::int64_t rank_stage = 0;
+  std::int64_t reduce_bucket = 500'000'000;
+  std::int64_t prefetch = 50'000'000;  // stage3_prefetch_bucket_size
+  int communicators = 0;  // counted by hand per configuration
+};
+
+/// GPT of L layers, hidden H, A heads, sequence S, vocabulary V, micro batch B (tp = 1).
+class ClosedFormMemory {
+ public:
+  ClosedFormMemory(std::int64_t layers, std::int64_t hidden, std::int64_t heads, std::int64_t seq,
+                   std::int64_t vocab, std::int64_t micro_batch, const CalibrationProfile& profile)
+      : L(layers), H(hidden), A(heads), S(seq), V(vocab), B(micro_batch),
+        sbh(seq * micro_batch * hidden), profile_(profile) {}
+
+  const std::int64_t L, H, A, S, V, B;
+  const std::int64_t sbh;  ///< s b h
+
+  // Parameters (tp = 1): per layer QKV 3h^2+3h, projection h^2+h, fc1 4h^2+4h, fc2 4h^2+h, two
+  // LayerNorms 4h = 12h^2 + 13h; embedding V h + s h; final LayerNorm 2h; a second copy of the
+  // word embedding on the last stage when pp > 1 (tied).
+  std::int64_t layer_params() const { return 12 * H * H + 13 * H; }
+  std::int64_t stage_params(std::int64_t pp, std::int64_t stage) const {
+    std::int64_t p = (L / pp) * layer_params();
+    if (stage == 0) p += V * H + S * H;
+    if (stage == pp - 1) p += 2 * H + (pp > 1 ? V * H : 0);
+    return p;
+  }
+
+  // Activations in bytes (Korthikanti et al. Table 2, t = 1): attention 13sbh + 5as^2b, MLP
+  // 21sbh; selective recomputation drops 5as^2b; full recomputation stashes 2sbh per layer and
+  // materializes one layer's full activations during its backward.
+  std::int64_t attn_full() const { return 13 * sbh + 5 * A * S * S * B; }
+  std::int64_t mlp_full() const { return 21 * sbh; }
+  std::int64_t logits_act() const { return 2 * sbh + 4 * S * B * V; }  // final LN input + fp32 logits
+  std::int64_t embed_act() const { return sbh; }                        // embedding dropout output mask
+
+  /// Peak GPU bytes of the rank at pipeline stage c.rank_stage, walking Megatron's pipeline order
+  /// with DeepSpeed's allocation rules (stated in models/zero_offload.h), written independently
+  /// of the builder.
+  std::int64_t expected_peak(const PeakConfig& c) const {
+    const std::int64_t P = stage_params(c.pp, c.rank_stage);
+    const std::int64_t Pp = c.stage >= 1 ? (P + c.dp - 1) / c.dp : P;
+    const bool offload = c.ratio >= 0;
+    const std::int64_t cpu = offload ? std::int64_t(std::floor(c.ratio * double(Pp))) : 0;
+    const std::int64_t gpu = Pp - cpu;
+    // Model states.
+    std::int64_t states = 0;
+    states += (c.stage >= 3 ? Pp : P) * 2;                                   // fp16 parameters
+    if (c.stage <= 1) states += P * 2;                                        // fp16 gradients
+    else if (c.stage == 2) states += gpu * 2;                                 // partition
+    else states += offload ? gpu * 4 : Pp * 2;                                // fp32 / fp16 partition
+    states += (c.stage == 0 ? P : gpu) * 12;                                  // Adam
+    states += std::int64_t(profile_.framework_overhead_bytes);
+    states += c.communicators * std::int64_t(profile_.nccl_buffer_bytes_per_communicator);
+
+    Ledger led;
+    led.add(states);
+    const bool full = c.rc == Recompute::Full;
+    const std::int64_t attn_kept = c.rc == Recompute::Selective ? 13 * sbh : attn_full();
+    const std::int64_t lpc = L / (c.pp * c.v);
+    const std::int64_t buckets = c.stage >= 2 ? 2 * std::min(c.reduce_bucket, P) * 2 : 0;
+    const std::int64_t share = (std::min(c.reduce_bucket, P) + c.dp - 1) / c.dp;
+    const std::int64_t staging =
+        c.stage >= 3 && offload ? 2 * share : (offload && cpu > 0 ? 4 * share : 0);
+    const bool gathers = c.stage >= 3 && c.dp > 1;
+    auto gathered = [&](std::int64_t elems) { return gathers ? 2 * elems - (2 * elems) / c.dp : 0; };
+    // Layers gathered ahead: ceil(stage3_prefetch_bucket_size (5e7) / layer params).
+    const std::int64_t depth = (c.prefetch + layer_params() - 1) / layer_params();
+    bool buffers = false;
+
+    // ZeRO-3 pass: issue the gathers of units up to k + depth, release unit k later.
+    std::vector<std::int64_t> units;
+    std::size_t issued = 0;
+    auto need = [&](std::size_t k) {
+      for (; issued < std::min(units.size(), k + 1 + depth); ++issued) led.add(gathered(units[issued]));
+    };
+
+    const auto order = pipeline_order(
+        c.v > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB, int(c.pp),
+        int(c.rank_stage), int(c.m), int(c.v));
+    for (const PipelineStep& st : order) {
+      const std::int64_t vstage = st.chunk * c.pp + c.rank_stage;
+      const bool first = vstage == 0, last = vstage == c.pp * c.v - 1;
+      if (st.forward) {
+        units.clear();
+        issued = 0;
+        if (c.stage >= 3) {
+          units.push_back(V * H + S * H);
+          for (int l = 0; l < L; ++l) units.push_back(layer_params());
+          units.push_back(V * H);
+        }
+        if (first) {
+          if (gathers) need(0);
+          led.add(embed_act());
+          led.add(-gathered(units.empty() ? 0 : units[0]));
+        }
+        for (std::int64_t l = 0; l < lpc; ++l) {
+          if (gathers) need(std::size_t(1 + vstage * lpc + l));
+          if (full) {
+            led.add(2 * sbh);
+            led.add(attn_full());
+            led.add(-attn_full());
+            led.add(mlp_full());
+            led.add(-mlp_full());
+          } else {
+            led.add(attn_kept);
+            led.add(mlp_full());
+          }
+          if (gathers) led.add(-gathered(layer_params()));
+        }
+        if (last) {
+          if (gathers) need(std::size_t(1 + L));
+          led.add(logits_act());
+          if (gathers) led.add(-gathered(V * H));
+        }
+      } else {
+        units.clear();
+        issued = 0;
+        if (c.stage >= 3) {
+          units.push_back(V * H);
+          for (int l = 0; l < L; ++l) units.push_back(layer_params());
+          units.push_back(V * H + S * H);
+        }
+        if (last) {
+          if (gathers) need(0);
+          if (c.stage >= 2 && !buffers) {
+            led.add(buckets);
+            led.add(staging);
+            buffers = true;
+          }
+          if (c.stage >= 2) led.add(V * H * 2);  // tied word-embedding gradient
+          led.add(2 * S * B * V);                  // gradient of the logits, during their backward
+          led.add(-logits_act() - 2 * S * B * V);
+          if (gathers) led.add(-gathered(V * H));
+        }
+        for (std::int64_t l = lpc - 1; l >= 0; --l) {
+          const std::int64_t gl = vstage * lpc + l;
+          if (gathers) need(std::size_t(L - gl));
+          if (full) {
+            led.add(attn_full());
+            led.add(mlp_full());
+          }
+          if (c.stage >= 2) led.add(2 * layer_params());  // the layer's gradients
+          led.add(-mlp_full());
+          led.add(-(full ? attn_full() + 2 * sbh : attn_kept));
+          if (c.stage >= 2) led.add(-2 * layer_params());
+          if (gathers) led.add(-gathered(layer_params()));
+        }
+        if (first) {
+          if (gathers) need(std::size_t(1 + L));
+          if (c.stage >= 2) led.add(2 * S * H);
+          led.add(-embed_act());
+          if (c.stage >= 2) led.add(-2 * (V * H + S * H));
+          if (gathers) led.add(-gathered(V * H + S * H));
+        }
+      }
+    }
+    // Stage 1: the buffers appear with the first reduction (offload staging only).
+    if (c.stage == 1 && !buffers) led.add(staging);
+    // Optimizer step: fp32 gradients of the stepped part (Megatron fp16 main_grad.float();
+    // DeepSpeed's fp32 partition; persistent already with ZeRO-3 offload), then the bucket
+    // buffers are released.
+    const std::int64_t fp32 = c.stage == 0 ? 4 * P : (c.stage >= 3 && offload ? 0 : 4 * gpu);
+    if (gpu > 0) led.add(fp32);
+    return led.peak;
+  }
+
+ private:
+  /// A running total with its maximum.
+  struct Ledger {
+    std::int64_t cur = 0, peak = 0;
+    void add(std::int64_t b) {
+      cur += b;
+      peak = std::max(peak, cur);
+    }
+  };
+  const CalibrationProfile& profile_;
+};
+
+}  // namespace trainsim::test_support

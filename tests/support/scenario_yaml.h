@@ -1,0 +1,49 @@
+// Scenarios written as YAML text in a test: a GPT shape, flow-style `parallel` and
+// `zero_optimization` mappings and a one-system cluster, parsed by the real loader
+// (models/scenario.h), so every test scenario goes through the same validation as a file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "models/scenario.h"
+
+namespace trainsim::test_support {
+
+/// The `model:` section's sizes (Megatron-LM names; ffn_hidden_size and kv_channels default).
+struct GptModel {
+  std::int64_t num_layers;
+  std::int64_t hidden_size;
+  std::int64_t num_attention_heads;
+  std::int64_t seq_length;
+  std::int64_t padded_vocab_size;
+};
+
+/// name: NAME, model: {...}, parallel: PARALLEL, deepspeed: {zero_optimization: ZERO},
+/// cluster: {system: SYSTEM, nodes: NODES, gpus_per_node: GPUS_PER_NODE}. PARALLEL and ZERO
+/// are YAML flow mappings, e.g. "{micro_batch_size: 2, global_batch_size: 8}", "{stage: 1}".
+inline std::string gpt_scenario_yaml(const std::string& name, const GptModel& m,
+                                     const std::string& parallel, const std::string& zero,
+                                     std::int64_t gpus_per_node,
+                                     const std::string& system = "dgx-a100-80gb",
+                                     std::int64_t nodes = 1) {
+  return "name: " + name + "\nmodel: {num_layers: " + std::to_string(m.num_layers) +
+         ", hidden_size: " + std::to_string(m.hidden_size) +
+         ", num_attention_heads: " + std::to_string(m.num_attention_heads) +
+         ", seq_length: " + std::to_string(m.seq_length) +
+         ", padded_vocab_size: " + std::to_string(m.padded_vocab_size) + "}\nparallel: " +
+         parallel + "\ndeepspeed: {zero_optimization: " + zero + "}\ncluster: {system: " + system +
+         ", nodes: " + std::to_string(nodes) + ", gpus_per_node: " + std::to_string(gpus_per_node) +
+         "}\n";
+}
+
+/// The scenario of gpt_scenario_yaml, parsed and validated; messages name "NAME.yaml".
+inline Scenario gpt_scenario(const std::string& name, const GptModel& m,
+                             const std::string& parallel, const std::string& zero,
+                             std::int64_t gpus_per_node,
+                             const std::string& system = "dgx-a100-80gb", std::int64_t nodes = 1) {
+  return parse_scenario(gpt_scenario_yaml(name, m, parallel, zero, gpus_per_node, system, nodes),
+                        name + ".yaml");
+}
+
+}  // namespace trainsim::test_support
