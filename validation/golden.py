@@ -79,13 +79,16 @@ def nesting_problems(trace_path, limit=3):
 def run_one(trainsim, rel, tmp):
     base = os.path.join(tmp, rel.replace("/", "__"))
     paths = {k: base + "." + k for k in ("summary.json", "trace.json", "memory.csv")}
-    cmd = [trainsim, "simulate", os.path.join(ROOT, rel), "--format", "json",
+    # Paths relative to the repository (run from ROOT): the summary names the scenario's
+    # profile, and it must not depend on where the repository was cloned.
+    cmd = [trainsim, "simulate", rel, "--format", "json",
            "--json", paths["summary.json"], "--trace", paths["trace.json"],
            "--memory-csv", paths["memory.csv"]]
     with open(os.path.join(ROOT, rel)) as f:
         if "system: local" in f.read():
-            cmd += ["--calibration", CPU_PROFILE]
-    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            cmd += ["--calibration", os.path.relpath(CPU_PROFILE, ROOT)]
+    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       cwd=ROOT)
     if p.returncode != 0:
         return rel, None, "trainsim exited %d: %s" % (p.returncode, p.stderr.strip())
     bad = nesting_problems(paths["trace.json"])
@@ -109,6 +112,7 @@ def main():
     ap.add_argument("--only", help="scenarios whose path contains this string")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
+    args.trainsim = os.path.abspath(args.trainsim)
 
     todo = [s for s in scenarios() if not args.only or args.only in s]
     if not todo:
