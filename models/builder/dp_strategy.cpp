@@ -1,0 +1,17 @@
+#include "models/builder/dp_strategy.h"
+
+namespace trainsim::builder {
+
+RankStateBytes DataParallelStrategy::initial_memory(const RankContext& ctx) const {
+  return rank_state_bytes(ctx.scenario(), ctx.profile(), ctx.coords.pp_stage);
+}
+
+std::unique_ptr<DataParallelStrategy> make_data_parallel_strategy(const RankContext& ctx) {
+  const int stage = ctx.scenario().zero.stage;
+  if (stage >= 3) return make_dp_zero3(ctx);
+  if (stage >= 1) return make_dp_zero12(ctx);
+  if (ctx.dims().dp > 1) return make_dp_ddp_buckets(ctx);
+  return make_dp_none(ctx);
+}
+
+}  // namespace trainsim::builder
