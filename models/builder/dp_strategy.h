@@ -10,8 +10,8 @@
 //   zero3        ZeRO-3: per-unit parameter gathers with prefetch, reduce-scatter buckets
 //                (dp_zero3.cpp)
 //
-// Adding a strategy: a new file defining its class and maker, the maker's declaration below
-// and one line in make_data_parallel_strategy (dp_strategy.cpp).
+// Adding a strategy: a new file defining its class and its maker, then in dp_strategy.cpp the
+// maker's declaration and the line of make_data_parallel_strategy that picks it.
 //
 // Hooks run at fixed points of the program, so a strategy's tasks land exactly where its
 // synchronization happens in the real run; a hook that emits tasks appends them to the rank's
@@ -89,11 +89,5 @@ class DataParallelStrategy {
 
 /// The strategy for the scenario's ZeRO stage and data-parallel size, for one rank.
 std::unique_ptr<DataParallelStrategy> make_data_parallel_strategy(const RankContext& ctx);
-
-// ---- the strategies, one file each
-std::unique_ptr<DataParallelStrategy> make_dp_none(const RankContext& ctx);
-std::unique_ptr<DataParallelStrategy> make_dp_ddp_buckets(const RankContext& ctx);
-std::unique_ptr<DataParallelStrategy> make_dp_zero12(const RankContext& ctx);
-std::unique_ptr<DataParallelStrategy> make_dp_zero3(const RankContext& ctx);
 
 }  // namespace trainsim::builder
