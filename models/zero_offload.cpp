@@ -56,7 +56,8 @@ int bucket_buffers(const Scenario& sc) {
 
 std::int64_t gradient_bucket_buffer_bytes(const Scenario& sc, std::int64_t pp_stage) {
   if (sc.zero.stage < 2) return 0;
-  return bucket_buffers(sc) * bucket_elements(sc, pp_stage) * precision_bytes(sc.parallel.precision);
+  return bucket_buffers(sc) * bucket_elements(sc, pp_stage) *
+         precision_bytes(sc.parallel.precision);
 }
 
 std::int64_t offload_staging_bytes(const Scenario& sc, std::int64_t pp_stage) {

@@ -31,7 +31,8 @@ class DdpBuckets final : public DataParallelStrategy {
       const ModelDims& d = ctx.dims();
       const std::uint32_t op = ctx.add_op(ctx.comm_op(
           OpKind::AllReduce, GroupKind::Data, n * grad_element_bytes(ctx.scenario()), d.dp));
-      const TaskId after = ctx.scenario().parallel.overlap_grad_reduce ? bucket_ready : final_compute;
+      const TaskId after =
+          ctx.scenario().parallel.overlap_grad_reduce ? bucket_ready : final_compute;
       last_sync = ctx.collective(op, ctx.dp_group, StreamId::DpComm, Phase::GradSync,
                                  Part::Gradients, kNoIndex, kNoIndex, after, bucket++);
     };

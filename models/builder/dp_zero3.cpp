@@ -95,7 +95,8 @@ void Zero3::before_unit(RankContext& ctx, bool forward, const Unit& unit) {
   const std::size_t until = std::min(units_.size(), k + 1 + std::size_t(prefetch_));
   for (; next_ < until; ++next_) {
     const std::int64_t bytes = units_[next_] * d.e;
-    const std::uint32_t op = ctx.add_op(ctx.comm_op(OpKind::AllGather, GroupKind::Data, bytes, d.dp));
+    const std::uint32_t op =
+        ctx.add_op(ctx.comm_op(OpKind::AllGather, GroupKind::Data, bytes, d.dp));
     // The gathered copy (the rank's own partition is already counted in Parameters).
     gather_[next_] = ctx.collective(op, ctx.dp_group, StreamId::DpComm, Phase::ParamSync,
                                     part_of(unit), kNoIndex, kNoIndex, ctx.last_compute, kNoIndex,

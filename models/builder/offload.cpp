@@ -20,7 +20,8 @@ TaskId GradientOffload::copy(RankContext& ctx, TaskKind kind, std::int64_t bytes
                              const std::function<void(TaskId)>& on_copy) {
   const bool d2h = kind == TaskKind::CopyD2H;
   Task t;
-  t.op = ctx.add_op(ctx.comm_op(d2h ? OpKind::CopyD2H : OpKind::CopyH2D, GroupKind::None, bytes, 1));
+  t.op = ctx.add_op(
+      ctx.comm_op(d2h ? OpKind::CopyD2H : OpKind::CopyH2D, GroupKind::None, bytes, 1));
   t.kind = kind;
   t.stream = d2h ? StreamId::D2H : StreamId::H2D;
   t.phase = Phase::Offload;
@@ -61,7 +62,8 @@ TaskId emit_cpu_adam(RankContext& ctx, std::int64_t cpu_params, std::initializer
   TaskId last_h2d = kNone;
   for (std::int64_t off = 0; off < cpu_params; off += sub_group) {
     const std::int64_t n = std::min(sub_group, cpu_params - off);
-    const auto index = static_cast<std::uint16_t>(std::min<std::int64_t>(off / sub_group, kNoIndex - 1));
+    const auto index =
+        static_cast<std::uint16_t>(std::min<std::int64_t>(off / sub_group, kNoIndex - 1));
     OpDesc adam;
     adam.kind = OpKind::OptimizerStepCpu;
     adam.precision = ctx.dims().precision;

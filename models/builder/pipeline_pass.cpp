@@ -196,7 +196,8 @@ class RankProgram {
     const std::int64_t logits = logits_activation_bytes(ctx_.scenario());
     const std::int64_t grad = logits_gradient_bytes(ctx_.scenario());
     unit_block(ops_.logits_bwd, Phase::Backward, Part::Logits, s, UnitKind::Output,
-               {{grad, MemCategory::Activations}, {-logits - grad, MemCategory::Activations, true}});
+               {{grad, MemCategory::Activations},
+                {-logits - grad, MemCategory::Activations, true}});
     tails_.output = ctx_.last_compute;
     tp_.after_block(ctx_, Phase::Backward, Part::Logits, s.mb, kNoIndex);  // input gradient
     dp_->on_grads_ready(ctx_, {UnitKind::Output}, ctx_.last_compute);
@@ -207,11 +208,13 @@ class RankProgram {
   /// that is the last stage (chunk k - 1 of the interleaved schedule).
   std::int64_t prev_rank() const {
     const RankCoords& c = ctx_.coords;
-    return ctx_.layout().rank_of({c.tp_rank, c.dp_rank, c.pp_stage > 0 ? c.pp_stage - 1 : ctx_.dims().pp - 1});
+    const std::int64_t stage = c.pp_stage > 0 ? c.pp_stage - 1 : ctx_.dims().pp - 1;
+    return ctx_.layout().rank_of({c.tp_rank, c.dp_rank, stage});
   }
   std::int64_t next_rank() const {
     const RankCoords& c = ctx_.coords;
-    return ctx_.layout().rank_of({c.tp_rank, c.dp_rank, c.pp_stage < ctx_.dims().pp - 1 ? c.pp_stage + 1 : 0});
+    const std::int64_t stage = c.pp_stage < ctx_.dims().pp - 1 ? c.pp_stage + 1 : 0;
+    return ctx_.layout().rank_of({c.tp_rank, c.dp_rank, stage});
   }
   void receive(std::int64_t from, Phase phase, const StepAt& s) {
     ctx_.last_compute = ctx_.message(p2p_op_, TaskKind::Recv, from, phase, s.mb, s.chunk);
@@ -238,14 +241,15 @@ class RankProgram {
     const ModelDims& d = ctx_.dims();
     const RankCoords& c = ctx_.coords;
     const ModelConfig& m = ctx_.scenario().model;
-    if (d.pp <= 1 || m.untie_embeddings_and_output_weights || (c.pp_stage != 0 && c.pp_stage != d.pp - 1))
-      return last_sync;
+    const bool holds_copy = c.pp_stage == 0 || c.pp_stage == d.pp - 1;
+    if (d.pp <= 1 || m.untie_embeddings_and_output_weights || !holds_copy) return last_sync;
     const std::uint32_t group = ctx_.add_group(
         GroupKind::Embedding, {RankId(ctx_.layout().rank_of({c.tp_rank, c.dp_rank, 0})),
                                RankId(ctx_.layout().rank_of({c.tp_rank, c.dp_rank, d.pp - 1}))});
     const std::int64_t bytes =
         word_embedding_params_per_rank(m, d.t) * grad_element_bytes(ctx_.scenario());
-    const std::uint32_t op = ctx_.add_op(ctx_.comm_op(OpKind::AllReduce, GroupKind::Embedding, bytes, 2));
+    const std::uint32_t op =
+        ctx_.add_op(ctx_.comm_op(OpKind::AllReduce, GroupKind::Embedding, bytes, 2));
     const TaskId id = ctx_.collective(op, group, StreamId::DpComm, Phase::GradSync, Part::Embedding,
                                       kNoIndex, kNoIndex, final_compute);
     ctx_.dep(last_sync, id);

@@ -28,8 +28,9 @@ void ZeroGradientBuckets::on_block_computed(RankContext& ctx, const Block& b) {
     case UnitKind::Output:
       ensure_buffers(ctx, b.task);
       // The tied word embedding's gradient lives until the embedding backward.
-      ctx.add_effect(b.task, {word_embedding_params_per_rank(ctx.scenario().model, ctx.dims().t) * e,
-                              MemCategory::Gradients});
+      ctx.add_effect(b.task,
+                     {word_embedding_params_per_rank(ctx.scenario().model, ctx.dims().t) * e,
+                      MemCategory::Gradients});
       break;
     case UnitKind::Embedding:
       // The position embedding's gradient, then both copied into the bucket.
@@ -104,7 +105,8 @@ void ZeroGradientBuckets::ensure_buffers(RankContext& ctx, TaskId task) {
   buffers_allocated_ = true;
   bucket_buffer_bytes_ = gradient_bucket_buffer_bytes(ctx.scenario(), ctx.coords.pp_stage);
   staging_bytes_ = offload_staging_bytes(ctx.scenario(), ctx.coords.pp_stage);
-  if (bucket_buffer_bytes_ > 0) ctx.add_effect(task, {bucket_buffer_bytes_, MemCategory::CommBuffers});
+  if (bucket_buffer_bytes_ > 0)
+    ctx.add_effect(task, {bucket_buffer_bytes_, MemCategory::CommBuffers});
   if (staging_bytes_ > 0) ctx.add_effect(task, {staging_bytes_, MemCategory::OffloadBuffers});
 }
 
@@ -118,8 +120,10 @@ OptimizerStepInputs ZeroGradientBuckets::optimizer_step(const RankContext& ctx) 
   in.fp32_grad_bytes = stage_ >= 3 && sc.zero.offload_optimizer.enabled ? 0 : 4 * in.gpu_params;
   in.last_d2h = offload_.last_d2h();
   in.last_grad_h2d = offload_.last_grad_h2d();
-  if (bucket_buffer_bytes_ > 0) in.buffers_freed.push_back({-bucket_buffer_bytes_, MemCategory::CommBuffers});
-  if (staging_bytes_ > 0) in.buffers_freed.push_back({-staging_bytes_, MemCategory::OffloadBuffers});
+  if (bucket_buffer_bytes_ > 0)
+    in.buffers_freed.push_back({-bucket_buffer_bytes_, MemCategory::CommBuffers});
+  if (staging_bytes_ > 0)
+    in.buffers_freed.push_back({-staging_bytes_, MemCategory::OffloadBuffers});
   return in;
 }
 
