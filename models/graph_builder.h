@@ -1,5 +1,7 @@
 // Schedule builders: turn a validated scenario into the schedule graph of one training
 // iteration (Megatron-LM PTD-P with GPipe / 1F1B / interleaved 1F1B, ZeRO, offload).
+// The builder runs the passes of models/builder/ over each rank's program (see
+// graph_builder.cpp); this header is its only public entry point.
 #pragma once
 
 #include "models/cost_model.h"

@@ -22,6 +22,10 @@ std::int64_t embedding_params_per_rank(const ModelConfig& m, std::int64_t tp) {
   return (m.padded_vocab_size / tp) * m.hidden_size + m.seq_length * m.hidden_size;
 }
 
+std::int64_t word_embedding_params_per_rank(const ModelConfig& m, std::int64_t tp) {
+  return (m.padded_vocab_size / tp) * m.hidden_size;
+}
+
 std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage) {
   const ModelConfig& m = sc.model;
   const ParallelConfig& p = sc.parallel;
@@ -81,6 +85,33 @@ LayerActivationBytes layer_activation_bytes(const Scenario& sc) {
     return out;
   }
   return layer_activation_bytes_no_recompute(sc);
+}
+
+namespace {
+/// Sequence parallelism splits the regions outside the tensor-parallel blocks by t.
+std::int64_t sequence_split(const ParallelConfig& p) {
+  return p.sequence_parallel && p.tensor_model_parallel_size > 1 ? p.tensor_model_parallel_size : 1;
+}
+}  // namespace
+
+std::int64_t embedding_dropout_mask_bytes(const Scenario& sc) {
+  const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
+  return dropout_mask_bytes(sc.parallel.precision) * s * b * sc.model.hidden_size /
+         sequence_split(sc.parallel);
+}
+
+std::int64_t logits_activation_bytes(const Scenario& sc) {
+  const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
+  const std::int64_t t = sc.parallel.tensor_model_parallel_size;
+  return precision_bytes(sc.parallel.precision) * s * b * sc.model.hidden_size /
+             sequence_split(sc.parallel) +
+         4 * s * b * (sc.model.padded_vocab_size / t);
+}
+
+std::int64_t logits_gradient_bytes(const Scenario& sc) {
+  const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
+  const std::int64_t t = sc.parallel.tensor_model_parallel_size;
+  return precision_bytes(sc.parallel.precision) * s * b * (sc.model.padded_vocab_size / t);
 }
 
 StateBytesPerParam state_bytes_per_param(int zero_stage, std::int64_t dp) {

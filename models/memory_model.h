@@ -30,6 +30,9 @@ namespace trainsim {
 std::int64_t layer_params_per_rank(const ModelConfig& m, std::int64_t tp);
 /// Word embedding rows on one TP rank (V/t x h) plus learned position embeddings (s x h).
 std::int64_t embedding_params_per_rank(const ModelConfig& m, std::int64_t tp);
+/// Word embedding rows on one TP rank alone (V/t x h): the vocab-parallel output layer's
+/// weight (Megatron VocabParallelEmbedding / the tied output projection).
+std::int64_t word_embedding_params_per_rank(const ModelConfig& m, std::int64_t tp);
 /// Parameters held by the rank at pipeline stage `stage` (its layers, the embedding on the first
 /// stage, the final LayerNorm and the (tied copy of the) output embedding on the last stage).
 std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage);
@@ -49,13 +52,24 @@ LayerActivationBytes layer_activation_bytes(const Scenario& sc);
 /// materializes again for one layer).
 LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc);
 
-/// Bytes per element of the training precision (fp16 / bf16: 2, fp32: 4).
 /// Bytes per element of a dropout mask kept for the backward. fp16 / bf16 (Megatron on CUDA):
 /// 1, the bool mask of at::native_dropout (Korthikanti et al.'s "sbh" mask terms). fp32 (the
 /// LibTorch CPU replay): 4, because at::dropout on a CPU tensor takes the unfused path
 /// (ATen/native/Dropout.cpp, is_fused_kernel_acceptable needs CUDA) that multiplies by a noise
 /// tensor of the input's dtype and keeps that tensor for the backward.
 inline std::int64_t dropout_mask_bytes(Precision p) { return p == Precision::FP32 ? 4 : 1; }
+
+/// The embedding's dropout mask (mk s b h, split by t with sequence parallelism), kept from the
+/// embedding forward to its backward on the first pipeline stage (Korthikanti et al. Sec. 4.3:
+/// the embedding dropout mask, sbh).
+std::int64_t embedding_dropout_mask_bytes(const Scenario& sc);
+/// What the last stage keeps per microbatch from the logits forward to its backward: the final
+/// LayerNorm input (e s b h, split by t with sequence parallelism) and the fp32 logits for the
+/// loss (4 s b V / t) (Korthikanti et al. Sec. 4.3, "output layer and loss").
+std::int64_t logits_activation_bytes(const Scenario& sc);
+/// The gradient of the logits (e s b V / t, the input of the output layer's dgrad and wgrad
+/// GEMMs), alive during the logits backward on top of logits_activation_bytes.
+std::int64_t logits_gradient_bytes(const Scenario& sc);
 
 /// Bytes per parameter of model state on the GPU, per category, for ZeRO `stage` over `dp`:
 /// parameters 2 (/dp at stage 3), gradients 2 (/dp at stage >= 2), optimizer 12 (/dp at

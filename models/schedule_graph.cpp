@@ -152,9 +152,9 @@ std::string ScheduleGraph::label(TaskId id) const {
   const OpDesc& o = ops_[t.op];
   std::ostringstream os;
   auto where = [&] {
-    if (t.microbatch != 0xFFFF) os << " mb" << t.microbatch;
-    if (t.layer != 0xFFFF) os << " layer" << t.layer;
-    if (t.bucket != 0xFFFF) os << " bucket" << t.bucket;
+    if (t.microbatch != kNoIndex) os << " mb" << t.microbatch;
+    if (t.layer != kNoIndex) os << " layer" << t.layer;
+    if (t.bucket != kNoIndex) os << " bucket" << t.bucket;
   };
   const char* phase = t.phase == Phase::Forward     ? "fwd"
                       : t.phase == Phase::Backward  ? "bwd"

@@ -25,6 +25,9 @@ namespace trainsim {
 using TaskId = std::uint32_t;
 using RankId = std::uint32_t;
 constexpr std::uint32_t kNone = 0xFFFFFFFFu;
+/// Task::microbatch, layer and bucket when a task has none (not tied to a microbatch, no layer,
+/// no bucket). Real indices stay below it: at most kNoIndex - 1 = 65534.
+constexpr std::uint16_t kNoIndex = 0xFFFF;
 
 /// What executes a task.
 enum class TaskKind : std::uint8_t {
@@ -78,9 +81,9 @@ struct Task {
                                    ///< all participating tasks
   std::uint32_t group = kNone;     ///< index into ScheduleGraph::groups (collectives, p2p)
   std::int32_t peer = -1;          ///< p2p: the other rank
-  std::uint16_t microbatch = 0xFFFF;  ///< 0xFFFF: not tied to a microbatch
-  std::uint16_t layer = 0xFFFF;    ///< global transformer layer index; 0xFFFF: none
-  std::uint16_t bucket = 0xFFFF;   ///< gradient / parameter bucket index; 0xFFFF: none
+  std::uint16_t microbatch = kNoIndex;  ///< kNoIndex: not tied to a microbatch
+  std::uint16_t layer = kNoIndex;  ///< global transformer layer index; kNoIndex: none
+  std::uint16_t bucket = kNoIndex;  ///< gradient / parameter bucket index; kNoIndex: none
   std::uint8_t chunk = 0;          ///< model chunk (virtual stage) on this rank
   TaskKind kind = TaskKind::Compute;
   StreamId stream = StreamId::Compute;

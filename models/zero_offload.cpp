@@ -53,6 +53,20 @@ int bucket_buffers(const Scenario& sc) {
   return sc.zero.stage >= 2 && sc.zero.overlap_comm ? 2 : 1;
 }
 
+std::int64_t gradient_bucket_buffer_bytes(const Scenario& sc, std::int64_t pp_stage) {
+  if (sc.zero.stage < 2) return 0;
+  return bucket_buffers(sc) * bucket_elements(sc, pp_stage) *
+         precision_bytes(sc.parallel.precision);
+}
+
+std::int64_t offload_staging_bytes(const Scenario& sc, std::int64_t pp_stage) {
+  const std::int64_t dp = sc.parallel.data_parallel_size;
+  const std::int64_t share = (bucket_elements(sc, pp_stage) + dp - 1) / dp;
+  if (sc.zero.stage >= 3 && sc.zero.offload_optimizer.enabled)
+    return precision_bytes(sc.parallel.precision) * share;
+  return effective_offload_ratio(sc) > 0 ? 4 * share : 0;
+}
+
 int communicators_of_rank(const Scenario& sc, std::int64_t pp_stage) {
   const auto& p = sc.parallel;
   int n = 0;

@@ -72,6 +72,14 @@ std::int64_t zero3_prefetch_layers(const Scenario& sc);
 /// are live during backward (2 with overlap_comm at stage >= 2, else 1).
 std::int64_t bucket_elements(const Scenario& sc, std::int64_t pp_stage);
 int bucket_buffers(const Scenario& sc);
+/// GPU bytes of the gradient bucket buffers (CommBuffers) during backward: stage >= 2,
+/// bucket_buffers x bucket_elements elements of the training precision; 0 otherwise (stage 1
+/// reduces the full .grad in place).
+std::int64_t gradient_bucket_buffer_bytes(const Scenario& sc, std::int64_t pp_stage);
+/// GPU bytes of the offload staging buffer (OffloadBuffers) for one bucket's 1/dp share:
+/// stage 3 with offload copies the fp16 reduce-scatter output (e B/elem); stage 1/2 with a
+/// CPU part casts it to fp32 first (4 B/elem); 0 without offload.
+std::int64_t offload_staging_bytes(const Scenario& sc, std::int64_t pp_stage);
 
 /// Communicators a rank at `pp_stage` belongs to (TP if tp > 1, DP if dp > 1, pipeline
 /// neighbours if pp > 1, the tied-embedding group on the first and last stage).

@@ -14,7 +14,7 @@ SyntheticPipeline synthetic_pipeline_graph(const SyntheticPipelineSpec& spec) {
   const std::int64_t L = spec.layers_per_stage;
   const std::int64_t tasks_per_mb = 2 * (4 * L + 2);
   const std::int64_t mbs = std::max<std::int64_t>(1, spec.tasks_per_rank / tasks_per_mb);
-  if (mbs > 0xFFFE) throw InputError("synthetic_pipeline_graph: more than 65534 microbatches");
+  if (mbs > kNoIndex - 1) throw InputError("synthetic_pipeline_graph: more than 65534 microbatches");
 
   SyntheticPipeline out;
   out.microbatches = mbs;

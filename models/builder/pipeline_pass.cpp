@@ -1,0 +1,291 @@
+#include "models/builder/pipeline_pass.h"
+
+#include <memory>
+
+#include "models/builder/dp_strategy.h"
+#include "models/builder/optimizer_step.h"
+#include "models/flops.h"
+#include "models/memory_model.h"
+#include "models/pipeline_schedule.h"
+#include "models/zero_offload.h"
+
+namespace trainsim::builder {
+
+namespace {
+
+/// One rank's shard of a compute block (Megatron ParallelTransformerLayer, embedding, output
+/// layer), with its work from models/flops.h.
+OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind) {
+  OpDesc o;
+  o.kind = kind;
+  o.precision = d.precision;
+  o.micro_batch = d.b;
+  o.seq = d.s;
+  o.hidden = d.h;
+  o.heads = sc.model.num_attention_heads / d.t;
+  o.head_dim = sc.model.kv_channels;
+  o.ffn = sc.model.ffn_hidden_size / d.t;
+  o.vocab = sc.model.padded_vocab_size / d.t;
+  o.tp = d.t;
+  o.sequence_parallel = d.sp;
+  o.recompute_core_attention =
+      kind == OpKind::AttnBwd && sc.parallel.recompute_granularity == Recompute::Selective;
+  fill_work(o);
+  return o;
+}
+
+ComputeOps add_compute_ops(GraphBuild& b) {
+  auto add = [&](OpKind kind) { return b.graph.add_op(compute_op(b.scenario, b.dims, kind)); };
+  ComputeOps ops;
+  ops.attn_fwd = add(OpKind::AttnFwd);
+  ops.mlp_fwd = add(OpKind::MlpFwd);
+  ops.attn_bwd = add(OpKind::AttnBwd);
+  ops.mlp_bwd = add(OpKind::MlpBwd);
+  ops.embed_fwd = add(OpKind::EmbedFwd);
+  ops.embed_bwd = add(OpKind::EmbedBwd);
+  ops.logits_fwd = add(OpKind::LogitsLossFwd);
+  ops.logits_bwd = add(OpKind::LogitsLossBwd);
+  return ops;
+}
+
+/// Where a pipeline step runs: its microbatch and chunk, whether the chunk is the first or
+/// last virtual stage of the model, its first global layer.
+struct StepAt {
+  std::uint16_t mb = 0;
+  std::uint8_t chunk = 0;
+  bool first_vstage = false, last_vstage = false;
+  std::int64_t first_layer = 0;
+};
+
+/// The program of one rank, emitted in issue order by run().
+class RankProgram {
+ public:
+  RankProgram(GraphBuild& build, const ComputeOps& ops, const TensorParallelPass& tp,
+              std::uint32_t p2p_op, const RankCoords& coords)
+      : ctx_(build, coords), ops_(ops), tp_(tp), p2p_op_(p2p_op),
+        dp_(make_data_parallel_strategy(ctx_)),
+        act_(layer_activation_bytes(build.scenario)),
+        full_(layer_activation_bytes_no_recompute(build.scenario)),
+        full_recompute_(build.scenario.parallel.recompute_granularity == Recompute::Full) {}
+
+  void run() {
+    const ModelDims& d = ctx_.dims();
+    for (const PipelineStep& step : pipeline_order(ctx_.scenario().parallel.pipeline_schedule,
+                                                   int(d.pp), int(ctx_.coords.pp_stage),
+                                                   int(d.nmb), int(d.v))) {
+      dp_->on_step_begin(ctx_, step);
+      if (step.forward)
+        forward_step(at(step));
+      else
+        backward_step(at(step));
+      dp_->on_step_end(ctx_, step);
+    }
+    finish();
+  }
+
+ private:
+  StepAt at(const PipelineStep& step) const {
+    const ModelDims& d = ctx_.dims();
+    const std::int64_t vstage = step.chunk * d.pp + ctx_.coords.pp_stage;  // virtual stage
+    StepAt s;
+    s.mb = static_cast<std::uint16_t>(step.microbatch);
+    s.chunk = static_cast<std::uint8_t>(step.chunk);
+    s.first_vstage = vstage == 0;
+    s.last_vstage = vstage == d.pp * d.v - 1;
+    s.first_layer = vstage * d.lpc;
+    return s;
+  }
+
+  void forward_step(const StepAt& s) {
+    if (s.first_vstage)
+      embedding_forward(s);
+    else
+      receive(prev_rank(), Phase::Forward, s);
+    for (std::int64_t l = s.first_layer; l < s.first_layer + ctx_.dims().lpc; ++l) {
+      dp_->before_unit(ctx_, true, {UnitKind::Layer, l});
+      if (full_recompute_)  // only the layer input is stashed; the rest is freed at the end
+        layer_forward(Phase::Forward, s, l,
+                      {{act_.attn, MemCategory::Activations},
+                       {full_.attn, MemCategory::Activations},
+                       {-full_.attn, MemCategory::Activations, true}},
+                      {{full_.mlp, MemCategory::Activations},
+                       {-full_.mlp, MemCategory::Activations, true}});
+      else
+        layer_forward(Phase::Forward, s, l, {{act_.attn, MemCategory::Activations}},
+                      {{act_.mlp, MemCategory::Activations}});
+    }
+    if (s.last_vstage)
+      output_forward(s);
+    else
+      send(next_rank(), Phase::Forward, s);
+  }
+
+  void backward_step(const StepAt& s) {
+    if (s.last_vstage)
+      output_backward(s);
+    else
+      receive(next_rank(), Phase::Backward, s);
+    for (std::int64_t l = s.first_layer + ctx_.dims().lpc - 1; l >= s.first_layer; --l) {
+      dp_->before_unit(ctx_, false, {UnitKind::Layer, l});
+      if (full_recompute_) {
+        // Megatron's per-layer checkpoint: recompute the layer's forward, then its backward.
+        layer_forward(Phase::Recompute, s, l, {{full_.attn, MemCategory::Activations}},
+                      {{full_.mlp, MemCategory::Activations}});
+        layer_backward(s, l, {{-full_.mlp, MemCategory::Activations, true}},
+                       {{-(full_.attn + act_.attn), MemCategory::Activations, true}});
+      } else {
+        layer_backward(s, l, {{-act_.mlp, MemCategory::Activations, true}},
+                       {{-act_.attn, MemCategory::Activations, true}});
+      }
+      tails_.layers[l] = ctx_.last_compute;
+      dp_->on_grads_ready(ctx_, {UnitKind::Layer, l}, ctx_.last_compute);
+    }
+    if (s.first_vstage)
+      embedding_backward(s);
+    else
+      send(prev_rank(), Phase::Backward, s);
+  }
+
+  /// One transformer block: its TP prologue, the compute, the DP strategy's hook, its TP
+  /// epilogue.
+  void block(std::uint32_t op, Phase phase, Part part, const StepAt& s, std::int64_t l,
+             bool first, bool last, std::initializer_list<MemEffect> effects) {
+    const auto layer = static_cast<std::uint16_t>(l);
+    tp_.before_block(ctx_, phase, part, s.mb, layer);
+    ctx_.last_compute =
+        ctx_.compute(op, phase, part, s.mb, layer, s.chunk, ctx_.last_compute, effects);
+    dp_->on_block_computed(ctx_, {{UnitKind::Layer, l}, phase, first, last, ctx_.last_compute});
+    tp_.after_block(ctx_, phase, part, s.mb, layer);
+  }
+  void layer_forward(Phase phase, const StepAt& s, std::int64_t l,
+                     std::initializer_list<MemEffect> attn, std::initializer_list<MemEffect> mlp) {
+    block(ops_.attn_fwd, phase, Part::Attn, s, l, true, false, attn);
+    block(ops_.mlp_fwd, phase, Part::Mlp, s, l, false, true, mlp);
+  }
+  void layer_backward(const StepAt& s, std::int64_t l, std::initializer_list<MemEffect> mlp,
+                      std::initializer_list<MemEffect> attn) {
+    block(ops_.mlp_bwd, Phase::Backward, Part::Mlp, s, l, true, false, mlp);
+    block(ops_.attn_bwd, Phase::Backward, Part::Attn, s, l, false, true, attn);
+  }
+
+  /// A single-block unit (embedding, output layer): the DP strategy's hooks around it.
+  void unit_block(std::uint32_t op, Phase phase, Part part, const StepAt& s, UnitKind kind,
+                  std::initializer_list<MemEffect> effects) {
+    dp_->before_unit(ctx_, phase == Phase::Forward, {kind});
+    ctx_.last_compute =
+        ctx_.compute(op, phase, part, s.mb, kNoIndex, s.chunk, ctx_.last_compute, effects);
+    dp_->on_block_computed(ctx_, {{kind}, phase, true, true, ctx_.last_compute});
+  }
+  void embedding_forward(const StepAt& s) {
+    unit_block(ops_.embed_fwd, Phase::Forward, Part::Embedding, s, UnitKind::Embedding,
+               {{embedding_dropout_mask_bytes(ctx_.scenario()), MemCategory::Activations}});
+  }
+  void embedding_backward(const StepAt& s) {
+    unit_block(ops_.embed_bwd, Phase::Backward, Part::Embedding, s, UnitKind::Embedding,
+               {{-embedding_dropout_mask_bytes(ctx_.scenario()), MemCategory::Activations, true}});
+    tails_.embedding = ctx_.last_compute;
+    dp_->on_grads_ready(ctx_, {UnitKind::Embedding}, ctx_.last_compute);
+  }
+  void output_forward(const StepAt& s) {
+    tp_.before_block(ctx_, Phase::Forward, Part::Logits, s.mb, kNoIndex);
+    unit_block(ops_.logits_fwd, Phase::Forward, Part::Logits, s, UnitKind::Output,
+               {{logits_activation_bytes(ctx_.scenario()), MemCategory::Activations}});
+    tp_.after_loss(ctx_, s.mb);
+  }
+  void output_backward(const StepAt& s) {
+    const std::int64_t logits = logits_activation_bytes(ctx_.scenario());
+    const std::int64_t grad = logits_gradient_bytes(ctx_.scenario());
+    unit_block(ops_.logits_bwd, Phase::Backward, Part::Logits, s, UnitKind::Output,
+               {{grad, MemCategory::Activations},
+                {-logits - grad, MemCategory::Activations, true}});
+    tails_.output = ctx_.last_compute;
+    tp_.after_block(ctx_, Phase::Backward, Part::Logits, s.mb, kNoIndex);  // input gradient
+    dp_->on_grads_ready(ctx_, {UnitKind::Output}, ctx_.last_compute);
+  }
+
+  // ---- pipeline messages
+  /// The rank holding the previous virtual stage (same TP and DP coordinates); from stage 0
+  /// that is the last stage (chunk k - 1 of the interleaved schedule).
+  std::int64_t prev_rank() const {
+    const RankCoords& c = ctx_.coords;
+    const std::int64_t stage = c.pp_stage > 0 ? c.pp_stage - 1 : ctx_.dims().pp - 1;
+    return ctx_.layout().rank_of({c.tp_rank, c.dp_rank, stage});
+  }
+  std::int64_t next_rank() const {
+    const RankCoords& c = ctx_.coords;
+    const std::int64_t stage = c.pp_stage < ctx_.dims().pp - 1 ? c.pp_stage + 1 : 0;
+    return ctx_.layout().rank_of({c.tp_rank, c.dp_rank, stage});
+  }
+  void receive(std::int64_t from, Phase phase, const StepAt& s) {
+    ctx_.last_compute = ctx_.message(p2p_op_, TaskKind::Recv, from, phase, s.mb, s.chunk);
+    tp_.after_receive(ctx_, phase, s.mb);
+  }
+  void send(std::int64_t to, Phase phase, const StepAt& s) {
+    ctx_.message(p2p_op_, TaskKind::Send, to, phase, s.mb, s.chunk);
+  }
+
+  // ---- after the last step
+  void finish() {
+    ctx_.build().initial_memory[ctx_.rank] = dp_->initial_memory(ctx_);
+    const TaskId final_compute = ctx_.last_compute;
+    TaskId last_sync = dp_->reduce_gradients(ctx_, tails_);
+    last_sync = tied_embedding_allreduce(final_compute, last_sync);
+    const OptimizerStepTasks step =
+        emit_optimizer_step(ctx_, dp_->optimizer_step(ctx_), final_compute, last_sync);
+    dp_->after_optimizer_step(ctx_, step);
+  }
+
+  /// Tied embeddings: the first and last stage hold copies of the word embedding; their
+  /// gradients are all-reduced after the DP reduction (Megatron _allreduce_embedding_grads).
+  TaskId tied_embedding_allreduce(TaskId final_compute, TaskId last_sync) {
+    const ModelDims& d = ctx_.dims();
+    const RankCoords& c = ctx_.coords;
+    const ModelConfig& m = ctx_.scenario().model;
+    const bool holds_copy = c.pp_stage == 0 || c.pp_stage == d.pp - 1;
+    if (d.pp <= 1 || m.untie_embeddings_and_output_weights || !holds_copy) return last_sync;
+    const std::uint32_t group = ctx_.add_group(
+        GroupKind::Embedding, {RankId(ctx_.layout().rank_of({c.tp_rank, c.dp_rank, 0})),
+                               RankId(ctx_.layout().rank_of({c.tp_rank, c.dp_rank, d.pp - 1}))});
+    const std::int64_t bytes =
+        word_embedding_params_per_rank(m, d.t) * grad_element_bytes(ctx_.scenario());
+    const std::uint32_t op =
+        ctx_.add_op(ctx_.comm_op(OpKind::AllReduce, GroupKind::Embedding, bytes, 2));
+    const TaskId id = ctx_.collective(op, group, StreamId::DpComm, Phase::GradSync, Part::Embedding,
+                                      kNoIndex, kNoIndex, final_compute);
+    ctx_.dep(last_sync, id);
+    return id;
+  }
+
+  RankContext ctx_;
+  const ComputeOps& ops_;
+  const TensorParallelPass& tp_;
+  const std::uint32_t p2p_op_;
+  std::unique_ptr<DataParallelStrategy> dp_;
+  const LayerActivationBytes act_;   ///< kept per layer until its backward
+  const LayerActivationBytes full_;  ///< all of a layer's activations (recomputed)
+  const bool full_recompute_;
+  BackwardTails tails_;
+};
+
+/// The pipeline message: the full activation, or 1/t of it with scatter/gather or SP.
+OpDesc p2p_op(const ModelDims& d) {
+  OpDesc o;
+  o.kind = OpKind::SendRecv;
+  o.precision = d.precision;
+  o.group = GroupKind::Pipeline;
+  o.bytes = (d.scatter_gather || d.sp) ? d.act_bytes / d.t : d.act_bytes;
+  o.group_size = 2;
+  return o;
+}
+
+}  // namespace
+
+PipelinePass::PipelinePass(GraphBuild& build)
+    : build_(build), ops_(add_compute_ops(build)), tp_(build.graph, build.dims),
+      p2p_op_(build.graph.add_op(p2p_op(build.dims))) {}
+
+void PipelinePass::emit_rank(const RankCoords& coords) const {
+  RankProgram(build_, ops_, tp_, p2p_op_, coords).run();
+}
+
+}  // namespace trainsim::builder

@@ -1,0 +1,43 @@
+// The pipeline skeleton pass: one rank's program as Megatron-LM runs it
+// (megatron/core/pipeline_parallel/schedules.py). It walks the pure order of
+// models/pipeline_schedule.h; per forward step: the input (embedding on the first virtual
+// stage, else a receive), the chunk's layers (attention and MLP blocks), the output (final
+// LayerNorm, logits and loss on the last virtual stage, else a send); backward steps mirror
+// it (recomputing each layer's forward first under full recomputation). Then the gradient
+// synchronization, the tied-embedding all-reduce and the optimizer step.
+//
+// Around each compute block it calls the tensor-parallel pass (the collectives on the compute
+// path) and the rank's data-parallel strategy (gathers, gradient buckets, their memory), at
+// fixed points, so each pass's tasks land in issue order. Activation lifetimes come from
+// models/memory_model.h.
+#pragma once
+
+#include <cstdint>
+
+#include "models/builder/rank_context.h"
+#include "models/builder/tensor_parallel.h"
+
+namespace trainsim::builder {
+
+/// The compute descriptors of one rank's blocks (shared by all ranks and microbatches).
+struct ComputeOps {
+  std::uint32_t attn_fwd = 0, mlp_fwd = 0, attn_bwd = 0, mlp_bwd = 0;
+  std::uint32_t embed_fwd = 0, embed_bwd = 0, logits_fwd = 0, logits_bwd = 0;
+};
+
+class PipelinePass {
+ public:
+  /// Adds the graph's shared descriptors, in this order: the compute blocks, the
+  /// tensor-parallel collectives, the pipeline message.
+  explicit PipelinePass(GraphBuild& build);
+  /// Emits the whole program of the rank at `coords` (and records its initial memory).
+  void emit_rank(const RankCoords& coords) const;
+
+ private:
+  GraphBuild& build_;
+  ComputeOps ops_;
+  TensorParallelPass tp_;
+  std::uint32_t p2p_op_ = 0;
+};
+
+}  // namespace trainsim::builder

@@ -1,0 +1,140 @@
+#include "models/builder/rank_context.h"
+
+namespace trainsim::builder {
+
+ModelDims::ModelDims(const Scenario& sc) {
+  const ParallelConfig& p = sc.parallel;
+  t = p.tensor_model_parallel_size;
+  pp = p.pipeline_model_parallel_size;
+  dp = p.data_parallel_size;
+  nmb = p.num_microbatches;
+  v = p.virtual_pipeline_size;
+  lpc = p.layers_per_chunk;
+  b = p.micro_batch_size;
+  s = sc.model.seq_length;
+  h = sc.model.hidden_size;
+  layers = sc.model.num_layers;
+  precision = p.precision;
+  e = precision_bytes(p.precision);
+  sp = p.sequence_parallel && t > 1;
+  scatter_gather = p.scatter_gather_tensors_in_pipeline && !sp && t > 1;
+  act_bytes = s * b * h * e;
+}
+
+std::uint32_t MatchIds::collective(std::uint32_t group, std::uint64_t k) {
+  const std::uint64_t key = (std::uint64_t(group) << 32) | k;
+  auto it = collective_ids_.find(key);
+  if (it != collective_ids_.end()) return it->second;
+  const std::uint32_t id = next_++;
+  collective_ids_.emplace(key, id);
+  return id;
+}
+
+std::uint32_t MatchIds::message(std::int64_t src, std::int64_t dst, std::uint64_t k) {
+  const std::uint64_t pair = (std::uint64_t(src) << 32) | std::uint64_t(dst);
+  auto& ids = message_ids_[pair];
+  if (k < ids.size()) return ids[k];
+  ids.push_back(next_++);
+  return ids.back();
+}
+
+GraphBuild::GraphBuild(const Scenario& sc, const CalibrationProfile& calibration)
+    : scenario(sc), profile(calibration), dims(sc), layout(sc.parallel.layout()) {}
+
+RankContext::RankContext(GraphBuild& build, const RankCoords& c)
+    : coords(c), rank(build.layout.rank_of(c)), build_(build) {
+  const ParallelLayout& l = build.layout;
+  std::vector<RankId> tp_ranks, dp_ranks;
+  for (std::int64_t i = 0; i < l.tp; ++i)
+    tp_ranks.push_back(RankId(l.rank_of({i, c.dp_rank, c.pp_stage})));
+  for (std::int64_t i = 0; i < l.dp; ++i)
+    dp_ranks.push_back(RankId(l.rank_of({c.tp_rank, i, c.pp_stage})));
+  tp_group = add_group(GroupKind::Tensor, tp_ranks);
+  dp_group = add_group(GroupKind::Data, dp_ranks);
+}
+
+TaskId RankContext::add(Task t, std::initializer_list<MemEffect> effects) {
+  t.rank = static_cast<RankId>(rank);
+  const TaskId id = graph().add_task(t);
+  for (const MemEffect& e : effects)
+    if (e.bytes != 0) graph().add_memory_effect(id, e);
+  return id;
+}
+
+void RankContext::dep(TaskId from, TaskId to) {
+  if (from != kNone) graph().add_dependency(from, to);
+}
+
+std::uint32_t RankContext::add_group(GroupKind kind, const std::vector<RankId>& ranks) {
+  return graph().add_group(kind, ranks);
+}
+
+OpDesc RankContext::comm_op(OpKind kind, GroupKind group, std::int64_t bytes,
+                            std::int64_t group_size) const {
+  OpDesc o;
+  o.kind = kind;
+  o.precision = dims().precision;
+  o.group = group;
+  o.bytes = bytes;
+  o.group_size = group_size;
+  return o;
+}
+
+TaskId RankContext::collective(std::uint32_t op, std::uint32_t group, StreamId stream, Phase phase,
+                               Part part, std::uint16_t mb, std::uint16_t layer, TaskId after,
+                               std::uint16_t bucket, std::initializer_list<MemEffect> effects) {
+  Task t;
+  t.op = op;
+  t.kind = TaskKind::Collective;
+  t.stream = stream;
+  t.phase = phase;
+  t.part = part;
+  t.microbatch = mb;
+  t.layer = layer;
+  t.bucket = bucket;
+  t.group = group;
+  t.match = build_.matches.collective(group, collective_seq_[group]++);
+  const TaskId id = add(t, effects);
+  dep(after, id);
+  return id;
+}
+
+TaskId RankContext::compute(std::uint32_t op, Phase phase, Part part, std::uint16_t mb,
+                            std::uint16_t layer, std::uint8_t chunk, TaskId after,
+                            std::initializer_list<MemEffect> effects) {
+  Task t;
+  t.op = op;
+  t.kind = TaskKind::Compute;
+  t.stream = StreamId::Compute;
+  t.phase = phase;
+  t.part = part;
+  t.microbatch = mb;
+  t.layer = layer;
+  t.chunk = chunk;
+  const TaskId id = add(t, effects);
+  dep(after, id);
+  return id;
+}
+
+TaskId RankContext::message(std::uint32_t op, TaskKind kind, std::int64_t peer, Phase phase,
+                            std::uint16_t mb, std::uint8_t chunk) {
+  const std::int64_t src = kind == TaskKind::Send ? rank : peer;
+  const std::int64_t dst = kind == TaskKind::Send ? peer : rank;
+  Task t;
+  t.op = op;
+  t.kind = kind;
+  t.stream = StreamId::PpComm;
+  t.phase = phase;
+  t.part = Part::Pipeline;
+  t.microbatch = mb;
+  t.chunk = chunk;
+  t.peer = static_cast<std::int32_t>(peer);
+  t.group = add_group(GroupKind::Pipeline, {RankId(src), RankId(dst)});
+  const std::uint64_t pair = (std::uint64_t(src) << 32) | std::uint64_t(dst);
+  t.match = build_.matches.message(src, dst, message_seq_[pair]++);
+  const TaskId id = add(t);
+  dep(last_compute, id);
+  return id;
+}
+
+}  // namespace trainsim::builder

@@ -1,0 +1,121 @@
+// The emission context of the schedule builder: what one graph build shares across its ranks
+// (GraphBuild: the graph, the scenario's derived sizes, the match ids of collectives and
+// messages) and the program of one rank being emitted (RankContext: its coordinates, its
+// groups, the tail of its compute path, and the helpers every pass uses to append tasks).
+//
+// Task ids are assigned in emission order and the passes emit into one rank's program in
+// issue order, so the order of the calls below is the order of the rank's program.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "models/calibration.h"
+#include "models/scenario.h"
+#include "models/schedule_graph.h"
+#include "models/zero_offload.h"
+
+namespace trainsim::builder {
+
+/// The scenario's sizes every pass reads (Megatron-LM names), derived once per graph.
+struct ModelDims {
+  explicit ModelDims(const Scenario& sc);
+  std::int64_t t = 1;    ///< tensor-parallel size
+  std::int64_t pp = 1;   ///< pipeline stages
+  std::int64_t dp = 1;   ///< data-parallel size
+  std::int64_t nmb = 1;  ///< microbatches per iteration
+  std::int64_t v = 1;    ///< model chunks (virtual stages) per pipeline rank
+  std::int64_t lpc = 1;  ///< layers per model chunk
+  std::int64_t b = 1, s = 1, h = 1;  ///< micro batch, sequence, hidden size
+  std::int64_t layers = 0;           ///< transformer layers of the whole model
+  std::int64_t e = 2;                ///< bytes per element of the training precision
+  Precision precision = Precision::FP16;
+  bool sp = false;              ///< sequence parallelism in effect (t > 1)
+  bool scatter_gather = false;  ///< SC'21 Sec. 4.1 pipeline scatter/gather in effect
+  std::int64_t act_bytes = 0;   ///< one full activation, s b h elements
+};
+
+/// Match ids, shared by all ranks of one graph: the k-th collective any member issues on a
+/// group, and the k-th message from one rank to another, get one id on every participant.
+class MatchIds {
+ public:
+  std::uint32_t collective(std::uint32_t group, std::uint64_t k);
+  std::uint32_t message(std::int64_t src, std::int64_t dst, std::uint64_t k);
+
+ private:
+  std::uint32_t next_ = 0;
+  std::unordered_map<std::uint64_t, std::uint32_t> collective_ids_;
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> message_ids_;
+};
+
+/// One graph build: the graph being filled and what its ranks share.
+struct GraphBuild {
+  GraphBuild(const Scenario& sc, const CalibrationProfile& profile);
+  const Scenario& scenario;
+  CalibrationProfile profile;
+  ModelDims dims;
+  ParallelLayout layout;
+  ScheduleGraph graph;
+  MatchIds matches;
+  /// Memory each built rank holds before its first task (the graph indexes it by simulated
+  /// rank only once finalized).
+  std::map<std::int64_t, RankStateBytes> initial_memory;
+};
+
+/// The program of one rank being emitted. A fresh context per rank: nothing carries over
+/// from the previous rank except what GraphBuild holds.
+class RankContext {
+ public:
+  /// Adds the rank's tensor- and data-parallel groups (ring order) to the graph.
+  RankContext(GraphBuild& build, const RankCoords& coords);
+
+  const Scenario& scenario() const { return build_.scenario; }
+  const ModelDims& dims() const { return build_.dims; }
+  const ParallelLayout& layout() const { return build_.layout; }
+  const CalibrationProfile& profile() const { return build_.profile; }
+  ScheduleGraph& graph() { return build_.graph; }
+  GraphBuild& build() { return build_; }
+
+  const RankCoords coords;
+  const std::int64_t rank;
+  std::uint32_t tp_group = 0;  ///< this rank's tensor-parallel group
+  std::uint32_t dp_group = 0;  ///< this rank's data-parallel group
+  /// The last task on the compute path (the task the next compute or synchronous
+  /// collective waits for); kNone before the first.
+  TaskId last_compute = kNone;
+
+  /// Appends a task of this rank with its memory effects (effects of 0 bytes are skipped).
+  TaskId add(Task t, std::initializer_list<MemEffect> effects = {});
+  /// Adds a memory effect to `task`, which must be the last task added.
+  void add_effect(TaskId task, const MemEffect& effect) { graph().add_memory_effect(task, effect); }
+  /// `to` waits for `from`; nothing when `from` is kNone.
+  void dep(TaskId from, TaskId to);
+  std::uint32_t add_op(const OpDesc& op) { return graph().add_op(op); }
+  std::uint32_t add_group(GroupKind kind, const std::vector<RankId>& ranks);
+  /// A communication descriptor in the training precision.
+  OpDesc comm_op(OpKind kind, GroupKind group, std::int64_t bytes, std::int64_t group_size) const;
+
+  /// This rank's part of a collective on `group`, after `after`, on `stream` (the compute
+  /// path's TP stream for Megatron's synchronous TP collectives, or a DP stream).
+  TaskId collective(std::uint32_t op, std::uint32_t group, StreamId stream, Phase phase, Part part,
+                    std::uint16_t mb, std::uint16_t layer, TaskId after,
+                    std::uint16_t bucket = kNoIndex, std::initializer_list<MemEffect> effects = {});
+  /// A compute task on the compute stream, after `after`.
+  TaskId compute(std::uint32_t op, Phase phase, Part part, std::uint16_t mb, std::uint16_t layer,
+                 std::uint8_t chunk, TaskId after, std::initializer_list<MemEffect> effects = {});
+  /// A pipeline message of this rank (a Send to `peer` or a Recv from it) after the compute
+  /// path (Megatron issues its p2p calls synchronously after the compute).
+  TaskId message(std::uint32_t op, TaskKind kind, std::int64_t peer, Phase phase, std::uint16_t mb,
+                 std::uint8_t chunk);
+
+ private:
+  GraphBuild& build_;
+  /// This rank's own sequence numbers of collectives (per group) and messages (per pair).
+  std::unordered_map<std::uint32_t, std::uint64_t> collective_seq_;
+  std::unordered_map<std::uint64_t, std::uint64_t> message_seq_;
+};
+
+}  // namespace trainsim::builder

@@ -1,0 +1,52 @@
+#include "models/builder/tensor_parallel.h"
+
+namespace trainsim::builder {
+
+namespace {
+OpDesc tp_op(const ModelDims& d, OpKind kind, std::int64_t bytes) {
+  OpDesc o;
+  o.kind = kind;
+  o.precision = d.precision;
+  o.group = GroupKind::Tensor;
+  o.bytes = bytes;
+  o.group_size = d.t;
+  return o;
+}
+}  // namespace
+
+TensorParallelPass::TensorParallelPass(ScheduleGraph& graph, const ModelDims& d)
+    : t_(d.t), sp_(d.sp), scatter_gather_(d.scatter_gather) {
+  // On the full activation (b s h elements).
+  all_reduce_ = graph.add_op(tp_op(d, OpKind::AllReduce, d.act_bytes));
+  all_gather_ = graph.add_op(tp_op(d, OpKind::AllGather, d.act_bytes));
+  reduce_scatter_ = graph.add_op(tp_op(d, OpKind::ReduceScatter, d.act_bytes));
+  // Max, sum of exponentials and target logit per token, fp32.
+  cross_entropy_ = graph.add_op(tp_op(d, OpKind::AllReduce, 3 * d.b * d.s * 4));
+}
+
+TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Phase phase,
+                                         Part part, std::uint16_t mb, std::uint16_t layer) const {
+  ctx.last_compute = ctx.collective(op, ctx.tp_group, StreamId::TpComm, phase, part, mb, layer,
+                                    ctx.last_compute);
+  return ctx.last_compute;
+}
+
+void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
+                                      std::uint16_t layer) const {
+  if (sp_) tp_collective(ctx, all_gather_, phase, part, mb, layer);
+}
+
+void TensorParallelPass::after_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
+                                     std::uint16_t layer) const {
+  if (t_ > 1) tp_collective(ctx, sp_ ? reduce_scatter_ : all_reduce_, phase, part, mb, layer);
+}
+
+void TensorParallelPass::after_loss(RankContext& ctx, std::uint16_t mb) const {
+  if (t_ > 1) tp_collective(ctx, cross_entropy_, Phase::Forward, Part::Logits, mb, kNoIndex);
+}
+
+void TensorParallelPass::after_receive(RankContext& ctx, Phase phase, std::uint16_t mb) const {
+  if (scatter_gather_) tp_collective(ctx, all_gather_, phase, Part::Pipeline, mb, kNoIndex);
+}
+
+}  // namespace trainsim::builder

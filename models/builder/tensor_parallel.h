@@ -1,0 +1,50 @@
+// The tensor-parallel pass: the collectives Megatron-LM's tensor parallelism puts on the
+// compute path around each block the pipeline skeleton emits.
+//
+//  - Per transformer block (Shoeybi et al. 2019 Fig. 3, the f/g operators; SC'21 Sec. 3.2):
+//    one all-reduce of the block's output after it (forward, recompute and backward), or with
+//    sequence parallelism (Korthikanti et al. 2022 Sec. 4.2.2) an all-gather of the
+//    sequence-split input before it and a reduce-scatter after it.
+//  - Output layer: with SP the final LayerNorm output is gathered before the logits; the
+//    vocab-parallel cross entropy (Megatron tensor_parallel/cross_entropy.py) all-reduces the
+//    per-token max, sum of exponentials and target logit (fp32, 3 b s elements); the logits
+//    backward reduces the input gradient (all-reduce, reduce-scatter with SP).
+//  - Pipeline input: with the scatter/gather optimization (SC'21 Sec. 4.1) each TP rank
+//    receives 1/t of the activation and all-gathers the slices over NVLink
+//    (gather_split_1d_tensor).
+// All of them are synchronous with compute: each waits for the compute path and becomes its
+// new tail (RankContext::last_compute).
+#pragma once
+
+#include <cstdint>
+
+#include "models/builder/rank_context.h"
+
+namespace trainsim::builder {
+
+class TensorParallelPass {
+ public:
+  /// Adds the pass's collective descriptors to the graph (in this order: all-reduce,
+  /// all-gather and reduce-scatter of one activation, cross-entropy all-reduce).
+  TensorParallelPass(ScheduleGraph& graph, const ModelDims& dims);
+
+  /// Before a block (`layer` kNoIndex for the output layer): the SP all-gather of its input.
+  void before_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
+                    std::uint16_t layer) const;
+  /// After a block: the all-reduce (reduce-scatter with SP) of its output; nothing for t = 1.
+  void after_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
+                   std::uint16_t layer) const;
+  /// After the logits forward: the vocab-parallel cross entropy's all-reduce (t > 1).
+  void after_loss(RankContext& ctx, std::uint16_t mb) const;
+  /// After a pipeline receive: the scatter/gather all-gather of the t slices.
+  void after_receive(RankContext& ctx, Phase phase, std::uint16_t mb) const;
+
+ private:
+  TaskId tp_collective(RankContext& ctx, std::uint32_t op, Phase phase, Part part,
+                       std::uint16_t mb, std::uint16_t layer) const;
+  std::int64_t t_ = 1;
+  bool sp_ = false, scatter_gather_ = false;
+  std::uint32_t all_reduce_ = 0, all_gather_ = 0, reduce_scatter_ = 0, cross_entropy_ = 0;
+};
+
+}  // namespace trainsim::builder

@@ -1,0 +1,99 @@
+// Strategy ddp_buckets (models/builder/dp_ddp_buckets.cpp): Megatron DDP's gradient
+// all-reduce buckets, checked against hand-computed bucket boundaries.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "models/builder/dp_strategy.h"
+#include "tests/support/tiny_scenario.h"
+
+using namespace trainsim;
+using namespace trainsim::testing;
+
+namespace {
+
+std::vector<TaskId> grad_syncs(const ScheduleGraph& g, RankId rank) {
+  std::vector<TaskId> out;
+  for (TaskId id : g.tasks_of_rank(rank))
+    if (g.task(id).phase == Phase::GradSync && g.task(id).part == Part::Gradients) out.push_back(id);
+  return out;
+}
+
+/// The compute-path task a bucket waits for (its only non-stream predecessor on the rank's
+/// compute stream).
+const Task* ready_task(const ScheduleGraph& g, TaskId bucket) {
+  const Task* found = nullptr;
+  for (auto [e, end] = boost::in_edges(bucket, g.dependencies()); e != end; ++e) {
+    const Task& t = g.task(boost::source(*e, g.dependencies()));
+    if (t.stream == StreamId::Compute) found = &t;
+  }
+  return found;
+}
+
+// dp = 2, one stage, 1M-parameter buckets, overlapped with backward.
+Scenario ddp(bool overlap) {
+  return tiny_scenario(std::string(R"(
+parallel: {micro_batch_size: 1, global_batch_size: 4, ddp_bucket_size: 1000000, overlap_grad_reduce: )") +
+                           (overlap ? "true" : "false") + "}\n",
+                       2);
+}
+
+}  // namespace
+
+TEST(DpDdpBuckets, FactoryPicksItForStageZeroWithDataParallelism) {
+  const Scenario sc = ddp(true);
+  builder::GraphBuild build(sc, default_calibration(find_system(sc.cluster.system).gpu.name));
+  const builder::RankContext ctx(build, {0, 0, 0});
+  EXPECT_STREQ(builder::make_data_parallel_strategy(ctx)->name(), "ddp_buckets");
+}
+
+TEST(DpDdpBuckets, BucketCountSizesGroupAndOrder) {
+  const Scenario sc = ddp(true);
+  ASSERT_EQ(sc.parallel.data_parallel_size, 2);
+  const ScheduleGraph g = build_graph(sc);
+  // 8 x 789,760 + 294,912 + 512 = 6,613,504 parameters: ceil(/1M) = 7 buckets, once per
+  // iteration (after the last microbatch), fp16 gradients (2 B).
+  const auto buckets = grad_syncs(g, 0);
+  ASSERT_EQ(buckets.size(), 7u);
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    const Task& t = g.task(buckets[k]);
+    EXPECT_EQ(std::size_t(t.bucket), k);
+    EXPECT_EQ(t.stream, StreamId::DpComm);
+    EXPECT_EQ(g.op(buckets[k]).kind, OpKind::AllReduce);
+    EXPECT_EQ(g.op(buckets[k]).bytes, k < 6 ? 2'000'000 : 2 * (kTinyParams - 6'000'000));
+    EXPECT_EQ(g.group(t.group).ranks, (std::vector<RankId>{0, 1}));
+  }
+  // Gradients become ready output layer (512), layer 7, 6, ..., 0, embedding; cumulative
+  // 512 + k x 789,760 crosses 1M in layer 6, 2M in 5, 3M in 4, 4M in 2, 5M in 1, 6M in 0;
+  // the remainder waits for the embedding backward.
+  const std::vector<int> layer_of_bucket = {6, 5, 4, 2, 1, 0};
+  for (std::size_t k = 0; k < 6; ++k) {
+    const Task* r = ready_task(g, buckets[k]);
+    ASSERT_NE(r, nullptr) << "bucket " << k;
+    EXPECT_EQ(int(r->layer), layer_of_bucket[k]) << "bucket " << k;
+    EXPECT_EQ(r->phase, Phase::Backward);
+    EXPECT_EQ(std::int64_t(r->microbatch), sc.parallel.num_microbatches - 1);
+  }
+  const Task* last = ready_task(g, buckets[6]);
+  ASSERT_NE(last, nullptr);
+  EXPECT_EQ(last->part, Part::Embedding);
+}
+
+TEST(DpDdpBuckets, WithoutOverlapEveryBucketWaitsForTheWholeBackward) {
+  const ScheduleGraph g = build_graph(ddp(false));
+  for (TaskId b : grad_syncs(g, 0)) {
+    const Task* r = ready_task(g, b);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->part, Part::Embedding);  // the rank's last backward task
+  }
+}
+
+TEST(DpDdpBuckets, Bf16GradientsAreReducedInFp32) {
+  const Scenario sc = tiny_scenario(R"(
+parallel: {micro_batch_size: 1, global_batch_size: 4, ddp_bucket_size: 100000000, precision: bf16}
+)", 2);
+  const ScheduleGraph g = build_graph(sc);
+  const auto buckets = grad_syncs(g, 0);
+  ASSERT_EQ(buckets.size(), 1u);
+  EXPECT_EQ(g.op(buckets[0]).bytes, 4 * kTinyParams);  // accumulate_allreduce_grads_in_fp32
+}
