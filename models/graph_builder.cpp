@@ -17,28 +17,6 @@
 
 namespace trainsim {
 
-namespace {
-
-/// Rough task count of the unfolded graph (per layer and microbatch up to 12 tasks).
-double estimated_tasks(const Scenario& sc) {
-  const auto& p = sc.parallel;
-  const double layers_per_stage = double(sc.model.num_layers) / p.pipeline_model_parallel_size;
-  return double(sc.world_size()) * p.num_microbatches * layers_per_stage * 12.0;
-}
-
-constexpr std::int64_t kFoldAutoTasks = 2'000'000;
-
-}  // namespace
-
-bool should_fold(const Scenario& scenario) {
-  switch (scenario.simulation.fold) {
-    case SimulationConfig::Fold::On: return true;
-    case SimulationConfig::Fold::Off: return false;
-    case SimulationConfig::Fold::Auto: break;
-  }
-  return estimated_tasks(scenario) > double(kFoldAutoTasks);
-}
-
 ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& system,
                                    const BuildOptions& options) {
   const auto& off = scenario.zero.offload_optimizer;

@@ -20,9 +20,8 @@ struct BuildOptions {
   const CalibrationProfile* calibration = nullptr;
 };
 
-/// Whether `scenario.simulation.fold` (auto: graphs above ~2M tasks) asks for folding.
-bool should_fold(const Scenario& scenario);
-
+/// Builds the schedule graph of a validated scenario whose `offload_optimizer.ratio: auto`
+/// is resolved (models/run.h prepare_run does both, and decides folding: fold_decision).
 ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& system,
                                    const BuildOptions& options);
 
