@@ -873,7 +873,18 @@ ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& s
     check_host_memory(scenario, system,
                       options.calibration ? *options.calibration : default_calibration(system.gpu.name));
   Builder builder(scenario, system, options);
-  return builder.build();
+  ScheduleGraph graph = builder.build();
+  // What the replay (hw_backend/) reads besides the tasks: it needs no Scenario.
+  ReplayModel& rm = graph.replay_model;
+  rm.num_layers = scenario.model.num_layers;
+  rm.num_microbatches = scenario.parallel.num_microbatches;
+  rm.untie_embeddings_and_output_weights = scenario.model.untie_embeddings_and_output_weights;
+  rm.recompute_full = scenario.parallel.recompute_granularity == Recompute::Full;
+  rm.recompute_selective = scenario.parallel.recompute_granularity == Recompute::Selective;
+  rm.precision = scenario.parallel.precision;
+  for (std::int64_t stage = 0; stage < scenario.parallel.pipeline_model_parallel_size; ++stage)
+    rm.params_per_stage.push_back(params_per_rank(scenario, stage));
+  return graph;
 }
 
 }  // namespace trainsim
