@@ -136,7 +136,7 @@ void BM_ReplayIterationCpu(benchmark::State& state) {
   hw::ReplayOptions o;
   double measured = 0;
   for (auto _ : state) {
-    const ExecutionRecord r = hw::replay(g, sc, o);
+    const ExecutionRecord r = hw::replay(g, o);
     measured += r.iteration_time_s();
   }
   state.counters["measured_iteration_s"] = measured / double(state.iterations());

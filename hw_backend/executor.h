@@ -1,5 +1,6 @@
 // Internal to hw_backend/: the boundary between the torch-free replay driver (replay.cpp:
 // rank choice, issue order) and the LibTorch executor (torch_executor.cpp). No torch types.
+// The executor reads the graph only (ScheduleGraph::replay_model), never a Scenario.
 #pragma once
 
 #include <vector>
@@ -10,7 +11,7 @@ namespace trainsim::hw::detail {
 
 /// Runs `order` (task ids of one rank, a valid issue order) on the device of `opts` and fills
 /// the record (see replay.h).
-ExecutionRecord execute(const ScheduleGraph& graph, const Scenario& scenario, RankId rank,
-                        const std::vector<TaskId>& order, const ReplayOptions& opts);
+ExecutionRecord execute(const ScheduleGraph& graph, RankId rank, const std::vector<TaskId>& order,
+                        const ReplayOptions& opts);
 
 }  // namespace trainsim::hw::detail

@@ -47,18 +47,24 @@ std::vector<TaskId> replay_order(const ScheduleGraph& graph, std::int64_t rank) 
   return program;
 }
 
+std::int64_t representative_rank(const ScheduleGraph& graph, std::int64_t rank) {
+  if (rank < 0 || rank >= graph.world_size)
+    throw InputError("replay: --rank " + std::to_string(rank) + " is outside the world of " +
+                     std::to_string(graph.world_size) + " ranks");
+  return graph.representative_of(rank);
+}
+
 std::int64_t representative_rank(const ScheduleGraph& graph, const Scenario& scenario,
                                  std::int64_t rank) {
   if (rank < 0 || rank >= graph.world_size)
     throw InputError("replay: --rank " + std::to_string(rank) + " is outside the world of " +
                      std::to_string(graph.world_size) + " ranks of " + scenario.source_path);
-  return graph.representative_of(rank);
+  return representative_rank(graph, rank);
 }
 
-ExecutionRecord replay(const ScheduleGraph& graph, const Scenario& scenario,
-                       const ReplayOptions& opts) {
+ExecutionRecord replay(const ScheduleGraph& graph, const ReplayOptions& opts) {
   const std::vector<TaskId> order = replay_order(graph, opts.rank);
-  return detail::execute(graph, scenario, static_cast<RankId>(opts.rank), order, opts);
+  return detail::execute(graph, static_cast<RankId>(opts.rank), order, opts);
 }
 
 }  // namespace trainsim::hw

@@ -48,6 +48,12 @@
 // allocator (installed process-wide on the first CPU replay, it forwards every allocation to
 // the default allocator) gives the bytes of all live CPU tensors; CPU "reserved" = allocated.
 //
+// Implementation (hw_backend/CMakeLists.txt picks the files this build can compile):
+// torch_executor.cpp holds the model state and the work of each task kind; a device loop
+// (device_loop.h: device_cpu.cpp, device_cuda.cpp) issues and times the tasks; a communication
+// backend (comm_backend.h: comm_local.cpp, comm_nccl.cpp) moves the bytes. The replay reads
+// the graph only: what the OpDescs do not say comes from ScheduleGraph::replay_model.
+//
 // This header has no LibTorch types: the CLI and tests can include it without the ~20 s
 // compile cost of the torch headers.
 #pragma once
@@ -104,16 +110,30 @@ std::vector<TaskId> replay_order(const ScheduleGraph& graph, std::int64_t rank);
 /// The simulated rank that stands for world rank `rank`: the rank itself when the graph
 /// simulates it, else (folded graph) the representative of its pipeline stage (tensor rank 0,
 /// data rank 0). Throws InputError for a rank outside [0, world_size).
+std::int64_t representative_rank(const ScheduleGraph& graph, std::int64_t rank);
+
+/// Replays the tasks of `opts.rank` (see the file comment) from the graph alone: the model
+/// facts the tasks' OpDescs do not carry come from graph.replay_model. The record has
+/// start_s/end_s for every task id of the graph (NaN for tasks of other ranks), measured =
+/// true, the executor ("libtorch-1.13.0-cpu", "libtorch-2.3.0-cuda"), the device, memory
+/// samples and notes on every substitution. Throws InputError for a bad option (unknown
+/// device, CUDA requested without CUDA support or GPU, unsimulated rank).
+ExecutionRecord replay(const ScheduleGraph& graph, const ReplayOptions& opts);
+
+/// The forms taking the Scenario the graph was built from, for callers not yet moved to the
+/// graph-only ones: the scenario is not read (except its path, in an error message).
 std::int64_t representative_rank(const ScheduleGraph& graph, const Scenario& scenario,
                                  std::int64_t rank);
+inline ExecutionRecord replay(const ScheduleGraph& graph, const Scenario& /*scenario*/,
+                              const ReplayOptions& opts) {
+  return replay(graph, opts);
+}
 
-/// Replays the tasks of `opts.rank` (see the file comment). The record has start_s/end_s for
-/// every task id of the graph (NaN for tasks of other ranks), measured = true, the executor
-/// ("libtorch-1.13.0-cpu", "libtorch-2.3.0-cuda"), the device, memory samples and notes on
-/// every substitution. Throws InputError for a bad option (unknown device, CUDA requested
-/// without CUDA support or GPU, unsimulated rank).
-ExecutionRecord replay(const ScheduleGraph& graph, const Scenario& scenario,
-                       const ReplayOptions& opts);
+/// Free memory of a replay device ("cpu", "cuda", "cuda:N"), in bytes: on the CPU the
+/// kernel's MemAvailable (/proc/meminfo), on CUDA cudaMemGetInfo's free bytes of the device
+/// (through the CUDA device loop). Throws InputError for a device this build or machine
+/// cannot replay on (as replay() would).
+std::int64_t device_free_memory_bytes(const std::string& device);
 
 /// Whether this build's LibTorch has CUDA and a GPU is visible; `why` (if non-null) receives
 /// the reason when it returns false ("LibTorch 1.13.0 was built without CUDA", "no CUDA

@@ -13,6 +13,7 @@
 
 #include "models/builder/pipeline_pass.h"
 #include "models/builder/rank_context.h"
+#include "models/memory_model.h"
 #include "models/zero_offload.h"
 
 namespace trainsim {
@@ -52,6 +53,16 @@ ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& s
     g.initial_gpu_memory[index] = mem.gpu;
     g.initial_host_memory[index] = mem.host;
   }
+  // What the replay (hw_backend/) reads besides the tasks: it needs no Scenario.
+  ReplayModel& rm = g.replay_model;
+  rm.num_layers = scenario.model.num_layers;
+  rm.num_microbatches = scenario.parallel.num_microbatches;
+  rm.untie_embeddings_and_output_weights = scenario.model.untie_embeddings_and_output_weights;
+  rm.recompute_full = scenario.parallel.recompute_granularity == Recompute::Full;
+  rm.recompute_selective = scenario.parallel.recompute_granularity == Recompute::Selective;
+  rm.precision = scenario.parallel.precision;
+  for (std::int64_t stage = 0; stage < layout.pp; ++stage)
+    rm.params_per_stage.push_back(params_per_rank(scenario, stage));
   return std::move(g);
 }
 

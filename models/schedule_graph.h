@@ -102,6 +102,29 @@ using DependencyGraph =
                                        boost::no_property, boost::no_property, std::uint32_t,
                                        std::uint32_t>;
 
+/// What a replay of the graph (hw_backend/replay.h) needs beyond the tasks' OpDescs: the
+/// model facts the builder knew, so the replay works from the graph alone (no Scenario).
+/// Filled by build_schedule_graph; a graph assembled by hand leaves the defaults.
+struct ReplayModel {
+  /// Transformer layers of the whole model (Megatron --num-layers): the scaled initialization
+  /// sigma / sqrt(2 num_layers) of the output projections.
+  std::int64_t num_layers = 0;
+  /// Microbatches per iteration of one data-parallel rank (the loss scale 1 / microbatches).
+  std::int64_t num_microbatches = 1;
+  /// Megatron's --untie-embeddings-and-output-weights: the output layer has its own matrix
+  /// even on a rank that holds the word embedding (false: tied).
+  bool untie_embeddings_and_output_weights = false;
+  /// recompute_granularity: full (checkpointed layers: the forward keeps only the layer input).
+  bool recompute_full = false;
+  /// recompute_granularity: selective (the core attention is recomputed in the backward).
+  bool recompute_selective = false;
+  /// Element type of parameters, gradients and activations.
+  Precision precision = Precision::FP16;
+  /// Parameters one rank of each pipeline stage holds (models/memory_model.h params_per_rank),
+  /// indexed by stage.
+  std::vector<std::int64_t> params_per_stage;
+};
+
 class ScheduleGraph {
  public:
   // ---- building
@@ -145,6 +168,8 @@ class ScheduleGraph {
   std::int64_t world_size = 0;
   /// The parallel plan's rank layout; with fold_factor > 1 it defines the representatives.
   ParallelLayout layout;
+  /// The model facts a replay needs (see ReplayModel).
+  ReplayModel replay_model;
 
   /// The simulated rank standing for world rank `rank`: the rank itself when the graph is
   /// unfolded; when folded, tensor rank 0 and data rank 0 of its pipeline stage

@@ -105,7 +105,7 @@ std::vector<TaskId> compute_tasks(const ScheduleGraph& g, RankId rank, int mb, P
 TEST(Replay, TinySingleRankOnCpu) {
   const Scenario sc = load_scenario(scen("small/gpt-tiny_tp1_pp1_dp1.yaml"));
   const ScheduleGraph g = build(sc);
-  const ExecutionRecord r = hw::replay(g, sc, cpu_opts(0));
+  const ExecutionRecord r = hw::replay(g, cpu_opts(0));
   check_record(g, r, 0);
   EXPECT_TRUE(has_note(r, "CPU Adam")) << "the GPU optimizer step must be noted as substituted";
   EXPECT_TRUE(has_note(r, "replayed as fp32"));
@@ -132,22 +132,22 @@ TEST(Replay, RanksOfTp2Pp2Dp2) {
   // Rank 2: first stage (embedding), data rank 1.
   for (std::int64_t rank : {5, 2}) {
     SCOPED_TRACE(rank);
-    const ExecutionRecord r = hw::replay(g, sc, cpu_opts(rank));
+    const ExecutionRecord r = hw::replay(g, cpu_opts(rank));
     check_record(g, r, static_cast<RankId>(rank));
     EXPECT_TRUE(has_note(r, "device-local copies of the bytes one rank sends"));
     EXPECT_TRUE(has_note(r, "pipeline sends and"));
   }
-  EXPECT_THROW(hw::replay(g, sc, cpu_opts(8)), InputError);
+  EXPECT_THROW(hw::replay(g, cpu_opts(8)), InputError);
 }
 
 TEST(Replay, FoldedGraphUsesRepresentative) {
   const Scenario sc = load_scenario(scen("small/gpt-tiny_tp2_pp2_dp2.yaml"));
   const ScheduleGraph g = build(sc, /*fold=*/true);
   // rank 7 = stage 1, dp 1, tp 1: represented by stage 1's tp 0 dp 0 rank, 1*(2*2) = 4.
-  EXPECT_EQ(hw::representative_rank(g, sc, 7), 4);
-  EXPECT_EQ(hw::representative_rank(g, sc, 0), 0);
-  EXPECT_THROW(hw::representative_rank(g, sc, 8), InputError);
-  const ExecutionRecord r = hw::replay(g, sc, cpu_opts(4));
+  EXPECT_EQ(hw::representative_rank(g, 7), 4);
+  EXPECT_EQ(hw::representative_rank(g, 0), 0);
+  EXPECT_THROW(hw::representative_rank(g, 8), InputError);
+  const ExecutionRecord r = hw::replay(g, cpu_opts(4));
   check_record(g, r, 4);
   EXPECT_TRUE(has_note(r, "folded graph"));
 }
@@ -160,7 +160,7 @@ TEST(Replay, RecomputationKeepsLessMemoryDuringForward) {
                                              {"model.hidden_size", "128"},
                                              {"model.seq_length", "64"}});
     const ScheduleGraph g = build(sc);
-    const ExecutionRecord r = hw::replay(g, sc, cpu_opts(0));
+    const ExecutionRecord r = hw::replay(g, cpu_opts(0));
     check_record(g, r, 0);
     const auto fwd = compute_tasks(g, 0, 0, Phase::Forward);
     if (granularity == "full") {
@@ -194,7 +194,7 @@ TEST(Replay, TwinFlowOffloadRunsCpuAdamAndCopies) {
   }
   ASSERT_GT(cpu_steps, 0);
   ASSERT_GT(copies, 0);
-  const ExecutionRecord r = hw::replay(g, sc, cpu_opts(0));
+  const ExecutionRecord r = hw::replay(g, cpu_opts(0));
   check_record(g, r, 0);
   EXPECT_TRUE(has_note(r, std::to_string(cpu_steps) + " OptimizerStepCpu sub-groups"));
   EXPECT_TRUE(has_note(r, std::to_string(copies) + " host<->device copies"));
@@ -205,13 +205,48 @@ TEST(Replay, BadDeviceIsInputError) {
   const ScheduleGraph g = build(sc);
   hw::ReplayOptions o = cpu_opts(0);
   o.device = "tpu";
-  EXPECT_THROW(hw::replay(g, sc, o), InputError);
+  EXPECT_THROW(hw::replay(g, o), InputError);
   std::string why;
   if (!hw::cuda_available(&why)) {
     EXPECT_FALSE(why.empty());
     o.device = "cuda";
-    EXPECT_THROW(hw::replay(g, sc, o), InputError);
+    EXPECT_THROW(hw::replay(g, o), InputError);
   }
+}
+
+TEST(Replay, RunsFromTheGraphAlone) {
+  // The graph carries what the replay needs beyond its OpDescs (ScheduleGraph::replay_model):
+  // the scenario it was built from is gone before the replay. Full recomputation and an
+  // untied output layer are the two facts no OpDesc of a compute task carries.
+  const ScheduleGraph g = [] {
+    const Scenario sc = load_scenario(scen("small/gpt-tiny_tp1_pp1_dp1.yaml"),
+                                      {{"parallel.recompute_granularity", "full"},
+                                       {"model.untie_embeddings_and_output_weights", "true"},
+                                       {"model.hidden_size", "128"}});
+    return build(sc);
+  }();
+  const ReplayModel& m = g.replay_model;
+  EXPECT_EQ(m.num_layers, 4);  // gpt-tiny
+  EXPECT_TRUE(m.recompute_full);
+  EXPECT_FALSE(m.recompute_selective);
+  EXPECT_TRUE(m.untie_embeddings_and_output_weights);
+  ASSERT_EQ(m.params_per_stage.size(), 1u);
+  const ExecutionRecord r = hw::replay(g, cpu_opts(0));
+  // check_record: no "parameters:" note, so the replay held params_per_stage[0] parameters,
+  // the untied output matrix included.
+  check_record(g, r, 0);
+  EXPECT_TRUE(has_note(r, "recomputation:"));
+}
+
+TEST(Replay, DeviceFreeMemory) {
+  const std::int64_t cpu = hw::device_free_memory_bytes("cpu");
+  EXPECT_GT(cpu, 0);
+  EXPECT_THROW(hw::device_free_memory_bytes("tpu"), InputError);
+  std::string why;
+  if (hw::cuda_available(&why))
+    EXPECT_GT(hw::device_free_memory_bytes("cuda"), 0);
+  else
+    EXPECT_THROW(hw::device_free_memory_bytes("cuda:0"), InputError) << why;
 }
 
 TEST(Replay, CudaReplay) {
@@ -221,7 +256,7 @@ TEST(Replay, CudaReplay) {
   const ScheduleGraph g = build(sc);
   hw::ReplayOptions o = cpu_opts(0);
   o.device = "cuda";
-  const ExecutionRecord r = hw::replay(g, sc, o);
+  const ExecutionRecord r = hw::replay(g, o);
   ASSERT_EQ(r.start_s.size(), g.num_tasks());
   for (TaskId id : g.tasks_of_rank(0)) EXPECT_LE(r.start_s[id], r.end_s[id]) << g.label(id);
   EXPECT_GT(r.iteration_time_s(), 0.0);
