@@ -427,7 +427,12 @@ TEST_F(ScenarioFiles, NegativeOrZeroSizes) {
   expect_error(replace(kBase, "  hidden_size: 256\n", "  hidden_size: -256\n"),
                {":4:", "model.hidden_size", "'-256'"});
   expect_error(replace(kBase, "  seq_length: 128\n", "  seq_length: 128\n  ffn_hidden_size: -1\n"),
-               {":7:", "model.ffn_hidden_size", "'-1'", ">= 0"});
+               {":7:", "model.ffn_hidden_size", "'-1'", "positive"});
+  // An explicit 0 is an error, not the default (absent means the default).
+  expect_error(replace(kBase, "  seq_length: 128\n", "  seq_length: 128\n  ffn_hidden_size: 0\n"),
+               {":7:", "model.ffn_hidden_size", "'0'", "positive"});
+  expect_error(replace(kBase, "  seq_length: 128\n", "  seq_length: 128\n  kv_channels: 0\n"),
+               {":7:", "model.kv_channels", "'0'", "positive"});
   expect_error(replace(kBase, "    stage: 0\n", "    stage: 4\n"),
                {":15:", "deepspeed.zero_optimization.stage", "'4'"});
   expect_error(replace(kBase, "    stage: 0\n", "    stage: -1\n"),
@@ -594,6 +599,69 @@ TEST(ValidateScenario, FillsDerivedFieldsOfAScenarioBuiltInCode) {
   bad = s;
   bad.cluster.system = "nope";
   EXPECT_THROW(trainsim::validate_scenario(bad), InputError);
+}
+
+TEST(ValidateScenario, BoundsHoldForScenariosBuiltInCode) {
+  // Sizes near 2^62 once wrapped products to 0 (SIGFPE in `%`) or to garbage: every size has an
+  // upper bound, checked before any product is formed.
+  Scenario s;
+  s.source_path = "in-code";
+  s.model.num_layers = 4;
+  s.model.hidden_size = 256;
+  s.model.num_attention_heads = 8;
+  s.model.seq_length = 128;
+  s.model.padded_vocab_size = 1024;
+  s.parallel.micro_batch_size = 2;
+  s.parallel.global_batch_size = 16;
+  s.cluster.system = "dgx-a100-80gb";
+  s.cluster.nodes = 1;
+  Scenario ok = s;
+  trainsim::validate_scenario(ok);
+  struct Case {
+    const char* field;
+    std::function<void(Scenario&)> set;
+  };
+  const std::int64_t huge = std::int64_t(1) << 62;
+  const Case cases[] = {
+      {"cluster.nodes", [&](Scenario& x) { x.cluster.nodes = huge; }},
+      {"parallel.micro_batch_size", [&](Scenario& x) { x.parallel.micro_batch_size = huge; }},
+      {"model.seq_length", [&](Scenario& x) { x.model.seq_length = huge; }},
+      {"model.hidden_size", [&](Scenario& x) { x.model.hidden_size = huge; }},
+      {"model.kv_channels", [&](Scenario& x) { x.model.kv_channels = huge; }},
+      {"model.padded_vocab_size", [&](Scenario& x) { x.model.padded_vocab_size = huge; }},
+      {"parallel.global_batch_size", [&](Scenario& x) { x.parallel.global_batch_size = huge; }},
+      {"model.num_layers", [&](Scenario& x) { x.model.num_layers = 65536; }},
+  };
+  for (const Case& c : cases) {
+    Scenario bad = s;
+    c.set(bad);
+    try {
+      trainsim::validate_scenario(bad);
+      ADD_FAILURE() << c.field << " = huge accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("at most"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ScenarioLimits, EveryIntegerKeyHasAStatedBound) {
+  // The bounds are documented in models/scenario.h; each integer key of a scenario file has one.
+  for (const char* key :
+       {"model.num_layers", "model.hidden_size", "model.num_attention_heads", "model.seq_length",
+        "model.padded_vocab_size", "model.ffn_hidden_size", "model.kv_channels",
+        "parallel.tensor_model_parallel_size", "parallel.pipeline_model_parallel_size",
+        "parallel.micro_batch_size", "parallel.global_batch_size",
+        "parallel.num_layers_per_virtual_pipeline_stage", "parallel.ddp_bucket_size",
+        "deepspeed.zero_optimization.reduce_bucket_size",
+        "deepspeed.zero_optimization.allgather_bucket_size",
+        "deepspeed.zero_optimization.stage3_prefetch_bucket_size",
+        "deepspeed.zero_optimization.sub_group_size", "cluster.nodes", "cluster.gpus_per_node"})
+    EXPECT_GT(trainsim::scenario_size_limit(key), 0) << key;
+  // Worst case of the per-key bounds: the parameter count of the largest accepted shape must
+  // be refused by the derived bound, not wrap.
+  EXPECT_EQ(trainsim::scenario_size_limit("model.hidden_size"), std::int64_t(1) << 20);
+  EXPECT_EQ(trainsim::scenario_size_limit("nope"), 0);
 }
 
 TEST(ScenarioStrings, EnumNames) {
