@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -337,12 +338,157 @@ void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& 
   }
 }
 
+/// yaml-cpp 0.7 (Debian 12's) loops forever, allocating, on a ',' where a node starts outside
+/// any flow collection (",\n- b", "!, b", found by fuzz/fuzz_scenario.cpp). Such a ',' is
+/// invalid YAML (a plain scalar cannot start with a flow indicator), so this scan refuses it
+/// first, with the line. A node starts at a line's first character, after "- " or ": " and
+/// inside flow collections after '[', '{' or ','. The scan follows quoted scalars (which may span
+/// lines), comments, flow collections ([ ], { }) and block scalars (| and >: text lines).
+void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
+  // Valid UTF-8 only (YAML is Unicode text).
+  for (std::size_t i = 0, line = 1, line_begin = 0; i < text.size();) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    const std::size_t len = u < 0x80 ? 1 : (u >> 5) == 0x6 ? 2 : (u >> 4) == 0xE ? 3
+                          : (u >> 3) == 0x1E ? 4 : 0;
+    bool ok = len > 0 && i + len <= text.size() && !(len == 2 && u < 0xC2);
+    for (std::size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    if (!ok) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", u);
+      throw InputError(source + ":" + std::to_string(line) + ":" +
+                       std::to_string(i - line_begin + 1) + ": not UTF-8 text (byte " + hex + ")");
+    }
+    if (u == '\n') ++line, line_begin = i + 1;
+    i += len;
+  }
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+  int flow = 0;
+  char quote = 0;            // the open quoted scalar's quote, or 0
+  std::size_t line = 1, line_begin = 0;  // the line's number and its first byte
+  bool line_start = true;    // only blanks so far on this line
+  std::size_t indent = 0;    // blanks before the line's first character
+  long block_indent = -1;    // >= 0: in a block scalar of a line indented that much
+  bool node_start = true;    // the next non-blank character starts a node
+  bool after_blank = true;   // the previous character was a blank (or the line start)
+  bool after_quoted = false; // a quoted scalar just closed in block context
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const std::size_t column = i - line_begin;  // 0-based
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n' && c != '\t' && c != '\r') || u == 0x7F) {
+      // YAML allows only printable characters (YAML 1.2 c-printable); yaml-cpp chokes on some.
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", u);
+      throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
+                       ": YAML syntax error: control character " + hex +
+                       " (a scenario file is text)");
+    }
+    // A lone CR is a line break as well (YAML 1.2 b-break; yaml-cpp agrees).
+    if (c == '\n' || (c == '\r' && (i + 1 >= text.size() || text[i + 1] != '\n'))) {
+      after_quoted = false;
+      ++line, line_begin = i + 1, line_start = true, indent = 0, node_start = true, after_blank = true;
+      continue;
+    }
+    if (quote) {
+      if (quote == '"' && c == '\\') {
+        ++i;  // an escape: skip the next character
+      } else if (c == quote) {
+        if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+          ++i;  // '' in '...'
+        } else {
+          quote = 0;
+          after_quoted = flow == 0;
+        }
+      }
+      continue;
+    }
+    if (blank(c)) {
+      if (line_start) ++indent;
+      after_blank = true;
+      continue;
+    }
+    if (line_start) {
+      line_start = false;
+      if (block_indent >= 0 && static_cast<long>(indent) > block_indent) {
+        while (i + 1 < text.size() && text[i + 1] != '\n') ++i;  // block scalar text
+        continue;
+      }
+      block_indent = -1;
+    }
+    if (after_quoted) {
+      // In block context a quoted scalar or a flow collection is followed by ':' (a key), a
+      // comment or the line's end; yaml-cpp hangs on a ',' there ("'',", "[a],").
+      after_quoted = false;
+      if (c != ':' && !(c == '#' && after_blank))
+        throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
+                         ": YAML syntax error: '" + std::string(1, c) +
+                         "' after a quoted string or a [ ] / { } collection (expected ':', a comment or "
+                         "the line's end)");
+    }
+    const bool token_start = after_blank || node_start;
+    after_blank = false;
+    const char next = i + 1 < text.size() ? text[i + 1] : '\n';
+    const bool next_blank = blank(next) || next == '\n';
+    if (after_blank || token_start) {
+      if (c == '#' && (column == 0 || blank(text[i - 1]))) {  // a comment
+        while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+        continue;
+      }
+      if (c == ',' && node_start && flow == 0)
+        throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
+                         ": YAML syntax error: ',' cannot start a value outside [ ] or { }");
+      if (node_start && (c == '"' || c == '\'')) {
+        quote = c;
+        node_start = false;
+        continue;
+      }
+      // Tags, anchors, aliases, complex keys and directives: no scenario needs them, and
+      // yaml-cpp hangs on some malformed uses ("!\r&\r..."; aliases also allow exponential
+      // "billion laughs" expansion). Refused.
+      const bool complex_key = c == '?' && next_blank;
+      if (node_start && (c == '!' || c == '&' || c == '*' || complex_key || (c == '%' && column == 0)))
+        throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
+                         ": YAML " +
+                         (c == '!'   ? "tags (!)"
+                          : c == '&' ? "anchors (&)"
+                          : c == '*' ? "aliases (*)"
+                          : c == '%' ? "directives (%)"
+                                     : "complex keys (? )") +
+                         " are not supported in scenario files (plain keys and values only)");
+      if (flow == 0 && node_start && (c == '|' || c == '>')) {
+        std::size_t j = i + 1;  // optional chomping / indentation indicators
+        while (j < text.size() && (text[j] == '+' || text[j] == '-' ||
+                                   std::isdigit(static_cast<unsigned char>(text[j]))))
+          ++j;
+        while (j < text.size() && blank(text[j])) ++j;
+        if (j >= text.size() || text[j] == '\n' || text[j] == '#') {
+          block_indent = long(indent);
+          while (i + 1 < text.size() && text[i + 1] != '\n') ++i;  // header and comment
+          continue;
+        }
+      }
+    }
+    if ((c == '[' || c == '{') && (node_start || flow > 0)) {  // else part of a plain scalar
+      ++flow;
+      node_start = true;
+      continue;
+    }
+    if ((c == ']' || c == '}') && flow > 0 && --flow == 0) {
+      after_quoted = true;  // as after a quoted scalar: "[a],b" hangs yaml-cpp
+      continue;
+    }
+    node_start = ((c == '-' || c == ':') && next_blank) || (c == ',' && flow > 0);
+  }
+}
+
 /// Writes `--set key=value` into the tree (creating sections as needed).
 void apply_override(YAML::Node& root, const std::string& key, const std::string& value,
                     const std::string& source) {
   const std::string origin = source + ": --set " + key + "=" + value;
   if (!is_leaf(key) && !is_section(key))
     throw InputError(origin + ": unknown key '" + key + "'" + suggestion(key));
+  refuse_yaml_cpp_hangs(value, origin);
   YAML::Node parsed;
   try {
     parsed = YAML::Load(value);
@@ -507,13 +653,14 @@ std::int64_t scenario_size_limit(const std::string& field) {
 
 Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
                         const std::vector<std::pair<std::string, std::string>>& overrides) {
+  refuse_yaml_cpp_hangs(yaml_text, source);
   YAML::Node root;
   try {
     std::vector<YAML::Node> docs = YAML::LoadAll(yaml_text);
     if (docs.size() > 1) {
       const YAML::Mark m = docs[1].Mark();
       throw InputError(source + (m.is_null() ? std::string() : ":" + std::to_string(m.line + 1)) +
-                       ": a second YAML document (after '---'): a scenario file holds one "
+                       ": a second YAML document (e.g. after '---'): a scenario file holds one "
                        "document; remove the '---' and merge the keys, or split the file");
     }
     if (!docs.empty()) root = docs[0];

@@ -664,6 +664,62 @@ TEST(ScenarioLimits, EveryIntegerKeyHasAStatedBound) {
   EXPECT_EQ(trainsim::scenario_size_limit("nope"), 0);
 }
 
+TEST(ScenarioFuzzRegressions, LeadingCommaOutsideFlowIsASyntaxErrorNotAHang) {
+  // fuzz/fuzz_scenario.cpp: yaml-cpp 0.7 looped forever, allocating, on these.
+  for (const char* text : {",;a\n- b\n", ",\n- b\n", "- a\n,\n- b\n", ", - b\n",
+                           "#  cpu` `om\n  nsdesyerser_:= [nol:\n,  ten 1\n", "'',", "[a],b\n", "{a: 1}, b\n"}) {
+    try {
+      trainsim::parse_scenario(text, "fuzz.yaml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("fuzz.yaml:"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("','"), std::string::npos) << e.what();
+    }
+    // Also as a --set value.
+    EXPECT_THROW(trainsim::parse_scenario("", "fuzz.yaml", {{"name", text}}), InputError);
+  }
+  // Control characters (a NUL before a ',' hung yaml-cpp as well) are refused by position.
+  try {
+    trainsim::parse_scenario(std::string("model:\n  x: \0, b\n", 17), "nul.yaml");
+    ADD_FAILURE() << "NUL accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("nul.yaml:2:6"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("0x00"), std::string::npos) << e.what();
+  }
+  // Bytes that are not UTF-8 are refused with their position.
+  try {
+    trainsim::parse_scenario("name: a\n[\xff\xff],\n", "bytes.yaml");
+    ADD_FAILURE() << "0xFF accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bytes.yaml:2:2: not UTF-8 text (byte 0xFF)"),
+              std::string::npos)
+        << e.what();
+  }
+  // Tags, anchors, aliases, complex keys and directives are refused (yaml-cpp hung on
+  // "!\r&\r..." and "!, b"; aliases allow exponential expansion).
+  for (const char* text : {"!, bf", "x: &a ,\n- b\n", "!\r&\r  &\r!\r", "x: *a\n",
+                           "? a\n: b\n", "%YAML 1.2\n---\nx: 1\n"}) {
+    try {
+      trainsim::parse_scenario(text, "tags.yaml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("not supported in scenario files"), std::string::npos)
+          << e.what();
+    }
+  }
+  // A ',' inside flow collections, quotes and block scalars is still fine for the scan.
+  EXPECT_THROW(
+      {
+        try {
+          trainsim::parse_scenario("name: |\n  ,text\nmodel: {num_layers: [1\n, 2]}\n", "ok.yaml");
+        } catch (const InputError& e) {
+          EXPECT_EQ(std::string(e.what()).find("','"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      InputError);
+}
+
 TEST(ScenarioStrings, EnumNames) {
   EXPECT_STREQ(trainsim::to_string(trainsim::Precision::FP16), "fp16");
   EXPECT_STREQ(trainsim::to_string(trainsim::Precision::BF16), "bf16");
