@@ -343,7 +343,9 @@ void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& 
 /// invalid YAML (a plain scalar cannot start with a flow indicator), so this scan refuses it
 /// first, with the line. A node starts at a line's first character, after "- " or ": " and
 /// inside flow collections after '[', '{' or ','. The scan follows quoted scalars (which may span
-/// lines), comments, flow collections ([ ], { }) and block scalars (| and >: text lines).
+/// lines), comments and flow collections ([ ], { }). Block scalars, tags, anchors, aliases,
+/// complex keys and directives are refused: no scenario needs them, and yaml-cpp hung on
+/// malformed uses of each.
 void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
   // Valid UTF-8 only (YAML is Unicode text).
   for (std::size_t i = 0, line = 1, line_begin = 0; i < text.size();) {
@@ -366,9 +368,6 @@ void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
   int flow = 0;
   char quote = 0;            // the open quoted scalar's quote, or 0
   std::size_t line = 1, line_begin = 0;  // the line's number and its first byte
-  bool line_start = true;    // only blanks so far on this line
-  std::size_t indent = 0;    // blanks before the line's first character
-  long block_indent = -1;    // >= 0: in a block scalar of a line indented that much
   bool node_start = true;    // the next non-blank character starts a node
   bool after_blank = true;   // the previous character was a blank (or the line start)
   bool after_quoted = false; // a quoted scalar just closed in block context
@@ -387,7 +386,8 @@ void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
     // A lone CR is a line break as well (YAML 1.2 b-break; yaml-cpp agrees).
     if (c == '\n' || (c == '\r' && (i + 1 >= text.size() || text[i + 1] != '\n'))) {
       after_quoted = false;
-      ++line, line_begin = i + 1, line_start = true, indent = 0, node_start = true, after_blank = true;
+      ++line, line_begin = i + 1, node_start = true,
+      after_blank = true;
       continue;
     }
     if (quote) {
@@ -404,17 +404,8 @@ void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
       continue;
     }
     if (blank(c)) {
-      if (line_start) ++indent;
       after_blank = true;
       continue;
-    }
-    if (line_start) {
-      line_start = false;
-      if (block_indent >= 0 && static_cast<long>(indent) > block_indent) {
-        while (i + 1 < text.size() && text[i + 1] != '\n') ++i;  // block scalar text
-        continue;
-      }
-      block_indent = -1;
     }
     if (after_quoted) {
       // In block context a quoted scalar or a flow collection is followed by ':' (a key), a
@@ -430,7 +421,7 @@ void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
     after_blank = false;
     const char next = i + 1 < text.size() ? text[i + 1] : '\n';
     const bool next_blank = blank(next) || next == '\n';
-    if (after_blank || token_start) {
+    if (token_start) {
       if (c == '#' && (column == 0 || blank(text[i - 1]))) {  // a comment
         while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
         continue;
@@ -456,18 +447,10 @@ void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
                           : c == '%' ? "directives (%)"
                                      : "complex keys (? )") +
                          " are not supported in scenario files (plain keys and values only)");
-      if (flow == 0 && node_start && (c == '|' || c == '>')) {
-        std::size_t j = i + 1;  // optional chomping / indentation indicators
-        while (j < text.size() && (text[j] == '+' || text[j] == '-' ||
-                                   std::isdigit(static_cast<unsigned char>(text[j]))))
-          ++j;
-        while (j < text.size() && blank(text[j])) ++j;
-        if (j >= text.size() || text[j] == '\n' || text[j] == '#') {
-          block_indent = long(indent);
-          while (i + 1 < text.size() && text[i + 1] != '\n') ++i;  // header and comment
-          continue;
-        }
-      }
+      if (flow == 0 && node_start && (c == '|' || c == '>'))
+        throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
+                         ": YAML block scalars (| and >) are not supported in scenario files "
+                         "(write the value on one line)");
     }
     if ((c == '[' || c == '{') && (node_start || flow > 0)) {  // else part of a plain scalar
       ++flow;
