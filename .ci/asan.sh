@@ -7,9 +7,13 @@
 # LeakSanitizer is off (detect_leaks=0): SimGrid keeps its engine, platform and actor contexts
 # alive until exit by design (s4u::Engine is a process-wide singleton that is never destroyed),
 # so every sim/ test would "leak"; heap overflows, use-after-free and UB are still caught.
+# detect_stack_use_after_return=0: SimGrid runs each actor on its own stack through its context
+# switching, which Debian's SimGrid does not announce to ASan (no __sanitizer_start_switch_fiber),
+# so ASan's fake stacks report false "stack-use-after-return" on locals of the actor's own live
+# frame (seen in sim/executor.cpp run_task, Fold.Tp8Pp4Dp2Interleaved).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=0
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 start=$(date +%s)
 launcher=()

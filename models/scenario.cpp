@@ -342,8 +342,8 @@ void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& 
 /// any flow collection (",\n- b", "!, b", found by fuzz/fuzz_scenario.cpp). Such a ',' is
 /// invalid YAML (a plain scalar cannot start with a flow indicator), so this scan refuses it
 /// first, with the line. A node starts at a line's first character, after "- " or ": " and
-/// inside flow collections after '[', '{' or ','. The scan follows quoted scalars (which may span
-/// lines), comments and flow collections ([ ], { }). Block scalars, tags, anchors, aliases,
+/// inside flow collections after '[', '{' or ','. The scan follows quoted scalars (one line
+/// each), comments and flow collections ([ ], { }). Block scalars, tags, anchors, aliases,
 /// complex keys and directives are refused: no scenario needs them, and yaml-cpp hung on
 /// malformed uses of each.
 void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
@@ -385,6 +385,12 @@ void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
     }
     // A lone CR is a line break as well (YAML 1.2 b-break; yaml-cpp agrees).
     if (c == '\n' || (c == '\r' && (i + 1 >= text.size() || text[i + 1] != '\n'))) {
+      // Quoted scalars stay on one line in scenario files: a multi-line one hid the lines
+      // after it from this scan (and hung yaml-cpp; found by fuzz_scenario).
+      if (quote)
+        throw InputError(source + ":" + std::to_string(line) + ": YAML string opened with " +
+                         std::string(1, quote) + " is not closed on its line (quoted values "
+                         "span one line in scenario files)");
       after_quoted = false;
       ++line, line_begin = i + 1, node_start = true,
       after_blank = true;
@@ -463,6 +469,9 @@ void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
     }
     node_start = ((c == '-' || c == ':') && next_blank) || (c == ',' && flow > 0);
   }
+  if (quote)
+    throw InputError(source + ":" + std::to_string(line) + ": YAML string opened with " +
+                     std::string(1, quote) + " is not closed");
 }
 
 /// Writes `--set key=value` into the tree (creating sections as needed).
