@@ -695,6 +695,8 @@ TEST(ScenarioFuzzRegressions, LeadingCommaOutsideFlowIsASyntaxErrorNotAHang) {
               std::string::npos)
         << e.what();
   }
+  // Deeply nested flow collections took yaml-cpp seconds (fuzz_scenario).
+  EXPECT_THROW(trainsim::parse_scenario("x: {{{{{{{{{{{{{{{{{{{{\n", "deep.yaml"), InputError);
   // A quoted value spanning lines hid the lines after it from the scan (fuzz_scenario).
   EXPECT_THROW(trainsim::parse_scenario("name: \"a\n  4 ,well {{de\"\n", "q.yaml"), InputError);
   // Tags, anchors, aliases, complex keys and directives are refused (yaml-cpp hung on
