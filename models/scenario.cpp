@@ -387,6 +387,12 @@ void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
     if (c == '\n' || (c == '\r' && (i + 1 >= text.size() || text[i + 1] != '\n'))) {
       // Quoted scalars stay on one line in scenario files: a multi-line one hid the lines
       // after it from this scan (and hung yaml-cpp; found by fuzz_scenario).
+      // Flow collections too ([a, b] / {k: v}): an unclosed one spanning lines with ',' and
+      // comments hung yaml-cpp (fuzz/open_findings/scenario_hang_multiline_flow.yaml).
+      if (flow > 0)
+        throw InputError(source + ":" + std::to_string(line) +
+                         ": YAML syntax error: [ ] / { } not closed on its line ([ ] and { } values span one "
+                         "line in scenario files)");
       if (quote)
         throw InputError(source + ":" + std::to_string(line) + ": YAML string opened with " +
                          std::string(1, quote) + " is not closed on its line (quoted values "
