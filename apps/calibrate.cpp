@@ -31,18 +31,46 @@ SystemSpec system_of_profile(const CalibrationProfile& p, const std::string& nam
 
 int calibrate_main(const CalibrateArgs& args) {
   CalibrationProfile profile;
+  if (args.from_trace.empty() && !args.base.empty())
+    throw InputError("calibrate --base " + args.base +
+                     ": --base is the profile that --from-trace refines, and no --from-trace "
+                     "was given (microbenchmarks measure a new profile; drop --base or add "
+                     "--from-trace TRACE.json)");
+  if (args.from_trace.empty() && args.allow_device_mismatch)
+    throw InputError("calibrate --allow-device-mismatch applies only with --from-trace");
   if (!args.from_trace.empty()) {
     if (args.base.empty())
       throw InputError("calibrate --from-trace needs --base PROFILE.json (the profile to refine)");
+    if (!args.device.empty() || args.quick)
+      throw InputError(std::string("calibrate --from-trace: ") +
+                       (args.quick ? "--quick" : "--device " + args.device) +
+                       " applies to microbenchmarks, not to a fit from a trace");
     const CalibrationProfile base = load_calibration(args.base);
     const SystemSpec system = system_of_profile(base, args.base);
     const validation::ImportedTrace trace = validation::load_chrome_trace(args.from_trace);
+    const std::string mismatch = validation::trace_device_mismatch(trace, base.device);
+    if (!mismatch.empty()) {
+      if (!args.allow_device_mismatch)
+        throw InputError("calibrate --from-trace " + args.from_trace + " --base " + args.base +
+                         ": " + mismatch +
+                         "; a fit would carry one device's speed into the other's profile "
+                         "(pass --allow-device-mismatch to fit anyway)");
+      std::cerr << "trainsim calibrate: warning: " << mismatch
+                << " (--allow-device-mismatch)\n";
+    }
     validation::FitReport report;
     profile = validation::fit_from_operator_samples(validation::operator_samples(trace), base,
                                                     system, &report);
     profile.source = base.source + "; refined from trace " + args.from_trace;
     std::cerr << "trainsim calibrate: fitted from " << args.from_trace << ": "
               << report.to_json().dump() << "\n";
+    for (const validation::FitChange& c :
+         validation::large_fit_changes(base, profile, validation::kFitWarningFactor))
+      std::cerr << "trainsim calibrate: warning: the fit moves " << c.field << " from "
+                << c.before << " to " << c.after << " (" << c.factor
+                << "x, more than the " << validation::kFitWarningFactor
+                << "x a refinement of the same device should need; check that "
+                << args.from_trace << " comes from the device of " << args.base << ")\n";
   } else {
     validation::MicrobenchOptions mo;
     mo.device = args.device.empty() ? "cpu" : args.device;

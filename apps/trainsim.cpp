@@ -18,14 +18,28 @@
 
 namespace trainsim::cli {
 
-std::pair<std::string, std::string> parse_override(const std::string& text) {
-  const auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw InputError("--set '" + text + "': expected key=value, e.g. parallel.micro_batch_size=2");
-  return {text.substr(0, eq), text.substr(eq + 1)};
-}
-
 namespace {
+
+/// An integer flag >= `min`, with a message in the user's terms (CLI11's own range checks
+/// print "Value 0 not in range 0.000000 to 1797693134862315708145274237317043567981...").
+CLI::Validator integer_at_least(long long min) {
+  const std::string what =
+      min == 1 ? "a positive integer (>= 1)" : "an integer >= " + std::to_string(min);
+  return CLI::Validator(
+      [min, what](std::string& in) -> std::string {
+        std::size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(in, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != in.size()) return "expected " + what + ", got '" + in + "'";
+        if (v < min) return "must be " + what + ", got " + in;
+        return std::string();
+      },
+      min == 1 ? "POSITIVE" : "NONNEGATIVE");
+}
 
 Overrides to_overrides(const std::vector<std::string>& raw) {
   Overrides out;
@@ -75,11 +89,11 @@ int run(int argc, char** argv) {
   replay->add_option("--device", rep.device, "cuda or cpu (default: cuda when available)")
       ->check(CLI::IsMember(devices));
   replay->add_option("--rank", rep.rank, "world rank to replay (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   replay->add_option("--nprocs", rep.nprocs,
                      "processes, one per GPU, replaying ranks 0..N-1 with NCCL (default 1; "
                      "under torchrun/srun their WORLD_SIZE)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   replay->add_option("--trace", rep.trace, "write the measured Chrome/Perfetto trace JSON");
   replay->add_option("--json", rep.json, "write the measured summary JSON");
   replay->add_flag("--force", rep.force,
@@ -96,7 +110,7 @@ int run(int argc, char** argv) {
   validate->add_option("--report", val.report, "write an HTML report");
   validate->add_option("--repeat", val.repeat,
                        "measured replays after a warm-up; the fastest is compared (default 3)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   validate->add_flag("--force", val.force,
                      "run even when the estimated graph is above the size limits");
 
@@ -110,6 +124,8 @@ int run(int argc, char** argv) {
                         "fit --base from a PyTorch profiler (Kineto) trace instead of running "
                         "microbenchmarks");
   calibrate->add_option("--base", cal.base, "the profile --from-trace refines");
+  calibrate->add_flag("--allow-device-mismatch", cal.allow_device_mismatch,
+                      "fit a --from-trace trace recorded on another device than --base's");
 
   try {
     app.parse(argc, argv);

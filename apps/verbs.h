@@ -68,7 +68,7 @@ struct ValidateArgs {
 };
 
 /// trainsim calibrate [--device cuda|cpu] [--out profile.json] [--quick]
-///   [--from-trace kineto.json --base profile.json]
+///   [--from-trace kineto.json --base profile.json [--allow-device-mismatch]]
 struct CalibrateArgs {
   std::string device;
   std::string out;  ///< empty: print the profile JSON on stdout
@@ -77,6 +77,8 @@ struct CalibrateArgs {
   /// (validation/fit.h fit_from_operator_samples).
   std::string from_trace;
   std::string base;
+  /// Fit a trace recorded on another device than `base` describes (refused otherwise).
+  bool allow_device_mismatch = false;
 };
 
 int simulate_main(const SimulateArgs& args);

@@ -1,9 +1,11 @@
 // Calibration profiles: JSON load/save with strict validation, and the embedded defaults.
 #include "models/calibration.h"
+#include "models/json_input.h"
 
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -116,12 +118,7 @@ std::vector<std::string> calibration_parameter_names() {
 }
 
 CalibrationProfile parse_calibration(const std::string& text, const std::string& file) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw InputError(file + ": invalid JSON: " + e.what());
-  }
+  const json root = parse_json_input(text, file);
   if (!root.is_object()) fail(file, "(root)", dump(root), "expected a JSON object");
   for (auto it = root.begin(); it != root.end(); ++it) {
     bool known = false;
@@ -184,7 +181,7 @@ CalibrationProfile parse_calibration(const std::string& text, const std::string&
   p.precision = read_string(root, "precision", file, false);
   if (!p.precision.empty() && p.precision != "fp32" && p.precision != "bf16" &&
       p.precision != "fp16")
-    fail(file, "precision", dump(root["precision"]), "expected fp32, bf16 or fp16");
+    fail(file, "precision", dump(root.at("precision")), "expected fp32, bf16 or fp16");
   if (auto ld = root.find("local_device"); ld != root.end()) {
     if (!ld->is_object()) fail(file, "local_device", dump(*ld), "expected an object");
     for (auto it = ld->begin(); it != ld->end(); ++it) {
@@ -269,6 +266,9 @@ double interpolate_gemm_efficiency(const std::vector<CalibrationProfile::GemmPoi
 }
 
 CalibrationProfile load_calibration(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": is a directory, not a calibration profile (a .json file)");
   std::ifstream in(path);
   if (!in) throw InputError(path + ": cannot open calibration profile");
   std::stringstream ss;

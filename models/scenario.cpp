@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -118,6 +119,19 @@ std::string suggestion(const std::string& path) {
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
 
+/// "1048576 (2^20)" for powers of two, else the number.
+std::string show_limit(std::int64_t max) {
+  std::string out = std::to_string(max);
+  if (max > 1024 && (max & (max - 1)) == 0)
+    out += " = 2^" + std::to_string(63 - __builtin_clzll(static_cast<unsigned long long>(max)));
+  return out;
+}
+
+std::string limit_text(const std::string& field, std::int64_t max) {
+  return "must be at most " + show_limit(max) + " (trainsim's upper bound for " + field +
+         ", models/scenario.h: larger sizes would overflow the model's 64-bit arithmetic)";
+}
+
 // ---------------------------------------------------------------------------------------
 // Reader: typed access to the YAML tree with precise error messages.
 
@@ -192,12 +206,24 @@ class Reader {
     if (!n.IsScalar()) fail(path, n, "expected an integer");
     const std::string& s = n.Scalar();
     if (n.Tag() == "!") fail(path, n, "expected an integer, got a quoted string");
+    const std::int64_t max_value = scenario_size_limit(path);
     std::int64_t value = 0;
-    if (!parse_int(s, value)) {
+    bool out_of_range = false;
+    if (!parse_int(s, value, &out_of_range)) {
       double d = 0;
-      if (parse_double(s, d)) {
-        if (!allow_integral_float || d != std::floor(d) || std::fabs(d) > 9.0e18)
+      if (out_of_range) {
+        // All digits, but beyond 64 bits.
+        if (s[0] == '-') fail(path, n, "must be a positive integer (> 0)");
+        fail(path, n, max_value > 0 ? limit_text(path, max_value) : "integer out of range");
+      } else if (parse_double(s, d)) {
+        if (!allow_integral_float || d != std::floor(d))
           fail(path, n, "expected an integer, got a floating-point number");
+        if (d < static_cast<double>(min_value))
+          fail(path, n, min_value == 1 ? "must be a positive integer (> 0)"
+                                       : "must be an integer >= " + std::to_string(min_value));
+        if (max_value > 0 && d > static_cast<double>(max_value))
+          fail(path, n, limit_text(path, max_value));
+        if (std::fabs(d) > 9.0e18) fail(path, n, "integer out of range");
         value = static_cast<std::int64_t>(d);
       } else {
         fail(path, n, "expected an integer, got a string");
@@ -207,6 +233,7 @@ class Reader {
       fail(path, n,
            min_value == 1 ? "must be a positive integer (> 0)"
                           : "must be an integer >= " + std::to_string(min_value));
+    if (max_value > 0 && value > max_value) fail(path, n, limit_text(path, max_value));
     return value;
   }
 
@@ -241,7 +268,10 @@ class Reader {
     fail(path, at(path), "expected one of: " + list);
   }
 
-  static bool parse_int(const std::string& s, std::int64_t& out) {
+  /// A decimal integer that fits 64 bits; `out_of_range` (if given) tells an all-digit text
+  /// beyond 64 bits from one that is not an integer at all.
+  static bool parse_int(const std::string& s, std::int64_t& out, bool* out_of_range = nullptr) {
+    if (out_of_range) *out_of_range = false;
     if (s.empty()) return false;
     std::size_t i = (s[0] == '+' || s[0] == '-') ? 1 : 0;
     if (i == s.size()) return false;
@@ -250,7 +280,10 @@ class Reader {
     errno = 0;
     char* end = nullptr;
     long long v = std::strtoll(s.c_str(), &end, 10);
-    if (errno == ERANGE) return false;
+    if (errno == ERANGE) {
+      if (out_of_range) *out_of_range = true;
+      return false;
+    }
     out = v;
     return true;
   }
@@ -305,12 +338,165 @@ void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& 
   }
 }
 
+/// yaml-cpp 0.7 (Debian 12's) loops forever, allocating, on a ',' where a node starts outside
+/// any flow collection (",\n- b", "!, b", found by fuzz/fuzz_scenario.cpp). Such a ',' is
+/// invalid YAML (a plain scalar cannot start with a flow indicator), so this scan refuses it
+/// first, with the line. A node starts at a line's first character, after "- " or ": " and
+/// inside flow collections after '[', '{' or ','. The scan follows quoted scalars (one line
+/// each), comments and flow collections ([ ], { }). Block scalars, tags, anchors, aliases,
+/// complex keys and directives are refused: no scenario needs them, and yaml-cpp hung on
+/// malformed uses of each.
+void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
+  // Valid UTF-8 only (YAML is Unicode text).
+  for (std::size_t i = 0, line = 1, line_begin = 0; i < text.size();) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    const std::size_t len = u < 0x80 ? 1 : (u >> 5) == 0x6 ? 2 : (u >> 4) == 0xE ? 3
+                          : (u >> 3) == 0x1E ? 4 : 0;
+    bool ok = len > 0 && i + len <= text.size() && !(len == 2 && u < 0xC2);
+    for (std::size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    if (!ok) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", u);
+      throw InputError(source + ":" + std::to_string(line) + ":" +
+                       std::to_string(i - line_begin + 1) + ": not UTF-8 text (byte " + hex + ")");
+    }
+    if (u == '\n') ++line, line_begin = i + 1;
+    i += len;
+  }
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+  int flow = 0;
+  char quote = 0;            // the open quoted scalar's quote, or 0
+  std::size_t line = 1, line_begin = 0;  // the line's number and its first byte
+  bool node_start = true;    // the next non-blank character starts a node
+  bool after_blank = true;   // the previous character was a blank (or the line start)
+  bool after_quoted = false; // a quoted scalar just closed in block context
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const std::size_t column = i - line_begin;  // 0-based
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n' && c != '\t' && c != '\r') || u == 0x7F) {
+      // YAML allows only printable characters (YAML 1.2 c-printable); yaml-cpp chokes on some.
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", u);
+      throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
+                       ": YAML syntax error: control character " + hex +
+                       " (a scenario file is text)");
+    }
+    // A lone CR is a line break as well (YAML 1.2 b-break; yaml-cpp agrees).
+    if (c == '\n' || (c == '\r' && (i + 1 >= text.size() || text[i + 1] != '\n'))) {
+      // Quoted scalars stay on one line in scenario files: a multi-line one hid the lines
+      // after it from this scan (and hung yaml-cpp; found by fuzz_scenario).
+      // Flow collections ([a, b] / {k: v}) may span lines, as DESIGN.md's own example does
+      // ("model: {num_layers: 128, ...,\n seq_length: 2048}"); but an unclosed one spanning
+      // lines with comments hung yaml-cpp (fuzz/open_findings/scenario_hang_multiline_flow.yaml),
+      // so comments inside them are refused, and so is one left open at the end of the text.
+      if (quote)
+        throw InputError(source + ":" + std::to_string(line) + ": YAML string opened with " +
+                         std::string(1, quote) + " is not closed on its line (quoted values "
+                         "span one line in scenario files)");
+      after_quoted = false;
+      ++line, line_begin = i + 1, after_blank = true;
+      if (flow == 0) node_start = true;  // inside [ ] / { } a line break continues the value
+      continue;
+    }
+    if (quote) {
+      if (quote == '"' && c == '\\') {
+        ++i;  // an escape: skip the next character
+      } else if (c == quote) {
+        if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+          ++i;  // '' in '...'
+        } else {
+          quote = 0;
+          after_quoted = flow == 0;
+        }
+      }
+      continue;
+    }
+    if (blank(c)) {
+      after_blank = true;
+      continue;
+    }
+    if (after_quoted) {
+      // In block context a quoted scalar or a flow collection is followed by ':' (a key), a
+      // comment or the line's end; yaml-cpp hangs on a ',' there ("'',", "[a],").
+      after_quoted = false;
+      if (c != ':' && !(c == '#' && after_blank))
+        throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
+                         ": YAML syntax error: '" + std::string(1, c) +
+                         "' after a quoted string or a [ ] / { } collection (expected ':', a comment or "
+                         "the line's end)");
+    }
+    const bool token_start = after_blank || node_start;
+    after_blank = false;
+    const char next = i + 1 < text.size() ? text[i + 1] : '\n';
+    const bool next_blank = blank(next) || next == '\n';
+    if (token_start) {
+      if (c == '#' && (column == 0 || blank(text[i - 1]))) {  // a comment
+        if (flow > 0)
+          throw InputError(source + ":" + std::to_string(line) + ":" +
+                           std::to_string(column + 1) +
+                           ": YAML comments inside [ ] / { } are not supported in scenario "
+                           "files (close the collection first)");
+        while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+        continue;
+      }
+      if (c == ',' && node_start && flow == 0)
+        throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
+                         ": YAML syntax error: ',' cannot start a value outside [ ] or { }");
+      if (node_start && (c == '"' || c == '\'')) {
+        quote = c;
+        node_start = false;
+        continue;
+      }
+      // Tags, anchors, aliases, complex keys and directives: no scenario needs them, and
+      // yaml-cpp hangs on some malformed uses ("!\r&\r..."; aliases also allow exponential
+      // "billion laughs" expansion). Refused.
+      const bool complex_key = c == '?' && next_blank;
+      if (node_start && (c == '!' || c == '&' || c == '*' || complex_key || (c == '%' && column == 0)))
+        throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
+                         ": YAML " +
+                         (c == '!'   ? "tags (!)"
+                          : c == '&' ? "anchors (&)"
+                          : c == '*' ? "aliases (*)"
+                          : c == '%' ? "directives (%)"
+                                     : "complex keys (? )") +
+                         " are not supported in scenario files (plain keys and values only)");
+      if (flow == 0 && node_start && (c == '|' || c == '>'))
+        throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
+                         ": YAML block scalars (| and >) are not supported in scenario files "
+                         "(write the value on one line)");
+    }
+    if ((c == '[' || c == '{') && (node_start || flow > 0)) {  // else part of a plain scalar
+      // yaml-cpp's time grows steeply with deeply nested flow collections (fuzz_scenario:
+      // 10 s on 300 bytes); a scenario nests at most a list in a section.
+      if (++flow > 8)
+        throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
+                         ": YAML [ ] / { } nested more than 8 deep (not a scenario)");
+      node_start = true;
+      continue;
+    }
+    if ((c == ']' || c == '}') && flow > 0 && --flow == 0) {
+      after_quoted = true;  // as after a quoted scalar: "[a],b" hangs yaml-cpp
+      continue;
+    }
+    node_start = ((c == '-' || c == ':') && next_blank) || (c == ',' && flow > 0);
+  }
+  if (quote)
+    throw InputError(source + ":" + std::to_string(line) + ": YAML string opened with " +
+                     std::string(1, quote) + " is not closed");
+  if (flow > 0)
+    throw InputError(source + ":" + std::to_string(line) +
+                     ": YAML syntax error: a [ ] / { } collection is not closed");
+}
+
 /// Writes `--set key=value` into the tree (creating sections as needed).
 void apply_override(YAML::Node& root, const std::string& key, const std::string& value,
                     const std::string& source) {
   const std::string origin = source + ": --set " + key + "=" + value;
   if (!is_leaf(key) && !is_section(key))
     throw InputError(origin + ": unknown key '" + key + "'" + suggestion(key));
+  refuse_yaml_cpp_hangs(value, origin);
   YAML::Node parsed;
   try {
     parsed = YAML::Load(value);
@@ -349,18 +535,149 @@ std::string kv(const std::string& field, std::int64_t value) {
   return field + " (" + std::to_string(value) + ")";
 }
 
+// 128-bit products of values already within their per-key bounds (< 2^31 each, at most four
+// factors): exact, so the derived bounds below are checked before any 64-bit product is formed.
+using Wide = __int128;
+
+std::string show_wide(Wide v) {
+  if (v <= std::numeric_limits<std::int64_t>::max()) return std::to_string(std::int64_t(v));
+  std::ostringstream o;
+  o.precision(3);
+  o << static_cast<long double>(v);
+  return o.str();
+}
+
+template <typename Fail>
+void check_derived_sizes(const Scenario& s, const Fail& fail) {
+  const ModelConfig& m = s.model;
+  const ParallelConfig& p = s.parallel;
+  const Wide L = m.num_layers, h = m.hidden_size, a = m.num_attention_heads, kvc = m.kv_channels,
+             f = m.ffn_hidden_size, sq = m.seq_length, V = m.padded_vocab_size,
+             b = p.micro_batch_size;
+  // Parameters, models/memory_model.cpp total_params (tp = 1), untied output layer included.
+  const Wide ad = a * kvc;
+  const Wide layer = h * 3 * ad + 3 * ad + ad * h + h + h * f + f + f * h + h + 4 * h;
+  const Wide params = L * layer + 2 * V * h + sq * h + 2 * h;
+  if (params > kMaxScenarioParameters)
+    fail("the model has " + show_wide(params) + " parameters (from " +
+         kv("model.num_layers", m.num_layers) + ", " + kv("model.hidden_size", m.hidden_size) +
+         ", " + kv("model.ffn_hidden_size", m.ffn_hidden_size) + ", " +
+         kv("model.num_attention_heads", m.num_attention_heads) + " x " +
+         kv("model.kv_channels", m.kv_channels) + ", " +
+         kv("model.padded_vocab_size", m.padded_vocab_size) +
+         "), above trainsim's bound of 2^50 (models/scenario.h kMaxScenarioParameters)");
+  // Activation bytes of one layer and one microbatch, fp32 upper bound of
+  // models/memory_model.cpp (34 sbh + 5 a s^2 b at 2 bytes; here 4-byte values and masks:
+  // 60 sbh + 12 a s^2 b) plus the fp32 logits (4 s b V), times every layer and microbatch.
+  const Wide sbh = sq * b * h;
+  const Wide act_layer = 60 * sbh + 12 * a * sq * sq * b + 4 * sq * b * V;
+  const Wide act_all = act_layer * L * p.num_microbatches;
+  if (act_all > kMaxScenarioActivationBytes)
+    fail("activations of " + show_wide(act_all) + " bytes (one layer of one microbatch: " +
+         show_wide(act_layer) + " bytes from " + kv("model.seq_length", m.seq_length) + " x " +
+         kv("parallel.micro_batch_size", p.micro_batch_size) + " x " +
+         kv("model.hidden_size", m.hidden_size) + " and " +
+         kv("model.num_attention_heads", m.num_attention_heads) + ", times " +
+         kv("model.num_layers", m.num_layers) + " x " + std::to_string(p.num_microbatches) +
+         " microbatches) exceed trainsim's bound of 2^60 bytes "
+         "(models/scenario.h kMaxScenarioActivationBytes)");
+  const Wide tokens = Wide(p.global_batch_size) * sq;
+  if (tokens > kMaxScenarioTokensPerIteration)
+    fail(show_wide(tokens) + " tokens per iteration (" +
+         kv("parallel.global_batch_size", p.global_batch_size) + " x " +
+         kv("model.seq_length", m.seq_length) +
+         ") exceed trainsim's bound of 2^40 (models/scenario.h kMaxScenarioTokensPerIteration)");
+}
+
+/// The cluster's NICs must fit the system's fat tree, with the NIC numbering of sim/platform.cpp
+/// (PlatformModel::fabric_endpoint: rail-optimized, a leaf holds NIC `nic` of m1 consecutive
+/// nodes). Checked here so that the refusal names the file and cluster.nodes.
+template <typename Fail>
+void check_fabric_capacity(const Scenario& s, const SystemSpec& sys, const Fail& fail) {
+  if (sys.switch_radix < 2 || sys.fat_tree_levels < 1 || sys.nics_per_node < 1) return;
+  const Wide k = sys.switch_radix, rails = sys.nics_per_node;
+  Wide capacity = 1, m1 = 1;
+  for (int l = 1; l <= sys.fat_tree_levels; ++l) {
+    capacity *= (l == sys.fat_tree_levels) ? k : k / 2;
+    if (l == 1) m1 = capacity;
+    if (capacity > (Wide(1) << 62)) return;  // more ports than any bounded cluster needs
+  }
+  auto needed = [&](Wide nodes) {
+    const Wide node = nodes - 1, nic = rails - 1;
+    if (sys.fat_tree_levels == 1) return node * rails + nic + 1;
+    return (node / m1) * (m1 * rails) + nic * m1 + node % m1 + 1;
+  };
+  if (needed(s.cluster.nodes) <= capacity) return;
+  std::int64_t lo = 0, hi = s.cluster.nodes;  // largest count that fits: needed(lo) <= capacity
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (needed(mid) <= capacity ? lo : hi) = mid;
+  }
+  fail("field 'cluster.nodes' = " + std::to_string(s.cluster.nodes) + " (" +
+       std::to_string(s.world_size()) + " GPUs): the " + std::to_string(s.cluster.nodes) +
+       " nodes x " + std::to_string(sys.nics_per_node) + " NICs do not fit system '" + sys.name +
+       "' (a fat tree of " + std::to_string(sys.fat_tree_levels) + " levels of radix-" +
+       std::to_string(sys.switch_radix) + " switches, " + show_wide(capacity) +
+       " NIC ports); at most " + std::to_string(lo) + " nodes fit");
+}
+
 }  // namespace
 
 // -----------------------------------------------------------------------------------------
 
+const std::vector<ScenarioSizeLimit>& scenario_size_limits() {
+  // See models/scenario.h for why these values.
+  constexpr std::int64_t k2p16 = std::int64_t(1) << 16, k2p20 = std::int64_t(1) << 20,
+                         k2p22 = std::int64_t(1) << 22, k2p24 = std::int64_t(1) << 24,
+                         k2p30 = std::int64_t(1) << 30, k2p50 = std::int64_t(1) << 50;
+  static const std::vector<ScenarioSizeLimit> v = {
+      {"model.num_layers", 0xFFFE},
+      {"model.hidden_size", k2p20},
+      {"model.num_attention_heads", k2p16},
+      {"model.kv_channels", k2p16},
+      {"model.ffn_hidden_size", k2p22},
+      {"model.seq_length", k2p22},
+      {"model.padded_vocab_size", k2p24},
+      {"parallel.tensor_model_parallel_size", k2p16},
+      {"parallel.pipeline_model_parallel_size", k2p16},
+      {"parallel.num_layers_per_virtual_pipeline_stage", 0xFFFE},
+      {"parallel.micro_batch_size", k2p20},
+      {"parallel.global_batch_size", k2p30},
+      {"parallel.ddp_bucket_size", k2p50},
+      {"deepspeed.zero_optimization.reduce_bucket_size", k2p50},
+      {"deepspeed.zero_optimization.allgather_bucket_size", k2p50},
+      {"deepspeed.zero_optimization.stage3_prefetch_bucket_size", k2p50},
+      {"deepspeed.zero_optimization.sub_group_size", k2p50},
+      {"cluster.nodes", k2p20},
+      {"cluster.gpus_per_node", k2p16}};
+  return v;
+}
+
+std::int64_t scenario_size_limit(const std::string& field) {
+  for (const auto& l : scenario_size_limits())
+    if (field == l.field) return l.max;
+  return 0;
+}
+
 Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
                         const std::vector<std::pair<std::string, std::string>>& overrides) {
+  refuse_yaml_cpp_hangs(yaml_text, source);
   YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
+    std::vector<YAML::Node> docs = YAML::LoadAll(yaml_text);
+    if (docs.size() > 1) {
+      const YAML::Mark m = docs[1].Mark();
+      throw InputError(source + (m.is_null() ? std::string() : ":" + std::to_string(m.line + 1)) +
+                       ": a second YAML document (e.g. after '---'): a scenario file holds one "
+                       "document; remove the '---' and merge the keys, or split the file");
+    }
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::ParserException& e) {
     throw InputError(source + ":" + std::to_string(e.mark.line + 1) + ":" +
                      std::to_string(e.mark.column + 1) + ": YAML syntax error: " + e.msg);
+  } catch (const YAML::Exception& e) {
+    // e.g. yaml-cpp's DeepRecursion on absurdly nested flow collections.
+    throw InputError(source + ": YAML error: " + e.msg);
   }
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) throw InputError(source + ": a scenario must be a YAML mapping of sections");
@@ -384,8 +701,9 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   m.num_attention_heads = *r.get_int("model.num_attention_heads", 1, true);
   m.seq_length = *r.get_int("model.seq_length", 1, true);
   m.padded_vocab_size = *r.get_int("model.padded_vocab_size", 1, true);
-  m.ffn_hidden_size = r.get_int("model.ffn_hidden_size", 0, false).value_or(0);
-  m.kv_channels = r.get_int("model.kv_channels", 0, false).value_or(0);
+  // Absent means the default (validate_scenario); an explicit 0 is an error, not the default.
+  m.ffn_hidden_size = r.get_int("model.ffn_hidden_size", 1, false).value_or(0);
+  m.kv_channels = r.get_int("model.kv_channels", 1, false).value_or(0);
   m.untie_embeddings_and_output_weights =
       r.get_bool("model.untie_embeddings_and_output_weights").value_or(false);
 
@@ -450,6 +768,12 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
     } else {
       r.fail(op + "ratio", n, "expected a number in [0, 1] or 'auto'");
     }
+    if (!z.offload_optimizer.enabled)
+      r.fail(op + "ratio", n,
+             "is set, but " + op + "device is " +
+                 (r.has(op + "device") ? "'none'" : "not set") +
+                 ": the ratio applies only to an optimizer offloaded to the CPU (set " + op +
+                 "device: cpu, or remove the ratio)");
   }
 
   // ---- cluster
@@ -491,6 +815,10 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
 
 Scenario load_scenario(const std::string& path,
                        const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": is a directory, not a scenario file (give a .yaml file, e.g. " +
+                     (std::filesystem::path(path) / "NAME.yaml").string() + ")");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open scenario file (" + std::strerror(errno) + ")");
   std::ostringstream text;
@@ -525,6 +853,33 @@ void validate_scenario(Scenario& s) {
       {"cluster.nodes", s.cluster.nodes}};
   for (const auto& [field, value] : positive)
     if (value <= 0) fail(kv(field, value) + " must be positive");
+  // Upper bounds (models/scenario.h); parse_scenario checks them first, with the line.
+  const std::pair<const char*, std::int64_t> bounded[] = {
+      {"model.num_layers", m.num_layers},
+      {"model.hidden_size", m.hidden_size},
+      {"model.num_attention_heads", m.num_attention_heads},
+      {"model.kv_channels", m.kv_channels},
+      {"model.ffn_hidden_size", m.ffn_hidden_size},
+      {"model.seq_length", m.seq_length},
+      {"model.padded_vocab_size", m.padded_vocab_size},
+      {"parallel.tensor_model_parallel_size", p.tensor_model_parallel_size},
+      {"parallel.pipeline_model_parallel_size", p.pipeline_model_parallel_size},
+      {"parallel.num_layers_per_virtual_pipeline_stage",
+       p.num_layers_per_virtual_pipeline_stage.value_or(1)},
+      {"parallel.micro_batch_size", p.micro_batch_size},
+      {"parallel.global_batch_size", p.global_batch_size},
+      {"parallel.ddp_bucket_size", p.ddp_bucket_size},
+      {"deepspeed.zero_optimization.reduce_bucket_size", s.zero.reduce_bucket_size},
+      {"deepspeed.zero_optimization.allgather_bucket_size", s.zero.allgather_bucket_size},
+      {"deepspeed.zero_optimization.stage3_prefetch_bucket_size",
+       s.zero.stage3_prefetch_bucket_size},
+      {"deepspeed.zero_optimization.sub_group_size", s.zero.sub_group_size},
+      {"cluster.nodes", s.cluster.nodes},
+      {"cluster.gpus_per_node", s.cluster.gpus_per_node}};
+  for (const auto& [field, value] : bounded)
+    if (value > scenario_size_limit(field))
+      fail("field '" + std::string(field) + "' = " + std::to_string(value) + ": " +
+           limit_text(field, scenario_size_limit(field)));
   if (m.ffn_hidden_size < 0) fail(kv("model.ffn_hidden_size", m.ffn_hidden_size) + " must be >= 0");
   if (m.kv_channels < 0) fail(kv("model.kv_channels", m.kv_channels) + " must be >= 0");
   if (s.cluster.gpus_per_node < 0)
@@ -550,6 +905,7 @@ void validate_scenario(Scenario& s) {
   if (s.cluster.gpus_per_node > sys->gpus_per_node)
     fail(kv("cluster.gpus_per_node", s.cluster.gpus_per_node) + " exceeds the " +
          std::to_string(sys->gpus_per_node) + " GPUs of a " + s.cluster.system + " node");
+  check_fabric_capacity(s, *sys, fail);
 
   // Tensor parallelism: Megatron splits heads, the hidden/ffn columns and the vocabulary.
   const std::int64_t tp = p.tensor_model_parallel_size;
@@ -587,6 +943,15 @@ void validate_scenario(Scenario& s) {
          kv("parallel.micro_batch_size", p.micro_batch_size) + " x data-parallel size (" +
          std::to_string(dp) + ") = " + std::to_string(p.micro_batch_size * dp));
   p.num_microbatches = p.global_batch_size / (p.micro_batch_size * dp);
+  // The schedule graph numbers microbatches in 16 bits (models/graph_builder.h).
+  if (p.num_microbatches > kMaxScenarioMicrobatches)
+    fail("the number of microbatches per iteration (" + std::to_string(p.num_microbatches) +
+         " = " + kv("parallel.global_batch_size", p.global_batch_size) + " / (" +
+         kv("parallel.micro_batch_size", p.micro_batch_size) + " x data-parallel size " +
+         std::to_string(dp) + ")) exceeds trainsim's bound of " +
+         std::to_string(kMaxScenarioMicrobatches) +
+         " (models/scenario.h); raise micro_batch_size or lower global_batch_size");
+  check_derived_sizes(s, fail);
 
   // Pipeline stages and the interleaved schedule (Megatron arguments.py / schedules.py).
   if (m.num_layers % pp != 0)

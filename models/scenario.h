@@ -29,8 +29,10 @@ struct ModelConfig {
   std::int64_t num_attention_heads = 0;
   std::int64_t seq_length = 0;
   std::int64_t padded_vocab_size = 0;
-  std::int64_t ffn_hidden_size = 0;  ///< 0 in the file means the default 4 * hidden_size
-  std::int64_t kv_channels = 0;      ///< 0 in the file means hidden_size / num_attention_heads
+  /// Absent from the file (0 here): the default 4 * hidden_size. 0 in a file is an error.
+  std::int64_t ffn_hidden_size = 0;
+  /// Absent from the file (0 here): hidden_size / num_attention_heads. 0 in a file is an error.
+  std::int64_t kv_channels = 0;
   /// Megatron's --untie-embeddings-and-output-weights; false (tied) as in GPT and SC'21.
   bool untie_embeddings_and_output_weights = false;
 };
@@ -119,6 +121,49 @@ struct Scenario {
 
   std::int64_t world_size() const { return cluster.nodes * cluster.gpus_per_node; }
 };
+
+/// Upper bounds of a scenario's sizes, checked by parse_scenario (with the line) and
+/// validate_scenario. Each is far beyond any real training run (GPT-1T: h = 25,600, s = 2,048,
+/// V = 51,200, 128 layers, 3,072 GPUs) and chosen, together with the derived bounds below, so
+/// that no product the models form in 64-bit integers (parameters x bytes per parameter,
+/// activation bytes of all stashed microbatches, bucket bytes, NIC indices) can overflow, and
+/// FLOP counts (doubles) stay finite. A value above its bound is an InputError naming the
+/// field, the value and the bound.
+///
+///   model.num_layers                  65,534   (the schedule graph numbers layers in 16 bits)
+///   model.hidden_size                 2^20 = 1,048,576
+///   model.num_attention_heads         2^16 = 65,536
+///   model.kv_channels                 2^16 = 65,536
+///   model.ffn_hidden_size             2^22 = 4,194,304
+///   model.seq_length                  2^22 = 4,194,304
+///   model.padded_vocab_size           2^24 = 16,777,216
+///   parallel.tensor_model_parallel_size, pipeline_model_parallel_size   65,536
+///   parallel.num_layers_per_virtual_pipeline_stage                     65,534
+///   parallel.micro_batch_size         2^20 = 1,048,576
+///   parallel.global_batch_size        2^30 = 1,073,741,824
+///   parallel.ddp_bucket_size and the deepspeed.zero_optimization bucket and sub-group
+///   sizes (elements)                  2^50
+///   cluster.nodes                     2^20 = 1,048,576 (and the system's fat tree must hold
+///                                     them: validate_scenario names the largest count that fits)
+///
+/// Derived bounds (validate_scenario names the fields that form them):
+///   number of microbatches (global_batch_size / (micro_batch_size x dp)) <= 65,534
+///   parameters of the model                                <= kMaxScenarioParameters (2^50)
+///   activation bytes of one layer and one microbatch, times num_layers x microbatches
+///   (an upper bound of any rank's stash)                   <= kMaxScenarioActivationBytes (2^60)
+///   tokens per iteration (global_batch_size x seq_length)  <= 2^40
+struct ScenarioSizeLimit {
+  const char* field;  ///< dotted key
+  std::int64_t max;   ///< largest accepted value
+};
+/// The per-key bounds above (every integer key of a scenario file has one).
+const std::vector<ScenarioSizeLimit>& scenario_size_limits();
+/// The bound of a dotted integer key, or 0 when the key has none.
+std::int64_t scenario_size_limit(const std::string& field);
+constexpr std::int64_t kMaxScenarioMicrobatches = 0xFFFE;
+constexpr std::int64_t kMaxScenarioParameters = std::int64_t(1) << 50;
+constexpr std::int64_t kMaxScenarioActivationBytes = std::int64_t(1) << 60;
+constexpr std::int64_t kMaxScenarioTokensPerIteration = std::int64_t(1) << 40;
 
 /// Reads a scenario file, applies `--set key=value` overrides (dotted keys, YAML values),
 /// fills defaults and validates it (validate_scenario). Throws InputError naming the file,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -69,7 +70,9 @@ CalibrationProfile fit_from_operator_samples(const std::vector<OpSample>& sample
   }
   std::size_t capped = 0;
   for (const auto& [shape, durs] : by_shape) {
-    const auto [m, n, k, batch] = shape;
+    // Plain copies, not structured bindings: a C++17 lambda cannot capture those (clang).
+    const double m = std::get<0>(shape), n = std::get<1>(shape), k = std::get<2>(shape),
+                 batch = std::get<3>(shape);
     double eff = 2.0 * m * n * k * batch / (median(durs) * peak);
     if (eff > 1) eff = 1, ++capped;
     // The trace does not say the operand layout: its point (no role) replaces every point of
@@ -180,6 +183,58 @@ CalibrationProfile fit_from_task_durations(const ScheduleGraph& graph,
                       std::to_string(used) + " compute tasks");
   if (report) *report = rep;
   return p;
+}
+
+namespace {
+double parameter_value(const nlohmann::json& entry) {
+  if (entry.is_number()) return entry.get<double>();
+  if (entry.is_object() && entry.contains("value") && entry.at("value").is_number())
+    return entry.at("value").get<double>();
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+void add_if_large(std::vector<FitChange>& out, const std::string& field, double before,
+                  double after, double factor) {
+  if (!(before > 0 && after > 0) || !std::isfinite(before) || !std::isfinite(after)) {
+    if (before != after && std::isfinite(before) && std::isfinite(after) && (before > 0 || after > 0))
+      out.push_back({field, before, after, std::numeric_limits<double>::infinity()});
+    return;
+  }
+  const double f = std::max(after / before, before / after);
+  if (f > factor) out.push_back({field, before, after, f});
+}
+}  // namespace
+
+std::vector<FitChange> large_fit_changes(const CalibrationProfile& before,
+                                         const CalibrationProfile& after, double factor) {
+  std::vector<FitChange> out;
+  const nlohmann::json b = nlohmann::json::parse(calibration_to_json(before));
+  const nlohmann::json a = nlohmann::json::parse(calibration_to_json(after));
+  if (a.contains("parameters") && b.contains("parameters"))
+    for (const auto& [name, entry] : a.at("parameters").items())
+      if (b.at("parameters").contains(name))
+        add_if_large(out, "parameters." + name, parameter_value(b.at("parameters").at(name)),
+                     parameter_value(entry), factor);
+  for (const auto& [cls, rate] : after.memory_bound_bytes_per_s) {
+    auto it = before.memory_bound_bytes_per_s.find(cls);
+    if (it != before.memory_bound_bytes_per_s.end())
+      add_if_large(out, "memory_bound_bytes_per_s." + cls, it->second, rate, factor);
+  }
+  if (!before.gemm_efficiency.empty())
+    for (const auto& pt : after.gemm_efficiency) {
+      if (!(pt.m > 0 && pt.n > 0 && pt.k > 0 && pt.batch > 0)) continue;
+      if (std::find(before.gemm_efficiency.begin(), before.gemm_efficiency.end(), pt) !=
+          before.gemm_efficiency.end())
+        continue;  // unchanged point
+      std::ostringstream field;
+      field << "gemm_efficiency[m=" << pt.m << " n=" << pt.n << " k=" << pt.k
+            << " batch=" << pt.batch << (pt.role.empty() ? "" : " " + pt.role) << "]";
+      add_if_large(out, field.str(),
+                   interpolate_gemm_efficiency(before.gemm_efficiency, pt.m, pt.n, pt.k, pt.batch,
+                                               pt.role),
+                   pt.efficiency, factor);
+    }
+  return out;
 }
 
 }  // namespace trainsim::validation

@@ -65,4 +65,24 @@ CalibrationProfile fit_from_task_durations(const ScheduleGraph& graph,
                                            const CalibrationProfile& profile,
                                            const SystemSpec& system, FitReport* report);
 
+/// A calibration figure that a fit moved by more than a factor (large_fit_changes).
+struct FitChange {
+  std::string field;  ///< e.g. "parameters.hbm_efficiency", "gemm_efficiency[m=64 n=128 k=128 batch=1]"
+  double before = 0;
+  double after = 0;
+  double factor = 1;  ///< max(after / before, before / after)
+};
+
+/// The factor above which `trainsim calibrate --from-trace` warns that a fit moved a figure:
+/// a calibration refines a profile of the same device, whose rates should move by tens of
+/// percent, not by multiples (a trace from another device moves them by 100x and more).
+constexpr double kFitWarningFactor = 4.0;
+
+/// Figures of `after` that differ from `before` by more than `factor` either way: every
+/// numeric parameter, every memory-bound class rate both have, and the efficiency of every
+/// gemm_efficiency shape of `after` against `before`'s table (interpolated; skipped when
+/// `before` has no table).
+std::vector<FitChange> large_fit_changes(const CalibrationProfile& before,
+                                         const CalibrationProfile& after, double factor);
+
 }  // namespace trainsim::validation

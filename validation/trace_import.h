@@ -47,7 +47,16 @@ struct ImportedTrace {
   /// Element type for operators without "Input type" (profilers that record no dtypes): the
   /// top-level "trainsim_meta": {"dtype": ...} a producer may add; empty when absent.
   std::string default_dtype;
+  /// The device the trace was recorded on: "cpu" when it has no GPU evidence, else the GPU's
+  /// name from Kineto's "deviceProperties" (e.g. "NVIDIA A100-SXM4-80GB"), or "cuda" when it
+  /// has GPU kernel events but no name. A top-level "trainsim_meta": {"device": ...} wins.
+  std::string device;
 };
+
+/// Why the trace's device differs from the device `profile_device` (CalibrationProfile::device:
+/// a catalog GPU name such as "A100-SXM4-80GB", or "cpu: ..." for a measured CPU profile)
+/// describes, or "" when they agree or cannot be told apart (a GPU trace with no name).
+std::string trace_device_mismatch(const ImportedTrace& trace, const std::string& profile_device);
 
 /// Parses a Chrome trace (object with "traceEvents", or a bare event array). The format is
 /// trainsim when some span has an integer args.task, else Kineto. Events without "cat" (the

@@ -428,7 +428,12 @@ TEST_F(ScenarioFiles, NegativeOrZeroSizes) {
   expect_error(replace(kBase, "  hidden_size: 256\n", "  hidden_size: -256\n"),
                {":4:", "model.hidden_size", "'-256'"});
   expect_error(replace(kBase, "  seq_length: 128\n", "  seq_length: 128\n  ffn_hidden_size: -1\n"),
-               {":7:", "model.ffn_hidden_size", "'-1'", ">= 0"});
+               {":7:", "model.ffn_hidden_size", "'-1'", "positive"});
+  // An explicit 0 is an error, not the default (absent means the default).
+  expect_error(replace(kBase, "  seq_length: 128\n", "  seq_length: 128\n  ffn_hidden_size: 0\n"),
+               {":7:", "model.ffn_hidden_size", "'0'", "positive"});
+  expect_error(replace(kBase, "  seq_length: 128\n", "  seq_length: 128\n  kv_channels: 0\n"),
+               {":7:", "model.kv_channels", "'0'", "positive"});
   expect_error(replace(kBase, "    stage: 0\n", "    stage: 4\n"),
                {":15:", "deepspeed.zero_optimization.stage", "'4'"});
   expect_error(replace(kBase, "    stage: 0\n", "    stage: -1\n"),
@@ -597,6 +602,133 @@ TEST(ValidateScenario, FillsDerivedFieldsOfAScenarioBuiltInCode) {
   EXPECT_THROW(trainsim::validate_scenario(bad), InputError);
 }
 
+TEST(ValidateScenario, BoundsHoldForScenariosBuiltInCode) {
+  // Sizes near 2^62 once wrapped products to 0 (SIGFPE in `%`) or to garbage: every size has an
+  // upper bound, checked before any product is formed.
+  Scenario s;
+  s.source_path = "in-code";
+  s.model.num_layers = 4;
+  s.model.hidden_size = 256;
+  s.model.num_attention_heads = 8;
+  s.model.seq_length = 128;
+  s.model.padded_vocab_size = 1024;
+  s.parallel.micro_batch_size = 2;
+  s.parallel.global_batch_size = 16;
+  s.cluster.system = "dgx-a100-80gb";
+  s.cluster.nodes = 1;
+  Scenario ok = s;
+  trainsim::validate_scenario(ok);
+  struct Case {
+    const char* field;
+    std::function<void(Scenario&)> set;
+  };
+  const std::int64_t huge = std::int64_t(1) << 62;
+  const Case cases[] = {
+      {"cluster.nodes", [&](Scenario& x) { x.cluster.nodes = huge; }},
+      {"parallel.micro_batch_size", [&](Scenario& x) { x.parallel.micro_batch_size = huge; }},
+      {"model.seq_length", [&](Scenario& x) { x.model.seq_length = huge; }},
+      {"model.hidden_size", [&](Scenario& x) { x.model.hidden_size = huge; }},
+      {"model.kv_channels", [&](Scenario& x) { x.model.kv_channels = huge; }},
+      {"model.padded_vocab_size", [&](Scenario& x) { x.model.padded_vocab_size = huge; }},
+      {"parallel.global_batch_size", [&](Scenario& x) { x.parallel.global_batch_size = huge; }},
+      {"model.num_layers", [&](Scenario& x) { x.model.num_layers = 65536; }},
+  };
+  for (const Case& c : cases) {
+    Scenario bad = s;
+    c.set(bad);
+    try {
+      trainsim::validate_scenario(bad);
+      ADD_FAILURE() << c.field << " = huge accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("at most"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ScenarioLimits, EveryIntegerKeyHasAStatedBound) {
+  // The bounds are documented in models/scenario.h; each integer key of a scenario file has one.
+  for (const char* key :
+       {"model.num_layers", "model.hidden_size", "model.num_attention_heads", "model.seq_length",
+        "model.padded_vocab_size", "model.ffn_hidden_size", "model.kv_channels",
+        "parallel.tensor_model_parallel_size", "parallel.pipeline_model_parallel_size",
+        "parallel.micro_batch_size", "parallel.global_batch_size",
+        "parallel.num_layers_per_virtual_pipeline_stage", "parallel.ddp_bucket_size",
+        "deepspeed.zero_optimization.reduce_bucket_size",
+        "deepspeed.zero_optimization.allgather_bucket_size",
+        "deepspeed.zero_optimization.stage3_prefetch_bucket_size",
+        "deepspeed.zero_optimization.sub_group_size", "cluster.nodes", "cluster.gpus_per_node"})
+    EXPECT_GT(trainsim::scenario_size_limit(key), 0) << key;
+  // Worst case of the per-key bounds: the parameter count of the largest accepted shape must
+  // be refused by the derived bound, not wrap.
+  EXPECT_EQ(trainsim::scenario_size_limit("model.hidden_size"), std::int64_t(1) << 20);
+  EXPECT_EQ(trainsim::scenario_size_limit("nope"), 0);
+}
+
+TEST(ScenarioFuzzRegressions, LeadingCommaOutsideFlowIsASyntaxErrorNotAHang) {
+  // fuzz/fuzz_scenario.cpp: yaml-cpp 0.7 looped forever, allocating, on these.
+  for (const char* text : {",;a\n- b\n", ",\n- b\n", "- a\n,\n- b\n", ", - b\n",
+                           "#  cpu` `om\n  nsdesyerser_:= [nol:\n,  ten 1\n", "'',", "[a],b\n", "{a: 1}, b\n"}) {
+    try {
+      trainsim::parse_scenario(text, "fuzz.yaml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("fuzz.yaml:"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("','"), std::string::npos) << e.what();
+    }
+    // Also as a --set value.
+    EXPECT_THROW(trainsim::parse_scenario("", "fuzz.yaml", {{"name", text}}), InputError);
+  }
+  // Control characters (a NUL before a ',' hung yaml-cpp as well) are refused by position.
+  try {
+    trainsim::parse_scenario(std::string("model:\n  x: \0, b\n", 17), "nul.yaml");
+    ADD_FAILURE() << "NUL accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("nul.yaml:2:6"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("0x00"), std::string::npos) << e.what();
+  }
+  // Bytes that are not UTF-8 are refused with their position.
+  try {
+    trainsim::parse_scenario("name: a\n[\xff\xff],\n", "bytes.yaml");
+    ADD_FAILURE() << "0xFF accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bytes.yaml:2:2: not UTF-8 text (byte 0xFF)"),
+              std::string::npos)
+        << e.what();
+  }
+  // An unclosed flow collection spanning lines hung yaml-cpp (fuzz_scenario, run 4).
+  EXPECT_THROW(trainsim::parse_scenario("#uA0\n  3 ,\n [  4 ,well u@der a\n# r ]a\n ,we\n", "f.yaml"),
+               InputError);
+  // Deeply nested flow collections took yaml-cpp seconds (fuzz_scenario).
+  EXPECT_THROW(trainsim::parse_scenario("x: {{{{{{{{{{{{{{{{{{{{\n", "deep.yaml"), InputError);
+  // A quoted value spanning lines hid the lines after it from the scan (fuzz_scenario).
+  EXPECT_THROW(trainsim::parse_scenario("name: \"a\n  4 ,well {{de\"\n", "q.yaml"), InputError);
+  // Tags, anchors, aliases, complex keys and directives are refused (yaml-cpp hung on
+  // "!\r&\r..." and "!, b"; aliases allow exponential expansion).
+  for (const char* text : {"!, bf", "x: &a ,\n- b\n", "!\r&\r  &\r!\r", "x: *a\n",
+                           "? a\n: b\n", "%YAML 1.2\n---\nx: 1\n", "name: |\n  text\n",
+                           ">#n : 8\n  seq_~length: 129\n  ,,,,yze: 16\n"}) {
+    try {
+      trainsim::parse_scenario(text, "tags.yaml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("not supported in scenario files"), std::string::npos)
+          << e.what();
+    }
+  }
+  // A ',' inside flow collections and quotes is still fine for the scan.
+  EXPECT_THROW(
+      {
+        try {
+          trainsim::parse_scenario("name: 'a, b'\nmodel: {num_layers: [1, 2]}\n", "ok.yaml");
+        } catch (const InputError& e) {
+          EXPECT_EQ(std::string(e.what()).find("','"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      InputError);
+}
+
 TEST(ScenarioStrings, EnumNames) {
   EXPECT_STREQ(trainsim::to_string(trainsim::Precision::FP16), "fp16");
   EXPECT_STREQ(trainsim::to_string(trainsim::Precision::BF16), "bf16");
@@ -607,3 +739,44 @@ TEST(ScenarioStrings, EnumNames) {
   EXPECT_STREQ(trainsim::to_string(PipelineSchedule::OneFOneB), "1f1b");
   EXPECT_STREQ(trainsim::to_string(PipelineSchedule::Interleaved), "interleaved");
 }
+
+namespace trainsim {
+namespace {
+
+// DESIGN.md writes sections as flow mappings spanning lines; they load. The yaml-cpp hang the
+// fuzzer found (an unclosed '[' spanning lines with comments,
+// fuzz/open_findings/scenario_hang_multiline_flow.yaml) is refused before yaml-cpp sees it.
+TEST(ScenarioYaml, FlowMappingsMaySpanLinesButNotHideComments) {
+  const std::string yaml =
+      "name: flow\n"
+      "model:      {num_layers: 4, hidden_size: 256, num_attention_heads: 4,\n"
+      "             seq_length: 128, padded_vocab_size: 512}\n"
+      "parallel:   {tensor_model_parallel_size: 1, pipeline_model_parallel_size: 1,\n"
+      "             micro_batch_size: 1, global_batch_size: 2}\n"
+      "cluster:    {system: dgx-a100-80gb, nodes: 1, gpus_per_node: 1}\n";
+  const Scenario sc = parse_scenario(yaml, "flow.yaml");
+  EXPECT_EQ(sc.model.seq_length, 128);
+  EXPECT_EQ(sc.parallel.global_batch_size, 2);
+  auto message = [](const std::string& text) -> std::string {
+    try {
+      parse_scenario(text, "bad.yaml");
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(message("model: {num_layers: 4,\n# a comment\n hidden_size: 8}\n").find(
+                "comments inside [ ] / { }"),
+            std::string::npos);
+  EXPECT_NE(message("model: {num_layers: 4,\n hidden_size: 8\n").find("is not closed"),
+            std::string::npos);
+  std::ifstream f(std::string(TRAINSIM_SOURCE_DIR) +
+                  "/fuzz/open_findings/scenario_hang_multiline_flow.yaml");
+  std::stringstream finding;
+  finding << f.rdbuf();
+  ASSERT_FALSE(finding.str().empty());
+  EXPECT_NE(message(finding.str()), "no error");
+}
+
+}  // namespace
+}  // namespace trainsim
