@@ -117,8 +117,10 @@ std::vector<std::string> calibration_parameter_names() {
   return names;
 }
 
-CalibrationProfile parse_calibration(const std::string& text, const std::string& file) {
-  const json root = parse_json_input(text, file);
+namespace {
+
+/// Top-level keys: only the known ones; then version, device, source, date, notes.
+void read_header(const json& root, const std::string& file, CalibrationProfile& p) {
   if (!root.is_object()) fail(file, "(root)", dump(root), "expected a JSON object");
   for (auto it = root.begin(); it != root.end(); ++it) {
     bool known = false;
@@ -129,8 +131,6 @@ CalibrationProfile parse_calibration(const std::string& text, const std::string&
            "precision, local_device, gemm_efficiency, memory_bound_bytes_per_s, "
            "measurements)");
   }
-
-  CalibrationProfile p;
   auto v = root.find("version");
   if (v == root.end()) fail(file, "version", "(missing)", "required");
   if (!v->is_number_integer()) fail(file, "version", dump(*v), "expected an integer");
@@ -140,7 +140,10 @@ CalibrationProfile parse_calibration(const std::string& text, const std::string&
   p.source = read_string(root, "source", file, true);
   p.date = read_string(root, "date", file, false);
   p.notes = read_string(root, "notes", file, false);
+}
 
+/// `parameters`: every spec'd parameter, as a number or {value, source}, within its range.
+void read_parameters(const json& root, const std::string& file, CalibrationProfile& p) {
   auto params = root.find("parameters");
   if (params == root.end()) fail(file, "parameters", "(missing)", "required");
   if (!params->is_object()) fail(file, "parameters", dump(*params), "expected an object");
@@ -176,50 +179,60 @@ CalibrationProfile parse_calibration(const std::string& text, const std::string&
   for (const auto& s : specs)
     if (params->find(s.name) == params->end())
       fail(file, std::string("parameters.") + s.name, "(missing)", "required");
+}
 
-  // ---- optional measured-profile fields
+/// Measured profiles: precision and the `local_device` figures.
+void read_local_device(const json& root, const std::string& file, CalibrationProfile& p) {
   p.precision = read_string(root, "precision", file, false);
   if (!p.precision.empty() && p.precision != "fp32" && p.precision != "bf16" &&
       p.precision != "fp16")
     fail(file, "precision", dump(root.at("precision")), "expected fp32, bf16 or fp16");
-  if (auto ld = root.find("local_device"); ld != root.end()) {
-    if (!ld->is_object()) fail(file, "local_device", dump(*ld), "expected an object");
-    for (auto it = ld->begin(); it != ld->end(); ++it) {
-      const LocalSpec* spec = nullptr;
-      for (const auto& s : kLocalSpecs)
-        if (it.key() == s.name) spec = &s;
-      const std::string field = "local_device." + it.key();
-      if (!spec) fail(file, field, dump(it.value()), "unknown key");
-      if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0)
-        fail(file, field, dump(it.value()), "expected a finite number >= 0");
-      p.local_device.*(spec->member) = it->get<double>();
-    }
+  auto ld = root.find("local_device");
+  if (ld == root.end()) return;
+  if (!ld->is_object()) fail(file, "local_device", dump(*ld), "expected an object");
+  for (auto it = ld->begin(); it != ld->end(); ++it) {
+    const LocalSpec* spec = nullptr;
+    for (const auto& s : kLocalSpecs)
+      if (it.key() == s.name) spec = &s;
+    const std::string field = "local_device." + it.key();
+    if (!spec) fail(file, field, dump(it.value()), "unknown key");
+    if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0)
+      fail(file, field, dump(it.value()), "expected a finite number >= 0");
+    p.local_device.*(spec->member) = it->get<double>();
   }
-  if (auto ge = root.find("gemm_efficiency"); ge != root.end()) {
-    if (!ge->is_array()) fail(file, "gemm_efficiency", dump(*ge), "expected an array");
-    for (std::size_t i = 0; i < ge->size(); ++i) {
-      const json& row = (*ge)[i];
-      const std::string field = "gemm_efficiency[" + std::to_string(i) + "]";
-      if (!row.is_array() || (row.size() != 5 && row.size() != 6))
-        fail(file, field, dump(row), "expected [m, n, k, batch, efficiency] or [..., role]");
-      std::string role;
-      if (row.size() == 6) {
-        if (!row[5].is_string()) fail(file, field, dump(row), "the role must be a string");
-        role = row[5].get<std::string>();
-        if (role != "fwd" && role != "dgrad" && role != "wgrad" && role != "bmm")
-          fail(file, field, dump(row), "role must be fwd, dgrad, wgrad or bmm");
-      }
-      double v[5];
-      for (int c = 0; c < 5; ++c) {
-        if (!row[c].is_number()) fail(file, field, dump(row), "expected numbers");
-        v[c] = row[c].get<double>();
-        if (!std::isfinite(v[c]) || v[c] <= 0)
-          fail(file, field, dump(row), "every entry must be a finite number > 0");
-      }
-      if (v[4] > 1) fail(file, field, dump(row), "efficiency must be in (0, 1]");
-      p.gemm_efficiency.push_back({v[0], v[1], v[2], v[3], v[4], role});
+}
+
+/// `gemm_efficiency`: rows [m, n, k, batch, efficiency] or [..., role].
+void read_gemm_table(const json& root, const std::string& file, CalibrationProfile& p) {
+  auto ge = root.find("gemm_efficiency");
+  if (ge == root.end()) return;
+  if (!ge->is_array()) fail(file, "gemm_efficiency", dump(*ge), "expected an array");
+  for (std::size_t i = 0; i < ge->size(); ++i) {
+    const json& row = (*ge)[i];
+    const std::string field = "gemm_efficiency[" + std::to_string(i) + "]";
+    if (!row.is_array() || (row.size() != 5 && row.size() != 6))
+      fail(file, field, dump(row), "expected [m, n, k, batch, efficiency] or [..., role]");
+    std::string role;
+    if (row.size() == 6) {
+      if (!row[5].is_string()) fail(file, field, dump(row), "the role must be a string");
+      role = row[5].get<std::string>();
+      if (role != "fwd" && role != "dgrad" && role != "wgrad" && role != "bmm")
+        fail(file, field, dump(row), "role must be fwd, dgrad, wgrad or bmm");
     }
+    double v[5];
+    for (int c = 0; c < 5; ++c) {
+      if (!row[c].is_number()) fail(file, field, dump(row), "expected numbers");
+      v[c] = row[c].get<double>();
+      if (!std::isfinite(v[c]) || v[c] <= 0)
+        fail(file, field, dump(row), "every entry must be a finite number > 0");
+    }
+    if (v[4] > 1) fail(file, field, dump(row), "efficiency must be in (0, 1]");
+    p.gemm_efficiency.push_back({v[0], v[1], v[2], v[3], v[4], role});
   }
+}
+
+/// `memory_bound_bytes_per_s` by kernel class, and the opaque `measurements`.
+void read_measured_rates(const json& root, const std::string& file, CalibrationProfile& p) {
   if (auto mb = root.find("memory_bound_bytes_per_s"); mb != root.end()) {
     if (!mb->is_object()) fail(file, "memory_bound_bytes_per_s", dump(*mb), "expected an object");
     for (auto it = mb->begin(); it != mb->end(); ++it) {
@@ -237,6 +250,18 @@ CalibrationProfile parse_calibration(const std::string& text, const std::string&
     if (!ms->is_object()) fail(file, "measurements", dump(*ms), "expected an object");
     p.measurements_json = ms->dump();
   }
+}
+
+}  // namespace
+
+CalibrationProfile parse_calibration(const std::string& text, const std::string& file) {
+  const json root = parse_json_input(text, file);
+  CalibrationProfile p;
+  read_header(root, file, p);
+  read_parameters(root, file, p);
+  read_local_device(root, file, p);
+  read_gemm_table(root, file, p);
+  read_measured_rates(root, file, p);
   return p;
 }
 

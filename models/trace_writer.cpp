@@ -231,12 +231,11 @@ void write_allocator_counter(EventWriter& w, const ExecutionRecord& record,
 
 }  // namespace
 
-void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
-                        const ExecutionRecord& record, const MemoryTimeline& memory,
-                        const TraceSelection& selection, const TraceInfo& info) {
-  if (record.start_s.size() != graph.num_tasks() || record.end_s.size() != graph.num_tasks())
-    throw std::logic_error("write_chrome_trace: the record does not match the graph");
-  const std::int64_t gpn = info.gpus_per_node;
+namespace {
+
+/// The file's header: otherData (scenario, executor, world, fold, trace ranks, a replay's notes).
+void write_header(std::ostream& out, const ScheduleGraph& graph, const ExecutionRecord& record,
+                  const TraceSelection& selection, const TraceInfo& info) {
   out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"scenario\":"
       << json_quote(info.scenario_name) << ",\"executor\":" << json_quote(record.executor)
       << ",\"measured\":" << (record.measured ? "true" : "false")
@@ -250,66 +249,68 @@ void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
     out << "]";
   }
   out << "},\"traceEvents\":[";
-  EventWriter w(out);
-  const std::vector<double> active = active_start_s(graph, record);
+}
 
-  for (RankId rank : selection.ranks) {
-    if (graph.rank_index(rank) == kNone)
-      throw std::logic_error("write_chrome_trace: rank " + std::to_string(rank) +
-                             " is not simulated");
-    const std::vector<TaskId> tasks = graph.tasks_of_rank(rank);
-    w.metadata(rank, -1, "process_name",
-               "\"name\":" + json_quote("rank " + std::to_string(rank) + " (node " +
-                                        std::to_string(rank / gpn) + " gpu " +
-                                        std::to_string(rank % gpn) + ")"));
-    w.metadata(rank, -1, "process_sort_index", "\"sort_index\":" + std::to_string(rank));
-    if (graph.fold_factor > 1)
-      w.metadata(rank, -1, "process_labels",
-                 "\"labels\":" + json_quote("stands for " + std::to_string(graph.fold_factor) +
-                                            " ranks (folded)"));
-    const std::vector<int> lanes = assign_lanes(graph, record, tasks);
-    bool used[kNumStreams] = {};
-    int lanes_of[kNumStreams] = {};
-    for (std::size_t i = 0; i < tasks.size(); ++i) {
-      const int st = static_cast<int>(graph.task(tasks[i]).stream);
-      used[st] = true;
-      lanes_of[st] = std::max(lanes_of[st], lanes[i] + 1);
-    }
-    for (int st = 0; st < kNumStreams; ++st) {
-      if (!used[st]) continue;
-      for (int k = 0; k < std::max(1, lanes_of[st]); ++k) {
-        std::string name = to_string(static_cast<StreamId>(st));
-        if (k > 0) name += " #" + std::to_string(k + 1);  // a message in flight beside others
-        w.metadata(rank, lane_tid(st, k), "thread_name", "\"name\":\"" + name + "\"");
-        w.metadata(rank, lane_tid(st, k), "thread_sort_index",
-                   "\"sort_index\":" + std::to_string(st));
-      }
-    }
-    for (std::size_t i = 0; i < tasks.size(); ++i) {
-      const TaskId id = tasks[i];
-      if (!task_ran(record, id)) continue;
-      const Task& t = graph.task(id);
-      const OpDesc& op = graph.op(id);
-      const bool is_comm = t.kind != TaskKind::Compute && t.kind != TaskKind::OptimizerGpu &&
-                           t.kind != TaskKind::OptimizerCpu;
-      const double bytes = is_comm ? static_cast<double>(op.bytes) : op.bytes_accessed;
-      w.event("\"ph\":\"X\",\"pid\":" + std::to_string(rank) +
-              ",\"tid\":" + std::to_string(lane_tid(static_cast<int>(t.stream), lanes[i])) +
-              ",\"name\":" + json_quote(graph.label(id)) + ",\"cat\":\"" + to_string(t.kind) +
-              "\",\"ts\":" + us(record.start_s[id]) +
-              ",\"dur\":" + us_of_ns(ns(record.end_s[id]) - ns(record.start_s[id])) +
-              ",\"args\":{\"task\":" + std::to_string(id) + ",\"flops\":" + number(op.flops) +
-              ",\"bytes\":" + number(bytes) + ",\"kind\":\"" + to_string(t.kind) +
-              "\",\"op\":\"" + to_string(op.kind) + "\",\"phase\":\"" + to_string(t.phase) +
-              "\"" + replayed_as_arg(record, id) + "}");
-    }
-    memory.gpu_of(rank).for_each_step(memory.start_s, [&](double time_s, const MemVector& v) {
-      w.counter(rank, "memory", time_s, memory_args(v));
-    });
-    write_link_counters(w, graph, record, active, tasks, rank, memory.start_s, gpn);
-    write_allocator_counter(w, record, tasks, rank);
+/// A rank's process and thread metadata: one thread per stream it uses, plus a track per
+/// extra lane of a stream (assign_lanes).
+void write_rank_metadata(EventWriter& w, const ScheduleGraph& graph,
+                         const std::vector<TaskId>& tasks, const std::vector<int>& lanes,
+                         RankId rank, std::int64_t gpn) {
+  w.metadata(rank, -1, "process_name",
+             "\"name\":" + json_quote("rank " + std::to_string(rank) + " (node " +
+                                      std::to_string(rank / gpn) + " gpu " +
+                                      std::to_string(rank % gpn) + ")"));
+  w.metadata(rank, -1, "process_sort_index", "\"sort_index\":" + std::to_string(rank));
+  if (graph.fold_factor > 1)
+    w.metadata(rank, -1, "process_labels",
+               "\"labels\":" + json_quote("stands for " + std::to_string(graph.fold_factor) +
+                                          " ranks (folded)"));
+  bool used[kNumStreams] = {};
+  int lanes_of[kNumStreams] = {};
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const int st = static_cast<int>(graph.task(tasks[i]).stream);
+    used[st] = true;
+    lanes_of[st] = std::max(lanes_of[st], lanes[i] + 1);
   }
+  for (int st = 0; st < kNumStreams; ++st) {
+    if (!used[st]) continue;
+    for (int k = 0; k < std::max(1, lanes_of[st]); ++k) {
+      std::string name = to_string(static_cast<StreamId>(st));
+      if (k > 0) name += " #" + std::to_string(k + 1);  // a message in flight beside others
+      w.metadata(rank, lane_tid(st, k), "thread_name", "\"name\":\"" + name + "\"");
+      w.metadata(rank, lane_tid(st, k), "thread_sort_index",
+                 "\"sort_index\":" + std::to_string(st));
+    }
+  }
+}
 
+/// One complete event per task of the rank that ran.
+void write_rank_spans(EventWriter& w, const ScheduleGraph& graph, const ExecutionRecord& record,
+                      const std::vector<TaskId>& tasks, const std::vector<int>& lanes,
+                      RankId rank) {
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const TaskId id = tasks[i];
+    if (!task_ran(record, id)) continue;
+    const Task& t = graph.task(id);
+    const OpDesc& op = graph.op(id);
+    const bool is_comm = t.kind != TaskKind::Compute && t.kind != TaskKind::OptimizerGpu &&
+                         t.kind != TaskKind::OptimizerCpu;
+    const double bytes = is_comm ? static_cast<double>(op.bytes) : op.bytes_accessed;
+    w.event("\"ph\":\"X\",\"pid\":" + std::to_string(rank) +
+            ",\"tid\":" + std::to_string(lane_tid(static_cast<int>(t.stream), lanes[i])) +
+            ",\"name\":" + json_quote(graph.label(id)) + ",\"cat\":\"" + to_string(t.kind) +
+            "\",\"ts\":" + us(record.start_s[id]) +
+            ",\"dur\":" + us_of_ns(ns(record.end_s[id]) - ns(record.start_s[id])) +
+            ",\"args\":{\"task\":" + std::to_string(id) + ",\"flops\":" + number(op.flops) +
+            ",\"bytes\":" + number(bytes) + ",\"kind\":\"" + to_string(t.kind) +
+            "\",\"op\":\"" + to_string(op.kind) + "\",\"phase\":\"" + to_string(t.phase) +
+            "\"" + replayed_as_arg(record, id) + "}");
+  }
+}
+
+/// The host memory of every node that holds a selected rank.
+void write_hosts(EventWriter& w, const ScheduleGraph& graph, const MemoryTimeline& memory,
+                 const TraceSelection& selection, std::int64_t gpn) {
   std::vector<std::int64_t> nodes;
   for (RankId r : selection.ranks) nodes.push_back(r / gpn);
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());  // ranks are ascending
@@ -322,6 +323,34 @@ void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
       w.counter(pid, "host memory", time_s, memory_args(v));
     });
   }
+}
+
+}  // namespace
+
+void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
+                        const ExecutionRecord& record, const MemoryTimeline& memory,
+                        const TraceSelection& selection, const TraceInfo& info) {
+  if (record.start_s.size() != graph.num_tasks() || record.end_s.size() != graph.num_tasks())
+    throw std::logic_error("write_chrome_trace: the record does not match the graph");
+  const std::int64_t gpn = info.gpus_per_node;
+  write_header(out, graph, record, selection, info);
+  EventWriter w(out);
+  const std::vector<double> active = active_start_s(graph, record);
+  for (RankId rank : selection.ranks) {
+    if (graph.rank_index(rank) == kNone)
+      throw std::logic_error("write_chrome_trace: rank " + std::to_string(rank) +
+                             " is not simulated");
+    const std::vector<TaskId> tasks = graph.tasks_of_rank(rank);
+    const std::vector<int> lanes = assign_lanes(graph, record, tasks);
+    write_rank_metadata(w, graph, tasks, lanes, rank, gpn);
+    write_rank_spans(w, graph, record, tasks, lanes, rank);
+    memory.gpu_of(rank).for_each_step(memory.start_s, [&](double time_s, const MemVector& v) {
+      w.counter(rank, "memory", time_s, memory_args(v));
+    });
+    write_link_counters(w, graph, record, active, tasks, rank, memory.start_s, gpn);
+    write_allocator_counter(w, record, tasks, rank);
+  }
+  write_hosts(w, graph, memory, selection, gpn);
   out << "\n]}\n";
 }
 
