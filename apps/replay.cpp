@@ -2,9 +2,9 @@
 // through LibTorch (hw_backend/replay.h) -> measured summary and trace, same schema as
 // `simulate`. The multi-process launch (one process per GPU, NCCL) is replay's own business.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -51,35 +51,27 @@ MeasuredSummary::Process process_of(const nlohmann::json& j) {
   return p;
 }
 
-/// Bytes the kernel says can be allocated without swapping (/proc/meminfo MemAvailable), or
-/// -1 where unknown.
-std::int64_t available_host_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  long long kib = 0;
-  std::string unit;
-  while (f >> key >> kib >> unit)
-    if (key == "MemAvailable:") return static_cast<std::int64_t>(kib) * 1024;
-  return -1;
-}
-
-/// Refuses a CPU replay whose modelled peak (the scenario's element size scaled to the
-/// replay's fp32 or bf16) does not fit in the memory available now.
-void check_replay_fits(const PreparedRun& run, std::int64_t rank, const std::string& dtype,
+/// Refuses a replay whose modelled peak for the rank does not fit in the memory its device has
+/// free now (hw::device_free_memory_bytes: MemAvailable on the CPU, cudaMemGetInfo on a GPU).
+/// On the CPU the model's element size is scaled to the replay's fp32 or bf16.
+void check_replay_fits(const PreparedRun& run, const hw::ReplayOptions& opts,
                        const std::string& scenario_path) {
-  const std::int64_t available = available_host_bytes();
+  const std::int64_t available = hw::device_free_memory_bytes(opts.device);
   if (available < 0) return;
-  const double scale = double(dtype == "bf16" ? 2 : 4) /
-                       double(precision_bytes(run.scenario.parallel.precision));
-  const double need = double(program_order_peak_gpu_bytes(run.graph, rank)) * scale;
+  const bool cpu = opts.device == "cpu";
+  const double scale = cpu ? double(opts.cpu_dtype == "bf16" ? 2 : 4) /
+                                 double(precision_bytes(run.scenario.parallel.precision))
+                           : 1.0;
+  const double need = double(program_order_peak_gpu_bytes(run.graph, opts.rank)) * scale;
   if (need <= double(available)) return;
   char buf[160];
   std::snprintf(buf, sizeof buf, "%.2f GiB, but %.2f GiB", need / (1ull << 30),
                 double(available) / (1ull << 30));
-  throw InputError("replay: rank " + std::to_string(rank) + " of " + scenario_path +
-                   " needs about " + buf + " of memory are available on this machine (CPU "
-                   "replay in " + dtype + "); replay a smaller scenario (scenarios/small/) or "
-                   "pass --force to try anyway");
+  throw InputError("replay: rank " + std::to_string(opts.rank) + " of " + scenario_path +
+                   " needs about " + buf + " of memory are available on this machine's " +
+                   opts.device + (cpu ? " (CPU replay in " + opts.cpu_dtype + ")" : "") +
+                   "; replay a smaller scenario (scenarios/small/) or pass --force to try "
+                   "anyway");
 }
 
 }  // namespace
@@ -150,8 +142,7 @@ int replay_main(const ReplayArgs& args) {
     throw InputError("replay: --rank " + std::to_string(wanted_rank) + " is outside the " +
                      std::to_string(run.scenario.world_size()) + " ranks of " + args.scenario);
   opts.rank = hw::representative_rank(run.graph, run.scenario, wanted_rank);
-  if (req.device == "cpu" && !args.force)
-    check_replay_fits(run, opts.rank, opts.cpu_dtype, args.scenario);
+  if (!args.force) check_replay_fits(run, opts, args.scenario);
   ExecutionRecord record = hw::replay(run.graph, run.scenario, opts);
   if (opts.rank != wanted_rank)
     record.notes.insert(record.notes.begin(),
