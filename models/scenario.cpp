@@ -338,16 +338,8 @@ void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& 
   }
 }
 
-/// yaml-cpp 0.7 (Debian 12's) loops forever, allocating, on a ',' where a node starts outside
-/// any flow collection (",\n- b", "!, b", found by fuzz/fuzz_scenario.cpp). Such a ',' is
-/// invalid YAML (a plain scalar cannot start with a flow indicator), so this scan refuses it
-/// first, with the line. A node starts at a line's first character, after "- " or ": " and
-/// inside flow collections after '[', '{' or ','. The scan follows quoted scalars (one line
-/// each), comments and flow collections ([ ], { }). Block scalars, tags, anchors, aliases,
-/// complex keys and directives are refused: no scenario needs them, and yaml-cpp hung on
-/// malformed uses of each.
-void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
-  // Valid UTF-8 only (YAML is Unicode text).
+/// Valid UTF-8 only (YAML is Unicode text).
+void check_utf8(const std::string& text, const std::string& source) {
   for (std::size_t i = 0, line = 1, line_begin = 0; i < text.size();) {
     const auto u = static_cast<unsigned char>(text[i]);
     const std::size_t len = u < 0x80 ? 1 : (u >> 5) == 0x6 ? 2 : (u >> 4) == 0xE ? 3
@@ -364,75 +356,140 @@ void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
     if (u == '\n') ++line, line_begin = i + 1;
     i += len;
   }
-  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
-  int flow = 0;
-  char quote = 0;            // the open quoted scalar's quote, or 0
-  std::size_t line = 1, line_begin = 0;  // the line's number and its first byte
-  bool node_start = true;    // the next non-blank character starts a node
-  bool after_blank = true;   // the previous character was a blank (or the line start)
-  bool after_quoted = false; // a quoted scalar just closed in block context
+}
+
+/// The scan's state between characters (refuse_yaml_cpp_hangs).
+struct YamlScan {
+  int flow = 0;                          ///< depth of [ ] / { } collections
+  char quote = 0;                        ///< the open quoted scalar's quote, or 0
+  std::size_t line = 1, line_begin = 0;  ///< the line's number and its first byte
+  bool node_start = true;    ///< the next non-blank character starts a node
+  bool after_blank = true;   ///< the previous character was a blank (or the line start)
+  bool after_quoted = false; ///< a quoted scalar or a collection just closed in block context
+};
+
+bool yaml_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+std::string yaml_at(const std::string& source, std::size_t line, std::size_t column) {
+  return source + ":" + std::to_string(line) + ":" + std::to_string(column + 1);
+}
+
+/// YAML allows only printable characters (YAML 1.2 c-printable); yaml-cpp chokes on some.
+void check_printable(unsigned char u, std::size_t line, std::size_t column,
+                     const std::string& source) {
+  if ((u < 0x20 && u != '\n' && u != '\t' && u != '\r') || u == 0x7F) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", u);
+    throw InputError(yaml_at(source, line, column) + ": YAML syntax error: control character " +
+                     hex + " (a scenario file is text)");
+  }
+}
+
+/// A line break at byte i. Quoted scalars stay on one line in scenario files: a multi-line
+/// one hid the lines after it from this scan (and hung yaml-cpp; found by fuzz_scenario).
+/// Flow collections ([a, b] / {k: v}) may span lines, as DESIGN.md's own example does
+/// ("model: {num_layers: 128, ...,\n seq_length: 2048}"); but an unclosed one spanning lines
+/// with comments hung yaml-cpp (fuzz/open_findings/scenario_hang_multiline_flow.yaml), so
+/// comments inside them are refused, and so is one left open at the end of the text.
+void on_line_break(YamlScan& st, std::size_t i, const std::string& source) {
+  if (st.quote)
+    throw InputError(source + ":" + std::to_string(st.line) + ": YAML string opened with " +
+                     std::string(1, st.quote) + " is not closed on its line (quoted values "
+                     "span one line in scenario files)");
+  st.after_quoted = false;
+  ++st.line, st.line_begin = i + 1, st.after_blank = true;
+  if (st.flow == 0) st.node_start = true;  // inside [ ] / { } a line break continues the value
+}
+
+/// A character inside a quoted scalar (escapes, '' in '...', the closing quote).
+void in_quoted(YamlScan& st, const std::string& text, std::size_t& i) {
+  const char c = text[i];
+  if (st.quote == '"' && c == '\\') {
+    ++i;  // an escape: skip the next character
+  } else if (c == st.quote) {
+    if (st.quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+      ++i;  // '' in '...'
+    } else {
+      st.quote = 0;
+      st.after_quoted = st.flow == 0;
+    }
+  }
+}
+
+/// In block context a quoted scalar or a flow collection is followed by ':' (a key), a
+/// comment or the line's end; yaml-cpp hangs on a ',' there ("'',", "[a],").
+void check_after_closed(YamlScan& st, char c, std::size_t column, const std::string& source) {
+  st.after_quoted = false;
+  if (c != ':' && !(c == '#' && st.after_blank))
+    throw InputError(yaml_at(source, st.line, column) + ": YAML syntax error: '" +
+                     std::string(1, c) +
+                     "' after a quoted string or a [ ] / { } collection (expected ':', a "
+                     "comment or the line's end)");
+}
+
+/// At a node's start: tags, anchors, aliases, complex keys and directives (no scenario needs
+/// them, and yaml-cpp hangs on some malformed uses, "!\r&\r..."; aliases also allow
+/// exponential "billion laughs" expansion) and block scalars are refused.
+void refuse_unsupported_node(char c, bool next_blank, std::size_t column, int flow,
+                             std::size_t line, const std::string& source) {
+  const bool complex_key = c == '?' && next_blank;
+  if (c == '!' || c == '&' || c == '*' || complex_key || (c == '%' && column == 0))
+    throw InputError(yaml_at(source, line, column) + ": YAML " +
+                     (c == '!'   ? "tags (!)"
+                      : c == '&' ? "anchors (&)"
+                      : c == '*' ? "aliases (*)"
+                      : c == '%' ? "directives (%)"
+                                 : "complex keys (? )") +
+                     " are not supported in scenario files (plain keys and values only)");
+  if (flow == 0 && (c == '|' || c == '>'))
+    throw InputError(yaml_at(source, line, column) +
+                     ": YAML block scalars (| and >) are not supported in scenario files "
+                     "(write the value on one line)");
+}
+
+/// yaml-cpp 0.7 (Debian 12's) loops forever, allocating, on a ',' where a node starts outside
+/// any flow collection (",\n- b", "!, b", found by fuzz/fuzz_scenario.cpp). Such a ',' is
+/// invalid YAML (a plain scalar cannot start with a flow indicator), so this scan refuses it
+/// first, with the line. A node starts at a line's first character, after "- " or ": " and
+/// inside flow collections after '[', '{' or ','. The scan follows quoted scalars (one line
+/// each), comments and flow collections ([ ], { }). Block scalars, tags, anchors, aliases,
+/// complex keys and directives are refused: no scenario needs them, and yaml-cpp hung on
+/// malformed uses of each.
+void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
+  check_utf8(text, source);
+  YamlScan st;
+  int& flow = st.flow;
+  char& quote = st.quote;
+  std::size_t& line = st.line;
+  std::size_t& line_begin = st.line_begin;
+  bool& node_start = st.node_start;
+  bool& after_blank = st.after_blank;
+  bool& after_quoted = st.after_quoted;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     const std::size_t column = i - line_begin;  // 0-based
     const auto u = static_cast<unsigned char>(c);
-    if ((u < 0x20 && c != '\n' && c != '\t' && c != '\r') || u == 0x7F) {
-      // YAML allows only printable characters (YAML 1.2 c-printable); yaml-cpp chokes on some.
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", u);
-      throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
-                       ": YAML syntax error: control character " + hex +
-                       " (a scenario file is text)");
-    }
+    check_printable(u, line, column, source);
     // A lone CR is a line break as well (YAML 1.2 b-break; yaml-cpp agrees).
     if (c == '\n' || (c == '\r' && (i + 1 >= text.size() || text[i + 1] != '\n'))) {
-      // Quoted scalars stay on one line in scenario files: a multi-line one hid the lines
-      // after it from this scan (and hung yaml-cpp; found by fuzz_scenario).
-      // Flow collections ([a, b] / {k: v}) may span lines, as DESIGN.md's own example does
-      // ("model: {num_layers: 128, ...,\n seq_length: 2048}"); but an unclosed one spanning
-      // lines with comments hung yaml-cpp (fuzz/open_findings/scenario_hang_multiline_flow.yaml),
-      // so comments inside them are refused, and so is one left open at the end of the text.
-      if (quote)
-        throw InputError(source + ":" + std::to_string(line) + ": YAML string opened with " +
-                         std::string(1, quote) + " is not closed on its line (quoted values "
-                         "span one line in scenario files)");
-      after_quoted = false;
-      ++line, line_begin = i + 1, after_blank = true;
-      if (flow == 0) node_start = true;  // inside [ ] / { } a line break continues the value
+      on_line_break(st, i, source);
       continue;
     }
     if (quote) {
-      if (quote == '"' && c == '\\') {
-        ++i;  // an escape: skip the next character
-      } else if (c == quote) {
-        if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
-          ++i;  // '' in '...'
-        } else {
-          quote = 0;
-          after_quoted = flow == 0;
-        }
-      }
+      in_quoted(st, text, i);
       continue;
     }
-    if (blank(c)) {
+    if (yaml_blank(c)) {
       after_blank = true;
       continue;
     }
-    if (after_quoted) {
-      // In block context a quoted scalar or a flow collection is followed by ':' (a key), a
-      // comment or the line's end; yaml-cpp hangs on a ',' there ("'',", "[a],").
-      after_quoted = false;
-      if (c != ':' && !(c == '#' && after_blank))
-        throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
-                         ": YAML syntax error: '" + std::string(1, c) +
-                         "' after a quoted string or a [ ] / { } collection (expected ':', a comment or "
-                         "the line's end)");
-    }
+    if (after_quoted) check_after_closed(st, c, column, source);
     const bool token_start = after_blank || node_start;
     after_blank = false;
     const char next = i + 1 < text.size() ? text[i + 1] : '\n';
-    const bool next_blank = blank(next) || next == '\n';
+    const bool next_blank = yaml_blank(next) || next == '\n';
     if (token_start) {
-      if (c == '#' && (column == 0 || blank(text[i - 1]))) {  // a comment
+      if (c == '#' && (column == 0 || yaml_blank(text[i - 1]))) {  // a comment
         if (flow > 0)
           throw InputError(source + ":" + std::to_string(line) + ":" +
                            std::to_string(column + 1) +
@@ -449,23 +506,7 @@ void refuse_yaml_cpp_hangs(const std::string& text, const std::string& source) {
         node_start = false;
         continue;
       }
-      // Tags, anchors, aliases, complex keys and directives: no scenario needs them, and
-      // yaml-cpp hangs on some malformed uses ("!\r&\r..."; aliases also allow exponential
-      // "billion laughs" expansion). Refused.
-      const bool complex_key = c == '?' && next_blank;
-      if (node_start && (c == '!' || c == '&' || c == '*' || complex_key || (c == '%' && column == 0)))
-        throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
-                         ": YAML " +
-                         (c == '!'   ? "tags (!)"
-                          : c == '&' ? "anchors (&)"
-                          : c == '*' ? "aliases (*)"
-                          : c == '%' ? "directives (%)"
-                                     : "complex keys (? )") +
-                         " are not supported in scenario files (plain keys and values only)");
-      if (flow == 0 && node_start && (c == '|' || c == '>'))
-        throw InputError(source + ":" + std::to_string(line) + ":" + std::to_string(column + 1) +
-                         ": YAML block scalars (| and >) are not supported in scenario files "
-                         "(write the value on one line)");
+      if (node_start) refuse_unsupported_node(c, next_blank, column, flow, line, source);
     }
     if ((c == '[' || c == '{') && (node_start || flow > 0)) {  // else part of a plain scalar
       // yaml-cpp's time grows steeply with deeply nested flow collections (fuzz_scenario:
@@ -659,8 +700,10 @@ std::int64_t scenario_size_limit(const std::string& field) {
   return 0;
 }
 
-Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
-                        const std::vector<std::pair<std::string, std::string>>& overrides) {
+namespace {
+
+/// The one YAML document of a scenario (an empty text is an empty mapping).
+YAML::Node load_yaml_document(const std::string& yaml_text, const std::string& source) {
   refuse_yaml_cpp_hangs(yaml_text, source);
   YAML::Node root;
   try {
@@ -682,18 +725,10 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) throw InputError(source + ": a scenario must be a YAML mapping of sections");
 
-  std::map<std::string, std::string> override_map;
-  for (const auto& [key, value] : overrides) {
-    apply_override(root, key, value, source);
-    override_map[key] = value;
-  }
-  const Reader r(root, source, override_map);
-  check_keys(root, "", r);
+  return root;
+}
 
-  Scenario s;
-  s.source_path = source;
-  s.name = r.get_string("name", false).value_or(stem_of(source));
-
+void read_model(const Reader& r, Scenario& s) {
   // ---- model (Megatron-LM arguments)
   ModelConfig& m = s.model;
   m.num_layers = *r.get_int("model.num_layers", 1, true);
@@ -707,6 +742,9 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   m.untie_embeddings_and_output_weights =
       r.get_bool("model.untie_embeddings_and_output_weights").value_or(false);
 
+}
+
+void read_parallel(const Reader& r, Scenario& s) {
   // ---- parallel (Megatron-LM arguments)
   ParallelConfig& p = s.parallel;
   p.tensor_model_parallel_size = r.get_int("parallel.tensor_model_parallel_size", 1, false).value_or(1);
@@ -740,6 +778,9 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
                                       : PipelineSchedule::Interleaved;
   }
 
+}
+
+void read_zero(const Reader& r, Scenario& s) {
   // ---- deepspeed.zero_optimization (DeepSpeed config keys)
   ZeroConfig& z = s.zero;
   const std::string zp = "deepspeed.zero_optimization.";
@@ -776,6 +817,10 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
                  "device: cpu, or remove the ratio)");
   }
 
+}
+
+/// The cluster (a catalog system) and the simulation options.
+void read_cluster_and_simulation(const Reader& r, Scenario& s) {
   // ---- cluster
   ClusterConfig& c = s.cluster;
   c.system = *r.get_string("cluster.system", true);
@@ -809,6 +854,28 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
     }
   }
 
+}
+
+}  // namespace
+
+Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
+                        const std::vector<std::pair<std::string, std::string>>& overrides) {
+  YAML::Node root = load_yaml_document(yaml_text, source);
+  std::map<std::string, std::string> override_map;
+  for (const auto& [key, value] : overrides) {
+    apply_override(root, key, value, source);
+    override_map[key] = value;
+  }
+  const Reader r(root, source, override_map);
+  check_keys(root, "", r);
+
+  Scenario s;
+  s.source_path = source;
+  s.name = r.get_string("name", false).value_or(stem_of(source));
+  read_model(r, s);
+  read_parallel(r, s);
+  read_zero(r, s);
+  read_cluster_and_simulation(r, s);
   validate_scenario(s);
   return s;
 }
@@ -827,12 +894,14 @@ Scenario load_scenario(const std::string& path,
   return parse_scenario(text.str(), path, overrides);
 }
 
-void validate_scenario(Scenario& s) {
-  const std::string at = where_prefix(s);
-  auto fail = [&](const std::string& what) { throw InputError(at + what); };
+namespace {
+
+/// Every size positive and within its bound (models/scenario.h); parse_scenario checks these
+/// first with line numbers, scenarios built in code land here.
+template <typename Fail>
+void check_sizes(Scenario& s, const Fail& fail) {
   ModelConfig& m = s.model;
   ParallelConfig& p = s.parallel;
-
   // Sizes (parse_scenario checks these with line numbers; scenarios built in code land here).
   const std::pair<const char*, std::int64_t> positive[] = {
       {"model.num_layers", m.num_layers},
@@ -885,6 +954,12 @@ void validate_scenario(Scenario& s) {
   if (s.cluster.gpus_per_node < 0)
     fail(kv("cluster.gpus_per_node", s.cluster.gpus_per_node) + " must be >= 0");
 
+}
+
+/// Megatron's defaults (ffn_hidden_size = 4h, kv_channels = h / a) and the cluster's system.
+template <typename Fail>
+void fill_defaults_and_system(Scenario& s, const Fail& fail) {
+  ModelConfig& m = s.model;
   // Defaults (Megatron: ffn_hidden_size = 4h, kv_channels = h / a).
   if (m.ffn_hidden_size == 0) m.ffn_hidden_size = 4 * m.hidden_size;
   if (m.kv_channels == 0) {
@@ -907,6 +982,14 @@ void validate_scenario(Scenario& s) {
          std::to_string(sys->gpus_per_node) + " GPUs of a " + s.cluster.system + " node");
   check_fabric_capacity(s, *sys, fail);
 
+}
+
+/// Tensor parallelism (Megatron splits heads, hidden/ffn columns, vocabulary, and with
+/// sequence parallelism the sequence), then world = TP x PP x DP and the microbatch count.
+template <typename Fail>
+void check_tp_and_batch(Scenario& s, const Fail& fail) {
+  ModelConfig& m = s.model;
+  ParallelConfig& p = s.parallel;
   // Tensor parallelism: Megatron splits heads, the hidden/ffn columns and the vocabulary.
   const std::int64_t tp = p.tensor_model_parallel_size;
   const std::string tps = kv("parallel.tensor_model_parallel_size", tp);
@@ -953,6 +1036,16 @@ void validate_scenario(Scenario& s) {
          " (models/scenario.h); raise micro_batch_size or lower global_batch_size");
   check_derived_sizes(s, fail);
 
+}
+
+/// Pipeline stages and the interleaved schedule (Megatron arguments.py / schedules.py).
+template <typename Fail>
+void check_pipeline(Scenario& s, const Fail& fail) {
+  ModelConfig& m = s.model;
+  ParallelConfig& p = s.parallel;
+  const std::int64_t pp = p.pipeline_model_parallel_size;
+  const std::string pps = kv("parallel.pipeline_model_parallel_size", pp);
+  const std::int64_t dp = p.data_parallel_size;
   // Pipeline stages and the interleaved schedule (Megatron arguments.py / schedules.py).
   if (m.num_layers % pp != 0)
     fail(kv("model.num_layers", m.num_layers) + " is not divisible by " + pps);
@@ -984,6 +1077,13 @@ void validate_scenario(Scenario& s) {
     p.layers_per_chunk = m.num_layers / pp;
   }
 
+}
+
+/// ZeRO stages and offload (DeepSpeed semantics).
+template <typename Fail>
+void check_zero(const Scenario& s, const Fail& fail) {
+  const std::int64_t pp = s.parallel.pipeline_model_parallel_size;
+  const std::string pps = kv("parallel.pipeline_model_parallel_size", pp);
   // ZeRO and offload (DeepSpeed semantics).
   const ZeroConfig& z = s.zero;
   const std::string st = "deepspeed.zero_optimization.stage (" + std::to_string(z.stage) + ")";
@@ -1010,6 +1110,18 @@ void validate_scenario(Scenario& s) {
     fail(st + " with " + pps +
          ": DeepSpeed does not support ZeRO stage 2 or 3 with pipeline parallelism "
          "(use stage 0 or 1, or pp = 1)");
+}
+
+}  // namespace
+
+void validate_scenario(Scenario& s) {
+  const std::string at = where_prefix(s);
+  auto fail = [&](const std::string& what) { throw InputError(at + what); };
+  check_sizes(s, fail);
+  fill_defaults_and_system(s, fail);
+  check_tp_and_batch(s, fail);
+  check_pipeline(s, fail);
+  check_zero(s, fail);
 }
 
 const char* to_string(Precision p) {
