@@ -200,6 +200,13 @@ const char* verb_name(RunPurpose p) {
   return "run";
 }
 
+/// This machine's physical memory in bytes (sysconf), or 0 where unknown: the capacity of the
+/// CPU a replay runs on.
+double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_bytes > 0 ? double(pages) * double(page_bytes) : 0.0;
+}
+
 /// The calibration profile and where it came from.
 void choose_profile(const RunRequest& req, PreparedRun& run, bool local) {
   if (req.calibration_path.empty()) {
@@ -282,10 +289,9 @@ void choose_system(const RunRequest& req, PreparedRun& run) {
   if (req.purpose == RunPurpose::Replay && local && req.device != "cuda") {
     // This machine's CPU as the device: its capacity is the physical memory (the replay's
     // tensors live there); its peak FLOP/s is unknown without a profile (MFU reported null).
-    const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
-    if (pages > 0 && page_bytes > 0) {
-      run.system.gpu.hbm_bytes = double(pages) * double(page_bytes);
-      run.system.host_memory_bytes = run.system.gpu.hbm_bytes;
+    if (const double bytes = physical_memory_bytes(); bytes > 0) {
+      run.system.gpu.hbm_bytes = bytes;
+      run.system.host_memory_bytes = bytes;
     }
   }
   run.cost_system = run.system;
@@ -330,8 +336,7 @@ PreparedRun prepare_run(const RunRequest& req) {
     // machine's CPU, its physical memory as the capacity, no known peak (MFU null).
     run.system.gpu.name = "CPU of this machine (replay of a " + run.system.gpu.name + " rank)";
     run.system.gpu.peak_dense_fp16_flops = 0;
-    const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
-    if (pages > 0 && page_bytes > 0) run.system.gpu.hbm_bytes = double(pages) * double(page_bytes);
+    if (const double bytes = physical_memory_bytes(); bytes > 0) run.system.gpu.hbm_bytes = bytes;
     run.notes.push_back("the modelled memory and FLOP figures are the scenario's (" +
                         std::string(to_string(sc.parallel.precision)) +
                         " on its GPUs); the replay measured this machine's CPU");

@@ -902,53 +902,41 @@ template <typename Fail>
 void check_sizes(Scenario& s, const Fail& fail) {
   ModelConfig& m = s.model;
   ParallelConfig& p = s.parallel;
-  // Sizes (parse_scenario checks these with line numbers; scenarios built in code land here).
-  const std::pair<const char*, std::int64_t> positive[] = {
-      {"model.num_layers", m.num_layers},
-      {"model.hidden_size", m.hidden_size},
-      {"model.num_attention_heads", m.num_attention_heads},
-      {"model.seq_length", m.seq_length},
-      {"model.padded_vocab_size", m.padded_vocab_size},
-      {"parallel.tensor_model_parallel_size", p.tensor_model_parallel_size},
-      {"parallel.pipeline_model_parallel_size", p.pipeline_model_parallel_size},
-      {"parallel.micro_batch_size", p.micro_batch_size},
-      {"parallel.global_batch_size", p.global_batch_size},
-      {"parallel.ddp_bucket_size", p.ddp_bucket_size},
-      {"deepspeed.zero_optimization.reduce_bucket_size", s.zero.reduce_bucket_size},
-      {"deepspeed.zero_optimization.allgather_bucket_size", s.zero.allgather_bucket_size},
-      {"deepspeed.zero_optimization.stage3_prefetch_bucket_size",
-       s.zero.stage3_prefetch_bucket_size},
-      {"deepspeed.zero_optimization.sub_group_size", s.zero.sub_group_size},
-      {"cluster.nodes", s.cluster.nodes}};
-  for (const auto& [field, value] : positive)
-    if (value <= 0) fail(kv(field, value) + " must be positive");
-  // Upper bounds (models/scenario.h); parse_scenario checks them first, with the line.
-  const std::pair<const char*, std::int64_t> bounded[] = {
-      {"model.num_layers", m.num_layers},
-      {"model.hidden_size", m.hidden_size},
-      {"model.num_attention_heads", m.num_attention_heads},
-      {"model.kv_channels", m.kv_channels},
-      {"model.ffn_hidden_size", m.ffn_hidden_size},
-      {"model.seq_length", m.seq_length},
-      {"model.padded_vocab_size", m.padded_vocab_size},
-      {"parallel.tensor_model_parallel_size", p.tensor_model_parallel_size},
-      {"parallel.pipeline_model_parallel_size", p.pipeline_model_parallel_size},
+  // Sizes (parse_scenario checks these with line numbers; scenarios built in code land here):
+  // each must be positive (where `positive`) and within its bound (models/scenario.h).
+  struct Size {
+    const char* field;
+    std::int64_t value;
+    bool positive;
+  };
+  const Size sizes[] = {
+      {"model.num_layers", m.num_layers, true},
+      {"model.hidden_size", m.hidden_size, true},
+      {"model.num_attention_heads", m.num_attention_heads, true},
+      {"model.kv_channels", m.kv_channels, false},
+      {"model.ffn_hidden_size", m.ffn_hidden_size, false},
+      {"model.seq_length", m.seq_length, true},
+      {"model.padded_vocab_size", m.padded_vocab_size, true},
+      {"parallel.tensor_model_parallel_size", p.tensor_model_parallel_size, true},
+      {"parallel.pipeline_model_parallel_size", p.pipeline_model_parallel_size, true},
       {"parallel.num_layers_per_virtual_pipeline_stage",
-       p.num_layers_per_virtual_pipeline_stage.value_or(1)},
-      {"parallel.micro_batch_size", p.micro_batch_size},
-      {"parallel.global_batch_size", p.global_batch_size},
-      {"parallel.ddp_bucket_size", p.ddp_bucket_size},
-      {"deepspeed.zero_optimization.reduce_bucket_size", s.zero.reduce_bucket_size},
-      {"deepspeed.zero_optimization.allgather_bucket_size", s.zero.allgather_bucket_size},
+       p.num_layers_per_virtual_pipeline_stage.value_or(1), false},
+      {"parallel.micro_batch_size", p.micro_batch_size, true},
+      {"parallel.global_batch_size", p.global_batch_size, true},
+      {"parallel.ddp_bucket_size", p.ddp_bucket_size, true},
+      {"deepspeed.zero_optimization.reduce_bucket_size", s.zero.reduce_bucket_size, true},
+      {"deepspeed.zero_optimization.allgather_bucket_size", s.zero.allgather_bucket_size, true},
       {"deepspeed.zero_optimization.stage3_prefetch_bucket_size",
-       s.zero.stage3_prefetch_bucket_size},
-      {"deepspeed.zero_optimization.sub_group_size", s.zero.sub_group_size},
-      {"cluster.nodes", s.cluster.nodes},
-      {"cluster.gpus_per_node", s.cluster.gpus_per_node}};
-  for (const auto& [field, value] : bounded)
-    if (value > scenario_size_limit(field))
-      fail("field '" + std::string(field) + "' = " + std::to_string(value) + ": " +
-           limit_text(field, scenario_size_limit(field)));
+       s.zero.stage3_prefetch_bucket_size, true},
+      {"deepspeed.zero_optimization.sub_group_size", s.zero.sub_group_size, true},
+      {"cluster.nodes", s.cluster.nodes, true},
+      {"cluster.gpus_per_node", s.cluster.gpus_per_node, false}};
+  for (const Size& x : sizes)
+    if (x.positive && x.value <= 0) fail(kv(x.field, x.value) + " must be positive");
+  for (const Size& x : sizes)
+    if (x.value > scenario_size_limit(x.field))
+      fail("field '" + std::string(x.field) + "' = " + std::to_string(x.value) + ": " +
+           limit_text(x.field, scenario_size_limit(x.field)));
   if (m.ffn_hidden_size < 0) fail(kv("model.ffn_hidden_size", m.ffn_hidden_size) + " must be >= 0");
   if (m.kv_channels < 0) fail(kv("model.kv_channels", m.kv_channels) + " must be >= 0");
   if (s.cluster.gpus_per_node < 0)
