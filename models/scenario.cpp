@@ -41,12 +41,28 @@ const std::vector<std::string>& leaf_paths() {
       "model.num_layers", "model.hidden_size", "model.num_attention_heads",
       "model.seq_length", "model.padded_vocab_size", "model.ffn_hidden_size",
       "model.kv_channels", "model.untie_embeddings_and_output_weights",
+      // models trained today (Megatron-Core argument names)
+      "model.num_query_groups", "model.group_query_attention", "model.swiglu",
+      "model.normalization", "model.position_embedding_type", "model.add_bias_linear",
+      "model.hidden_dropout", "model.attention_dropout", "model.window_size",
+      "model.window_attn_skip_freq", "model.attention_backend", "model.use_flash_attn",
+      "model.num_experts", "model.moe_router_topk", "model.moe_ffn_hidden_size",
+      "model.moe_shared_expert_intermediate_size", "model.moe_layer_freq",
+      "model.moe_token_dispatcher_type", "model.moe_grouped_gemm",
+      "model.moe_token_imbalance_factor", "model.hf_config",
       "parallel.tensor_model_parallel_size", "parallel.pipeline_model_parallel_size",
       "parallel.micro_batch_size", "parallel.global_batch_size",
       "parallel.num_layers_per_virtual_pipeline_stage", "parallel.recompute_granularity",
       "parallel.sequence_parallel", "parallel.precision", "parallel.overlap_grad_reduce",
       "parallel.scatter_gather_tensors_in_pipeline", "parallel.ddp_bucket_size",
       "parallel.pipeline_schedule",
+      "parallel.context_parallel_size", "parallel.expert_model_parallel_size",
+      "parallel.expert_tensor_parallel_size", "parallel.decoder_first_pipeline_num_layers",
+      "parallel.decoder_last_pipeline_num_layers",
+      "parallel.account_for_embedding_in_pipeline_split",
+      "parallel.account_for_loss_in_pipeline_split", "parallel.use_distributed_optimizer",
+      "parallel.overlap_param_gather", "parallel.use_megatron_fsdp", "parallel.use_torch_fsdp2",
+      "parallel.fsdp_sharding_group_size", "parallel.fp8", "parallel.fp8_recipe",
       // DeepSpeed config keys
       "deepspeed.zero_optimization.stage", "deepspeed.zero_optimization.reduce_bucket_size",
       "deepspeed.zero_optimization.allgather_bucket_size",
@@ -679,7 +695,21 @@ const std::vector<ScenarioSizeLimit>& scenario_size_limits() {
       {"model.ffn_hidden_size", k2p22},
       {"model.seq_length", k2p22},
       {"model.padded_vocab_size", k2p24},
+      {"model.num_query_groups", k2p16},
+      {"model.window_size", k2p22},
+      {"model.window_attn_skip_freq", 0xFFFE},
+      {"model.num_experts", k2p16},
+      {"model.moe_router_topk", k2p16},
+      {"model.moe_ffn_hidden_size", k2p22},
+      {"model.moe_shared_expert_intermediate_size", k2p22},
+      {"model.moe_layer_freq", 0xFFFE},
       {"parallel.tensor_model_parallel_size", k2p16},
+      {"parallel.context_parallel_size", k2p16},
+      {"parallel.expert_model_parallel_size", k2p16},
+      {"parallel.expert_tensor_parallel_size", k2p16},
+      {"parallel.decoder_first_pipeline_num_layers", 0xFFFE},
+      {"parallel.decoder_last_pipeline_num_layers", 0xFFFE},
+      {"parallel.fsdp_sharding_group_size", k2p20},
       {"parallel.pipeline_model_parallel_size", k2p16},
       {"parallel.num_layers_per_virtual_pipeline_stage", 0xFFFE},
       {"parallel.micro_batch_size", k2p20},
@@ -728,6 +758,75 @@ YAML::Node load_yaml_document(const std::string& yaml_text, const std::string& s
   return root;
 }
 
+/// A number within [lo, hi] (hi_open: below hi), or nullopt when absent.
+std::optional<double> get_fraction(const Reader& r, const std::string& path, double lo, double hi,
+                                   bool hi_open) {
+  if (!r.has(path)) return std::nullopt;
+  YAML::Node n = r.at(path);
+  double v = 0;
+  if (!n.IsScalar() || n.Tag() == "!" || !Reader::parse_double(n.Scalar(), v))
+    r.fail(path, n, "expected a number");
+  if (v < lo || (hi_open ? v >= hi : v > hi)) {
+    std::ostringstream os;
+    os << "must be within [" << lo << ", " << hi << (hi_open ? ")" : "]");
+    r.fail(path, n, os.str());
+  }
+  return v;
+}
+
+/// GQA, SwiGLU, normalization, positions, biases, dropout, windows, the attention kernel.
+void read_model_shape(const Reader& r, ModelConfig& m) {
+  m.num_query_groups = r.get_int("model.num_query_groups", 1, false).value_or(0);
+  const auto gqa = r.get_bool("model.group_query_attention");
+  if (gqa && !*gqa && m.num_query_groups != 0)
+    r.fail("model.group_query_attention", r.at("model.group_query_attention"),
+           "is false, but model.num_query_groups is set (Megatron applies num_query_groups "
+           "only with group_query_attention; remove one of the two)");
+  m.group_query_attention = gqa.value_or(m.num_query_groups != 0);
+  m.swiglu = r.get_bool("model.swiglu").value_or(false);
+  if (auto n = r.get_enum("model.normalization", {"LayerNorm", "RMSNorm"}))
+    m.normalization = *n == 0 ? Normalization::LayerNorm : Normalization::RMSNorm;
+  if (auto pe = r.get_enum("model.position_embedding_type", {"learned_absolute", "rope"}))
+    m.position_embedding_type = *pe == 0 ? PositionEmbedding::LearnedAbsolute : PositionEmbedding::Rope;
+  m.add_bias_linear = r.get_bool("model.add_bias_linear").value_or(true);
+  m.hidden_dropout = get_fraction(r, "model.hidden_dropout", 0, 1, true).value_or(0.1);
+  m.attention_dropout = get_fraction(r, "model.attention_dropout", 0, 1, true).value_or(0.1);
+  m.window_size = r.get_int("model.window_size", 0, false).value_or(0);
+  m.window_attn_skip_freq = r.get_int("model.window_attn_skip_freq", 0, false).value_or(0);
+  if (m.window_attn_skip_freq != 0 && m.window_size == 0)
+    r.fail("model.window_attn_skip_freq", r.at("model.window_attn_skip_freq"),
+           "needs model.window_size (sliding-window attention) to be set");
+  const auto flash = r.get_bool("model.use_flash_attn");
+  if (auto b = r.get_enum("model.attention_backend", {"unfused", "fused", "flash", "auto"})) {
+    m.attention_backend = *b == 0 ? AttentionBackend::Unfused
+                          : *b == 1 ? AttentionBackend::Fused : AttentionBackend::Flash;
+    if (flash && *flash != (m.attention_backend == AttentionBackend::Flash))
+      r.fail("model.use_flash_attn", r.at("model.use_flash_attn"),
+             "contradicts model.attention_backend; remove one of the two");
+  } else if (flash && *flash) {
+    m.attention_backend = AttentionBackend::Flash;
+  }
+  if (r.has("model.hf_config")) m.hf_config = *r.get_string("model.hf_config", false);
+}
+
+/// Mixture of experts (Megatron-Core --num-experts and --moe-* arguments).
+void read_model_moe(const Reader& r, ModelConfig& m) {
+  m.num_experts = r.get_int("model.num_experts", 0, false).value_or(0);
+  m.moe_router_topk = r.get_int("model.moe_router_topk", 1, false).value_or(2);
+  m.moe_ffn_hidden_size = r.get_int("model.moe_ffn_hidden_size", 1, false).value_or(0);
+  m.moe_shared_expert_intermediate_size =
+      r.get_int("model.moe_shared_expert_intermediate_size", 0, false).value_or(0);
+  m.moe_layer_freq = r.get_int("model.moe_layer_freq", 1, false).value_or(1);
+  if (auto d = r.get_enum("model.moe_token_dispatcher_type", {"alltoall", "allgather"}))
+    m.moe_token_dispatcher_type = *d == 0 ? MoeDispatcher::AllToAll : MoeDispatcher::AllGather;
+  m.moe_grouped_gemm = r.get_bool("model.moe_grouped_gemm").value_or(false);
+  m.moe_token_imbalance_factor =
+      get_fraction(r, "model.moe_token_imbalance_factor", 1, 1024, false).value_or(1.0);
+  if (m.num_experts > 0 && m.moe_router_topk > m.num_experts)
+    r.fail("model.moe_router_topk", r.at("model.moe_router_topk"),
+           "exceeds model.num_experts (" + std::to_string(m.num_experts) + ")");
+}
+
 void read_model(const Reader& r, Scenario& s) {
   // ---- model (Megatron-LM arguments)
   ModelConfig& m = s.model;
@@ -741,7 +840,42 @@ void read_model(const Reader& r, Scenario& s) {
   m.kv_channels = r.get_int("model.kv_channels", 1, false).value_or(0);
   m.untie_embeddings_and_output_weights =
       r.get_bool("model.untie_embeddings_and_output_weights").value_or(false);
+  read_model_shape(r, m);
+  read_model_moe(r, m);
+}
 
+/// Megatron-Core parallelism: context and expert parallelism, uneven pipeline splits, the
+/// distributed optimizer, FSDP, FP8.
+void read_parallel_core(const Reader& r, ParallelConfig& p) {
+  const std::string f = "parallel.";
+  p.context_parallel_size = r.get_int(f + "context_parallel_size", 1, false).value_or(1);
+  p.expert_model_parallel_size = r.get_int(f + "expert_model_parallel_size", 1, false).value_or(1);
+  p.expert_tensor_parallel_size =
+      r.get_int(f + "expert_tensor_parallel_size", 1, false).value_or(0);
+  p.decoder_first_pipeline_num_layers = r.get_int(f + "decoder_first_pipeline_num_layers", 0, false);
+  p.decoder_last_pipeline_num_layers = r.get_int(f + "decoder_last_pipeline_num_layers", 0, false);
+  p.account_for_embedding_in_pipeline_split =
+      r.get_bool(f + "account_for_embedding_in_pipeline_split").value_or(false);
+  p.account_for_loss_in_pipeline_split =
+      r.get_bool(f + "account_for_loss_in_pipeline_split").value_or(false);
+  p.use_distributed_optimizer = r.get_bool(f + "use_distributed_optimizer").value_or(false);
+  p.overlap_param_gather = r.get_bool(f + "overlap_param_gather").value_or(false);
+  p.use_megatron_fsdp = r.get_bool(f + "use_megatron_fsdp").value_or(false);
+  p.use_torch_fsdp2 = r.get_bool(f + "use_torch_fsdp2").value_or(false);
+  p.fsdp_sharding_group_size = r.get_int(f + "fsdp_sharding_group_size", 1, false).value_or(0);
+  if (p.use_megatron_fsdp && p.use_torch_fsdp2)
+    r.fail(f + "use_torch_fsdp2", r.at(f + "use_torch_fsdp2"),
+           "and parallel.use_megatron_fsdp are both set; choose one FSDP implementation");
+  if (p.fsdp_sharding_group_size != 0 && !p.uses_fsdp())
+    r.fail(f + "fsdp_sharding_group_size", r.at(f + "fsdp_sharding_group_size"),
+           "needs parallel.use_megatron_fsdp or parallel.use_torch_fsdp2");
+  if (auto e = r.get_enum(f + "fp8", {"e4m3", "hybrid"}))
+    p.fp8 = *e == 0 ? Fp8Format::E4M3 : Fp8Format::Hybrid;
+  if (auto rc = r.get_enum(f + "fp8_recipe", {"delayed", "tensorwise", "mxfp8", "blockwise"})) {
+    p.fp8_recipe = static_cast<Fp8Recipe>(*rc);
+    if (p.fp8 == Fp8Format::None)
+      r.fail(f + "fp8_recipe", r.at(f + "fp8_recipe"), "is set, but parallel.fp8 is not");
+  }
 }
 
 void read_parallel(const Reader& r, Scenario& s) {
@@ -777,7 +911,7 @@ void read_parallel(const Reader& r, Scenario& s) {
                           : *sch == 1 ? PipelineSchedule::GPipe
                                       : PipelineSchedule::Interleaved;
   }
-
+  read_parallel_core(r, p);
 }
 
 void read_zero(const Reader& r, Scenario& s) {
@@ -917,7 +1051,21 @@ void check_sizes(Scenario& s, const Fail& fail) {
       {"model.ffn_hidden_size", m.ffn_hidden_size, false},
       {"model.seq_length", m.seq_length, true},
       {"model.padded_vocab_size", m.padded_vocab_size, true},
+      {"model.num_query_groups", m.num_query_groups, false},
+      {"model.window_size", m.window_size, false},
+      {"model.window_attn_skip_freq", m.window_attn_skip_freq, false},
+      {"model.num_experts", m.num_experts, false},
+      {"model.moe_router_topk", m.moe_router_topk, true},
+      {"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size, false},
+      {"model.moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size, false},
+      {"model.moe_layer_freq", m.moe_layer_freq, true},
       {"parallel.tensor_model_parallel_size", p.tensor_model_parallel_size, true},
+      {"parallel.context_parallel_size", p.context_parallel_size, true},
+      {"parallel.expert_model_parallel_size", p.expert_model_parallel_size, true},
+      {"parallel.expert_tensor_parallel_size", p.expert_tensor_parallel_size, false},
+      {"parallel.decoder_first_pipeline_num_layers", p.decoder_first_pipeline_num_layers.value_or(0), false},
+      {"parallel.decoder_last_pipeline_num_layers", p.decoder_last_pipeline_num_layers.value_or(0), false},
+      {"parallel.fsdp_sharding_group_size", p.fsdp_sharding_group_size, false},
       {"parallel.pipeline_model_parallel_size", p.pipeline_model_parallel_size, true},
       {"parallel.num_layers_per_virtual_pipeline_stage",
        p.num_layers_per_virtual_pipeline_stage.value_or(1), false},
@@ -939,6 +1087,8 @@ void check_sizes(Scenario& s, const Fail& fail) {
            limit_text(x.field, scenario_size_limit(x.field)));
   if (m.ffn_hidden_size < 0) fail(kv("model.ffn_hidden_size", m.ffn_hidden_size) + " must be >= 0");
   if (m.kv_channels < 0) fail(kv("model.kv_channels", m.kv_channels) + " must be >= 0");
+  for (const Size& x : sizes)
+    if (!x.positive && x.value < 0) fail(kv(x.field, x.value) + " must be >= 0");
   if (s.cluster.gpus_per_node < 0)
     fail(kv("cluster.gpus_per_node", s.cluster.gpus_per_node) + " must be >= 0");
 
@@ -958,6 +1108,10 @@ void fill_defaults_and_system(Scenario& s, const Fail& fail) {
            " (needed for the default kv_channels = hidden / heads; set model.kv_channels)");
     m.kv_channels = m.hidden_size / m.num_attention_heads;
   }
+  if (m.num_query_groups == 0) m.num_query_groups = m.num_attention_heads;
+  if (m.moe_ffn_hidden_size == 0) m.moe_ffn_hidden_size = m.ffn_hidden_size;
+  if (s.parallel.expert_tensor_parallel_size == 0)
+    s.parallel.expert_tensor_parallel_size = s.parallel.tensor_model_parallel_size;
   const SystemSpec* sys = nullptr;
   try {
     sys = &find_system(s.cluster.system);
@@ -988,6 +1142,13 @@ void check_tp_and_batch(Scenario& s, const Fail& fail) {
       {"model.padded_vocab_size", m.padded_vocab_size}};
   for (const auto& [field, value] : split_by_tp)
     if (value % tp != 0) fail(kv(field, value) + " is not divisible by " + tps);
+  // GQA: query heads in groups; Megatron-Core splits the groups over TP (attention.py
+  // num_query_groups_per_partition = divide(num_query_groups, tp)).
+  if (m.num_attention_heads % m.num_query_groups != 0)
+    fail(kv("model.num_attention_heads", m.num_attention_heads) + " is not divisible by " +
+         kv("model.num_query_groups", m.num_query_groups));
+  if (m.num_query_groups % tp != 0)
+    fail(kv("model.num_query_groups", m.num_query_groups) + " is not divisible by " + tps);
   if (p.sequence_parallel) {
     if (tp == 1)
       fail("parallel.sequence_parallel (true) needs " + tps +
@@ -997,15 +1158,17 @@ void check_tp_and_batch(Scenario& s, const Fail& fail) {
            " is not divisible by " + tps + " (sequence parallelism splits the sequence)");
   }
 
-  // World = TP x PP x DP.
-  const std::int64_t pp = p.pipeline_model_parallel_size;
+  // World = TP x CP x PP x DP (Megatron-Core parallel_state: order tp-cp-ep-dp-pp).
+  const std::int64_t pp = p.pipeline_model_parallel_size, cp = p.context_parallel_size;
   const std::string pps = kv("parallel.pipeline_model_parallel_size", pp);
+  const std::string cps = cp > 1 ? " x " + kv("parallel.context_parallel_size", cp) : "";
   const std::int64_t world = s.world_size();
-  if (world % (tp * pp) != 0)
-    fail(tps + " x " + pps + " = " + std::to_string(tp * pp) + " does not divide the " +
-         std::to_string(world) + " GPUs of " + kv("cluster.nodes", s.cluster.nodes) + " x " +
+  if (world % (tp * cp * pp) != 0)
+    fail(tps + cps + " x " + pps + " = " + std::to_string(tp * cp * pp) +
+         " does not divide the " + std::to_string(world) + " GPUs of " +
+         kv("cluster.nodes", s.cluster.nodes) + " x " +
          kv("cluster.gpus_per_node", s.cluster.gpus_per_node));
-  p.data_parallel_size = world / (tp * pp);
+  p.data_parallel_size = world / (tp * cp * pp);
   const std::int64_t dp = p.data_parallel_size;
 
   // Batch: global = micro x DP x microbatches.
@@ -1067,6 +1230,62 @@ void check_pipeline(Scenario& s, const Fail& fail) {
 
 }
 
+/// Context and expert parallelism, FSDP, the distributed optimizer and FP8 (Megatron-Core
+/// arguments.py and parallel_state.py checks).
+template <typename Fail>
+void check_megatron_core(Scenario& s, const Fail& fail) {
+  const ModelConfig& m = s.model;
+  ParallelConfig& p = s.parallel;
+  const std::int64_t cp = p.context_parallel_size, ep = p.expert_model_parallel_size;
+  const std::int64_t etp = p.expert_tensor_parallel_size;
+  const std::string cps = kv("parallel.context_parallel_size", cp);
+  // Load-balanced causal context parallelism cuts the sequence into 2 x cp chunks
+  // (Megatron-Core get_batch_on_this_cp_rank).
+  if (cp > 1 && m.seq_length % (2 * cp) != 0)
+    fail(kv("model.seq_length", m.seq_length) + " is not divisible by 2 x " + cps +
+         " (context parallelism splits the sequence into 2 x cp load-balanced chunks)");
+  if (cp > 1 && p.sequence_parallel &&
+      (m.seq_length / cp) % p.tensor_model_parallel_size != 0)
+    fail(kv("model.seq_length", m.seq_length) + " / " + cps +
+         " is not divisible by parallel.tensor_model_parallel_size (sequence parallelism)");
+  if (!m.is_moe() && (ep > 1 || etp != p.tensor_model_parallel_size))
+    fail((ep > 1 ? kv("parallel.expert_model_parallel_size", ep)
+                 : kv("parallel.expert_tensor_parallel_size", etp)) +
+         " needs a mixture-of-experts model (model.num_experts > 0)");
+  if (m.is_moe()) {
+    if (m.num_experts % ep != 0)
+      fail(kv("model.num_experts", m.num_experts) + " is not divisible by " +
+           kv("parallel.expert_model_parallel_size", ep));
+    const std::int64_t per_stage = s.world_size() / p.pipeline_model_parallel_size;
+    if (per_stage % (ep * etp) != 0)
+      fail(kv("parallel.expert_model_parallel_size", ep) + " x " +
+           kv("parallel.expert_tensor_parallel_size", etp) + " does not divide the " +
+           std::to_string(per_stage) + " GPUs of a pipeline stage");
+    if (m.moe_ffn_hidden_size % etp != 0)
+      fail(kv("model.moe_ffn_hidden_size", m.moe_ffn_hidden_size) + " is not divisible by " +
+           kv("parallel.expert_tensor_parallel_size", etp));
+  }
+  if (p.uses_fsdp()) {
+    const std::int64_t shard_world = p.data_parallel_size * cp;
+    if (p.fsdp_sharding_group_size == 0) p.fsdp_sharding_group_size = shard_world;
+    if (shard_world % p.fsdp_sharding_group_size != 0)
+      fail(kv("parallel.fsdp_sharding_group_size", p.fsdp_sharding_group_size) +
+           " does not divide data-parallel size x context-parallel size (" +
+           std::to_string(shard_world) + ")");
+  }
+  const int stage = s.zero.stage;
+  if ((p.use_distributed_optimizer || p.uses_fsdp()) && stage > 0)
+    fail(std::string(p.uses_fsdp() ? "FSDP" : "parallel.use_distributed_optimizer") +
+         " shards with Megatron-Core; deepspeed.zero_optimization.stage (" +
+         std::to_string(stage) + ") shards with DeepSpeed: use one of the two");
+  if (p.overlap_param_gather && !p.use_distributed_optimizer && !p.uses_fsdp())
+    fail("parallel.overlap_param_gather needs parallel.use_distributed_optimizer (Megatron "
+         "arguments.py: the parameter all-gather exists only with the distributed optimizer)");
+  if (p.fp8 != Fp8Format::None && p.precision == Precision::FP32)
+    fail("parallel.fp8 needs parallel.precision bf16 or fp16 (Transformer Engine runs FP8 "
+         "GEMMs inside a mixed-precision model)");
+}
+
 /// ZeRO stages and offload (DeepSpeed semantics).
 template <typename Fail>
 void check_zero(const Scenario& s, const Fail& fail) {
@@ -1109,6 +1328,7 @@ void validate_scenario(Scenario& s) {
   fill_defaults_and_system(s, fail);
   check_tp_and_batch(s, fail);
   check_pipeline(s, fail);
+  check_megatron_core(s, fail);
   check_zero(s, fail);
 }
 
@@ -1128,6 +1348,41 @@ const char* to_string(Recompute r) {
     case Recompute::Full: return "full";
   }
   throw std::logic_error("to_string: Recompute out of range");
+}
+
+const char* to_string(Normalization n) {
+  return n == Normalization::RMSNorm ? "RMSNorm" : "LayerNorm";
+}
+const char* to_string(PositionEmbedding p) {
+  return p == PositionEmbedding::Rope ? "rope" : "learned_absolute";
+}
+const char* to_string(AttentionBackend a) {
+  switch (a) {
+    case AttentionBackend::Unfused: return "unfused";
+    case AttentionBackend::Fused: return "fused";
+    case AttentionBackend::Flash: return "flash";
+  }
+  throw std::logic_error("to_string: AttentionBackend out of range");
+}
+const char* to_string(MoeDispatcher d) {
+  return d == MoeDispatcher::AllGather ? "allgather" : "alltoall";
+}
+const char* to_string(Fp8Format f) {
+  switch (f) {
+    case Fp8Format::None: return "none";
+    case Fp8Format::E4M3: return "e4m3";
+    case Fp8Format::Hybrid: return "hybrid";
+  }
+  throw std::logic_error("to_string: Fp8Format out of range");
+}
+const char* to_string(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::Delayed: return "delayed";
+    case Fp8Recipe::Tensorwise: return "tensorwise";
+    case Fp8Recipe::Mxfp8: return "mxfp8";
+    case Fp8Recipe::Blockwise: return "blockwise";
+  }
+  throw std::logic_error("to_string: Fp8Recipe out of range");
 }
 
 const char* to_string(PipelineSchedule s) {

@@ -21,6 +21,19 @@ enum class Recompute : std::uint8_t { None, Selective, Full };
 /// GPipe (all forwards, then all backwards), Megatron's 1F1B (PipeDream-Flush) and the
 /// interleaved 1F1B of Narayanan et al. SC'21 (chosen when virtual stages are set).
 enum class PipelineSchedule : std::uint8_t { GPipe, OneFOneB, Interleaved };
+/// Megatron's --normalization.
+enum class Normalization : std::uint8_t { LayerNorm, RMSNorm };
+/// Megatron's --position-embedding-type (learned_absolute, rope).
+enum class PositionEmbedding : std::uint8_t { LearnedAbsolute, Rope };
+/// Megatron's --attention-backend: `unfused` is the 2021 baddbmm/softmax/bmm path (SC'21),
+/// `fused` and `flash` one fused kernel each way (cuDNN / FlashAttention); `auto` reads as flash.
+enum class AttentionBackend : std::uint8_t { Unfused, Fused, Flash };
+/// Megatron's --moe-token-dispatcher-type.
+enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather };
+/// Megatron's --fp8-format (None: no FP8).
+enum class Fp8Format : std::uint8_t { None, E4M3, Hybrid };
+/// Megatron's --fp8-recipe (Transformer Engine scaling recipes).
+enum class Fp8Recipe : std::uint8_t { Delayed, Tensorwise, Mxfp8, Blockwise };
 
 /// Transformer shape, Megatron-LM argument names.
 struct ModelConfig {
@@ -35,6 +48,38 @@ struct ModelConfig {
   std::int64_t kv_channels = 0;
   /// Megatron's --untie-embeddings-and-output-weights; false (tied) as in GPT and SC'21.
   bool untie_embeddings_and_output_weights = false;
+
+  // ---- models trained today (Megatron-Core arguments; defaults = the 2021 GPT above)
+  /// --num-query-groups (GQA); filled with num_attention_heads when absent.
+  std::int64_t num_query_groups = 0;
+  /// --group-query-attention; true when num_query_groups is given.
+  bool group_query_attention = false;
+  bool swiglu = false;  ///< --swiglu: gated MLP, fc1 produces 2 x ffn_hidden_size
+  Normalization normalization = Normalization::LayerNorm;
+  PositionEmbedding position_embedding_type = PositionEmbedding::LearnedAbsolute;
+  bool add_bias_linear = true;  ///< --disable-bias-linear sets false
+  double hidden_dropout = 0.1;     ///< --hidden-dropout
+  double attention_dropout = 0.1;  ///< --attention-dropout
+  /// --window-size (left window, tokens) of sliding-window attention; 0 = full attention.
+  std::int64_t window_size = 0;
+  /// --window-attn-skip-freq: with window_size, layer l (0-based) attends fully when
+  /// (l + 1) % window_attn_skip_freq == 0; 0 = every layer windowed.
+  std::int64_t window_attn_skip_freq = 0;
+  AttentionBackend attention_backend = AttentionBackend::Unfused;
+  // Mixture of experts (--num-experts etc.); num_experts 0 = dense.
+  std::int64_t num_experts = 0;
+  std::int64_t moe_router_topk = 2;
+  std::int64_t moe_ffn_hidden_size = 0;  ///< filled with ffn_hidden_size when absent
+  std::int64_t moe_shared_expert_intermediate_size = 0;  ///< 0 = no shared expert
+  std::int64_t moe_layer_freq = 1;  ///< every moe_layer_freq-th layer is an MoE layer
+  MoeDispatcher moe_token_dispatcher_type = MoeDispatcher::AllToAll;
+  bool moe_grouped_gemm = false;
+  /// trainsim extension: tokens routed to the busiest expert rank / the mean (>= 1).
+  double moe_token_imbalance_factor = 1.0;
+  /// Hugging Face config.json the model section was imported from ("" = none).
+  std::string hf_config;
+
+  bool is_moe() const { return num_experts > 0; }
 };
 
 /// Parallel plan, Megatron-LM argument names; derived fields are filled by validation.
@@ -59,8 +104,28 @@ struct ParallelConfig {
   /// trainsim extension: `gpipe` or `1f1b`; `interleaved` is implied by virtual stages.
   PipelineSchedule pipeline_schedule = PipelineSchedule::OneFOneB;
 
+  // ---- Megatron-Core parallelism (defaults = off, the SC'21 runs)
+  std::int64_t context_parallel_size = 1;
+  std::int64_t expert_model_parallel_size = 1;
+  /// Filled with tensor_model_parallel_size when absent (Megatron's default).
+  std::int64_t expert_tensor_parallel_size = 0;
+  std::optional<std::int64_t> decoder_first_pipeline_num_layers;
+  std::optional<std::int64_t> decoder_last_pipeline_num_layers;
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
+  bool use_distributed_optimizer = false;
+  bool overlap_param_gather = false;
+  bool use_megatron_fsdp = false;
+  bool use_torch_fsdp2 = false;
+  /// FSDP sharding group (the Megatron-Bridge table's fsdp column); filled with dp x cp.
+  std::int64_t fsdp_sharding_group_size = 0;
+  Fp8Format fp8 = Fp8Format::None;
+  Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;
+
+  bool uses_fsdp() const { return use_megatron_fsdp || use_torch_fsdp2; }
+
   // ---- derived by validate_scenario() ----
-  std::int64_t data_parallel_size = 1;          ///< gpus / (tp * pp)
+  std::int64_t data_parallel_size = 1;          ///< gpus / (tp * cp * pp)
   std::int64_t num_microbatches = 1;            ///< global_batch / (micro_batch * dp)
   std::int64_t virtual_pipeline_size = 1;       ///< model chunks per pipeline rank
   std::int64_t layers_per_chunk = 1;            ///< num_layers / (pp * virtual_pipeline_size)
@@ -143,6 +208,12 @@ struct Scenario {
 ///   parallel.global_batch_size        2^30 = 1,073,741,824
 ///   parallel.ddp_bucket_size and the deepspeed.zero_optimization bucket and sub-group
 ///   sizes (elements)                  2^50
+///   model.num_query_groups, num_experts, moe_router_topk, parallel.context_parallel_size,
+///   expert_model_parallel_size, expert_tensor_parallel_size          2^16
+///   model.window_size, moe_ffn_hidden_size, moe_shared_expert_intermediate_size   2^22
+///   model.window_attn_skip_freq, moe_layer_freq, parallel.decoder_first/last_pipeline_num_layers
+///                                     65,534
+///   parallel.fsdp_sharding_group_size 2^20
 ///   cluster.nodes                     2^20 = 1,048,576 (and the system's fat tree must hold
 ///                                     them: validate_scenario names the largest count that fits)
 ///
@@ -183,6 +254,12 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
 void validate_scenario(Scenario& scenario);
 
 const char* to_string(Recompute r);
+const char* to_string(Normalization n);
+const char* to_string(PositionEmbedding p);
+const char* to_string(AttentionBackend a);
+const char* to_string(MoeDispatcher d);
+const char* to_string(Fp8Format f);
+const char* to_string(Fp8Recipe r);
 const char* to_string(PipelineSchedule s);
 
 }  // namespace trainsim
