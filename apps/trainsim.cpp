@@ -82,6 +82,24 @@ int run(int argc, char** argv) {
   simulate->add_flag("--force", sim.force,
                      "simulate even when the estimated graph is above the size limits");
 
+  PlanArgs pln;
+  std::vector<std::string> plan_sets;
+  CLI::App* plan = app.add_subcommand(
+      "plan", "search the fastest parallel layout that fits (docs/plan.md)");
+  plan->add_option("scenario", pln.scenario, "scenario YAML file with an optional plan: section");
+  add_sets(plan, plan_sets);
+  plan->add_option("--top", pln.top_k, "candidates simulated event by event (default: plan.top_k, 50)")
+      ->check(integer_at_least(1));
+  plan->add_option("--jobs", pln.jobs, "worker processes (default: the core count)")
+      ->check(integer_at_least(1));
+  plan->add_option("--json", pln.json, "write the ranked result JSON (also a shard's output)");
+  plan->add_option("--csv", pln.csv, "write the ranked table as CSV");
+  plan->add_option("--out", pln.out, "write each confirmed candidate's scenario YAML here");
+  plan->add_option("--shard", pln.shard, "search only candidates i, i+n, ... (i/n, 0-based)");
+  plan->add_option("--merge", pln.merge, "rank shard results (--json files) together")
+      ->expected(1, -1);
+  plan->add_flag("--force", pln.force, "simulate candidates even above the size limits");
+
   ReplayArgs rep;
   CLI::App* replay = app.add_subcommand("replay", "replay one rank's tasks on a real device");
   replay->add_option("scenario", rep.scenario, "scenario YAML file")->required();
@@ -136,6 +154,13 @@ int run(int argc, char** argv) {
   if (simulate->parsed()) {
     sim.overrides = to_overrides(sim_sets);
     return simulate_main(sim);
+  }
+  if (plan->parsed()) {
+    pln.overrides = to_overrides(plan_sets);
+    if (pln.merge.empty() == pln.scenario.empty())
+      throw InputError(pln.merge.empty() ? "plan: give a scenario file, or --merge shard results"
+                                         : "plan: --merge takes shard results, not a scenario");
+    return plan_main(pln);
   }
   if (replay->parsed()) {
     rep.overrides = to_overrides(replay_sets);

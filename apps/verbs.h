@@ -5,6 +5,7 @@
 //
 // Where each verb lives (apps/CMakeLists.txt):
 //   simulate  -> apps/simulate.cpp (always built; without sim/ it explains and exits 1)
+//   plan      -> apps/plan.cpp (always built, with simulate)
 //   replay    -> apps/replay.cpp,    when it exists and trainsim_hw is built
 //   validate  -> apps/validate.cpp,  when it exists and trainsim_validation is built
 //   calibrate -> apps/calibrate.cpp, when it exists and trainsim_validation is built
@@ -81,7 +82,21 @@ struct CalibrateArgs {
   bool allow_device_mismatch = false;
 };
 
+/// trainsim plan SCENARIO.yaml [--set k=v]... [--top K] [--jobs N] [--json F] [--csv F]
+///   [--out DIR] [--shard i/n] | trainsim plan --merge SHARD.json...  (docs/plan.md)
+struct PlanArgs {
+  std::string scenario;
+  Overrides overrides;
+  std::int64_t top_k = 0;   ///< 0: the plan section's top_k (default 50)
+  int jobs = 0;             ///< worker processes; 0: the core count
+  std::string json, csv, out;
+  std::string shard;        ///< "i/n": candidates with index % n == i
+  std::vector<std::string> merge;  ///< shard JSON files to rank together
+  bool force = false;       ///< passed to each simulation (size limits)
+};
+
 int simulate_main(const SimulateArgs& args);
+int plan_main(const PlanArgs& args);
 int replay_main(const ReplayArgs& args);
 int validate_main(const ValidateArgs& args);
 int calibrate_main(const CalibrateArgs& args);

@@ -342,6 +342,8 @@ void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& 
     const std::string path = join(prefix, k.Scalar());
     if (!seen.insert(k.Scalar()).second)
       throw InputError(r.where(path, k) + ": duplicate key '" + path + "'");
+    // `plan:` bounds a `trainsim plan` search; models/planner.cpp reads and checks it.
+    if (path == "plan") continue;
     if (is_section(path)) {
       if (v.IsNull()) continue;  // `deepspeed:` with nothing under it
       if (!v.IsMap()) r.fail(path, v, "expected a mapping of keys");
