@@ -336,6 +336,22 @@ int finish(const PlanArgs& args, std::vector<CandidateResult> results,
   std::ostream& os = std::cout;
   if (interrupted) os << "interrupted: the best found so far\n";
   print_table(os, results);
+  const bool any_simulated = std::any_of(results.begin(), results.end(),
+                                         [](const CandidateResult& r) { return r.simulated; });
+  if (interrupted && !any_simulated) {
+    // Stopped before stage (c): the best estimates (not simulated) so far.
+    std::vector<const CandidateResult*> est;
+    for (const auto& r : results)
+      if (r.estimate.rejection == PlanRejection::None || r.estimate.rejection == PlanRejection::BelowCut)
+        est.push_back(&r);
+    std::stable_sort(est.begin(), est.end(), [](const CandidateResult* a, const CandidateResult* b) {
+      return a->estimate.estimate_tokens_per_s > b->estimate.estimate_tokens_per_s;
+    });
+    os << "best estimates (stage b, not simulated):\n";
+    for (std::size_t i = 0; i < est.size() && i < 10; ++i)
+      os << "  " << est[i]->candidate.layout << "  " << std::fixed << std::setprecision(0)
+         << est[i]->estimate.estimate_tokens_per_s << " tokens/s (estimate)\n";
+  }
   print_estimate_error(os, results);
   os << "enumerated " << enumerated << " candidates; not simulated:";
   for (const auto& [reason, count] : why) os << " " << reason << " " << count << ";";
@@ -365,7 +381,7 @@ int finish(const PlanArgs& args, std::vector<CandidateResult> results,
       f.commit();
     }
   }
-  return 0;
+  return interrupted ? 130 : 0;  // 128 + SIGINT, as a shell reports an interrupted command
 }
 
 int merge_main(const PlanArgs& args) {

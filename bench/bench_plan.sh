@@ -21,6 +21,14 @@ grep -E "candidates \(of|stages \(a\)|stage \(c\)" "$work/progress.txt"
 head -6 "$work/table.txt"
 grep -E "^estimate vs|^enumerated" "$work/table.txt"
 "$trainsim" simulate "$root/scenarios/gpt-1t_tp8_pp64_dp6.yaml" --format json > "$work/t1.json"
+# Process start-up of a simulation (trainsim links no LibTorch): 20 whole runs of the tiny
+# scenario, start to exit, averaged (budget 50 ms each).
+t0=$(date +%s.%N)
+for _ in $(seq 20); do
+  "$trainsim" simulate "$root/scenarios/small/gpt-tiny_tp1_pp1_dp1.yaml" --format json > /dev/null
+done
+t1=$(date +%s.%N)
+python3 -c "print('simulate start-up to exit, tiny scenario: %.1f ms per process (budget 50 ms)' % ((float('$t1') - float('$t0')) / 20 * 1000))"
 python3 - "$work/plan.json" "$work/t1.json" "$start" "$end" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1])); t1 = json.load(open(sys.argv[2]))

@@ -114,4 +114,20 @@ TEST(PlanCli, ShardsMergeIntoTheUnshardedRanking) {
   EXPECT_EQ(a.at("candidates").at(0).at("tokens_per_s"), b.at("candidates").at(0).at("tokens_per_s"));
 }
 
+TEST(PlanCli, CtrlCPrintsTheBestSoFarAndExits130) {
+  ScratchDir dir("plan_cli");
+  // The GPT-1T space takes well over the 2 s before SIGINT arrives (its estimate stage alone
+  // runs for tens of seconds on 2 cores).
+  const std::string log = dir.file("log").string();
+  const std::string cmd = "timeout --preserve-status -s INT 2 " + std::string(TRAINSIM_CLI) + " plan " +
+                          trainsim::test_support::source_path("bench/plan/gpt-1t_3072_a100.yaml") +
+                          " --jobs 1 > " + log + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130) << slurp(log);
+  const std::string out = slurp(log);
+  EXPECT_NE(out.find("interrupted: the best found so far"), std::string::npos) << out;
+  EXPECT_NE(out.find("enumerated 5568 candidates; not simulated:"), std::string::npos) << out;
+}
+
 }  // namespace
