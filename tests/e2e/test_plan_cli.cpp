@@ -1,7 +1,7 @@
-// `trainsim plan` end to end: bad plan settings exit 1 naming the field and the value; a small
-// search writes its ranked table, JSON, CSV and one scenario per confirmed candidate, and each
-// written scenario simulates as is to the tokens/s the planner reported; shards merge into the
-// unsharded ranking.
+// `trainsim plan` end to end: bad plan settings exit 1 naming the field and the
+// value; a small search writes its ranked table, JSON, CSV and one scenario per
+// confirmed candidate, and each written scenario simulates as is to the
+// tokens/s the planner reported; shards merge into the unsharded ranking.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -19,37 +19,47 @@ using trainsim::test_support::ScratchDir;
 using trainsim_e2e::run;
 using trainsim_e2e::slurp;
 
-std::string scenario(const std::string& plan) {
+std::string scenario(const std::string &plan) {
   return "name: plan_e2e\n"
-         "model: {num_layers: 8, hidden_size: 512, num_attention_heads: 8, seq_length: 256, "
+         "model: {num_layers: 8, hidden_size: 512, num_attention_heads: 8, "
+         "seq_length: 256, "
          "padded_vocab_size: 1024}\n"
-         "parallel: {micro_batch_size: 1, global_batch_size: 32, precision: fp16}\n"
+         "parallel: {micro_batch_size: 1, global_batch_size: 32, precision: "
+         "fp16}\n"
          "cluster: {system: dgx-a100-80gb, nodes: 1}\n"
-         "plan: " + plan + "\n";
+         "plan: " +
+         plan + "\n";
 }
 
-const std::string kSpace =
-    "{tensor_model_parallel_size: [1, 2], pipeline_model_parallel_size: [1, 2], "
-    "micro_batch_size: [1, 2], recompute_granularity: [none], zero_stage: [0], top_k: 4}";
+const std::string kSpace = "{tensor_model_parallel_size: [1, 2], "
+                           "pipeline_model_parallel_size: [1, 2], "
+                           "micro_batch_size: [1, 2], recompute_granularity: "
+                           "[none], zero_stage: [0], top_k: 4}";
 
 TEST(PlanCli, BadPlanSettingsNameTheFieldAndTheValue) {
   ScratchDir dir("plan_cli");
-  struct Case { std::string plan, field, value; };
+  struct Case {
+    std::string plan, field, value;
+  };
   const Case cases[] = {
       {"{micro_batch_size: [0]}", "plan.micro_batch_size", "'0'"},
       {"{memory_headroom: 1.5}", "plan.memory_headroom", "'1.5'"},
-      {"{recompute_granularity: [sometimes]}", "plan.recompute_granularity", "'sometimes'"},
+      {"{recompute_granularity: [sometimes]}", "plan.recompute_granularity",
+       "'sometimes'"},
       {"{zero_stage: [4]}", "plan.zero_stage", "'4'"},
-      {"{tensor_model_parallel_size: []}", "plan.tensor_model_parallel_size", "(a list)"},
+      {"{tensor_model_parallel_size: []}", "plan.tensor_model_parallel_size",
+       "(a list)"},
       {"{pipeline_parallel: 2}", "plan.pipeline_parallel", "'2'"},
       {"{max_gpus: 12}", "plan.max_gpus", "'12'"}};
-  for (const Case& c : cases) {
+  for (const Case &c : cases) {
     const std::string path = dir.write("s.yaml", scenario(c.plan));
     const std::string log = dir.file("log").string();
     EXPECT_EQ(run("plan " + path, log), 1) << c.plan;
     const std::string out = slurp(log);
     EXPECT_NE(out.find(path), std::string::npos) << out;
-    EXPECT_NE(out.find("field '" + c.field + "' = " + c.value), std::string::npos) << out;
+    EXPECT_NE(out.find("field '" + c.field + "' = " + c.value),
+              std::string::npos)
+        << out;
   }
   const std::string path = dir.write("s.yaml", scenario(kSpace));
   EXPECT_EQ(run("plan " + path + " --shard 2/2", dir.file("log").string()), 1);
@@ -60,7 +70,8 @@ TEST(PlanCli, RanksWritesOutputsAndItsScenariosSimulateAsReported) {
   ScratchDir dir("plan_cli");
   const std::string path = dir.write("s.yaml", scenario(kSpace));
   const auto out = dir.file("out");
-  ASSERT_EQ(run("plan " + path + " --jobs 2 --json " + dir.file("r.json").string() + " --csv " +
+  ASSERT_EQ(run("plan " + path + " --jobs 2 --json " +
+                    dir.file("r.json").string() + " --csv " +
                     dir.file("r.csv").string() + " --out " + out.string(),
                 dir.file("log").string()),
             0)
@@ -69,14 +80,17 @@ TEST(PlanCli, RanksWritesOutputsAndItsScenariosSimulateAsReported) {
   // 2 TP x 2 PP x 2 micro batches, all valid on 8 GPUs with global batch 32.
   EXPECT_EQ(j.at("enumerated"), 8);
   std::vector<double> tps;
-  for (const auto& c : j.at("candidates"))
-    if (c.at("simulated")) tps.push_back(c.at("tokens_per_s"));
-  ASSERT_EQ(tps.size(), 4u);  // top_k
-  for (std::size_t i = 1; i < tps.size(); ++i) EXPECT_GE(tps[i - 1], tps[i]);
+  for (const auto &c : j.at("candidates"))
+    if (c.at("simulated"))
+      tps.push_back(c.at("tokens_per_s"));
+  ASSERT_EQ(tps.size(), 4u); // top_k
+  for (std::size_t i = 1; i < tps.size(); ++i)
+    EXPECT_GE(tps[i - 1], tps[i]);
   EXPECT_EQ(j.at("rejected").at("below_estimate_cut"), 4);
-  // Each written scenario is a plain scenario: simulate gives the reported tokens/s.
+  // Each written scenario is a plain scenario: simulate gives the reported
+  // tokens/s.
   int files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(out)) {
+  for (const auto &entry : std::filesystem::directory_iterator(out)) {
     ++files;
     const std::string name = entry.path().filename().string();
     const int rank = std::stoi(name.substr(0, 3));
@@ -85,49 +99,63 @@ TEST(PlanCli, RanksWritesOutputsAndItsScenariosSimulateAsReported) {
               0)
         << slurp(dir.file("sim.json"));
     const auto s = nlohmann::json::parse(slurp(dir.file("sim.json")));
-    EXPECT_NEAR(s.at("tokens_per_s").get<double>(), tps[rank - 1], 1e-6 * tps[rank - 1]) << name;
+    EXPECT_NEAR(s.at("tokens_per_s").get<double>(), tps[rank - 1],
+                1e-6 * tps[rank - 1])
+        << name;
   }
   EXPECT_EQ(files, 4);
-  EXPECT_NE(slurp(dir.file("r.csv")).find("rank,index,layout,tokens_per_s"), std::string::npos);
+  EXPECT_NE(slurp(dir.file("r.csv")).find("rank,index,layout,tokens_per_s"),
+            std::string::npos);
 }
 
 TEST(PlanCli, ShardsMergeIntoTheUnshardedRanking) {
   ScratchDir dir("plan_cli");
   const std::string path = dir.write("s.yaml", scenario(kSpace));
   const std::string whole = dir.file("whole.json").string();
-  ASSERT_EQ(run("plan " + path + " --jobs 1 --json " + whole, dir.file("log").string()), 0);
+  ASSERT_EQ(run("plan " + path + " --jobs 1 --json " + whole,
+                dir.file("log").string()),
+            0);
   for (int i = 0; i < 2; ++i)
-    ASSERT_EQ(run("plan " + path + " --jobs 1 --shard " + std::to_string(i) + "/2 --json " +
+    ASSERT_EQ(run("plan " + path + " --jobs 1 --shard " + std::to_string(i) +
+                      "/2 --json " +
                       dir.file("s" + std::to_string(i) + ".json").string(),
                   dir.file("log").string()),
               0);
   const std::string merged = dir.file("merged.json").string();
-  ASSERT_EQ(run("plan --merge " + dir.file("s0.json").string() + " " + dir.file("s1.json").string() +
-                    " --json " + merged,
+  ASSERT_EQ(run("plan --merge " + dir.file("s0.json").string() + " " +
+                    dir.file("s1.json").string() + " --json " + merged,
                 dir.file("log").string()),
             0)
       << slurp(dir.file("log"));
-  const auto a = nlohmann::json::parse(slurp(whole)), b = nlohmann::json::parse(slurp(merged));
+  const auto a = nlohmann::json::parse(slurp(whole)),
+             b = nlohmann::json::parse(slurp(merged));
   EXPECT_EQ(a.at("enumerated"), b.at("enumerated"));
   // The unsharded top candidate is the merged top candidate.
-  EXPECT_EQ(a.at("candidates").at(0).at("layout"), b.at("candidates").at(0).at("layout"));
-  EXPECT_EQ(a.at("candidates").at(0).at("tokens_per_s"), b.at("candidates").at(0).at("tokens_per_s"));
+  EXPECT_EQ(a.at("candidates").at(0).at("layout"),
+            b.at("candidates").at(0).at("layout"));
+  EXPECT_EQ(a.at("candidates").at(0).at("tokens_per_s"),
+            b.at("candidates").at(0).at("tokens_per_s"));
 }
 
 TEST(PlanCli, CtrlCPrintsTheBestSoFarAndExits130) {
   ScratchDir dir("plan_cli");
-  // The GPT-1T space takes well over the 2 s before SIGINT arrives (its estimate stage alone
-  // runs for tens of seconds on 2 cores).
+  // The GPT-1T space takes well over the 2 s before SIGINT arrives (its
+  // estimate stage alone runs for tens of seconds on 2 cores).
   const std::string log = dir.file("log").string();
-  const std::string cmd = "timeout --preserve-status -s INT 2 " + std::string(TRAINSIM_CLI) + " plan " +
-                          trainsim::test_support::source_path("bench/plan/gpt-1t_3072_a100.yaml") +
-                          " --jobs 1 > " + log + " 2>&1";
+  const std::string cmd =
+      "timeout --preserve-status -s INT 2 " + std::string(TRAINSIM_CLI) +
+      " plan " +
+      trainsim::test_support::source_path("bench/plan/gpt-1t_3072_a100.yaml") +
+      " --jobs 1 > " + log + " 2>&1";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 130) << slurp(log);
   const std::string out = slurp(log);
-  EXPECT_NE(out.find("interrupted: the best found so far"), std::string::npos) << out;
-  EXPECT_NE(out.find("enumerated 5568 candidates; not simulated:"), std::string::npos) << out;
+  EXPECT_NE(out.find("interrupted: the best found so far"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("enumerated 5568 candidates; not simulated:"),
+            std::string::npos)
+      << out;
 }
 
-}  // namespace
+} // namespace
