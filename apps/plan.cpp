@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,13 +20,11 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "apps/output_file.h"
 #include "apps/verbs.h"
@@ -51,10 +50,8 @@ void on_sigint(int) { g_interrupted = 1; }
 /// (one line of JSON text) reaches on_result(i, text) in the parent as it
 /// arrives. Stops early (killing the workers) when Ctrl-C was pressed; returns
 /// false then.
-bool run_in_workers(
-    std::size_t n, int jobs,
-    const std::function<std::string(std::size_t)> &work,
-    const std::function<void(std::size_t, const std::string &)> &on_result) {
+bool run_in_workers(std::size_t n, int jobs, const std::function<std::string(std::size_t)> &work,
+                    const std::function<void(std::size_t, const std::string &)> &on_result) {
   jobs = std::max(1, std::min<int>(jobs, int(std::max<std::size_t>(n, 1))));
   struct Worker {
     pid_t pid;
@@ -65,23 +62,19 @@ bool run_in_workers(
   for (int w = 0; w < jobs; ++w) {
     int fds[2];
     if (pipe(fds) != 0)
-      throw std::runtime_error(std::string("plan: pipe: ") +
-                               std::strerror(errno));
+      throw std::runtime_error(std::string("plan: pipe: ") + std::strerror(errno));
     const pid_t pid = fork();
-    if (pid < 0)
-      throw std::runtime_error(std::string("plan: fork: ") +
-                               std::strerror(errno));
+    if (pid < 0) throw std::runtime_error(std::string("plan: fork: ") + std::strerror(errno));
     if (pid == 0) {
       close(fds[0]);
-      signal(SIGINT, SIG_IGN); // the parent decides; it kills the workers
+      signal(SIGINT, SIG_IGN);  // the parent decides; it kills the workers
       for (std::size_t i = std::size_t(w); i < n; i += std::size_t(jobs)) {
         std::string line = std::to_string(i) + "\t" + work(i) + "\n";
         const char *p = line.data();
         std::size_t left = line.size();
         while (left > 0) {
           const ssize_t k = write(fds[1], p, left);
-          if (k <= 0)
-            _exit(2);
+          if (k <= 0) _exit(2);
           p += k;
           left -= std::size_t(k);
         }
@@ -95,17 +88,13 @@ bool run_in_workers(
   while (open_pipes > 0 && !g_interrupted) {
     std::vector<pollfd> pfds;
     for (auto &w : workers)
-      if (w.fd >= 0)
-        pfds.push_back({w.fd, POLLIN, 0});
-    if (poll(pfds.data(), pfds.size(), 200) < 0 && errno != EINTR)
-      break;
+      if (w.fd >= 0) pfds.push_back({w.fd, POLLIN, 0});
+    if (poll(pfds.data(), pfds.size(), 200) < 0 && errno != EINTR) break;
     for (auto &w : workers) {
-      if (w.fd < 0)
-        continue;
-      auto it = std::find_if(pfds.begin(), pfds.end(),
-                             [&](const pollfd &p) { return p.fd == w.fd; });
-      if (it == pfds.end() || !(it->revents & (POLLIN | POLLHUP)))
-        continue;
+      if (w.fd < 0) continue;
+      auto it =
+          std::find_if(pfds.begin(), pfds.end(), [&](const pollfd &p) { return p.fd == w.fd; });
+      if (it == pfds.end() || !(it->revents & (POLLIN | POLLHUP))) continue;
       char buf[65536];
       const ssize_t k = read(w.fd, buf, sizeof buf);
       if (k <= 0) {
@@ -125,10 +114,8 @@ bool run_in_workers(
     }
   }
   for (auto &w : workers) {
-    if (g_interrupted)
-      kill(w.pid, SIGKILL);
-    if (w.fd >= 0)
-      close(w.fd);
+    if (g_interrupted) kill(w.pid, SIGKILL);
+    if (w.fd >= 0) close(w.fd);
     waitpid(w.pid, nullptr, 0);
   }
   return !g_interrupted;
@@ -136,36 +123,29 @@ bool run_in_workers(
 
 /// "12/340 (4%), 25.1/s, ETA 13 s" on stderr, at most once a second.
 class Progress {
-public:
-  Progress(std::string stage, std::size_t total)
-      : stage_(std::move(stage)), total_(total) {}
+ public:
+  Progress(std::string stage, std::size_t total) : stage_(std::move(stage)), total_(total) {}
   void tick() {
     ++done_;
     const auto now = std::chrono::steady_clock::now();
-    if (now - last_ < std::chrono::seconds(1) && done_ != total_)
-      return;
+    if (now - last_ < std::chrono::seconds(1) && done_ != total_) return;
     last_ = now;
     const double s = std::chrono::duration<double>(now - start_).count();
     const double rate = s > 0 ? double(done_) / s : 0;
-    std::fprintf(
-        stderr, "trainsim plan: %s %zu/%zu (%.0f%%), %.1f/s, ETA %.0f s\n",
-        stage_.c_str(), done_, total_,
-        100.0 * double(done_) / double(std::max<std::size_t>(total_, 1)), rate,
-        rate > 0 ? double(total_ - done_) / rate : 0.0);
+    std::fprintf(stderr, "trainsim plan: %s %zu/%zu (%.0f%%), %.1f/s, ETA %.0f s\n", stage_.c_str(),
+                 done_, total_, 100.0 * double(done_) / double(std::max<std::size_t>(total_, 1)),
+                 rate, rate > 0 ? double(total_ - done_) / rate : 0.0);
   }
   double rate() const {
     const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
-            .count();
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     return s > 0 ? double(done_) / s : 0;
   }
 
-private:
+ private:
   std::string stage_;
   std::size_t total_, done_ = 0;
-  std::chrono::steady_clock::time_point start_ =
-                                            std::chrono::steady_clock::now(),
-                                        last_{};
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_{};
 };
 
 // ------------------------------------------------------------------------
@@ -199,8 +179,7 @@ CandidateEstimate estimate_from_json(const json &j) {
 
 json result_to_json(const CandidateResult &r) {
   json ov = json::array();
-  for (const auto &[k, v] : r.candidate.overrides)
-    ov.push_back(k + "=" + v);
+  for (const auto &[k, v] : r.candidate.overrides) ov.push_back(k + "=" + v);
   return {{"index", r.candidate.index},
           {"layout", r.candidate.layout},
           {"overrides", ov},
@@ -222,8 +201,7 @@ CandidateResult result_from_json(const json &j) {
   CandidateResult r;
   r.candidate.index = j.at("index");
   r.candidate.layout = j.at("layout");
-  for (const std::string s : j.at("overrides"))
-    r.candidate.overrides.push_back(parse_override(s));
+  for (const std::string s : j.at("overrides")) r.candidate.overrides.push_back(parse_override(s));
   r.estimate = estimate_from_json(j.at("estimate"));
   r.simulated = j.at("simulated");
   r.error = j.at("error");
@@ -251,13 +229,11 @@ json simulate_candidate(const PlanArgs &args, const PlanCandidate &c) {
     req.purpose = RunPurpose::Simulate;
     req.scenario_path = args.scenario;
     req.overrides = args.overrides;
-    req.overrides.insert(req.overrides.end(), c.overrides.begin(),
-                         c.overrides.end());
+    req.overrides.insert(req.overrides.end(), c.overrides.begin(), c.overrides.end());
     req.force = args.force;
     const PreparedRun run = prepare_run(req);
     const ExecutionRecord record =
-        sim::simulate(run.graph, run.scenario, run.system, run.cost_model(),
-                      sim::SimOptions{});
+        sim::simulate(run.graph, run.scenario, run.system, run.cost_model(), sim::SimOptions{});
     const RunOutputs out = finish_run(run, record, FinishOptions{});
     const Summary &s = out.summary;
     const double it = s.iteration_time_s > 0 ? s.iteration_time_s : 1;
@@ -294,33 +270,26 @@ std::string gb(std::int64_t bytes) {
 }
 
 void print_table(std::ostream &os, const std::vector<CandidateResult> &ranked) {
-  os << std::left << std::setw(5) << "rank" << std::setw(44) << "layout"
-     << std::right << std::setw(12) << "tokens/s" << std::setw(9) << "TFLOP/s"
-     << std::setw(7) << "MFU" << std::setw(10) << "peak GB" << std::setw(10)
-     << "headroom" << std::setw(8) << "bubble" << std::setw(8) << "comm"
-     << std::setw(9) << "est err"
+  os << std::left << std::setw(5) << "rank" << std::setw(44) << "layout" << std::right
+     << std::setw(12) << "tokens/s" << std::setw(9) << "TFLOP/s" << std::setw(7) << "MFU"
+     << std::setw(10) << "peak GB" << std::setw(10) << "headroom" << std::setw(8) << "bubble"
+     << std::setw(8) << "comm" << std::setw(9) << "est err"
      << "\n";
   int rank = 0;
   for (const auto &r : ranked) {
-    if (!r.simulated)
-      continue;
-    os << std::left << std::setw(5) << ++rank << std::setw(44)
-       << r.candidate.layout << std::right << std::fixed << std::setprecision(0)
-       << std::setw(12) << r.tokens_per_s << std::setprecision(1)
-       << std::setw(9) << r.model_tflops_per_gpu << std::setw(6) << 100 * r.mfu
-       << "%" << std::setw(10) << gb(r.peak_memory_bytes) << std::setw(9)
+    if (!r.simulated) continue;
+    os << std::left << std::setw(5) << ++rank << std::setw(44) << r.candidate.layout << std::right
+       << std::fixed << std::setprecision(0) << std::setw(12) << r.tokens_per_s
+       << std::setprecision(1) << std::setw(9) << r.model_tflops_per_gpu << std::setw(6)
+       << 100 * r.mfu << "%" << std::setw(10) << gb(r.peak_memory_bytes) << std::setw(9)
        << 100.0 * (1.0 - double(r.peak_memory_bytes) /
-                             double(std::max<std::int64_t>(
-                                 r.memory_capacity_bytes, 1)))
+                             double(std::max<std::int64_t>(r.memory_capacity_bytes, 1)))
        << "%" << std::setw(7) << 100 * r.bubble_share << "%" << std::setw(7)
        << 100 * r.exposed_comm_share << "%" << std::setw(8) << std::showpos
-       << (r.tokens_per_s > 0
-               ? 100.0 *
-                     (r.estimate.estimate_tokens_per_s / r.tokens_per_s - 1.0)
-               : 0.0)
+       << (r.tokens_per_s > 0 ? 100.0 * (r.estimate.estimate_tokens_per_s / r.tokens_per_s - 1.0)
+                              : 0.0)
        << std::noshowpos << "%"
-       << (r.error.empty() ? (r.oom ? "  OOM" : "") : "  error: " + r.error)
-       << "\n";
+       << (r.error.empty() ? (r.oom ? "  OOM" : "") : "  error: " + r.error) << "\n";
   }
 }
 
@@ -331,36 +300,30 @@ void write_csv(std::ostream &os, const std::vector<CandidateResult> &ranked) {
         "per_s,oom,overrides\n";
   int rank = 0;
   for (const auto &r : ranked) {
-    if (!r.simulated)
-      continue;
+    if (!r.simulated) continue;
     std::string ov;
-    for (const auto &[k, v] : r.candidate.overrides)
-      ov += (ov.empty() ? "" : ";") + k + "=" + v;
-    os << ++rank << "," << r.candidate.index << "," << r.candidate.layout << ","
-       << r.tokens_per_s << "," << r.model_tflops_per_gpu << "," << r.mfu << ","
-       << r.peak_memory_bytes << "," << r.memory_capacity_bytes << ","
-       << r.bubble_share << "," << r.exposed_comm_share << ","
-       << r.estimate.estimate_tokens_per_s << "," << (r.oom ? "true" : "false")
-       << ",\"" << ov << "\"\n";
+    for (const auto &[k, v] : r.candidate.overrides) ov += (ov.empty() ? "" : ";") + k + "=" + v;
+    os << ++rank << "," << r.candidate.index << "," << r.candidate.layout << "," << r.tokens_per_s
+       << "," << r.model_tflops_per_gpu << "," << r.mfu << "," << r.peak_memory_bytes << ","
+       << r.memory_capacity_bytes << "," << r.bubble_share << "," << r.exposed_comm_share << ","
+       << r.estimate.estimate_tokens_per_s << "," << (r.oom ? "true" : "false") << ",\"" << ov
+       << "\"\n";
   }
 }
 
 /// The scenario file with the candidate's overrides applied and no `plan:`
 /// section.
-std::string candidate_yaml(const std::string &path, const CandidateResult &r,
-                           int rank) {
+std::string candidate_yaml(const std::string &path, const CandidateResult &r, int rank) {
   YAML::Node root = YAML::LoadFile(path);
   root.remove("plan");
   for (const auto &[key, value] : r.candidate.overrides) {
     std::vector<std::string> parts;
     std::stringstream ss(key);
-    for (std::string p; std::getline(ss, p, '.');)
-      parts.push_back(p);
+    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
     std::vector<YAML::Node> chain{root};
     for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
       YAML::Node next = chain.back()[parts[i]];
-      if (!next.IsMap())
-        next = YAML::Node(YAML::NodeType::Map);
+      if (!next.IsMap()) next = YAML::Node(YAML::NodeType::Map);
       chain.back()[parts[i]] = next;
       chain.push_back(chain.back()[parts[i]]);
     }
@@ -370,11 +333,10 @@ std::string candidate_yaml(const std::string &path, const CandidateResult &r,
       chain.back()[parts.back()] = YAML::Load(value);
   }
   std::ostringstream o;
-  o << "# trainsim plan: rank " << rank << " of " << path << ": "
-    << r.candidate.layout << "\n"
-    << "# simulated " << std::fixed << std::setprecision(0) << r.tokens_per_s
-    << " tokens/s, " << std::setprecision(1) << r.model_tflops_per_gpu
-    << " model TFLOP/s per GPU, peak " << gb(r.peak_memory_bytes) << " GB\n";
+  o << "# trainsim plan: rank " << rank << " of " << path << ": " << r.candidate.layout << "\n"
+    << "# simulated " << std::fixed << std::setprecision(0) << r.tokens_per_s << " tokens/s, "
+    << std::setprecision(1) << r.model_tflops_per_gpu << " model TFLOP/s per GPU, peak "
+    << gb(r.peak_memory_bytes) << " GB\n";
   YAML::Emitter e;
   e << root;
   o << e.c_str() << "\n";
@@ -382,48 +344,38 @@ std::string candidate_yaml(const std::string &path, const CandidateResult &r,
 }
 
 json report_json(const std::vector<CandidateResult> &ranked,
-                 const std::map<std::string, std::size_t> &why,
-                 std::size_t enumerated) {
+                 const std::map<std::string, std::size_t> &why, std::size_t enumerated) {
   json cands = json::array();
-  for (const auto &r : ranked)
-    cands.push_back(result_to_json(r));
-  return {{"plan_version", 1},
-          {"enumerated", enumerated},
-          {"rejected", why},
-          {"candidates", cands}};
+  for (const auto &r : ranked) cands.push_back(result_to_json(r));
+  return {
+      {"plan_version", 1}, {"enumerated", enumerated}, {"rejected", why}, {"candidates", cands}};
 }
 
 /// Stage (b)'s error against the simulation on the confirmed candidates.
-void print_estimate_error(std::ostream &os,
-                          const std::vector<CandidateResult> &ranked) {
+void print_estimate_error(std::ostream &os, const std::vector<CandidateResult> &ranked) {
   double sum = 0, worst = 0;
   int n = 0;
   for (const auto &r : ranked)
     if (r.simulated && r.error.empty() && r.tokens_per_s > 0) {
-      const double err =
-          std::fabs(r.estimate.estimate_tokens_per_s / r.tokens_per_s - 1.0);
+      const double err = std::fabs(r.estimate.estimate_tokens_per_s / r.tokens_per_s - 1.0);
       sum += err;
       worst = std::max(worst, err);
       ++n;
     }
   if (n > 0)
-    os << "estimate vs simulation on the " << n
-       << " confirmed candidates: mean |error| " << std::fixed
-       << std::setprecision(1) << 100 * sum / n << "%, largest " << 100 * worst
+    os << "estimate vs simulation on the " << n << " confirmed candidates: mean |error| "
+       << std::fixed << std::setprecision(1) << 100 * sum / n << "%, largest " << 100 * worst
        << "%\n";
 }
 
 int finish(const PlanArgs &args, std::vector<CandidateResult> results,
-           std::map<std::string, std::size_t> why, std::size_t enumerated,
-           bool interrupted) {
+           std::map<std::string, std::size_t> why, std::size_t enumerated, bool interrupted) {
   rank_results(results);
   std::ostream &os = std::cout;
-  if (interrupted)
-    os << "interrupted: the best found so far\n";
+  if (interrupted) os << "interrupted: the best found so far\n";
   print_table(os, results);
-  const bool any_simulated =
-      std::any_of(results.begin(), results.end(),
-                  [](const CandidateResult &r) { return r.simulated; });
+  const bool any_simulated = std::any_of(results.begin(), results.end(),
+                                         [](const CandidateResult &r) { return r.simulated; });
   if (interrupted && !any_simulated) {
     // Stopped before stage (c): the best estimates (not simulated) so far.
     std::vector<const CandidateResult *> est;
@@ -433,19 +385,16 @@ int finish(const PlanArgs &args, std::vector<CandidateResult> results,
         est.push_back(&r);
     std::stable_sort(est.begin(), est.end(),
                      [](const CandidateResult *a, const CandidateResult *b) {
-                       return a->estimate.estimate_tokens_per_s >
-                              b->estimate.estimate_tokens_per_s;
+                       return a->estimate.estimate_tokens_per_s > b->estimate.estimate_tokens_per_s;
                      });
     os << "best estimates (stage b, not simulated):\n";
     for (std::size_t i = 0; i < est.size() && i < 10; ++i)
-      os << "  " << est[i]->candidate.layout << "  " << std::fixed
-         << std::setprecision(0) << est[i]->estimate.estimate_tokens_per_s
-         << " tokens/s (estimate)\n";
+      os << "  " << est[i]->candidate.layout << "  " << std::fixed << std::setprecision(0)
+         << est[i]->estimate.estimate_tokens_per_s << " tokens/s (estimate)\n";
   }
   print_estimate_error(os, results);
   os << "enumerated " << enumerated << " candidates; not simulated:";
-  for (const auto &[reason, count] : why)
-    os << " " << reason << " " << count << ";";
+  for (const auto &[reason, count] : why) os << " " << reason << " " << count << ";";
   os << "\n";
   if (!args.json.empty()) {
     OutputFile f(args.json, "--json");
@@ -461,23 +410,18 @@ int finish(const PlanArgs &args, std::vector<CandidateResult> results,
     std::filesystem::create_directories(args.out);
     int rank = 0;
     for (const auto &r : results) {
-      if (!r.simulated || !r.error.empty())
-        continue;
+      if (!r.simulated || !r.error.empty()) continue;
       ++rank;
       std::string name = r.candidate.layout;
       std::replace(name.begin(), name.end(), ' ', '_');
       char prefix[16];
       std::snprintf(prefix, sizeof prefix, "%03d_", rank);
-      OutputFile f((std::filesystem::path(args.out) / (prefix + name + ".yaml"))
-                       .string(),
-                   "--out");
+      OutputFile f((std::filesystem::path(args.out) / (prefix + name + ".yaml")).string(), "--out");
       f.stream() << candidate_yaml(args.scenario, r, rank);
       f.commit();
     }
   }
-  return interrupted
-             ? 130
-             : 0; // 128 + SIGINT, as a shell reports an interrupted command
+  return interrupted ? 130 : 0;  // 128 + SIGINT, as a shell reports an interrupted command
 }
 
 int merge_main(const PlanArgs &args) {
@@ -486,20 +430,16 @@ int merge_main(const PlanArgs &args) {
   std::size_t enumerated = 0;
   for (const std::string &file : args.merge) {
     std::ifstream in(file);
-    if (!in)
-      throw InputError(file + ": cannot open shard result (--merge)");
+    if (!in) throw InputError(file + ": cannot open shard result (--merge)");
     json j;
     try {
       in >> j;
       // Every shard enumerates the whole space and searches its part of it.
       enumerated = std::max(enumerated, j.at("enumerated").get<std::size_t>());
-      for (const auto &[k, v] : j.at("rejected").items())
-        why[k] += v.get<std::size_t>();
-      for (const auto &c : j.at("candidates"))
-        results.push_back(result_from_json(c));
+      for (const auto &[k, v] : j.at("rejected").items()) why[k] += v.get<std::size_t>();
+      for (const auto &c : j.at("candidates")) results.push_back(result_from_json(c));
     } catch (const json::exception &e) {
-      throw InputError(
-          file + ": not a `trainsim plan --json` shard result: " + e.what());
+      throw InputError(file + ": not a `trainsim plan --json` shard result: " + e.what());
     }
   }
   return finish(args, std::move(results), std::move(why), enumerated, false);
@@ -509,43 +449,35 @@ std::pair<std::size_t, std::size_t> parse_shard(const std::string &s) {
   const auto slash = s.find('/');
   try {
     if (slash != std::string::npos) {
-      const std::size_t i = std::stoul(s.substr(0, slash)),
-                        n = std::stoul(s.substr(slash + 1));
-      if (n >= 1 && i < n && std::to_string(i) + "/" + std::to_string(n) == s)
-        return {i, n};
+      const std::size_t i = std::stoul(s.substr(0, slash)), n = std::stoul(s.substr(slash + 1));
+      if (n >= 1 && i < n && std::to_string(i) + "/" + std::to_string(n) == s) return {i, n};
     }
   } catch (const std::exception &) {
   }
-  throw InputError("--shard '" + s +
-                   "': expected i/n with 0 <= i < n, e.g. 0/4");
+  throw InputError("--shard '" + s + "': expected i/n with 0 <= i < n, e.g. 0/4");
 }
 
-} // namespace
+}  // namespace
 
 int plan_main(const PlanArgs &args) {
   signal(SIGINT, on_sigint);
-  if (!args.merge.empty())
-    return merge_main(args);
+  if (!args.merge.empty()) return merge_main(args);
   const Scenario base = load_scenario(args.scenario, args.overrides);
   PlanConfig plan = load_plan_config(args.scenario, base);
-  if (args.top_k > 0)
-    plan.top_k = args.top_k;
+  if (args.top_k > 0) plan.top_k = args.top_k;
   std::vector<PlanCandidate> all = enumerate_candidates(plan, base);
   const std::size_t enumerated = all.size();
   if (!args.shard.empty()) {
     const auto [i, n] = parse_shard(args.shard);
     std::vector<PlanCandidate> mine;
     for (auto &c : all)
-      if (c.index % n == i)
-        mine.push_back(std::move(c));
+      if (c.index % n == i) mine.push_back(std::move(c));
     all = std::move(mine);
   }
-  const int jobs = args.jobs > 0
-                       ? args.jobs
-                       : int(std::max(1u, std::thread::hardware_concurrency()));
-  std::fprintf(
-      stderr, "trainsim plan: %zu candidates (of %zu enumerated), %d workers\n",
-      all.size(), enumerated, jobs);
+  const int jobs =
+      args.jobs > 0 ? args.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  std::fprintf(stderr, "trainsim plan: %zu candidates (of %zu enumerated), %d workers\n",
+               all.size(), enumerated, jobs);
 
   // Stages (a) and (b).
   std::vector<CandidateResult> results(all.size());
@@ -553,9 +485,8 @@ int plan_main(const PlanArgs &args) {
   bool complete = run_in_workers(
       all.size(), jobs,
       [&](std::size_t i) {
-        return estimate_to_json(estimate_candidate(args.scenario,
-                                                   args.overrides, all[i],
-                                                   plan.memory_headroom))
+        return estimate_to_json(
+                   estimate_candidate(args.scenario, args.overrides, all[i], plan.memory_headroom))
             .dump();
       },
       [&](std::size_t i, const std::string &text) {
@@ -563,8 +494,7 @@ int plan_main(const PlanArgs &args) {
         results[i].estimate = estimate_from_json(json::parse(text));
         est.tick();
       });
-  std::fprintf(stderr, "trainsim plan: stages (a)+(b): %.1f candidates/s\n",
-               est.rate());
+  std::fprintf(stderr, "trainsim plan: stages (a)+(b): %.1f candidates/s\n", est.rate());
 
   // Stage (c): the top K survivors by estimate.
   std::vector<std::size_t> survivors;
@@ -572,22 +502,17 @@ int plan_main(const PlanArgs &args) {
     if (!results[i].candidate.layout.empty() &&
         results[i].estimate.rejection == PlanRejection::None)
       survivors.push_back(i);
-  std::stable_sort(survivors.begin(), survivors.end(),
-                   [&](std::size_t a, std::size_t b) {
-                     return results[a].estimate.estimate_tokens_per_s >
-                            results[b].estimate.estimate_tokens_per_s;
-                   });
+  std::stable_sort(survivors.begin(), survivors.end(), [&](std::size_t a, std::size_t b) {
+    return results[a].estimate.estimate_tokens_per_s > results[b].estimate.estimate_tokens_per_s;
+  });
   for (std::size_t k = std::size_t(plan.top_k); k < survivors.size(); ++k)
     results[survivors[k]].estimate.rejection = PlanRejection::BelowCut;
-  if (survivors.size() > std::size_t(plan.top_k))
-    survivors.resize(std::size_t(plan.top_k));
+  if (survivors.size() > std::size_t(plan.top_k)) survivors.resize(std::size_t(plan.top_k));
   if (complete) {
     Progress simp("simulate", survivors.size());
     complete = run_in_workers(
         survivors.size(), jobs,
-        [&](std::size_t k) {
-          return simulate_candidate(args, all[survivors[k]]).dump();
-        },
+        [&](std::size_t k) { return simulate_candidate(args, all[survivors[k]]).dump(); },
         [&](std::size_t k, const std::string &text) {
           CandidateResult &r = results[survivors[k]];
           const json j = json::parse(text);
@@ -607,18 +532,15 @@ int plan_main(const PlanArgs &args) {
           }
           simp.tick();
         });
-    std::fprintf(stderr, "trainsim plan: stage (c): %.2f candidates/s\n",
-                 simp.rate());
+    std::fprintf(stderr, "trainsim plan: stage (c): %.2f candidates/s\n", simp.rate());
   }
   std::map<std::string, std::size_t> why;
   std::vector<CandidateResult> kept;
   for (auto &r : results) {
-    if (r.candidate.layout.empty())
-      continue; // never estimated (interrupted)
+    if (r.candidate.layout.empty()) continue;  // never estimated (interrupted)
     if (r.estimate.rejection != PlanRejection::None) {
       ++why[to_string(r.estimate.rejection)];
-      if (r.estimate.rejection == PlanRejection::Invalid)
-        continue;
+      if (r.estimate.rejection == PlanRejection::Invalid) continue;
     }
     kept.push_back(std::move(r));
   }
@@ -627,4 +549,4 @@ int plan_main(const PlanArgs &args) {
   return finish(args, std::move(kept), std::move(why), enumerated, !complete);
 }
 
-} // namespace trainsim::cli
+}  // namespace trainsim::cli

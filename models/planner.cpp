@@ -1,13 +1,13 @@
 #include "models/planner.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
-
-#include <yaml-cpp/yaml.h>
 
 #include "models/calibration.h"
 #include "models/cost_model.h"
@@ -25,27 +25,26 @@ namespace trainsim {
 namespace {
 
 const std::vector<std::string> &plan_keys() {
-  static const std::vector<std::string> keys = {
-      "tensor_model_parallel_size",
-      "pipeline_model_parallel_size",
-      "num_layers_per_virtual_pipeline_stage",
-      "micro_batch_size",
-      "recompute_granularity",
-      "sequence_parallel",
-      "zero_stage",
-      "use_distributed_optimizer",
-      "context_parallel_size",
-      "expert_model_parallel_size",
-      "allow_offload",
-      "max_gpus",
-      "memory_headroom",
-      "top_k"};
+  static const std::vector<std::string> keys = {"tensor_model_parallel_size",
+                                                "pipeline_model_parallel_size",
+                                                "num_layers_per_virtual_pipeline_stage",
+                                                "micro_batch_size",
+                                                "recompute_granularity",
+                                                "sequence_parallel",
+                                                "zero_stage",
+                                                "use_distributed_optimizer",
+                                                "context_parallel_size",
+                                                "expert_model_parallel_size",
+                                                "allow_offload",
+                                                "max_gpus",
+                                                "memory_headroom",
+                                                "top_k"};
   return keys;
 }
 
 /// Reads one `plan:` field with file, line, field and value in every error.
 class PlanReader {
-public:
+ public:
   PlanReader(YAML::Node plan, std::string source)
       : plan_(std::move(plan)), source_(std::move(source)) {}
 
@@ -57,13 +56,11 @@ public:
   [[noreturn]] void fail(const std::string &key, const YAML::Node &n,
                          const std::string &what) const {
     std::string where = source_;
-    if (n.IsDefined() && !n.Mark().is_null())
-      where += ":" + std::to_string(n.Mark().line + 1);
+    if (n.IsDefined() && !n.Mark().is_null()) where += ":" + std::to_string(n.Mark().line + 1);
     std::string shown = n.IsScalar()     ? "'" + n.Scalar() + "'"
                         : n.IsSequence() ? "(a list)"
                                          : "(a mapping)";
-    throw InputError(where + ": field 'plan." + key + "' = " + shown + ": " +
-                     what);
+    throw InputError(where + ": field 'plan." + key + "' = " + shown + ": " + what);
   }
 
   /// The scalars of a field: a list, or one value (a list of one).
@@ -71,11 +68,9 @@ public:
     YAML::Node n = plan_[key];
     std::vector<YAML::Node> out;
     if (n.IsSequence()) {
-      if (n.size() == 0)
-        fail(key, n, "an empty list leaves nothing to search");
+      if (n.size() == 0) fail(key, n, "an empty list leaves nothing to search");
       for (const auto &v : n) {
-        if (!v.IsScalar())
-          fail(key, n, "expected a list of values");
+        if (!v.IsScalar()) fail(key, n, "expected a list of values");
         out.push_back(v);
       }
     } else if (n.IsScalar()) {
@@ -86,40 +81,34 @@ public:
     return out;
   }
 
-  std::int64_t to_int(const std::string &key, const YAML::Node &v,
-                      std::int64_t lo, std::int64_t hi) const {
+  std::int64_t to_int(const std::string &key, const YAML::Node &v, std::int64_t lo,
+                      std::int64_t hi) const {
     std::int64_t x = 0;
     try {
       std::size_t used = 0;
       x = std::stoll(v.Scalar(), &used);
-      if (used != v.Scalar().size())
-        throw std::invalid_argument("trailing");
+      if (used != v.Scalar().size()) throw std::invalid_argument("trailing");
     } catch (const std::exception &) {
       fail(key, v, "expected an integer");
     }
     if (x < lo || x > hi)
-      fail(key, v,
-           "must be within [" + std::to_string(lo) + ", " + std::to_string(hi) +
-               "]");
+      fail(key, v, "must be within [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
     return x;
   }
 
   bool to_bool(const std::string &key, const YAML::Node &v) const {
     bool b = false;
-    if (!YAML::convert<bool>::decode(v, b))
-      fail(key, v, "expected true or false");
+    if (!YAML::convert<bool>::decode(v, b)) fail(key, v, "expected true or false");
     return b;
   }
 
-  std::vector<std::int64_t> ints(const std::string &key, std::int64_t lo,
-                                 std::int64_t hi) const {
+  std::vector<std::int64_t> ints(const std::string &key, std::int64_t lo, std::int64_t hi) const {
     std::vector<std::int64_t> out;
-    for (const auto &v : items(key))
-      out.push_back(to_int(key, v, lo, hi));
+    for (const auto &v : items(key)) out.push_back(to_int(key, v, lo, hi));
     return out;
   }
 
-private:
+ private:
   YAML::Node plan_;
   std::string source_;
 };
@@ -127,30 +116,26 @@ private:
 std::vector<std::int64_t> divisors(std::int64_t n) {
   std::vector<std::int64_t> out;
   for (std::int64_t d = 1; d <= n; ++d)
-    if (n % d == 0)
-      out.push_back(d);
+    if (n % d == 0) out.push_back(d);
   return out;
 }
 
 std::vector<std::int64_t> powers_of_two_up_to(std::int64_t n) {
   std::vector<std::int64_t> out;
-  for (std::int64_t d = 1; d <= n; d *= 2)
-    out.push_back(d);
+  for (std::int64_t d = 1; d <= n; d *= 2) out.push_back(d);
   return out;
 }
 
 void read_dimensions(const PlanReader &r, const Scenario &base, PlanConfig &c) {
   const std::int64_t kMaxDim = 65536;
   if (r.has("tensor_model_parallel_size"))
-    c.tensor_model_parallel_size =
-        r.ints("tensor_model_parallel_size", 1, kMaxDim);
+    c.tensor_model_parallel_size = r.ints("tensor_model_parallel_size", 1, kMaxDim);
   if (r.has("pipeline_model_parallel_size")) {
     auto it = r.items("pipeline_model_parallel_size");
     if (it.size() == 1 && it[0].Scalar() == "all")
       c.pipeline_model_parallel_size = divisors(base.model.num_layers);
     else
-      c.pipeline_model_parallel_size =
-          r.ints("pipeline_model_parallel_size", 1, kMaxDim);
+      c.pipeline_model_parallel_size = r.ints("pipeline_model_parallel_size", 1, kMaxDim);
   }
   if (r.has("num_layers_per_virtual_pipeline_stage")) {
     c.num_layers_per_virtual_pipeline_stage.clear();
@@ -158,16 +143,13 @@ void read_dimensions(const PlanReader &r, const Scenario &base, PlanConfig &c) {
     for (const auto &v : r.items(key)) {
       if (v.Scalar() == "all")
         c.all_virtual_stages = true;
-      else if (v.Scalar() == "none" || v.Scalar() == "null" ||
-               v.Scalar() == "~")
+      else if (v.Scalar() == "none" || v.Scalar() == "null" || v.Scalar() == "~")
         c.num_layers_per_virtual_pipeline_stage.push_back(std::nullopt);
       else
-        c.num_layers_per_virtual_pipeline_stage.push_back(
-            r.to_int(key, v, 1, 0xFFFE));
+        c.num_layers_per_virtual_pipeline_stage.push_back(r.to_int(key, v, 1, 0xFFFE));
     }
   }
-  if (r.has("micro_batch_size"))
-    c.micro_batch_size = r.ints("micro_batch_size", 1, 1 << 20);
+  if (r.has("micro_batch_size")) c.micro_batch_size = r.ints("micro_batch_size", 1, 1 << 20);
   if (r.has("recompute_granularity")) {
     c.recompute_granularity.clear();
     for (const auto &v : r.items("recompute_granularity")) {
@@ -183,32 +165,26 @@ void read_dimensions(const PlanReader &r, const Scenario &base, PlanConfig &c) {
     }
   }
   auto bools = [&](const std::string &key, std::vector<bool> &out) {
-    if (!r.has(key))
-      return;
+    if (!r.has(key)) return;
     out.clear();
-    for (const auto &v : r.items(key))
-      out.push_back(r.to_bool(key, v));
+    for (const auto &v : r.items(key)) out.push_back(r.to_bool(key, v));
   };
   bools("sequence_parallel", c.sequence_parallel);
   bools("use_distributed_optimizer", c.use_distributed_optimizer);
-  if (r.has("zero_stage"))
-    c.zero_stage = r.ints("zero_stage", 0, 3);
+  if (r.has("zero_stage")) c.zero_stage = r.ints("zero_stage", 0, 3);
   if (r.has("context_parallel_size"))
     c.context_parallel_size = r.ints("context_parallel_size", 1, kMaxDim);
   if (r.has("expert_model_parallel_size"))
-    c.expert_model_parallel_size =
-        r.ints("expert_model_parallel_size", 1, kMaxDim);
+    c.expert_model_parallel_size = r.ints("expert_model_parallel_size", 1, kMaxDim);
 }
 
 void read_limits(const PlanReader &r, const Scenario &base, PlanConfig &c) {
-  if (r.has("allow_offload"))
-    c.allow_offload = r.to_bool("allow_offload", r.node("allow_offload"));
+  if (r.has("allow_offload")) c.allow_offload = r.to_bool("allow_offload", r.node("allow_offload"));
   if (r.has("max_gpus")) {
     c.max_gpus = r.to_int("max_gpus", r.node("max_gpus"), 1, base.world_size());
     if (c.max_gpus % base.cluster.gpus_per_node != 0)
       r.fail("max_gpus", r.node("max_gpus"),
-             "must be a multiple of the " +
-                 std::to_string(base.cluster.gpus_per_node) +
+             "must be a multiple of the " + std::to_string(base.cluster.gpus_per_node) +
                  " GPUs of a node");
   }
   if (r.has("memory_headroom")) {
@@ -217,31 +193,25 @@ void read_limits(const PlanReader &r, const Scenario &base, PlanConfig &c) {
     try {
       std::size_t used = 0;
       h = std::stod(n.Scalar(), &used);
-      if (used != n.Scalar().size())
-        h = -1;
+      if (used != n.Scalar().size()) h = -1;
     } catch (const std::exception &) {
       h = -1;
     }
-    if (!(h >= 0 && h < 1))
-      r.fail("memory_headroom", n, "expected a fraction in [0, 1)");
+    if (!(h >= 0 && h < 1)) r.fail("memory_headroom", n, "expected a fraction in [0, 1)");
     c.memory_headroom = h;
   }
-  if (r.has("top_k"))
-    c.top_k = r.to_int("top_k", r.node("top_k"), 1, 100000);
+  if (r.has("top_k")) c.top_k = r.to_int("top_k", r.node("top_k"), 1, 100000);
 }
 
-} // namespace
+}  // namespace
 
-PlanConfig load_plan_config(const std::string &scenario_path,
-                            const Scenario &base) {
+PlanConfig load_plan_config(const std::string &scenario_path, const Scenario &base) {
   PlanConfig c;
-  c.tensor_model_parallel_size =
-      powers_of_two_up_to(base.cluster.gpus_per_node);
+  c.tensor_model_parallel_size = powers_of_two_up_to(base.cluster.gpus_per_node);
   c.pipeline_model_parallel_size = divisors(base.model.num_layers);
   c.num_layers_per_virtual_pipeline_stage = {std::nullopt};
   c.micro_batch_size = {1, 2, 4, 8};
-  c.recompute_granularity = {Recompute::None, Recompute::Selective,
-                             Recompute::Full};
+  c.recompute_granularity = {Recompute::None, Recompute::Selective, Recompute::Full};
   c.sequence_parallel = {false};
   c.zero_stage = {0, 1};
   c.use_distributed_optimizer = {false};
@@ -250,24 +220,19 @@ PlanConfig load_plan_config(const std::string &scenario_path,
   c.max_gpus = base.world_size();
   YAML::Node root;
   try {
-    root = YAML::LoadFile(
-        scenario_path); // load_scenario has read and checked it already
+    root = YAML::LoadFile(scenario_path);  // load_scenario has read and checked it already
   } catch (const YAML::Exception &e) {
     throw InputError(scenario_path + ": " + e.what());
   }
   YAML::Node plan = root.IsMap() ? root["plan"] : YAML::Node();
-  if (!plan.IsDefined() || plan.IsNull())
-    return c;
+  if (!plan.IsDefined() || plan.IsNull()) return c;
   const PlanReader r(plan, scenario_path);
-  if (!plan.IsMap())
-    r.fail("(section)", plan, "expected a mapping of plan keys");
+  if (!plan.IsMap()) r.fail("(section)", plan, "expected a mapping of plan keys");
   for (const auto &entry : plan) {
     const std::string key = entry.first.Scalar();
-    if (std::find(plan_keys().begin(), plan_keys().end(), key) ==
-        plan_keys().end()) {
+    if (std::find(plan_keys().begin(), plan_keys().end(), key) == plan_keys().end()) {
       std::string known;
-      for (const auto &k : plan_keys())
-        known += (known.empty() ? "" : ", ") + k;
+      for (const auto &k : plan_keys()) known += (known.empty() ? "" : ", ") + k;
       r.fail(key, entry.second, "unknown plan key; known: " + known);
     }
   }
@@ -282,120 +247,91 @@ PlanConfig load_plan_config(const std::string &scenario_path,
 namespace {
 
 const char *recompute_value(Recompute r) {
-  return r == Recompute::None   ? "null"
-         : r == Recompute::Full ? "full"
-                                : "selective";
+  return r == Recompute::None ? "null" : r == Recompute::Full ? "full" : "selective";
 }
 
 /// Virtual-stage choices for `pp` stages: the configured ones, or with `all`
 /// every divisor of the layers per stage that gives at least two chunks, plus
 /// none.
-std::vector<std::optional<std::int64_t>>
-virtual_choices(const PlanConfig &plan, std::int64_t layers, std::int64_t pp) {
-  std::vector<std::optional<std::int64_t>> out =
-      plan.num_layers_per_virtual_pipeline_stage;
-  if (plan.all_virtual_stages &&
-      std::find(out.begin(), out.end(), std::nullopt) == out.end())
+std::vector<std::optional<std::int64_t>> virtual_choices(const PlanConfig &plan,
+                                                         std::int64_t layers, std::int64_t pp) {
+  std::vector<std::optional<std::int64_t>> out = plan.num_layers_per_virtual_pipeline_stage;
+  if (plan.all_virtual_stages && std::find(out.begin(), out.end(), std::nullopt) == out.end())
     out.insert(out.begin(), std::nullopt);
   if (plan.all_virtual_stages && pp > 1 && layers % pp == 0) {
     for (std::int64_t d : divisors(layers / pp))
       if (d < layers / pp &&
-          std::find(out.begin(), out.end(), std::optional<std::int64_t>(d)) ==
-              out.end())
+          std::find(out.begin(), out.end(), std::optional<std::int64_t>(d)) == out.end())
         out.push_back(d);
   }
-  if (pp == 1) { // no interleaving on one stage: keep only `none` (if it was
-                 // asked for)
+  if (pp == 1) {  // no interleaving on one stage: keep only `none` (if it was
+                  // asked for)
     std::vector<std::optional<std::int64_t>> none;
     for (const auto &v : out)
-      if (!v)
-        none.push_back(v);
+      if (!v) none.push_back(v);
     return none;
   }
   return out;
 }
 
-std::string describe(std::int64_t tp, std::int64_t pp, std::int64_t cp,
-                     std::int64_t dp, const std::optional<std::int64_t> &vpl,
-                     std::int64_t mb, Recompute rc, bool sp, std::int64_t zero,
-                     bool distopt, bool offload) {
+std::string describe(std::int64_t tp, std::int64_t pp, std::int64_t cp, std::int64_t dp,
+                     const std::optional<std::int64_t> &vpl, std::int64_t mb, Recompute rc, bool sp,
+                     std::int64_t zero, bool distopt, bool offload) {
   std::ostringstream o;
   o << "tp" << tp << " pp" << pp;
-  if (cp > 1)
-    o << " cp" << cp;
+  if (cp > 1) o << " cp" << cp;
   o << " dp" << dp;
-  if (vpl)
-    o << " vpl" << *vpl;
-  o << " mb" << mb << " "
-    << (rc == Recompute::None ? "norecomp" : to_string(rc));
-  if (sp)
-    o << " sp";
-  if (zero > 0)
-    o << " zero" << zero;
-  if (distopt)
-    o << " distopt";
-  if (offload)
-    o << " offload";
+  if (vpl) o << " vpl" << *vpl;
+  o << " mb" << mb << " " << (rc == Recompute::None ? "norecomp" : to_string(rc));
+  if (sp) o << " sp";
+  if (zero > 0) o << " zero" << zero;
+  if (distopt) o << " distopt";
+  if (offload) o << " offload";
   return o.str();
 }
 
-} // namespace
+}  // namespace
 
-std::vector<PlanCandidate> enumerate_candidates(const PlanConfig &plan,
-                                                const Scenario &base) {
+std::vector<PlanCandidate> enumerate_candidates(const PlanConfig &plan, const Scenario &base) {
   std::vector<PlanCandidate> out;
   const std::int64_t gpus = plan.max_gpus, gpn = base.cluster.gpus_per_node;
-  const std::vector<bool> offload_choices = plan.allow_offload
-                                                ? std::vector<bool>{false, true}
-                                                : std::vector<bool>{false};
+  const std::vector<bool> offload_choices =
+      plan.allow_offload ? std::vector<bool>{false, true} : std::vector<bool>{false};
   for (std::int64_t tp : plan.tensor_model_parallel_size)
     for (std::int64_t pp : plan.pipeline_model_parallel_size)
       for (std::int64_t cp : plan.context_parallel_size)
         for (std::int64_t ep : plan.expert_model_parallel_size)
-          for (const auto &vpl :
-               virtual_choices(plan, base.model.num_layers, pp))
+          for (const auto &vpl : virtual_choices(plan, base.model.num_layers, pp))
             for (std::int64_t mb : plan.micro_batch_size)
               for (Recompute rc : plan.recompute_granularity)
                 for (bool sp : plan.sequence_parallel)
                   for (std::int64_t zero : plan.zero_stage)
                     for (bool distopt : plan.use_distributed_optimizer)
                       for (bool offload : offload_choices) {
-                        if (offload && zero == 0)
-                          continue; // DeepSpeed offloads ZeRO states
+                        if (offload && zero == 0) continue;  // DeepSpeed offloads ZeRO states
                         PlanCandidate c;
                         c.index = out.size();
-                        const std::int64_t dp = gpus % (tp * pp * cp) == 0
-                                                    ? gpus / (tp * pp * cp)
-                                                    : 0;
-                        c.layout = describe(tp, pp, cp, dp, vpl, mb, rc, sp,
-                                            zero, distopt, offload);
-                        if (ep > 1)
-                          c.layout += " ep" + std::to_string(ep);
+                        const std::int64_t dp =
+                            gpus % (tp * pp * cp) == 0 ? gpus / (tp * pp * cp) : 0;
+                        c.layout =
+                            describe(tp, pp, cp, dp, vpl, mb, rc, sp, zero, distopt, offload);
+                        if (ep > 1) c.layout += " ep" + std::to_string(ep);
                         auto set = [&](const char *k, const std::string &v) {
                           c.overrides.emplace_back(k, v);
                         };
                         set("cluster.nodes", std::to_string(gpus / gpn));
-                        set("parallel.tensor_model_parallel_size",
-                            std::to_string(tp));
-                        set("parallel.pipeline_model_parallel_size",
-                            std::to_string(pp));
-                        set("parallel.context_parallel_size",
-                            std::to_string(cp));
-                        set("parallel.expert_model_parallel_size",
-                            std::to_string(ep));
+                        set("parallel.tensor_model_parallel_size", std::to_string(tp));
+                        set("parallel.pipeline_model_parallel_size", std::to_string(pp));
+                        set("parallel.context_parallel_size", std::to_string(cp));
+                        set("parallel.expert_model_parallel_size", std::to_string(ep));
                         set("parallel.num_layers_per_virtual_pipeline_stage",
                             vpl ? std::to_string(*vpl) : "null");
-                        set("parallel.pipeline_schedule",
-                            vpl ? "interleaved" : "1f1b");
+                        set("parallel.pipeline_schedule", vpl ? "interleaved" : "1f1b");
                         set("parallel.micro_batch_size", std::to_string(mb));
-                        set("parallel.recompute_granularity",
-                            recompute_value(rc));
-                        set("parallel.sequence_parallel",
-                            sp ? "true" : "false");
-                        set("parallel.use_distributed_optimizer",
-                            distopt ? "true" : "false");
-                        set("deepspeed.zero_optimization.stage",
-                            std::to_string(zero));
+                        set("parallel.recompute_granularity", recompute_value(rc));
+                        set("parallel.sequence_parallel", sp ? "true" : "false");
+                        set("parallel.use_distributed_optimizer", distopt ? "true" : "false");
+                        set("deepspeed.zero_optimization.stage", std::to_string(zero));
                         set("deepspeed.zero_optimization.offload_optimizer."
                             "device",
                             offload ? "cpu" : "none");
@@ -406,14 +342,14 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig &plan,
 
 const char *to_string(PlanRejection r) {
   switch (r) {
-  case PlanRejection::None:
-    return "none";
-  case PlanRejection::Invalid:
-    return "invalid";
-  case PlanRejection::OutOfMemory:
-    return "out_of_memory";
-  case PlanRejection::BelowCut:
-    return "below_estimate_cut";
+    case PlanRejection::None:
+      return "none";
+    case PlanRejection::Invalid:
+      return "invalid";
+    case PlanRejection::OutOfMemory:
+      return "out_of_memory";
+    case PlanRejection::BelowCut:
+      return "below_estimate_cut";
   }
   return "?";
 }
@@ -422,12 +358,9 @@ const char *to_string(PlanRejection r) {
 // (a) and (b)
 
 std::int64_t reduced_microbatches(const ParallelConfig &p) {
-  const std::int64_t pp = p.pipeline_model_parallel_size,
-                     nmb = p.num_microbatches;
-  if (p.pipeline_schedule == PipelineSchedule::GPipe)
-    return nmb;
-  if (p.pipeline_schedule == PipelineSchedule::OneFOneB)
-    return std::min(nmb, pp);
+  const std::int64_t pp = p.pipeline_model_parallel_size, nmb = p.num_microbatches;
+  if (p.pipeline_schedule == PipelineSchedule::GPipe) return nmb;
+  if (p.pipeline_schedule == PipelineSchedule::OneFOneB) return std::min(nmb, pp);
   // Interleaved (Megatron schedules.py): stage 0 warms up (pp - 1) * 2 + (v -
   // 1) * pp chunks; one more is in flight in the steady state. Enough
   // microbatches (a multiple of pp) that every stage reaches its full warm-up.
@@ -446,48 +379,39 @@ namespace {
 /// (sim/executor.cpp).
 double group_bandwidth(const CommGroup &g, const SystemSpec &sys, bool *intra) {
   std::map<std::int64_t, int> per_node;
-  for (RankId r : g.ranks)
-    ++per_node[std::int64_t(r) / sys.gpus_per_node];
+  for (RankId r : g.ranks) ++per_node[std::int64_t(r) / sys.gpus_per_node];
   *intra = per_node.size() <= 1;
-  if (*intra)
-    return sys.gpu.nvlink_bw_bytes_per_s;
+  if (*intra) return sys.gpu.nvlink_bw_bytes_per_s;
   int k = sys.gpus_per_node;
-  for (const auto &[node, n] : per_node)
-    k = std::min(k, n);
+  for (const auto &[node, n] : per_node) k = std::min(k, n);
   return std::min(sys.gpu.nvlink_bw_bytes_per_s, sys.nic_bw_bytes_per_s * k);
 }
 
-double task_seconds(const ScheduleGraph &g, TaskId id, const CostModel &cm,
-                    const SystemSpec &sys) {
+double task_seconds(const ScheduleGraph &g, TaskId id, const CostModel &cm, const SystemSpec &sys) {
   const Task &t = g.task(id);
   const OpDesc &op = g.op(id);
   switch (t.kind) {
-  case TaskKind::Compute:
-  case TaskKind::OptimizerGpu:
-  case TaskKind::OptimizerCpu:
-    return cm.compute_time_s(op);
-  case TaskKind::Collective:
-  case TaskKind::Send:
-  case TaskKind::Recv: {
-    if (t.kind == TaskKind::Send)
-      return 0; // the receiver's side carries the message
-    bool intra = true;
-    double bw = sys.nic_bw_bytes_per_s;
-    if (t.group != kNone)
-      bw = group_bandwidth(g.group(t.group), sys, &intra);
-    if (t.kind == TaskKind::Recv && t.peer >= 0)
-      intra = t.peer / sys.gpus_per_node ==
-              std::int64_t(t.rank) / sys.gpus_per_node;
-    if (t.kind == TaskKind::Recv)
-      bw = intra ? sys.gpu.nvlink_bw_bytes_per_s : sys.nic_bw_bytes_per_s;
-    return cm.collective_time_s(op.kind, double(op.bytes),
-                                std::max<std::int64_t>(op.group_size, 1), bw,
-                                intra);
-  }
-  case TaskKind::CopyH2D:
-  case TaskKind::CopyD2H:
-    return double(op.bytes) /
-           (sys.gpu.pcie_bw_bytes_per_s * cm.pcie_efficiency());
+    case TaskKind::Compute:
+    case TaskKind::OptimizerGpu:
+    case TaskKind::OptimizerCpu:
+      return cm.compute_time_s(op);
+    case TaskKind::Collective:
+    case TaskKind::Send:
+    case TaskKind::Recv: {
+      if (t.kind == TaskKind::Send) return 0;  // the receiver's side carries the message
+      bool intra = true;
+      double bw = sys.nic_bw_bytes_per_s;
+      if (t.group != kNone) bw = group_bandwidth(g.group(t.group), sys, &intra);
+      if (t.kind == TaskKind::Recv && t.peer >= 0)
+        intra = t.peer / sys.gpus_per_node == std::int64_t(t.rank) / sys.gpus_per_node;
+      if (t.kind == TaskKind::Recv)
+        bw = intra ? sys.gpu.nvlink_bw_bytes_per_s : sys.nic_bw_bytes_per_s;
+      return cm.collective_time_s(op.kind, double(op.bytes),
+                                  std::max<std::int64_t>(op.group_size, 1), bw, intra);
+    }
+    case TaskKind::CopyH2D:
+    case TaskKind::CopyD2H:
+      return double(op.bytes) / (sys.gpu.pcie_bw_bytes_per_s * cm.pcie_efficiency());
   }
   return 0;
 }
@@ -497,8 +421,8 @@ double task_seconds(const ScheduleGraph &g, TaskId id, const CostModel &cm,
 /// f + sum f / v for 1F1B and interleaving (Narayanan et al. SC'21 Sec. 2.2:
 /// bubble (p - 1) / v of a microbatch time), nmb * max f + sum f - max f for
 /// GPipe; plus the slowest tail.
-double estimate_from_graph(const ScheduleGraph &g, const Scenario &sc,
-                           const CostModel &cm, const SystemSpec &sys) {
+double estimate_from_graph(const ScheduleGraph &g, const Scenario &sc, const CostModel &cm,
+                           const SystemSpec &sys) {
   const ParallelConfig &p = sc.parallel;
   double max_f = 0, sum_f = 0, max_tail = 0;
   for (RankId r : g.simulated_ranks()) {
@@ -514,15 +438,14 @@ double estimate_from_graph(const ScheduleGraph &g, const Scenario &sc,
     sum_f += f;
     max_tail = std::max(max_tail, tail);
   }
-  const double nmb = double(p.num_microbatches),
-               v = double(p.virtual_pipeline_size);
+  const double nmb = double(p.num_microbatches), v = double(p.virtual_pipeline_size);
   const double pipe = p.pipeline_schedule == PipelineSchedule::GPipe
                           ? nmb * max_f + sum_f - max_f
                           : (nmb - 1) * max_f + sum_f / v + max_f * (1 - 1 / v);
   return pipe + max_tail;
 }
 
-} // namespace
+}  // namespace
 
 CandidateEstimate estimate_candidate(
     const std::string &scenario_path,
@@ -530,8 +453,7 @@ CandidateEstimate estimate_candidate(
     const PlanCandidate &candidate, double memory_headroom) {
   CandidateEstimate e;
   auto overrides = base_overrides;
-  overrides.insert(overrides.end(), candidate.overrides.begin(),
-                   candidate.overrides.end());
+  overrides.insert(overrides.end(), candidate.overrides.begin(), candidate.overrides.end());
   Scenario sc;
   try {
     sc = load_scenario(scenario_path, overrides);
@@ -551,16 +473,14 @@ CandidateEstimate estimate_candidate(
   if (reduced.zero.offload_optimizer.ratio_auto)
     resolve_offload_ratio(reduced, sys, default_calibration(sys.gpu.name));
   BuildOptions opt;
-  opt.fold = sc.parallel.tensor_model_parallel_size *
-                 sc.parallel.data_parallel_size *
+  opt.fold = sc.parallel.tensor_model_parallel_size * sc.parallel.data_parallel_size *
                  sc.parallel.context_parallel_size >
              1;
   opt.calibration = &profile;
   const ScheduleGraph g = build_schedule_graph(reduced, sys, opt);
   e.peak_memory_bytes = program_order_peak_gpu_bytes(g);
   e.memory_capacity_bytes = std::int64_t(sys.gpu.hbm_bytes);
-  if (double(e.peak_memory_bytes) >
-      sys.gpu.hbm_bytes * (1.0 - memory_headroom)) {
+  if (double(e.peak_memory_bytes) > sys.gpu.hbm_bytes * (1.0 - memory_headroom)) {
     e.rejection = PlanRejection::OutOfMemory;
     std::ostringstream o;
     o.precision(1);
@@ -573,25 +493,22 @@ CandidateEstimate estimate_candidate(
   // The reduced graph has the full run's per-microbatch work; scale the
   // microbatch count.
   e.estimate_iteration_s = estimate_from_graph(g, sc, cm, sys);
-  e.estimate_tokens_per_s = double(sc.parallel.global_batch_size) *
-                            double(sc.model.seq_length) /
-                            e.estimate_iteration_s;
+  e.estimate_tokens_per_s =
+      double(sc.parallel.global_batch_size) * double(sc.model.seq_length) / e.estimate_iteration_s;
   return e;
 }
 
 void rank_results(std::vector<CandidateResult> &results) {
   std::stable_sort(
-      results.begin(), results.end(),
-      [](const CandidateResult &a, const CandidateResult &b) {
+      results.begin(), results.end(), [](const CandidateResult &a, const CandidateResult &b) {
         auto key = [](const CandidateResult &r) {
           const bool ok = r.simulated && r.error.empty() && !r.oom;
-          return std::make_tuple(
-              ok ? 0 : 1,
-              -(ok ? r.tokens_per_s : r.estimate.estimate_tokens_per_s),
-              r.peak_memory_bytes, r.candidate.index);
+          return std::make_tuple(ok ? 0 : 1,
+                                 -(ok ? r.tokens_per_s : r.estimate.estimate_tokens_per_s),
+                                 r.peak_memory_bytes, r.candidate.index);
         };
         return key(a) < key(b);
       });
 }
 
-} // namespace trainsim
+}  // namespace trainsim

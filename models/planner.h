@@ -40,10 +40,8 @@ struct PlanConfig {
   std::vector<std::int64_t> tensor_model_parallel_size;
   std::vector<std::int64_t> pipeline_model_parallel_size;
   /// Layers per virtual stage; nullopt = no interleaving.
-  std::vector<std::optional<std::int64_t>>
-      num_layers_per_virtual_pipeline_stage;
-  bool all_virtual_stages =
-      false; ///< `all`: every divisor of the layers per stage
+  std::vector<std::optional<std::int64_t>> num_layers_per_virtual_pipeline_stage;
+  bool all_virtual_stages = false;  ///< `all`: every divisor of the layers per stage
   std::vector<std::int64_t> micro_batch_size;
   std::vector<Recompute> recompute_granularity;
   std::vector<bool> sequence_parallel;
@@ -52,47 +50,37 @@ struct PlanConfig {
   std::vector<std::int64_t> context_parallel_size;
   std::vector<std::int64_t> expert_model_parallel_size;
   bool allow_offload = false;
-  std::int64_t max_gpus =
-      0; ///< GPUs every candidate uses (cluster size by default)
-  double memory_headroom = 0.05; ///< fraction of the GPU memory kept free
-  std::int64_t top_k = 50;       ///< candidates simulated event by event
+  std::int64_t max_gpus = 0;      ///< GPUs every candidate uses (cluster size by default)
+  double memory_headroom = 0.05;  ///< fraction of the GPU memory kept free
+  std::int64_t top_k = 50;        ///< candidates simulated event by event
 };
 
 /// Reads the `plan:` section of a scenario file (errors name the file, field
 /// and value) and fills defaults from the base scenario.
-PlanConfig load_plan_config(const std::string &scenario_path,
-                            const Scenario &base);
+PlanConfig load_plan_config(const std::string &scenario_path, const Scenario &base);
 
 /// One candidate layout: the overrides applied to the scenario file.
 struct PlanCandidate {
-  std::size_t index =
-      0; ///< position in the enumeration (stable, used by --shard)
+  std::size_t index = 0;  ///< position in the enumeration (stable, used by --shard)
   std::vector<std::pair<std::string, std::string>> overrides;
-  std::string layout; ///< e.g. "tp8 pp64 dp6 mb1 full"
+  std::string layout;  ///< e.g. "tp8 pp64 dp6 mb1 full"
 };
 
 /// Every candidate of the space, in a fixed order.
-std::vector<PlanCandidate> enumerate_candidates(const PlanConfig &plan,
-                                                const Scenario &base);
+std::vector<PlanCandidate> enumerate_candidates(const PlanConfig &plan, const Scenario &base);
 
 /// Why a candidate was not simulated.
-enum class PlanRejection : std::uint8_t {
-  None,
-  Invalid,
-  OutOfMemory,
-  BelowCut
-};
+enum class PlanRejection : std::uint8_t { None, Invalid, OutOfMemory, BelowCut };
 const char *to_string(PlanRejection r);
 
 /// Stages (a) and (b) for one candidate.
 struct CandidateEstimate {
   PlanRejection rejection = PlanRejection::None;
-  std::string reason; ///< the validation message (Invalid) or the memory figure
+  std::string reason;  ///< the validation message (Invalid) or the memory figure
   std::int64_t world_size = 0;
-  std::int64_t peak_memory_bytes =
-      0; ///< stage (a), modelled peak of the busiest rank
+  std::int64_t peak_memory_bytes = 0;  ///< stage (a), modelled peak of the busiest rank
   std::int64_t memory_capacity_bytes = 0;
-  double estimate_iteration_s = 0; ///< stage (b)
+  double estimate_iteration_s = 0;  ///< stage (b)
   double estimate_tokens_per_s = 0;
 };
 
@@ -115,9 +103,8 @@ struct CandidateResult {
   PlanCandidate candidate;
   CandidateEstimate estimate;
   bool simulated = false;
-  std::string error; ///< a failed simulation
-  double iteration_time_s = 0, tokens_per_s = 0, model_tflops_per_gpu = 0,
-         mfu = 0;
+  std::string error;  ///< a failed simulation
+  double iteration_time_s = 0, tokens_per_s = 0, model_tflops_per_gpu = 0, mfu = 0;
   std::int64_t peak_memory_bytes = 0, memory_capacity_bytes = 0;
   double bubble_share = 0, exposed_comm_share = 0;
   bool oom = false;
@@ -127,4 +114,4 @@ struct CandidateResult {
 /// by the enumeration index (deterministic).
 void rank_results(std::vector<CandidateResult> &results);
 
-} // namespace trainsim
+}  // namespace trainsim

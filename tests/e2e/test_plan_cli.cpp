@@ -4,10 +4,9 @@
 // tokens/s the planner reported; shards merge into the unsharded ranking.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "tests/e2e/cli_helpers.h"
@@ -31,10 +30,11 @@ std::string scenario(const std::string &plan) {
          plan + "\n";
 }
 
-const std::string kSpace = "{tensor_model_parallel_size: [1, 2], "
-                           "pipeline_model_parallel_size: [1, 2], "
-                           "micro_batch_size: [1, 2], recompute_granularity: "
-                           "[none], zero_stage: [0], top_k: 4}";
+const std::string kSpace =
+    "{tensor_model_parallel_size: [1, 2], "
+    "pipeline_model_parallel_size: [1, 2], "
+    "micro_batch_size: [1, 2], recompute_granularity: "
+    "[none], zero_stage: [0], top_k: 4}";
 
 TEST(PlanCli, BadPlanSettingsNameTheFieldAndTheValue) {
   ScratchDir dir("plan_cli");
@@ -44,11 +44,9 @@ TEST(PlanCli, BadPlanSettingsNameTheFieldAndTheValue) {
   const Case cases[] = {
       {"{micro_batch_size: [0]}", "plan.micro_batch_size", "'0'"},
       {"{memory_headroom: 1.5}", "plan.memory_headroom", "'1.5'"},
-      {"{recompute_granularity: [sometimes]}", "plan.recompute_granularity",
-       "'sometimes'"},
+      {"{recompute_granularity: [sometimes]}", "plan.recompute_granularity", "'sometimes'"},
       {"{zero_stage: [4]}", "plan.zero_stage", "'4'"},
-      {"{tensor_model_parallel_size: []}", "plan.tensor_model_parallel_size",
-       "(a list)"},
+      {"{tensor_model_parallel_size: []}", "plan.tensor_model_parallel_size", "(a list)"},
       {"{pipeline_parallel: 2}", "plan.pipeline_parallel", "'2'"},
       {"{max_gpus: 12}", "plan.max_gpus", "'12'"}};
   for (const Case &c : cases) {
@@ -57,9 +55,7 @@ TEST(PlanCli, BadPlanSettingsNameTheFieldAndTheValue) {
     EXPECT_EQ(run("plan " + path, log), 1) << c.plan;
     const std::string out = slurp(log);
     EXPECT_NE(out.find(path), std::string::npos) << out;
-    EXPECT_NE(out.find("field '" + c.field + "' = " + c.value),
-              std::string::npos)
-        << out;
+    EXPECT_NE(out.find("field '" + c.field + "' = " + c.value), std::string::npos) << out;
   }
   const std::string path = dir.write("s.yaml", scenario(kSpace));
   EXPECT_EQ(run("plan " + path + " --shard 2/2", dir.file("log").string()), 1);
@@ -70,8 +66,7 @@ TEST(PlanCli, RanksWritesOutputsAndItsScenariosSimulateAsReported) {
   ScratchDir dir("plan_cli");
   const std::string path = dir.write("s.yaml", scenario(kSpace));
   const auto out = dir.file("out");
-  ASSERT_EQ(run("plan " + path + " --jobs 2 --json " +
-                    dir.file("r.json").string() + " --csv " +
+  ASSERT_EQ(run("plan " + path + " --jobs 2 --json " + dir.file("r.json").string() + " --csv " +
                     dir.file("r.csv").string() + " --out " + out.string(),
                 dir.file("log").string()),
             0)
@@ -81,11 +76,9 @@ TEST(PlanCli, RanksWritesOutputsAndItsScenariosSimulateAsReported) {
   EXPECT_EQ(j.at("enumerated"), 8);
   std::vector<double> tps;
   for (const auto &c : j.at("candidates"))
-    if (c.at("simulated"))
-      tps.push_back(c.at("tokens_per_s"));
-  ASSERT_EQ(tps.size(), 4u); // top_k
-  for (std::size_t i = 1; i < tps.size(); ++i)
-    EXPECT_GE(tps[i - 1], tps[i]);
+    if (c.at("simulated")) tps.push_back(c.at("tokens_per_s"));
+  ASSERT_EQ(tps.size(), 4u);  // top_k
+  for (std::size_t i = 1; i < tps.size(); ++i) EXPECT_GE(tps[i - 1], tps[i]);
   EXPECT_EQ(j.at("rejected").at("below_estimate_cut"), 4);
   // Each written scenario is a plain scenario: simulate gives the reported
   // tokens/s.
@@ -94,30 +87,24 @@ TEST(PlanCli, RanksWritesOutputsAndItsScenariosSimulateAsReported) {
     ++files;
     const std::string name = entry.path().filename().string();
     const int rank = std::stoi(name.substr(0, 3));
-    ASSERT_EQ(run("simulate " + entry.path().string() + " --format json",
-                  dir.file("sim.json").string()),
-              0)
+    ASSERT_EQ(
+        run("simulate " + entry.path().string() + " --format json", dir.file("sim.json").string()),
+        0)
         << slurp(dir.file("sim.json"));
     const auto s = nlohmann::json::parse(slurp(dir.file("sim.json")));
-    EXPECT_NEAR(s.at("tokens_per_s").get<double>(), tps[rank - 1],
-                1e-6 * tps[rank - 1])
-        << name;
+    EXPECT_NEAR(s.at("tokens_per_s").get<double>(), tps[rank - 1], 1e-6 * tps[rank - 1]) << name;
   }
   EXPECT_EQ(files, 4);
-  EXPECT_NE(slurp(dir.file("r.csv")).find("rank,index,layout,tokens_per_s"),
-            std::string::npos);
+  EXPECT_NE(slurp(dir.file("r.csv")).find("rank,index,layout,tokens_per_s"), std::string::npos);
 }
 
 TEST(PlanCli, ShardsMergeIntoTheUnshardedRanking) {
   ScratchDir dir("plan_cli");
   const std::string path = dir.write("s.yaml", scenario(kSpace));
   const std::string whole = dir.file("whole.json").string();
-  ASSERT_EQ(run("plan " + path + " --jobs 1 --json " + whole,
-                dir.file("log").string()),
-            0);
+  ASSERT_EQ(run("plan " + path + " --jobs 1 --json " + whole, dir.file("log").string()), 0);
   for (int i = 0; i < 2; ++i)
-    ASSERT_EQ(run("plan " + path + " --jobs 1 --shard " + std::to_string(i) +
-                      "/2 --json " +
+    ASSERT_EQ(run("plan " + path + " --jobs 1 --shard " + std::to_string(i) + "/2 --json " +
                       dir.file("s" + std::to_string(i) + ".json").string(),
                   dir.file("log").string()),
               0);
@@ -127,12 +114,10 @@ TEST(PlanCli, ShardsMergeIntoTheUnshardedRanking) {
                 dir.file("log").string()),
             0)
       << slurp(dir.file("log"));
-  const auto a = nlohmann::json::parse(slurp(whole)),
-             b = nlohmann::json::parse(slurp(merged));
+  const auto a = nlohmann::json::parse(slurp(whole)), b = nlohmann::json::parse(slurp(merged));
   EXPECT_EQ(a.at("enumerated"), b.at("enumerated"));
   // The unsharded top candidate is the merged top candidate.
-  EXPECT_EQ(a.at("candidates").at(0).at("layout"),
-            b.at("candidates").at(0).at("layout"));
+  EXPECT_EQ(a.at("candidates").at(0).at("layout"), b.at("candidates").at(0).at("layout"));
   EXPECT_EQ(a.at("candidates").at(0).at("tokens_per_s"),
             b.at("candidates").at(0).at("tokens_per_s"));
 }
@@ -142,20 +127,16 @@ TEST(PlanCli, CtrlCPrintsTheBestSoFarAndExits130) {
   // The GPT-1T space takes well over the 2 s before SIGINT arrives (its
   // estimate stage alone runs for tens of seconds on 2 cores).
   const std::string log = dir.file("log").string();
-  const std::string cmd =
-      "timeout --preserve-status -s INT 2 " + std::string(TRAINSIM_CLI) +
-      " plan " +
-      trainsim::test_support::source_path("bench/plan/gpt-1t_3072_a100.yaml") +
-      " --jobs 1 > " + log + " 2>&1";
+  const std::string cmd = "timeout --preserve-status -s INT 2 " + std::string(TRAINSIM_CLI) +
+                          " plan " +
+                          trainsim::test_support::source_path("bench/plan/gpt-1t_3072_a100.yaml") +
+                          " --jobs 1 > " + log + " 2>&1";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 130) << slurp(log);
   const std::string out = slurp(log);
-  EXPECT_NE(out.find("interrupted: the best found so far"), std::string::npos)
-      << out;
-  EXPECT_NE(out.find("enumerated 5568 candidates; not simulated:"),
-            std::string::npos)
-      << out;
+  EXPECT_NE(out.find("interrupted: the best found so far"), std::string::npos) << out;
+  EXPECT_NE(out.find("enumerated 5568 candidates; not simulated:"), std::string::npos) << out;
 }
 
-} // namespace
+}  // namespace

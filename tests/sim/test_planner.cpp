@@ -18,25 +18,23 @@ namespace {
 using test_support::ScratchDir;
 
 std::string plan_yaml(const std::string &model, const std::string &parallel,
-                      const std::string &plan,
-                      const std::string &system = "dgx-a100-80gb") {
+                      const std::string &plan, const std::string &system = "dgx-a100-80gb") {
   return "name: plan_test\nmodel: " + model + "\nparallel: " + parallel +
          "\ncluster: {system: " + system + ", nodes: 1}\nplan: " + plan + "\n";
 }
 
 TEST(PlannerEnumeration, CountMatchesAHandCount) {
   ScratchDir dir("plan");
-  const std::string path = dir.write(
-      "s.yaml",
-      plan_yaml("{num_layers: 8, hidden_size: 256, num_attention_heads: 8, "
-                "seq_length: "
-                "128, padded_vocab_size: 1024}",
-                "{micro_batch_size: 1, global_batch_size: 16}",
-                "{tensor_model_parallel_size: [1, 2], "
-                "pipeline_model_parallel_size: [1, 2, 4], "
-                "num_layers_per_virtual_pipeline_stage: all, micro_batch_size: "
-                "[1, 2], "
-                "recompute_granularity: [none, full], zero_stage: [0, 1]}"));
+  const std::string path =
+      dir.write("s.yaml", plan_yaml("{num_layers: 8, hidden_size: 256, num_attention_heads: 8, "
+                                    "seq_length: "
+                                    "128, padded_vocab_size: 1024}",
+                                    "{micro_batch_size: 1, global_batch_size: 16}",
+                                    "{tensor_model_parallel_size: [1, 2], "
+                                    "pipeline_model_parallel_size: [1, 2, 4], "
+                                    "num_layers_per_virtual_pipeline_stage: all, micro_batch_size: "
+                                    "[1, 2], "
+                                    "recompute_granularity: [none, full], zero_stage: [0, 1]}"));
   const Scenario base = load_scenario(path);
   const PlanConfig plan = load_plan_config(path, base);
   // Virtual-stage choices by hand: pp 1 -> {none}; pp 2 (4 layers per stage) ->
@@ -45,25 +43,21 @@ TEST(PlannerEnumeration, CountMatchesAHandCount) {
   // = 96.
   const auto all = enumerate_candidates(plan, base);
   EXPECT_EQ(all.size(), 96u);
-  for (std::size_t i = 0; i < all.size(); ++i)
-    EXPECT_EQ(all[i].index, i);
+  for (std::size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i].index, i);
   EXPECT_EQ(all.front().layout, "tp1 pp1 dp8 mb1 norecomp");
 }
 
 TEST(PlannerEnumeration, DefaultsCoverPowersOfTwoTpAndEveryPipelineDivisor) {
   ScratchDir dir("plan");
-  const std::string path = dir.write(
-      "s.yaml",
-      plan_yaml("{num_layers: 12, hidden_size: 256, num_attention_heads: 8, "
-                "seq_length: "
-                "128, padded_vocab_size: 1024}",
-                "{micro_batch_size: 1, global_batch_size: 16}", "{}"));
+  const std::string path =
+      dir.write("s.yaml", plan_yaml("{num_layers: 12, hidden_size: 256, num_attention_heads: 8, "
+                                    "seq_length: "
+                                    "128, padded_vocab_size: 1024}",
+                                    "{micro_batch_size: 1, global_batch_size: 16}", "{}"));
   const Scenario base = load_scenario(path);
   const PlanConfig plan = load_plan_config(path, base);
-  EXPECT_EQ(plan.tensor_model_parallel_size,
-            (std::vector<std::int64_t>{1, 2, 4, 8}));
-  EXPECT_EQ(plan.pipeline_model_parallel_size,
-            (std::vector<std::int64_t>{1, 2, 3, 4, 6, 12}));
+  EXPECT_EQ(plan.tensor_model_parallel_size, (std::vector<std::int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(plan.pipeline_model_parallel_size, (std::vector<std::int64_t>{1, 2, 3, 4, 6, 12}));
   EXPECT_EQ(plan.top_k, 50);
   // 4 TP x 6 PP x 4 micro batches x 3 recompute x 2 ZeRO stages (no
   // interleaving by default).
@@ -75,9 +69,9 @@ TEST(PlannerReducedGraph, MicrobatchesReachTheFullRunsWarmUp) {
   p.pipeline_model_parallel_size = 4;
   p.num_microbatches = 64;
   p.pipeline_schedule = PipelineSchedule::OneFOneB;
-  EXPECT_EQ(reduced_microbatches(p), 4); // 1F1B: stage 0 holds pp microbatches
+  EXPECT_EQ(reduced_microbatches(p), 4);  // 1F1B: stage 0 holds pp microbatches
   p.pipeline_schedule = PipelineSchedule::GPipe;
-  EXPECT_EQ(reduced_microbatches(p), 64); // GPipe holds all of them
+  EXPECT_EQ(reduced_microbatches(p), 64);  // GPipe holds all of them
   p.pipeline_schedule = PipelineSchedule::Interleaved;
   p.virtual_pipeline_size = 2;
   // Megatron's warm-up on stage 0: (pp - 1) * 2 + (v - 1) * pp = 6 + 4 = 10
@@ -85,7 +79,7 @@ TEST(PlannerReducedGraph, MicrobatchesReachTheFullRunsWarmUp) {
   // up to a multiple of pp: 8.
   EXPECT_EQ(reduced_microbatches(p), 8);
   p.num_microbatches = 4;
-  EXPECT_EQ(reduced_microbatches(p), 4); // never more than the run has
+  EXPECT_EQ(reduced_microbatches(p), 4);  // never more than the run has
 }
 
 // Stage (a) against simulate: for every valid candidate of a space where some
@@ -93,40 +87,38 @@ TEST(PlannerReducedGraph, MicrobatchesReachTheFullRunsWarmUp) {
 // peak and its verdict simulate's OOM.
 TEST(PlannerMemoryFilter, AgreesWithSimulateOnEveryCandidate) {
   ScratchDir dir("plan");
-  const std::string path = dir.write(
-      "s.yaml",
-      plan_yaml("{num_layers: 16, hidden_size: 4096, num_attention_heads: 32, "
-                "seq_length: "
-                "2048, padded_vocab_size: 51200}",
-                "{micro_batch_size: 1, global_batch_size: 8, precision: fp16}",
-                "{tensor_model_parallel_size: [1, 2, 4, 8], "
-                "pipeline_model_parallel_size: "
-                "[1, 2], micro_batch_size: [1, 2], recompute_granularity: "
-                "[none, full], "
-                "zero_stage: [0]}",
-                "dgx-a100-40gb"));
+  const std::string path =
+      dir.write("s.yaml", plan_yaml("{num_layers: 16, hidden_size: 4096, num_attention_heads: 32, "
+                                    "seq_length: "
+                                    "2048, padded_vocab_size: 51200}",
+                                    "{micro_batch_size: 1, global_batch_size: 8, precision: fp16}",
+                                    "{tensor_model_parallel_size: [1, 2, 4, 8], "
+                                    "pipeline_model_parallel_size: "
+                                    "[1, 2], micro_batch_size: [1, 2], recompute_granularity: "
+                                    "[none, full], "
+                                    "zero_stage: [0]}",
+                                    "dgx-a100-40gb"));
   const Scenario base = load_scenario(path);
   const PlanConfig plan = load_plan_config(path, base);
   int valid = 0, oom = 0;
   for (const PlanCandidate &c : enumerate_candidates(plan, base)) {
     const CandidateEstimate e = estimate_candidate(path, {}, c, 0.0);
-    if (e.rejection == PlanRejection::Invalid)
-      continue;
+    if (e.rejection == PlanRejection::Invalid) continue;
     ++valid;
     RunRequest req;
     req.scenario_path = path;
     req.overrides = c.overrides;
     const PreparedRun run = prepare_run(req);
-    const ExecutionRecord rec = sim::simulate(run.graph, run.scenario,
-                                              run.system, run.cost_model(), {});
+    const ExecutionRecord rec =
+        sim::simulate(run.graph, run.scenario, run.system, run.cost_model(), {});
     const Summary s = finish_run(run, rec, {}).summary;
     EXPECT_EQ(e.peak_memory_bytes, s.peak_memory_bytes) << c.layout;
     EXPECT_EQ(e.rejection == PlanRejection::OutOfMemory, s.oom()) << c.layout;
     oom += s.oom() ? 1 : 0;
   }
   EXPECT_GT(valid, 10);
-  EXPECT_GT(oom, 0);     // the space has layouts that do not fit ...
-  EXPECT_LT(oom, valid); // ... and layouts that do
+  EXPECT_GT(oom, 0);      // the space has layouts that do not fit ...
+  EXPECT_LT(oom, valid);  // ... and layouts that do
 }
 
 TEST(PlannerRanking, TokensPerSecondThenMemoryThenEnumerationOrder) {
@@ -138,16 +130,14 @@ TEST(PlannerRanking, TokensPerSecondThenMemoryThenEnumerationOrder) {
     r.peak_memory_bytes = peak;
     return r;
   };
-  std::vector<CandidateResult> v = {result(0, 100, 5), result(1, 200, 9),
-                                    result(2, 200, 7), result(3, 200, 7),
-                                    result(4, 50, 1)};
-  v[4].oom = true; // an OOM run ranks after every run that fits
+  std::vector<CandidateResult> v = {result(0, 100, 5), result(1, 200, 9), result(2, 200, 7),
+                                    result(3, 200, 7), result(4, 50, 1)};
+  v[4].oom = true;  // an OOM run ranks after every run that fits
   rank_results(v);
   std::vector<std::size_t> order;
-  for (const auto &r : v)
-    order.push_back(r.candidate.index);
+  for (const auto &r : v) order.push_back(r.candidate.index);
   EXPECT_EQ(order, (std::vector<std::size_t>{2, 3, 1, 0, 4}));
 }
 
-} // namespace
-} // namespace trainsim
+}  // namespace
+}  // namespace trainsim
