@@ -50,8 +50,8 @@ void on_sigint(int) { g_interrupted = 1; }
 /// (one line of JSON text) reaches on_result(i, text) in the parent as it
 /// arrives. Stops early (killing the workers) when Ctrl-C was pressed; returns
 /// false then.
-bool run_in_workers(std::size_t n, int jobs, const std::function<std::string(std::size_t)> &work,
-                    const std::function<void(std::size_t, const std::string &)> &on_result) {
+bool run_in_workers(std::size_t n, int jobs, const std::function<std::string(std::size_t)>& work,
+                    const std::function<void(std::size_t, const std::string&)>& on_result) {
   jobs = std::max(1, std::min<int>(jobs, int(std::max<std::size_t>(n, 1))));
   struct Worker {
     pid_t pid;
@@ -70,7 +70,7 @@ bool run_in_workers(std::size_t n, int jobs, const std::function<std::string(std
       signal(SIGINT, SIG_IGN);  // the parent decides; it kills the workers
       for (std::size_t i = std::size_t(w); i < n; i += std::size_t(jobs)) {
         std::string line = std::to_string(i) + "\t" + work(i) + "\n";
-        const char *p = line.data();
+        const char* p = line.data();
         std::size_t left = line.size();
         while (left > 0) {
           const ssize_t k = write(fds[1], p, left);
@@ -87,13 +87,13 @@ bool run_in_workers(std::size_t n, int jobs, const std::function<std::string(std
   std::size_t open_pipes = workers.size();
   while (open_pipes > 0 && !g_interrupted) {
     std::vector<pollfd> pfds;
-    for (auto &w : workers)
+    for (auto& w : workers)
       if (w.fd >= 0) pfds.push_back({w.fd, POLLIN, 0});
     if (poll(pfds.data(), pfds.size(), 200) < 0 && errno != EINTR) break;
-    for (auto &w : workers) {
+    for (auto& w : workers) {
       if (w.fd < 0) continue;
       auto it =
-          std::find_if(pfds.begin(), pfds.end(), [&](const pollfd &p) { return p.fd == w.fd; });
+          std::find_if(pfds.begin(), pfds.end(), [&](const pollfd& p) { return p.fd == w.fd; });
       if (it == pfds.end() || !(it->revents & (POLLIN | POLLHUP))) continue;
       char buf[65536];
       const ssize_t k = read(w.fd, buf, sizeof buf);
@@ -113,7 +113,7 @@ bool run_in_workers(std::size_t n, int jobs, const std::function<std::string(std
       }
     }
   }
-  for (auto &w : workers) {
+  for (auto& w : workers) {
     if (g_interrupted) kill(w.pid, SIGKILL);
     if (w.fd >= 0) close(w.fd);
     waitpid(w.pid, nullptr, 0);
@@ -151,7 +151,7 @@ class Progress {
 // ------------------------------------------------------------------------
 // serialization
 
-json estimate_to_json(const CandidateEstimate &e) {
+json estimate_to_json(const CandidateEstimate& e) {
   return {{"rejection", to_string(e.rejection)},
           {"reason", e.reason},
           {"world_size", e.world_size},
@@ -161,7 +161,7 @@ json estimate_to_json(const CandidateEstimate &e) {
           {"estimate_tokens_per_s", e.estimate_tokens_per_s}};
 }
 
-CandidateEstimate estimate_from_json(const json &j) {
+CandidateEstimate estimate_from_json(const json& j) {
   CandidateEstimate e;
   const std::string r = j.at("rejection");
   e.rejection = r == "invalid"              ? PlanRejection::Invalid
@@ -177,9 +177,9 @@ CandidateEstimate estimate_from_json(const json &j) {
   return e;
 }
 
-json result_to_json(const CandidateResult &r) {
+json result_to_json(const CandidateResult& r) {
   json ov = json::array();
-  for (const auto &[k, v] : r.candidate.overrides) ov.push_back(k + "=" + v);
+  for (const auto& [k, v] : r.candidate.overrides) ov.push_back(k + "=" + v);
   return {{"index", r.candidate.index},
           {"layout", r.candidate.layout},
           {"overrides", ov},
@@ -197,7 +197,7 @@ json result_to_json(const CandidateResult &r) {
           {"oom", r.oom}};
 }
 
-CandidateResult result_from_json(const json &j) {
+CandidateResult result_from_json(const json& j) {
   CandidateResult r;
   r.candidate.index = j.at("index");
   r.candidate.layout = j.at("layout");
@@ -222,7 +222,7 @@ CandidateResult result_from_json(const json &j) {
 
 /// Simulates one candidate as `trainsim simulate` would (prepare_run, SimGrid,
 /// finish_run).
-json simulate_candidate(const PlanArgs &args, const PlanCandidate &c) {
+json simulate_candidate(const PlanArgs& args, const PlanCandidate& c) {
 #ifdef TRAINSIM_HAVE_SIM
   try {
     RunRequest req;
@@ -235,10 +235,10 @@ json simulate_candidate(const PlanArgs &args, const PlanCandidate &c) {
     const ExecutionRecord record =
         sim::simulate(run.graph, run.scenario, run.system, run.cost_model(), sim::SimOptions{});
     const RunOutputs out = finish_run(run, record, FinishOptions{});
-    const Summary &s = out.summary;
+    const Summary& s = out.summary;
     const double it = s.iteration_time_s > 0 ? s.iteration_time_s : 1;
     double exposed = 0, bubble = 0;
-    for (const auto &r : s.per_rank) {
+    for (const auto& r : s.per_rank) {
       exposed = std::max(exposed, r.exposed_comm_s);
       bubble = std::max(bubble, r.pipeline_bubble_s);
     }
@@ -251,7 +251,7 @@ json simulate_candidate(const PlanArgs &args, const PlanCandidate &c) {
             {"oom", s.oom()},
             {"bubble_share", bubble / it},
             {"exposed_comm_share", exposed / it}};
-  } catch (const std::exception &e) {
+  } catch (const std::exception& e) {
     return {{"error", e.what()}};
   }
 #else
@@ -269,14 +269,14 @@ std::string gb(std::int64_t bytes) {
   return o.str();
 }
 
-void print_table(std::ostream &os, const std::vector<CandidateResult> &ranked) {
+void print_table(std::ostream& os, const std::vector<CandidateResult>& ranked) {
   os << std::left << std::setw(5) << "rank" << std::setw(44) << "layout" << std::right
      << std::setw(12) << "tokens/s" << std::setw(9) << "TFLOP/s" << std::setw(7) << "MFU"
      << std::setw(10) << "peak GB" << std::setw(10) << "headroom" << std::setw(8) << "bubble"
      << std::setw(8) << "comm" << std::setw(9) << "est err"
      << "\n";
   int rank = 0;
-  for (const auto &r : ranked) {
+  for (const auto& r : ranked) {
     if (!r.simulated) continue;
     os << std::left << std::setw(5) << ++rank << std::setw(44) << r.candidate.layout << std::right
        << std::fixed << std::setprecision(0) << std::setw(12) << r.tokens_per_s
@@ -293,16 +293,16 @@ void print_table(std::ostream &os, const std::vector<CandidateResult> &ranked) {
   }
 }
 
-void write_csv(std::ostream &os, const std::vector<CandidateResult> &ranked) {
+void write_csv(std::ostream& os, const std::vector<CandidateResult>& ranked) {
   os << "rank,index,layout,tokens_per_s,model_tflops_per_gpu,mfu,peak_memory_"
         "bytes,"
         "memory_capacity_bytes,bubble_share,exposed_comm_share,estimate_tokens_"
         "per_s,oom,overrides\n";
   int rank = 0;
-  for (const auto &r : ranked) {
+  for (const auto& r : ranked) {
     if (!r.simulated) continue;
     std::string ov;
-    for (const auto &[k, v] : r.candidate.overrides) ov += (ov.empty() ? "" : ";") + k + "=" + v;
+    for (const auto& [k, v] : r.candidate.overrides) ov += (ov.empty() ? "" : ";") + k + "=" + v;
     os << ++rank << "," << r.candidate.index << "," << r.candidate.layout << "," << r.tokens_per_s
        << "," << r.model_tflops_per_gpu << "," << r.mfu << "," << r.peak_memory_bytes << ","
        << r.memory_capacity_bytes << "," << r.bubble_share << "," << r.exposed_comm_share << ","
@@ -313,10 +313,10 @@ void write_csv(std::ostream &os, const std::vector<CandidateResult> &ranked) {
 
 /// The scenario file with the candidate's overrides applied and no `plan:`
 /// section.
-std::string candidate_yaml(const std::string &path, const CandidateResult &r, int rank) {
+std::string candidate_yaml(const std::string& path, const CandidateResult& r, int rank) {
   YAML::Node root = YAML::LoadFile(path);
   root.remove("plan");
-  for (const auto &[key, value] : r.candidate.overrides) {
+  for (const auto& [key, value] : r.candidate.overrides) {
     std::vector<std::string> parts;
     std::stringstream ss(key);
     for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
@@ -343,19 +343,19 @@ std::string candidate_yaml(const std::string &path, const CandidateResult &r, in
   return o.str();
 }
 
-json report_json(const std::vector<CandidateResult> &ranked,
-                 const std::map<std::string, std::size_t> &why, std::size_t enumerated) {
+json report_json(const std::vector<CandidateResult>& ranked,
+                 const std::map<std::string, std::size_t>& why, std::size_t enumerated) {
   json cands = json::array();
-  for (const auto &r : ranked) cands.push_back(result_to_json(r));
+  for (const auto& r : ranked) cands.push_back(result_to_json(r));
   return {
       {"plan_version", 1}, {"enumerated", enumerated}, {"rejected", why}, {"candidates", cands}};
 }
 
 /// Stage (b)'s error against the simulation on the confirmed candidates.
-void print_estimate_error(std::ostream &os, const std::vector<CandidateResult> &ranked) {
+void print_estimate_error(std::ostream& os, const std::vector<CandidateResult>& ranked) {
   double sum = 0, worst = 0;
   int n = 0;
-  for (const auto &r : ranked)
+  for (const auto& r : ranked)
     if (r.simulated && r.error.empty() && r.tokens_per_s > 0) {
       const double err = std::fabs(r.estimate.estimate_tokens_per_s / r.tokens_per_s - 1.0);
       sum += err;
@@ -368,23 +368,23 @@ void print_estimate_error(std::ostream &os, const std::vector<CandidateResult> &
        << "%\n";
 }
 
-int finish(const PlanArgs &args, std::vector<CandidateResult> results,
+int finish(const PlanArgs& args, std::vector<CandidateResult> results,
            std::map<std::string, std::size_t> why, std::size_t enumerated, bool interrupted) {
   rank_results(results);
-  std::ostream &os = std::cout;
+  std::ostream& os = std::cout;
   if (interrupted) os << "interrupted: the best found so far\n";
   print_table(os, results);
   const bool any_simulated = std::any_of(results.begin(), results.end(),
-                                         [](const CandidateResult &r) { return r.simulated; });
+                                         [](const CandidateResult& r) { return r.simulated; });
   if (interrupted && !any_simulated) {
     // Stopped before stage (c): the best estimates (not simulated) so far.
-    std::vector<const CandidateResult *> est;
-    for (const auto &r : results)
+    std::vector<const CandidateResult*> est;
+    for (const auto& r : results)
       if (r.estimate.rejection == PlanRejection::None ||
           r.estimate.rejection == PlanRejection::BelowCut)
         est.push_back(&r);
     std::stable_sort(est.begin(), est.end(),
-                     [](const CandidateResult *a, const CandidateResult *b) {
+                     [](const CandidateResult* a, const CandidateResult* b) {
                        return a->estimate.estimate_tokens_per_s > b->estimate.estimate_tokens_per_s;
                      });
     os << "best estimates (stage b, not simulated):\n";
@@ -394,7 +394,7 @@ int finish(const PlanArgs &args, std::vector<CandidateResult> results,
   }
   print_estimate_error(os, results);
   os << "enumerated " << enumerated << " candidates; not simulated:";
-  for (const auto &[reason, count] : why) os << " " << reason << " " << count << ";";
+  for (const auto& [reason, count] : why) os << " " << reason << " " << count << ";";
   os << "\n";
   if (!args.json.empty()) {
     OutputFile f(args.json, "--json");
@@ -409,7 +409,7 @@ int finish(const PlanArgs &args, std::vector<CandidateResult> results,
   if (!args.out.empty() && !args.scenario.empty()) {
     std::filesystem::create_directories(args.out);
     int rank = 0;
-    for (const auto &r : results) {
+    for (const auto& r : results) {
       if (!r.simulated || !r.error.empty()) continue;
       ++rank;
       std::string name = r.candidate.layout;
@@ -424,11 +424,11 @@ int finish(const PlanArgs &args, std::vector<CandidateResult> results,
   return interrupted ? 130 : 0;  // 128 + SIGINT, as a shell reports an interrupted command
 }
 
-int merge_main(const PlanArgs &args) {
+int merge_main(const PlanArgs& args) {
   std::vector<CandidateResult> results;
   std::map<std::string, std::size_t> why;
   std::size_t enumerated = 0;
-  for (const std::string &file : args.merge) {
+  for (const std::string& file : args.merge) {
     std::ifstream in(file);
     if (!in) throw InputError(file + ": cannot open shard result (--merge)");
     json j;
@@ -436,30 +436,30 @@ int merge_main(const PlanArgs &args) {
       in >> j;
       // Every shard enumerates the whole space and searches its part of it.
       enumerated = std::max(enumerated, j.at("enumerated").get<std::size_t>());
-      for (const auto &[k, v] : j.at("rejected").items()) why[k] += v.get<std::size_t>();
-      for (const auto &c : j.at("candidates")) results.push_back(result_from_json(c));
-    } catch (const json::exception &e) {
+      for (const auto& [k, v] : j.at("rejected").items()) why[k] += v.get<std::size_t>();
+      for (const auto& c : j.at("candidates")) results.push_back(result_from_json(c));
+    } catch (const json::exception& e) {
       throw InputError(file + ": not a `trainsim plan --json` shard result: " + e.what());
     }
   }
   return finish(args, std::move(results), std::move(why), enumerated, false);
 }
 
-std::pair<std::size_t, std::size_t> parse_shard(const std::string &s) {
+std::pair<std::size_t, std::size_t> parse_shard(const std::string& s) {
   const auto slash = s.find('/');
   try {
     if (slash != std::string::npos) {
       const std::size_t i = std::stoul(s.substr(0, slash)), n = std::stoul(s.substr(slash + 1));
       if (n >= 1 && i < n && std::to_string(i) + "/" + std::to_string(n) == s) return {i, n};
     }
-  } catch (const std::exception &) {
+  } catch (const std::exception&) {
   }
   throw InputError("--shard '" + s + "': expected i/n with 0 <= i < n, e.g. 0/4");
 }
 
 }  // namespace
 
-int plan_main(const PlanArgs &args) {
+int plan_main(const PlanArgs& args) {
   signal(SIGINT, on_sigint);
   if (!args.merge.empty()) return merge_main(args);
   const Scenario base = load_scenario(args.scenario, args.overrides);
@@ -470,7 +470,7 @@ int plan_main(const PlanArgs &args) {
   if (!args.shard.empty()) {
     const auto [i, n] = parse_shard(args.shard);
     std::vector<PlanCandidate> mine;
-    for (auto &c : all)
+    for (auto& c : all)
       if (c.index % n == i) mine.push_back(std::move(c));
     all = std::move(mine);
   }
@@ -489,7 +489,7 @@ int plan_main(const PlanArgs &args) {
                    estimate_candidate(args.scenario, args.overrides, all[i], plan.memory_headroom))
             .dump();
       },
-      [&](std::size_t i, const std::string &text) {
+      [&](std::size_t i, const std::string& text) {
         results[i].candidate = all[i];
         results[i].estimate = estimate_from_json(json::parse(text));
         est.tick();
@@ -513,8 +513,8 @@ int plan_main(const PlanArgs &args) {
     complete = run_in_workers(
         survivors.size(), jobs,
         [&](std::size_t k) { return simulate_candidate(args, all[survivors[k]]).dump(); },
-        [&](std::size_t k, const std::string &text) {
-          CandidateResult &r = results[survivors[k]];
+        [&](std::size_t k, const std::string& text) {
+          CandidateResult& r = results[survivors[k]];
           const json j = json::parse(text);
           r.simulated = true;
           if (j.contains("error")) {
@@ -536,7 +536,7 @@ int plan_main(const PlanArgs &args) {
   }
   std::map<std::string, std::size_t> why;
   std::vector<CandidateResult> kept;
-  for (auto &r : results) {
+  for (auto& r : results) {
     if (r.candidate.layout.empty()) continue;  // never estimated (interrupted)
     if (r.estimate.rejection != PlanRejection::None) {
       ++why[to_string(r.estimate.rejection)];

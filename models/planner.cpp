@@ -24,7 +24,7 @@ namespace trainsim {
 
 namespace {
 
-const std::vector<std::string> &plan_keys() {
+const std::vector<std::string>& plan_keys() {
   static const std::vector<std::string> keys = {"tensor_model_parallel_size",
                                                 "pipeline_model_parallel_size",
                                                 "num_layers_per_virtual_pipeline_stage",
@@ -48,13 +48,13 @@ class PlanReader {
   PlanReader(YAML::Node plan, std::string source)
       : plan_(std::move(plan)), source_(std::move(source)) {}
 
-  bool has(const std::string &key) const {
+  bool has(const std::string& key) const {
     return plan_.IsMap() && plan_[key].IsDefined() && !plan_[key].IsNull();
   }
-  YAML::Node node(const std::string &key) const { return plan_[key]; }
+  YAML::Node node(const std::string& key) const { return plan_[key]; }
 
-  [[noreturn]] void fail(const std::string &key, const YAML::Node &n,
-                         const std::string &what) const {
+  [[noreturn]] void fail(const std::string& key, const YAML::Node& n,
+                         const std::string& what) const {
     std::string where = source_;
     if (n.IsDefined() && !n.Mark().is_null()) where += ":" + std::to_string(n.Mark().line + 1);
     std::string shown = n.IsScalar()     ? "'" + n.Scalar() + "'"
@@ -64,12 +64,12 @@ class PlanReader {
   }
 
   /// The scalars of a field: a list, or one value (a list of one).
-  std::vector<YAML::Node> items(const std::string &key) const {
+  std::vector<YAML::Node> items(const std::string& key) const {
     YAML::Node n = plan_[key];
     std::vector<YAML::Node> out;
     if (n.IsSequence()) {
       if (n.size() == 0) fail(key, n, "an empty list leaves nothing to search");
-      for (const auto &v : n) {
+      for (const auto& v : n) {
         if (!v.IsScalar()) fail(key, n, "expected a list of values");
         out.push_back(v);
       }
@@ -81,14 +81,14 @@ class PlanReader {
     return out;
   }
 
-  std::int64_t to_int(const std::string &key, const YAML::Node &v, std::int64_t lo,
+  std::int64_t to_int(const std::string& key, const YAML::Node& v, std::int64_t lo,
                       std::int64_t hi) const {
     std::int64_t x = 0;
     try {
       std::size_t used = 0;
       x = std::stoll(v.Scalar(), &used);
       if (used != v.Scalar().size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception &) {
+    } catch (const std::exception&) {
       fail(key, v, "expected an integer");
     }
     if (x < lo || x > hi)
@@ -96,15 +96,15 @@ class PlanReader {
     return x;
   }
 
-  bool to_bool(const std::string &key, const YAML::Node &v) const {
+  bool to_bool(const std::string& key, const YAML::Node& v) const {
     bool b = false;
     if (!YAML::convert<bool>::decode(v, b)) fail(key, v, "expected true or false");
     return b;
   }
 
-  std::vector<std::int64_t> ints(const std::string &key, std::int64_t lo, std::int64_t hi) const {
+  std::vector<std::int64_t> ints(const std::string& key, std::int64_t lo, std::int64_t hi) const {
     std::vector<std::int64_t> out;
-    for (const auto &v : items(key)) out.push_back(to_int(key, v, lo, hi));
+    for (const auto& v : items(key)) out.push_back(to_int(key, v, lo, hi));
     return out;
   }
 
@@ -126,7 +126,7 @@ std::vector<std::int64_t> powers_of_two_up_to(std::int64_t n) {
   return out;
 }
 
-void read_dimensions(const PlanReader &r, const Scenario &base, PlanConfig &c) {
+void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
   const std::int64_t kMaxDim = 65536;
   if (r.has("tensor_model_parallel_size"))
     c.tensor_model_parallel_size = r.ints("tensor_model_parallel_size", 1, kMaxDim);
@@ -140,7 +140,7 @@ void read_dimensions(const PlanReader &r, const Scenario &base, PlanConfig &c) {
   if (r.has("num_layers_per_virtual_pipeline_stage")) {
     c.num_layers_per_virtual_pipeline_stage.clear();
     const std::string key = "num_layers_per_virtual_pipeline_stage";
-    for (const auto &v : r.items(key)) {
+    for (const auto& v : r.items(key)) {
       if (v.Scalar() == "all")
         c.all_virtual_stages = true;
       else if (v.Scalar() == "none" || v.Scalar() == "null" || v.Scalar() == "~")
@@ -152,7 +152,7 @@ void read_dimensions(const PlanReader &r, const Scenario &base, PlanConfig &c) {
   if (r.has("micro_batch_size")) c.micro_batch_size = r.ints("micro_batch_size", 1, 1 << 20);
   if (r.has("recompute_granularity")) {
     c.recompute_granularity.clear();
-    for (const auto &v : r.items("recompute_granularity")) {
+    for (const auto& v : r.items("recompute_granularity")) {
       const std::string s = v.Scalar();
       if (s == "none" || s == "null" || s == "~")
         c.recompute_granularity.push_back(Recompute::None);
@@ -164,10 +164,10 @@ void read_dimensions(const PlanReader &r, const Scenario &base, PlanConfig &c) {
         r.fail("recompute_granularity", v, "expected none, selective or full");
     }
   }
-  auto bools = [&](const std::string &key, std::vector<bool> &out) {
+  auto bools = [&](const std::string& key, std::vector<bool>& out) {
     if (!r.has(key)) return;
     out.clear();
-    for (const auto &v : r.items(key)) out.push_back(r.to_bool(key, v));
+    for (const auto& v : r.items(key)) out.push_back(r.to_bool(key, v));
   };
   bools("sequence_parallel", c.sequence_parallel);
   bools("use_distributed_optimizer", c.use_distributed_optimizer);
@@ -178,7 +178,7 @@ void read_dimensions(const PlanReader &r, const Scenario &base, PlanConfig &c) {
     c.expert_model_parallel_size = r.ints("expert_model_parallel_size", 1, kMaxDim);
 }
 
-void read_limits(const PlanReader &r, const Scenario &base, PlanConfig &c) {
+void read_limits(const PlanReader& r, const Scenario& base, PlanConfig& c) {
   if (r.has("allow_offload")) c.allow_offload = r.to_bool("allow_offload", r.node("allow_offload"));
   if (r.has("max_gpus")) {
     c.max_gpus = r.to_int("max_gpus", r.node("max_gpus"), 1, base.world_size());
@@ -194,7 +194,7 @@ void read_limits(const PlanReader &r, const Scenario &base, PlanConfig &c) {
       std::size_t used = 0;
       h = std::stod(n.Scalar(), &used);
       if (used != n.Scalar().size()) h = -1;
-    } catch (const std::exception &) {
+    } catch (const std::exception&) {
       h = -1;
     }
     if (!(h >= 0 && h < 1)) r.fail("memory_headroom", n, "expected a fraction in [0, 1)");
@@ -205,7 +205,7 @@ void read_limits(const PlanReader &r, const Scenario &base, PlanConfig &c) {
 
 }  // namespace
 
-PlanConfig load_plan_config(const std::string &scenario_path, const Scenario &base) {
+PlanConfig load_plan_config(const std::string& scenario_path, const Scenario& base) {
   PlanConfig c;
   c.tensor_model_parallel_size = powers_of_two_up_to(base.cluster.gpus_per_node);
   c.pipeline_model_parallel_size = divisors(base.model.num_layers);
@@ -221,18 +221,18 @@ PlanConfig load_plan_config(const std::string &scenario_path, const Scenario &ba
   YAML::Node root;
   try {
     root = YAML::LoadFile(scenario_path);  // load_scenario has read and checked it already
-  } catch (const YAML::Exception &e) {
+  } catch (const YAML::Exception& e) {
     throw InputError(scenario_path + ": " + e.what());
   }
   YAML::Node plan = root.IsMap() ? root["plan"] : YAML::Node();
   if (!plan.IsDefined() || plan.IsNull()) return c;
   const PlanReader r(plan, scenario_path);
   if (!plan.IsMap()) r.fail("(section)", plan, "expected a mapping of plan keys");
-  for (const auto &entry : plan) {
+  for (const auto& entry : plan) {
     const std::string key = entry.first.Scalar();
     if (std::find(plan_keys().begin(), plan_keys().end(), key) == plan_keys().end()) {
       std::string known;
-      for (const auto &k : plan_keys()) known += (known.empty() ? "" : ", ") + k;
+      for (const auto& k : plan_keys()) known += (known.empty() ? "" : ", ") + k;
       r.fail(key, entry.second, "unknown plan key; known: " + known);
     }
   }
@@ -246,14 +246,14 @@ PlanConfig load_plan_config(const std::string &scenario_path, const Scenario &ba
 
 namespace {
 
-const char *recompute_value(Recompute r) {
+const char* recompute_value(Recompute r) {
   return r == Recompute::None ? "null" : r == Recompute::Full ? "full" : "selective";
 }
 
 /// Virtual-stage choices for `pp` stages: the configured ones, or with `all`
 /// every divisor of the layers per stage that gives at least two chunks, plus
 /// none.
-std::vector<std::optional<std::int64_t>> virtual_choices(const PlanConfig &plan,
+std::vector<std::optional<std::int64_t>> virtual_choices(const PlanConfig& plan,
                                                          std::int64_t layers, std::int64_t pp) {
   std::vector<std::optional<std::int64_t>> out = plan.num_layers_per_virtual_pipeline_stage;
   if (plan.all_virtual_stages && std::find(out.begin(), out.end(), std::nullopt) == out.end())
@@ -267,7 +267,7 @@ std::vector<std::optional<std::int64_t>> virtual_choices(const PlanConfig &plan,
   if (pp == 1) {  // no interleaving on one stage: keep only `none` (if it was
                   // asked for)
     std::vector<std::optional<std::int64_t>> none;
-    for (const auto &v : out)
+    for (const auto& v : out)
       if (!v) none.push_back(v);
     return none;
   }
@@ -275,7 +275,7 @@ std::vector<std::optional<std::int64_t>> virtual_choices(const PlanConfig &plan,
 }
 
 std::string describe(std::int64_t tp, std::int64_t pp, std::int64_t cp, std::int64_t dp,
-                     const std::optional<std::int64_t> &vpl, std::int64_t mb, Recompute rc, bool sp,
+                     const std::optional<std::int64_t>& vpl, std::int64_t mb, Recompute rc, bool sp,
                      std::int64_t zero, bool distopt, bool offload) {
   std::ostringstream o;
   o << "tp" << tp << " pp" << pp;
@@ -292,7 +292,7 @@ std::string describe(std::int64_t tp, std::int64_t pp, std::int64_t cp, std::int
 
 }  // namespace
 
-std::vector<PlanCandidate> enumerate_candidates(const PlanConfig &plan, const Scenario &base) {
+std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Scenario& base) {
   std::vector<PlanCandidate> out;
   const std::int64_t gpus = plan.max_gpus, gpn = base.cluster.gpus_per_node;
   const std::vector<bool> offload_choices =
@@ -301,7 +301,7 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig &plan, const Sc
     for (std::int64_t pp : plan.pipeline_model_parallel_size)
       for (std::int64_t cp : plan.context_parallel_size)
         for (std::int64_t ep : plan.expert_model_parallel_size)
-          for (const auto &vpl : virtual_choices(plan, base.model.num_layers, pp))
+          for (const auto& vpl : virtual_choices(plan, base.model.num_layers, pp))
             for (std::int64_t mb : plan.micro_batch_size)
               for (Recompute rc : plan.recompute_granularity)
                 for (bool sp : plan.sequence_parallel)
@@ -316,7 +316,7 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig &plan, const Sc
                         c.layout =
                             describe(tp, pp, cp, dp, vpl, mb, rc, sp, zero, distopt, offload);
                         if (ep > 1) c.layout += " ep" + std::to_string(ep);
-                        auto set = [&](const char *k, const std::string &v) {
+                        auto set = [&](const char* k, const std::string& v) {
                           c.overrides.emplace_back(k, v);
                         };
                         set("cluster.nodes", std::to_string(gpus / gpn));
@@ -340,7 +340,7 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig &plan, const Sc
   return out;
 }
 
-const char *to_string(PlanRejection r) {
+const char* to_string(PlanRejection r) {
   switch (r) {
     case PlanRejection::None:
       return "none";
@@ -357,7 +357,7 @@ const char *to_string(PlanRejection r) {
 // ------------------------------------------------------------------- stages
 // (a) and (b)
 
-std::int64_t reduced_microbatches(const ParallelConfig &p) {
+std::int64_t reduced_microbatches(const ParallelConfig& p) {
   const std::int64_t pp = p.pipeline_model_parallel_size, nmb = p.num_microbatches;
   if (p.pipeline_schedule == PipelineSchedule::GPipe) return nmb;
   if (p.pipeline_schedule == PipelineSchedule::OneFOneB) return std::min(nmb, pp);
@@ -377,19 +377,19 @@ namespace {
 /// across nodes the members of a node share their NICs (one per GPU,
 /// rail-optimized), as the simulator's hierarchical rings do
 /// (sim/executor.cpp).
-double group_bandwidth(const CommGroup &g, const SystemSpec &sys, bool *intra) {
+double group_bandwidth(const CommGroup& g, const SystemSpec& sys, bool* intra) {
   std::map<std::int64_t, int> per_node;
   for (RankId r : g.ranks) ++per_node[std::int64_t(r) / sys.gpus_per_node];
   *intra = per_node.size() <= 1;
   if (*intra) return sys.gpu.nvlink_bw_bytes_per_s;
   int k = sys.gpus_per_node;
-  for (const auto &[node, n] : per_node) k = std::min(k, n);
+  for (const auto& [node, n] : per_node) k = std::min(k, n);
   return std::min(sys.gpu.nvlink_bw_bytes_per_s, sys.nic_bw_bytes_per_s * k);
 }
 
-double task_seconds(const ScheduleGraph &g, TaskId id, const CostModel &cm, const SystemSpec &sys) {
-  const Task &t = g.task(id);
-  const OpDesc &op = g.op(id);
+double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, const SystemSpec& sys) {
+  const Task& t = g.task(id);
+  const OpDesc& op = g.op(id);
   switch (t.kind) {
     case TaskKind::Compute:
     case TaskKind::OptimizerGpu:
@@ -421,14 +421,14 @@ double task_seconds(const ScheduleGraph &g, TaskId id, const CostModel &cm, cons
 /// f + sum f / v for 1F1B and interleaving (Narayanan et al. SC'21 Sec. 2.2:
 /// bubble (p - 1) / v of a microbatch time), nmb * max f + sum f - max f for
 /// GPipe; plus the slowest tail.
-double estimate_from_graph(const ScheduleGraph &g, const Scenario &sc, const CostModel &cm,
-                           const SystemSpec &sys) {
-  const ParallelConfig &p = sc.parallel;
+double estimate_from_graph(const ScheduleGraph& g, const Scenario& sc, const CostModel& cm,
+                           const SystemSpec& sys) {
+  const ParallelConfig& p = sc.parallel;
   double max_f = 0, sum_f = 0, max_tail = 0;
   for (RankId r : g.simulated_ranks()) {
     double f = 0, tail = 0;
     for (TaskId id : g.tasks_of_rank(r)) {
-      const Task &t = g.task(id);
+      const Task& t = g.task(id);
       if (t.microbatch == 0)
         f += task_seconds(g, id, cm, sys);
       else if (t.microbatch == kNoIndex)
@@ -448,22 +448,22 @@ double estimate_from_graph(const ScheduleGraph &g, const Scenario &sc, const Cos
 }  // namespace
 
 CandidateEstimate estimate_candidate(
-    const std::string &scenario_path,
-    const std::vector<std::pair<std::string, std::string>> &base_overrides,
-    const PlanCandidate &candidate, double memory_headroom) {
+    const std::string& scenario_path,
+    const std::vector<std::pair<std::string, std::string>>& base_overrides,
+    const PlanCandidate& candidate, double memory_headroom) {
   CandidateEstimate e;
   auto overrides = base_overrides;
   overrides.insert(overrides.end(), candidate.overrides.begin(), candidate.overrides.end());
   Scenario sc;
   try {
     sc = load_scenario(scenario_path, overrides);
-  } catch (const InputError &err) {
+  } catch (const InputError& err) {
     e.rejection = PlanRejection::Invalid;
     e.reason = err.what();
     return e;
   }
   e.world_size = sc.world_size();
-  const SystemSpec &sys = find_system(sc.cluster.system);
+  const SystemSpec& sys = find_system(sc.cluster.system);
   const CalibrationProfile profile = default_calibration(sys.gpu.name);
   Scenario reduced = sc;
   reduced.parallel.global_batch_size = reduced_microbatches(sc.parallel) *
@@ -498,10 +498,10 @@ CandidateEstimate estimate_candidate(
   return e;
 }
 
-void rank_results(std::vector<CandidateResult> &results) {
+void rank_results(std::vector<CandidateResult>& results) {
   std::stable_sort(
-      results.begin(), results.end(), [](const CandidateResult &a, const CandidateResult &b) {
-        auto key = [](const CandidateResult &r) {
+      results.begin(), results.end(), [](const CandidateResult& a, const CandidateResult& b) {
+        auto key = [](const CandidateResult& r) {
           const bool ok = r.simulated && r.error.empty() && !r.oom;
           return std::make_tuple(ok ? 0 : 1,
                                  -(ok ? r.tokens_per_s : r.estimate.estimate_tokens_per_s),

@@ -57,7 +57,7 @@ struct PlanConfig {
 
 /// Reads the `plan:` section of a scenario file (errors name the file, field
 /// and value) and fills defaults from the base scenario.
-PlanConfig load_plan_config(const std::string &scenario_path, const Scenario &base);
+PlanConfig load_plan_config(const std::string& scenario_path, const Scenario& base);
 
 /// One candidate layout: the overrides applied to the scenario file.
 struct PlanCandidate {
@@ -67,11 +67,11 @@ struct PlanCandidate {
 };
 
 /// Every candidate of the space, in a fixed order.
-std::vector<PlanCandidate> enumerate_candidates(const PlanConfig &plan, const Scenario &base);
+std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Scenario& base);
 
 /// Why a candidate was not simulated.
 enum class PlanRejection : std::uint8_t { None, Invalid, OutOfMemory, BelowCut };
-const char *to_string(PlanRejection r);
+const char* to_string(PlanRejection r);
 
 /// Stages (a) and (b) for one candidate.
 struct CandidateEstimate {
@@ -88,15 +88,15 @@ struct CandidateEstimate {
 /// reduced graph, checks memory and estimates the iteration time. Never throws
 /// for a bad candidate.
 CandidateEstimate estimate_candidate(
-    const std::string &scenario_path,
-    const std::vector<std::pair<std::string, std::string>> &base_overrides,
-    const PlanCandidate &candidate, double memory_headroom);
+    const std::string& scenario_path,
+    const std::vector<std::pair<std::string, std::string>>& base_overrides,
+    const PlanCandidate& candidate, double memory_headroom);
 
 /// Microbatches of the reduced graph: the fewest (a multiple of PP where the
 /// interleaved schedule needs it) whose schedule holds as many microbatches in
 /// flight on every stage as the full iteration, so its activation peak is the
 /// full run's; the full count for GPipe.
-std::int64_t reduced_microbatches(const ParallelConfig &p);
+std::int64_t reduced_microbatches(const ParallelConfig& p);
 
 /// The simulated outcome of a confirmed candidate (from its summary).
 struct CandidateResult {
@@ -112,6 +112,6 @@ struct CandidateResult {
 
 /// Ranking: simulated tokens/s, higher first; ties by lower peak memory, then
 /// by the enumeration index (deterministic).
-void rank_results(std::vector<CandidateResult> &results);
+void rank_results(std::vector<CandidateResult>& results);
 
 }  // namespace trainsim

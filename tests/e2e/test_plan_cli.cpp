@@ -18,7 +18,7 @@ using trainsim::test_support::ScratchDir;
 using trainsim_e2e::run;
 using trainsim_e2e::slurp;
 
-std::string scenario(const std::string &plan) {
+std::string scenario(const std::string& plan) {
   return "name: plan_e2e\n"
          "model: {num_layers: 8, hidden_size: 512, num_attention_heads: 8, "
          "seq_length: 256, "
@@ -49,7 +49,7 @@ TEST(PlanCli, BadPlanSettingsNameTheFieldAndTheValue) {
       {"{tensor_model_parallel_size: []}", "plan.tensor_model_parallel_size", "(a list)"},
       {"{pipeline_parallel: 2}", "plan.pipeline_parallel", "'2'"},
       {"{max_gpus: 12}", "plan.max_gpus", "'12'"}};
-  for (const Case &c : cases) {
+  for (const Case& c : cases) {
     const std::string path = dir.write("s.yaml", scenario(c.plan));
     const std::string log = dir.file("log").string();
     EXPECT_EQ(run("plan " + path, log), 1) << c.plan;
@@ -75,7 +75,7 @@ TEST(PlanCli, RanksWritesOutputsAndItsScenariosSimulateAsReported) {
   // 2 TP x 2 PP x 2 micro batches, all valid on 8 GPUs with global batch 32.
   EXPECT_EQ(j.at("enumerated"), 8);
   std::vector<double> tps;
-  for (const auto &c : j.at("candidates"))
+  for (const auto& c : j.at("candidates"))
     if (c.at("simulated")) tps.push_back(c.at("tokens_per_s"));
   ASSERT_EQ(tps.size(), 4u);  // top_k
   for (std::size_t i = 1; i < tps.size(); ++i) EXPECT_GE(tps[i - 1], tps[i]);
@@ -83,7 +83,7 @@ TEST(PlanCli, RanksWritesOutputsAndItsScenariosSimulateAsReported) {
   // Each written scenario is a plain scenario: simulate gives the reported
   // tokens/s.
   int files = 0;
-  for (const auto &entry : std::filesystem::directory_iterator(out)) {
+  for (const auto& entry : std::filesystem::directory_iterator(out)) {
     ++files;
     const std::string name = entry.path().filename().string();
     const int rank = std::stoi(name.substr(0, 3));

@@ -17,8 +17,8 @@ namespace {
 
 using test_support::ScratchDir;
 
-std::string plan_yaml(const std::string &model, const std::string &parallel,
-                      const std::string &plan, const std::string &system = "dgx-a100-80gb") {
+std::string plan_yaml(const std::string& model, const std::string& parallel,
+                      const std::string& plan, const std::string& system = "dgx-a100-80gb") {
   return "name: plan_test\nmodel: " + model + "\nparallel: " + parallel +
          "\ncluster: {system: " + system + ", nodes: 1}\nplan: " + plan + "\n";
 }
@@ -101,7 +101,7 @@ TEST(PlannerMemoryFilter, AgreesWithSimulateOnEveryCandidate) {
   const Scenario base = load_scenario(path);
   const PlanConfig plan = load_plan_config(path, base);
   int valid = 0, oom = 0;
-  for (const PlanCandidate &c : enumerate_candidates(plan, base)) {
+  for (const PlanCandidate& c : enumerate_candidates(plan, base)) {
     const CandidateEstimate e = estimate_candidate(path, {}, c, 0.0);
     if (e.rejection == PlanRejection::Invalid) continue;
     ++valid;
@@ -135,7 +135,7 @@ TEST(PlannerRanking, TokensPerSecondThenMemoryThenEnumerationOrder) {
   v[4].oom = true;  // an OOM run ranks after every run that fits
   rank_results(v);
   std::vector<std::size_t> order;
-  for (const auto &r : v) order.push_back(r.candidate.index);
+  for (const auto& r : v) order.push_back(r.candidate.index);
   EXPECT_EQ(order, (std::vector<std::size_t>{2, 3, 1, 0, 4}));
 }
 
