@@ -73,6 +73,7 @@ Activity activity_of(const ScheduleGraph& graph, TaskId id) {
     case TaskKind::Recv:
       switch (graph.op(id).group) {
         case GroupKind::Tensor:
+        case GroupKind::Context:  // the ring-attention exchange, inside the layer like TP's
           return Activity::TpComm;
         case GroupKind::Pipeline:
           return Activity::PpComm;

@@ -27,6 +27,7 @@ struct ParamSpec {
   bool min_exclusive;
   double max;           ///< inclusive
   bool integer;
+  bool optional = false;  ///< may be absent (value 0): newer parameters older profiles lack
 };
 
 // The single table that load, save and validation read. Ranges reject values that make no
@@ -53,6 +54,11 @@ const std::vector<ParamSpec>& param_specs() {
       {"framework_overhead_bytes", &P::framework_overhead_bytes, 0, false, 1e12, false},
       {"nccl_buffer_bytes_per_communicator", &P::nccl_buffer_bytes_per_communicator, 0, false, 1e11,
        false},
+      {"gemm_fp8_max_efficiency", &P::gemm_fp8_max_efficiency, 0, true, 1, false, true},
+      {"flash_attention_fwd_efficiency", &P::flash_attention_fwd_efficiency, 0, true, 1, false,
+       true},
+      {"flash_attention_bwd_efficiency", &P::flash_attention_bwd_efficiency, 0, true, 1, false,
+       true},
   };
   return specs;
 }
@@ -177,7 +183,7 @@ void read_parameters(const json& root, const std::string& file, CalibrationProfi
     p.*(spec->member) = x;
   }
   for (const auto& s : specs)
-    if (params->find(s.name) == params->end())
+    if (!s.optional && params->find(s.name) == params->end())
       fail(file, std::string("parameters.") + s.name, "(missing)", "required");
 }
 
@@ -310,6 +316,7 @@ std::string calibration_to_json(const CalibrationProfile& p) {
   if (!p.notes.empty()) root["notes"] = p.notes;
   json params = json::object();
   for (const auto& s : param_specs()) {
+    if (s.optional && p.*(s.member) == 0) continue;  // absent stays absent
     auto src = p.sources.find(s.name);
     if (src != p.sources.end())
       params[s.name] = {{"value", p.*(s.member)}, {"source", src->second}};

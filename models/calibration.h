@@ -53,6 +53,14 @@ struct CalibrationProfile {
   double hbm_efficiency = 0;
   /// Fixed time per kernel launch (launch + tail), added to every kernel.
   double kernel_launch_overhead_s = 0;
+  // Optional (0 = absent; cost_model.cpp says what it falls back to):
+  /// Fraction of the datasheet dense FP8 peak a full wave of large FP8 GEMM tiles sustains.
+  double gemm_fp8_max_efficiency = 0;
+  /// Fraction of the dense FP16/BF16 peak the fused (flash) attention kernel sustains on long
+  /// causal sequences, forward and backward (FlashAttention-2 on A100, FlashAttention-3/cuDNN
+  /// on H100).
+  double flash_attention_fwd_efficiency = 0;
+  double flash_attention_bwd_efficiency = 0;
 
   // ---- communication (cost_model.cpp: collective_latency_s, *_efficiency)
   /// Achieved / nominal bandwidth: NCCL on NVLink, NCCL on the IB fabric, cudaMemcpy on PCIe.

@@ -46,7 +46,17 @@ const char* CostModel::gemm_role(const char* kernel_name, double batch) {
 }
 
 double CostModel::gemm_compute_time_s(double m, double n, double k, double batch,
-                                      const std::string& role) const {
+                                      const std::string& role, bool fp8) const {
+  if (fp8) {
+    // FP8 GEMMs (Transformer Engine): the same wave model at the dense FP8 peak times the
+    // FP8 efficiency of the profile (without one, the FP16/BF16 efficiency).
+    if (!(system_.gpu.peak_dense_fp8_flops > 0))
+      throw std::logic_error("CostModel: an FP8 GEMM on " + system_.gpu.name +
+                             ", which has no FP8 peak (validation refuses parallel.fp8 there)");
+    const double eff = profile_.gemm_fp8_max_efficiency > 0 ? profile_.gemm_fp8_max_efficiency
+                                                            : profile_.gemm_max_efficiency;
+    return wave_time_s(m, n, k, batch, system_.gpu.peak_dense_fp8_flops * eff);
+  }
   if (!profile_.gemm_efficiency.empty()) {
     // Measured profile (trainsim calibrate): the GEMM rate of this shape is the peak times the
     // efficiency measured for the nearest shapes (calibration.h interpolate_gemm_efficiency);
@@ -60,9 +70,12 @@ double CostModel::gemm_compute_time_s(double m, double n, double k, double batch
   // 2 * tm * tn * k FLOPs at the per-SM rate peak / SMs * gemm_max_efficiency. This also
   // charges tile quantization (partial tiles cost full tiles). cuBLAS has kernels in both
   // orientations (tm x tn and tn x tm); the faster one is taken.
+  return wave_time_s(m, n, k, batch, system_.gpu.peak_dense_fp16_flops * profile_.gemm_max_efficiency);
+}
+
+double CostModel::wave_time_s(double m, double n, double k, double batch, double rate) const {
   const double sms = profile_.sm_count;
-  const double per_sm_flops =
-      system_.gpu.peak_dense_fp16_flops * profile_.gemm_max_efficiency / sms;
+  const double per_sm_flops = rate / sms;
   double best = INFINITY;
   for (int orient = 0; orient < 2; ++orient) {
     const double tm = orient == 0 ? profile_.gemm_tile_m : profile_.gemm_tile_n;
@@ -72,6 +85,14 @@ double CostModel::gemm_compute_time_s(double m, double n, double k, double batch
     best = std::min(best, waves * 2.0 * tm * tn * k / per_sm_flops);
   }
   return best;
+}
+
+double CostModel::attention_compute_time_s(double flops, bool backward) const {
+  // Fused attention runs at a measured fraction of the dense peak (FlashAttention-2/3 and
+  // cuDNN benchmarks, calibration/*.json); without one, the GEMM efficiency.
+  const double eff = backward ? profile_.flash_attention_bwd_efficiency
+                              : profile_.flash_attention_fwd_efficiency;
+  return flops / (system_.gpu.peak_dense_fp16_flops * (eff > 0 ? eff : profile_.gemm_max_efficiency));
 }
 
 double CostModel::hbm_time_s(double bytes) const {
@@ -96,8 +117,12 @@ double CostModel::memory_bound_time_s(double bytes) const {
 double CostModel::kernel_time_s(const KernelWork& k) const {
   switch (k.cls) {
     case KernelClass::Gemm:
-      return std::max(gemm_compute_time_s(k.m, k.n, k.k, k.batch, gemm_role(k.name, k.batch)),
+      return std::max(gemm_compute_time_s(k.m, k.n, k.k, k.batch, gemm_role(k.name, k.batch),
+                                          k.fp8),
                       hbm_time_s(k.bytes)) +
+             profile_.kernel_launch_overhead_s;
+    case KernelClass::Attention:
+      return std::max(attention_compute_time_s(k.flops, k.backward), hbm_time_s(k.bytes)) +
              profile_.kernel_launch_overhead_s;
     case KernelClass::MemoryBound: {
       const auto& rates = profile_.memory_bound_bytes_per_s;

@@ -59,10 +59,15 @@ class CostModel {
   /// Compute part of a GEMM: wave-quantized tile time at gemm_max_efficiency (no launch); with
   /// a measured GEMM table, 2mnk batch / (peak x table efficiency of the shape and `role`).
   double gemm_compute_time_s(double m, double n, double k, double batch = 1,
-                             const std::string& role = "") const;
+                             const std::string& role = "", bool fp8 = false) const;
+  /// A fused (flash) attention kernel of `flops`: flops / (dense FP16/BF16 peak x the
+  /// profile's flash efficiency, forward or backward), no launch.
+  double attention_compute_time_s(double flops, bool backward) const;
   /// The GEMM role of a kernel (CalibrationProfile::GemmPoint::role) from its name
   /// (models/flops.cpp): "*dgrad*" -> dgrad, "*wgrad*" -> wgrad, batch > 1 -> bmm, else fwd.
   static const char* gemm_role(const char* kernel_name, double batch);
+  /// Wave-quantized tile time of a GEMM at `rate` FLOP/s for a full wave of tiles.
+  double wave_time_s(double m, double n, double k, double batch, double rate) const;
   /// bytes / (HBM bandwidth x hbm_efficiency), no launch overhead.
   double hbm_time_s(double bytes) const;
   /// CPU Adam over `params` parameters on the host share of one GPU (OptimizerStepCpu).

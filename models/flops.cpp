@@ -248,6 +248,275 @@ void need_positive(const OpDesc& op, std::int64_t v, const char* field) {
 
 }  // namespace
 
+// ====================================================================== Megatron-Core runtime
+// The kernels of Megatron-Core's TransformerLayer with Transformer Engine modules
+// (megatron/core/models/gpt/gpt_layer_specs.py get_gpt_layer_with_transformer_engine_spec:
+// TELayerNormColumnParallelLinear for QKV and fc1 (the norm is its first kernel), TE
+// DotProductAttention, TERowParallelLinear for proj and fc2; fused bias-dropout-add,
+// fused RoPE (apply_rope_fusion), fused bias-SwiGLU / bias-GeLU (bias_swiglu_fusion,
+// bias_activation_fusion), gradient_accumulation_fusion: the weight-gradient GEMM accumulates
+// into the fp32 main_grad directly (beta = 1), so there is no separate accumulate kernel).
+//
+// Core shapes (one rank): T = b s / cp tokens; Tsp = T / tp with sequence parallelism; P =
+// heads_r hd (query width), Pkv = groups_r hd (key/value width, GQA); F = ffn / tp; a linear
+// layer's bias goes to its GEMM epilogue (no kernel). FP8 (TE): the linear GEMMs run on FP8
+// operands; each GEMM input is quantized by a cast-transpose kernel (read e, write the FP8
+// row-wise and column-wise copies: 2 bytes per element); current scaling ("tensorwise")
+// first reduces the tensor's amax (one more read of e per element), delayed scaling uses the
+// amax history instead. The weights are quantized once per iteration (TE caches them after
+// the first microbatch): each microbatch's op carries 1 / microbatches of that.
+namespace {
+
+struct CoreShape {
+  double b, s, cp, T, Tsp, H, heads, groups, hd, P, Pkv, F, Vr, e, tp, mk, stats;
+  bool fp8, current, swiglu, rope, hdrop, adrop, flash;
+  double window, microbatches;
+};
+
+CoreShape core_shape_of(const OpDesc& op) {
+  const ModelFeatures& f = op.features;
+  CoreShape c{};
+  c.b = double(op.micro_batch);
+  c.cp = double(std::max<std::int64_t>(f.cp, 1));
+  c.s = double(op.seq);
+  c.T = c.b * c.s / c.cp;
+  c.tp = double(op.tp);
+  c.Tsp = op.sequence_parallel ? c.T / c.tp : c.T;
+  c.H = double(op.hidden);
+  c.heads = double(op.heads);
+  c.groups = f.kv_heads > 0 ? double(f.kv_heads) : c.heads;
+  c.hd = double(op.head_dim);
+  c.P = c.heads * c.hd;
+  c.Pkv = c.groups * c.hd;
+  c.F = double(op.ffn);
+  c.Vr = double(op.vocab);
+  c.e = element_bytes(op.precision);
+  c.mk = kMaskBytes;
+  c.stats = f.rmsnorm ? kFp32Bytes : 2 * kFp32Bytes;  // rstd; LayerNorm adds the mean
+  c.fp8 = f.fp8 != 0;
+  c.current = f.fp8 == 2;
+  c.swiglu = f.swiglu;
+  c.rope = f.rope;
+  c.hdrop = f.hidden_dropout;
+  c.adrop = f.attention_dropout;
+  c.flash = f.attention != 0;
+  c.window = double(f.window);
+  c.microbatches = double(std::max<std::int64_t>(f.microbatches, 1));
+  return c;
+}
+
+KernelWork core_gemm(const char* name, double m, double n, double k, const CoreShape& c,
+                     bool linear, bool wgrad = false) {
+  // FP8 GEMMs read 1-byte operands and write e-byte outputs; a weight-gradient GEMM with
+  // gradient-accumulation fusion reads and writes its fp32 main_grad output.
+  const bool f8 = linear && c.fp8;
+  KernelWork w = gemm(name, m, n, k, c.e);
+  const double in = f8 ? 1.0 : c.e;
+  w.bytes = (m * k + k * n) * in + m * n * (wgrad ? 2 * kFp32Bytes : c.e);
+  w.fp8 = f8;
+  return w;
+}
+
+/// TE quantization of a GEMM input of `elements` (nothing without FP8).
+void quantize(const char* name, const char* amax_name, double elements, const CoreShape& c,
+              std::vector<KernelWork>& out) {
+  if (!c.fp8) return;
+  if (c.current) out.push_back(mem(amax_name, elements * c.e));
+  out.push_back(mem(name, elements * (c.e + 2.0)));
+}
+
+void core_norm_fwd(const char* name, const CoreShape& c, std::vector<KernelWork>& out) {
+  // TE (RMS/Layer)Norm forward: read x, write y, save the fp32 statistics per row.
+  out.push_back(mem(name, c.Tsp * (2 * c.H * c.e + c.stats)));
+}
+
+void core_norm_bwd(const char* name, const CoreShape& c, std::vector<KernelWork>& out) {
+  // Norm backward: read dy, x and the statistics, write dx (weight-gradient partials are
+  // reduced inside the kernel); then autograd adds the residual branch's gradient.
+  out.push_back(mem(name, c.Tsp * (3 * c.H * c.e + c.stats)));
+  out.push_back(mem("residual_grad_add", 3 * c.Tsp * c.H * c.e));
+}
+
+void core_residual_fwd(const CoreShape& c, std::vector<KernelWork>& out) {
+  // Fused bias-dropout-add: read x and residual, write out (and the mask with dropout).
+  out.push_back(mem("bias_dropout_add_fwd", c.Tsp * c.H * (3 * c.e + (c.hdrop ? c.mk : 0))));
+}
+
+void core_residual_bwd(const CoreShape& c, std::vector<KernelWork>& out) {
+  // Without dropout the residual gradient passes through unchanged (no kernel).
+  if (c.hdrop) out.push_back(mem("bias_dropout_add_bwd", c.Tsp * c.H * (2 * c.e + c.mk)));
+}
+
+/// Keys summed over the queries of one sequence: causal s^2 / 2; a sliding window of w keys
+/// back: s w - w^2 / 2 (every query after the first w sees w keys).
+double causal_keys(double s, double w) {
+  if (w <= 0 || w >= s) return s * s / 2;
+  return s * w - w * w / 2;
+}
+
+KernelWork flash(const char* name, const CoreShape& c, bool backward) {
+  // Forward: S = Q K^T and O = P V over the causal keys, 2 matmuls x 2 FLOPs per multiply-add
+  // (4 b heads hd keys); backward 2.5x that (FlashAttention-2 Sec. 3.1.2: it recomputes S and
+  // P, then dV, dP, dQ, dK: 5 matmuls against the forward's 2). With context parallelism each
+  // rank holds 1/cp of the (load-balanced) causal work. Bytes: q, k, v, o and the fp32 log-sum-
+  // exp read or written once (backward: also do, dq, dk, dv).
+  KernelWork w;
+  w.name = name;
+  w.cls = KernelClass::Attention;
+  w.backward = backward;
+  const double fwd = 4 * c.b * c.heads * c.hd * causal_keys(c.s, c.window) / c.cp;
+  w.flops = backward ? 2.5 * fwd : fwd;
+  const double io = c.T * (2 * c.P + 2 * c.Pkv) * c.e + c.b * c.heads * (c.s / c.cp) * kFp32Bytes;
+  w.bytes = backward ? 2 * io : io;
+  return w;
+}
+
+void core_attention_fwd(const OpDesc& op, const CoreShape& c, std::vector<KernelWork>& out) {
+  if (c.flash) {
+    out.push_back(flash("flash_attn_fwd", c, false));
+    return;
+  }
+  // Megatron-Core's unfused DotProductAttention: K and V expanded to every query head
+  // (repeat_interleave) with GQA, then the 2021 kernels (baddbmm, fused softmax, dropout, bmm).
+  if (c.groups < c.heads) out.push_back(mem("kv_expand", 2 * c.T * (c.Pkv + c.P) * c.e));
+  const Shape x = shape_of(op);
+  attn_core_forward(x, out);
+}
+
+void core_attention_bwd(const OpDesc& op, const CoreShape& c, std::vector<KernelWork>& out) {
+  if (c.flash) {
+    out.push_back(flash("flash_attn_bwd", c, true));
+    return;
+  }
+  const Shape x = shape_of(op);
+  if (op.recompute_core_attention) attn_core_forward(x, out);
+  attn_core_backward(x, out);
+  if (c.groups < c.heads) out.push_back(mem("kv_expand_bwd", 2 * c.T * (c.P + c.Pkv) * c.e));
+}
+
+void core_attn_forward(const OpDesc& op, const CoreShape& c, std::vector<KernelWork>& out) {
+  const double qkv = c.P + 2 * c.Pkv;
+  core_norm_fwd("input_norm_fwd", c, out);
+  quantize("qkv_input_cast", "qkv_input_amax", c.T * c.H, c, out);
+  quantize("qkv_weight_cast", "qkv_weight_amax", c.H * qkv / c.microbatches, c, out);
+  out.push_back(core_gemm("qkv_gemm", c.T, qkv, c.H, c, true));
+  if (c.rope) out.push_back(mem("rope_fwd", 2 * c.T * (c.P + c.Pkv) * c.e));
+  core_attention_fwd(op, c, out);
+  quantize("proj_input_cast", "proj_input_amax", c.T * c.P, c, out);
+  quantize("proj_weight_cast", "proj_weight_amax", c.P * c.H / c.microbatches, c, out);
+  out.push_back(core_gemm("proj_gemm", c.T, c.H, c.P, c, true));
+  core_residual_fwd(c, out);
+}
+
+/// dgrad and wgrad of a linear layer Y[m x n] = X[m x k] W[k x n], with the quantization of
+/// dY under FP8.
+void core_linear_bwd(const char* cast, const char* amax, const char* dgrad, const char* wgrad,
+                     double m, double n, double k, const CoreShape& c,
+                     std::vector<KernelWork>& out) {
+  quantize(cast, amax, m * n, c, out);
+  out.push_back(core_gemm(dgrad, m, k, n, c, true));
+  out.push_back(core_gemm(wgrad, k, n, m, c, true, true));
+}
+
+void core_attn_backward(const OpDesc& op, const CoreShape& c, std::vector<KernelWork>& out) {
+  const double qkv = c.P + 2 * c.Pkv;
+  core_residual_bwd(c, out);
+  core_linear_bwd("proj_grad_cast", "proj_grad_amax", "proj_dgrad", "proj_wgrad", c.T, c.H, c.P,
+                  c, out);
+  core_attention_bwd(op, c, out);
+  if (c.rope) out.push_back(mem("rope_bwd", 2 * c.T * (c.P + c.Pkv) * c.e));
+  core_linear_bwd("qkv_grad_cast", "qkv_grad_amax", "qkv_dgrad", "qkv_wgrad", c.T, qkv, c.H, c,
+                  out);
+  core_norm_bwd("input_norm_bwd", c, out);
+}
+
+void core_mlp_forward(const CoreShape& c, std::vector<KernelWork>& out) {
+  const double fc1 = c.swiglu ? 2 * c.F : c.F;
+  core_norm_fwd("pre_mlp_norm_fwd", c, out);
+  quantize("fc1_input_cast", "fc1_input_amax", c.T * c.H, c, out);
+  quantize("fc1_weight_cast", "fc1_weight_amax", c.H * fc1 / c.microbatches, c, out);
+  out.push_back(core_gemm("fc1_gemm", c.T, fc1, c.H, c, true));
+  // Fused bias-SwiGLU reads both halves and writes one; bias-GeLU reads and writes F.
+  out.push_back(mem(c.swiglu ? "swiglu_fwd" : "bias_gelu_fwd", c.T * (fc1 + c.F) * c.e));
+  quantize("fc2_input_cast", "fc2_input_amax", c.T * c.F, c, out);
+  quantize("fc2_weight_cast", "fc2_weight_amax", c.F * c.H / c.microbatches, c, out);
+  out.push_back(core_gemm("fc2_gemm", c.T, c.H, c.F, c, true));
+  core_residual_fwd(c, out);
+}
+
+void core_mlp_backward(const CoreShape& c, std::vector<KernelWork>& out) {
+  const double fc1 = c.swiglu ? 2 * c.F : c.F;
+  core_residual_bwd(c, out);
+  core_linear_bwd("fc2_grad_cast", "fc2_grad_amax", "fc2_dgrad", "fc2_wgrad", c.T, c.H, c.F, c,
+                  out);
+  // Activation backward: read dy (F) and the saved input (fc1 wide), write d(input).
+  out.push_back(mem(c.swiglu ? "swiglu_bwd" : "bias_gelu_bwd", c.T * (c.F + 2 * fc1) * c.e));
+  core_linear_bwd("fc1_grad_cast", "fc1_grad_amax", "fc1_dgrad", "fc1_wgrad", c.T, fc1, c.H, c,
+                  out);
+  core_norm_bwd("pre_mlp_norm_bwd", c, out);
+}
+
+void core_embed(const OpDesc& op, const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
+  // LanguageModelEmbedding: word embedding gather (masked per vocab shard with TP), learned
+  // positions only without RoPE, dropout only when p > 0, transpose to [s, b, h].
+  const double TH = c.T * c.H;
+  if (forward) {
+    out.push_back(mem("word_embedding_gather", 2 * TH * c.e));
+    if (c.tp > 1) out.push_back(mem("word_embedding_mask", 2 * TH * c.e));
+    if (!c.rope) {
+      out.push_back(mem("position_embedding_gather", 2 * TH * c.e));
+      out.push_back(mem("embedding_add", 3 * TH * c.e));
+    }
+    if (c.hdrop) out.push_back(mem("embedding_dropout_fwd", c.Tsp * c.H * (2 * c.e + c.mk)));
+    out.push_back(mem("embedding_transpose", 2 * c.Tsp * c.H * c.e));
+    return;
+  }
+  out.push_back(mem("embedding_transpose_bwd", 2 * c.Tsp * c.H * c.e));
+  if (c.hdrop) out.push_back(mem("embedding_dropout_bwd", c.Tsp * c.H * (2 * c.e + c.mk)));
+  out.push_back(mem("word_embedding_bwd", (c.Vr * c.H + 3 * TH) * c.e));
+  out.push_back(grad_accumulate("embedding_grad_accumulate", c.Vr * c.H, op.precision));
+  if (!c.rope) {
+    out.push_back(mem("position_embedding_bwd", (c.s * c.H + 3 * TH) * c.e));
+    out.push_back(grad_accumulate("position_grad_accumulate", c.s * c.H, op.precision));
+  }
+}
+
+void core_logits(const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
+  // Final norm, the output layer (bf16: TE keeps it out of FP8), and Megatron-Core's fused
+  // vocab-parallel cross entropy (cross_entropy_loss_fusion): forward reads the bf16 logits
+  // for the max and for the exp-sum; backward reads them and writes the gradient.
+  const double TV = c.T * c.Vr;
+  if (forward) {
+    core_norm_fwd("final_norm_fwd", c, out);
+    out.push_back(core_gemm("logits_gemm", c.T, c.Vr, c.H, c, false));
+    out.push_back(mem("fused_xent_fwd", 2 * TV * c.e));
+    return;
+  }
+  out.push_back(mem("fused_xent_bwd", 2 * TV * c.e));
+  out.push_back(core_gemm("logits_dgrad", c.T, c.H, c.Vr, c, false));
+  out.push_back(core_gemm("logits_wgrad", c.Vr, c.H, c.T, c, false, true));
+  core_norm_bwd("final_norm_bwd", c, out);
+}
+
+}  // namespace
+
+std::vector<KernelWork> core_op_kernels(const OpDesc& op) {
+  std::vector<KernelWork> out;
+  const CoreShape c = core_shape_of(op);
+  switch (op.kind) {
+    case OpKind::AttnFwd: core_attn_forward(op, c, out); break;
+    case OpKind::AttnBwd: core_attn_backward(op, c, out); break;
+    case OpKind::MlpFwd: core_mlp_forward(c, out); break;
+    case OpKind::MlpBwd: core_mlp_backward(c, out); break;
+    case OpKind::EmbedFwd: core_embed(op, c, true, out); break;
+    case OpKind::EmbedBwd: core_embed(op, c, false, out); break;
+    case OpKind::LogitsLossFwd: core_logits(c, true, out); break;
+    case OpKind::LogitsLossBwd: core_logits(c, false, out); break;
+    default: break;
+  }
+  return out;
+}
+
 double element_bytes(Precision p) {
   switch (p) {
     case Precision::FP16:
@@ -261,6 +530,14 @@ double element_bytes(Precision p) {
 
 std::vector<KernelWork> op_kernels(const OpDesc& op) {
   std::vector<KernelWork> out;
+  if (op.features.core && is_compute(op.kind)) {
+    if (op.kind == OpKind::AttnFwd || op.kind == OpKind::AttnBwd) {
+      need_positive(op, op.heads, "heads");
+      need_positive(op, op.head_dim, "head_dim");
+    }
+    shape_of(op);  // checks micro_batch, seq, hidden, tp
+    return core_op_kernels(op);
+  }
   switch (op.kind) {
     case OpKind::AttnFwd:
     case OpKind::AttnBwd: {
@@ -359,7 +636,40 @@ double optimizer_cpu_bytes_per_param() { return 4 * kFp32Bytes + 3 * kFp32Bytes 
 //   decoupled weight decay p -= lr wd p  2   -> 15
 double adam_flops_per_param() { return 15.0; }
 
+namespace {
+
+/// Megatron-Core's model FLOPs (megatron/training/training.py num_floating_point_operations,
+/// the convention of NVIDIA's published model TFLOP/s, causal attention counted as half the
+/// score matrix): per token 6 (forward 1 + backward 2, 2 FLOPs per multiply-add) times the
+/// multiply-adds of
+///   per layer: QKV h (a + 2g) d, attention a d s / 2 for Q K^T and again for P V, projection
+///     a d h, MLP h f (x 1.5 with SwiGLU's gate) for fc1 + fc2, or on MoE layers top-k routed
+///     experts h f_moe (x 1.5) each plus the shared expert;
+///   once: the output layer h V.
+/// No recomputation; sliding windows are not subtracted (Megatron counts full causal).
+double core_model_flops_per_iteration(const Scenario& sc) {
+  const ModelConfig& m = sc.model;
+  const double h = double(m.hidden_size), s = double(m.seq_length), d = double(m.kv_channels);
+  const double a = double(m.num_attention_heads), g = double(m.num_query_groups);
+  const double gate = m.swiglu ? 3.0 : 2.0;  // fc1 (gated: 2 columns per unit) + fc2
+  const double attn = h * (a + 2 * g) * d + a * d * s + a * d * h;
+  const double dense_mlp = gate * h * double(m.ffn_hidden_size);
+  double moe_mlp = dense_mlp;
+  if (m.is_moe())
+    moe_mlp = gate * h *
+              (double(m.moe_router_topk) * double(m.moe_ffn_hidden_size) +
+               double(m.moe_shared_expert_intermediate_size));
+  double layers_fma = 0;
+  for (std::int64_t l = 0; l < m.num_layers; ++l)
+    layers_fma += attn + (m.is_moe() && l % m.moe_layer_freq == 0 ? moe_mlp : dense_mlp);
+  const double per_token = 6.0 * (layers_fma + h * double(m.padded_vocab_size));
+  return per_token * double(sc.parallel.global_batch_size) * s;
+}
+
+}  // namespace
+
 double model_flops_per_iteration(const Scenario& sc) {
+  if (sc.runtime == Runtime::MegatronCore) return core_model_flops_per_iteration(sc);
   const double B = static_cast<double>(sc.parallel.global_batch_size);
   const double s = static_cast<double>(sc.model.seq_length);
   const double l = static_cast<double>(sc.model.num_layers);

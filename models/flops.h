@@ -28,6 +28,7 @@ namespace trainsim {
 enum class KernelClass : std::uint8_t {
   Gemm,          ///< cuBLAS GEMM (batch = 1) or strided-batched GEMM (batch > 1)
   MemoryBound,   ///< elementwise / reduction / copy kernel: time from bytes moved
+  Attention,     ///< fused (flash) attention: time from its FLOPs at the flash rate
 };
 
 /// One CUDA kernel of an op.
@@ -38,6 +39,8 @@ struct KernelWork {
   double m = 0, n = 0, k = 0, batch = 1;
   double flops = 0;               ///< matmul FLOPs: 2*m*n*k*batch (0 for memory-bound)
   double bytes = 0;               ///< device-memory bytes read + written
+  bool fp8 = false;               ///< GEMM with FP8 operands (Transformer Engine)
+  bool backward = false;          ///< Attention: the backward kernel
 };
 
 /// Bytes of one activation / weight element in `p` (fp16 and bf16: 2).
@@ -47,6 +50,11 @@ double element_bytes(Precision p);
 /// order. Communication and copy ops have no kernels here (empty list). Throws
 /// std::logic_error when a compute op's shape fields are missing (zero).
 std::vector<KernelWork> op_kernels(const OpDesc& op);
+
+/// The kernels of a compute op under the Megatron-Core runtime (op.features.core): Transformer
+/// Engine modules, FP8, GQA, SwiGLU, RoPE, flash attention (models/flops.cpp); op_kernels
+/// calls it for such ops.
+std::vector<KernelWork> core_op_kernels(const OpDesc& op);
 
 /// Sets op.flops (matmul FLOPs, 2mnk) and op.bytes_accessed (device-memory bytes of all the
 /// op's kernels) from its shapes. Communication / copy ops get 0 and 0. OptimizerStepGpu gets

@@ -18,8 +18,32 @@
 
 namespace trainsim {
 
-ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& system,
+namespace {
+
+/// FSDP (Megatron-FSDP's optim_grads_params sharding, torch FSDP2's fully_shard) runs the
+/// schedule of ZeRO-3: each layer's parameters all-gathered before its forward and again
+/// before its backward, the next layer's gather prefetched during the current one, each
+/// layer's gradients reduce-scattered after its backward, parameters, gradients and optimizer
+/// states sharded over the group. The builder runs its zero3 strategy with one layer per
+/// gather and per gradient bucket (Megatron-FSDP buckets by module, megatron/core/
+/// distributed/fsdp). Memory follows from the same strategy.
+Scenario fsdp_as_zero3(const Scenario& sc) {
+  Scenario z = sc;
+  const std::int64_t layer = layer_params_per_rank(sc.model, sc.parallel.tensor_model_parallel_size);
+  z.zero.stage = 3;
+  z.zero.overlap_comm = true;
+  z.zero.reduce_bucket_size = layer;
+  z.zero.allgather_bucket_size = layer;
+  z.zero.stage3_prefetch_bucket_size = layer;
+  return z;
+}
+
+}  // namespace
+
+ScheduleGraph build_schedule_graph(const Scenario& scenario_in, const SystemSpec& system,
                                    const BuildOptions& options) {
+  const Scenario scenario =
+      scenario_in.parallel.uses_fsdp() ? fsdp_as_zero3(scenario_in) : scenario_in;
   const auto& off = scenario.zero.offload_optimizer;
   TRAINSIM_CHECK(!off.ratio_auto || off.ratio_resolved,
                  scenario.source_path + ": `offload_optimizer.ratio: auto` must be resolved "

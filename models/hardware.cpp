@@ -77,6 +77,8 @@ SystemSpec dgx_h100() {
   // NVIDIA H100 datasheet (SXM): 989 TFLOP/s dense FP16/BF16 tensor core (1979 with
   // sparsity), 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s both directions (18 links), PCIe Gen5.
   g.peak_dense_fp16_flops = 989e12;
+  // Same datasheet: 3,958 TFLOP/s FP8 tensor core with sparsity, 1,979 dense.
+  g.peak_dense_fp8_flops = 1979e12;
   g.hbm_bytes = 80 * kGiB;  // see the HBM capacity note above
   g.hbm_bw_bytes_per_s = 3350e9;
   g.nvlink_bw_bytes_per_s = 900e9 / 2;

@@ -6,20 +6,57 @@ namespace trainsim {
 
 namespace {
 std::int64_t attn_width(const ModelConfig& m) { return m.num_attention_heads * m.kv_channels; }
+/// Query, key and value columns: (heads + 2 groups) x kv_channels (GQA; groups = heads
+/// without it).
+std::int64_t qkv_width(const ModelConfig& m) {
+  const std::int64_t groups = m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads;
+  return (m.num_attention_heads + 2 * groups) * m.kv_channels;
+}
+/// Weights of one norm: LayerNorm gamma and beta, RMSNorm gamma.
+std::int64_t norm_params(const ModelConfig& m) {
+  return m.normalization == Normalization::RMSNorm ? m.hidden_size : 2 * m.hidden_size;
+}
 }  // namespace
 
+ModelFeatures model_features(const Scenario& sc) {
+  ModelFeatures f;
+  if (sc.runtime != Runtime::MegatronCore) return f;
+  const ModelConfig& m = sc.model;
+  const ParallelConfig& p = sc.parallel;
+  f.core = true;
+  const std::int64_t groups = m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads;
+  f.kv_heads = groups / p.tensor_model_parallel_size;
+  f.swiglu = m.swiglu;
+  f.rmsnorm = m.normalization == Normalization::RMSNorm;
+  f.rope = m.position_embedding_type == PositionEmbedding::Rope;
+  f.bias = m.add_bias_linear;
+  f.hidden_dropout = m.hidden_dropout > 0;
+  f.attention_dropout = m.attention_dropout > 0;
+  f.attention = static_cast<std::uint8_t>(m.attention_backend);
+  f.fp8 = p.fp8 == Fp8Format::None ? 0 : p.fp8_recipe == Fp8Recipe::Tensorwise ? 2 : 1;
+  f.cp = p.context_parallel_size;
+  f.microbatches = p.fp8 == Fp8Format::None ? 1 : p.num_microbatches;
+  return f;
+}
+
+// Linear layers (Megatron ColumnParallelLinear / RowParallelLinear): QKV h x (a + 2g)d split
+// by t (its bias too), projection ad x h by t (bias replicated), fc1 h x f (x 2 for SwiGLU's
+// gate) by t (bias too), fc2 f x h by t (bias replicated); biases only with add_bias_linear;
+// two norms of norm_params each, replicated.
 std::int64_t layer_params_per_rank(const ModelConfig& m, std::int64_t tp) {
   const std::int64_t h = m.hidden_size, ad = attn_width(m), f = m.ffn_hidden_size;
-  const std::int64_t qkv = (h * 3 * ad) / tp + (3 * ad) / tp;
-  const std::int64_t proj = (ad * h) / tp + h;
-  const std::int64_t fc1 = (h * f) / tp + f / tp;
-  const std::int64_t fc2 = (f * h) / tp + h;
-  const std::int64_t layernorms = 2 * 2 * h;
-  return qkv + proj + fc1 + fc2 + layernorms;
+  const std::int64_t q = qkv_width(m), f1 = m.swiglu ? 2 * f : f;
+  const bool bias = m.add_bias_linear;
+  const std::int64_t qkv = (h * q) / tp + (bias ? q / tp : 0);
+  const std::int64_t proj = (ad * h) / tp + (bias ? h : 0);
+  const std::int64_t fc1 = (h * f1) / tp + (bias ? f1 / tp : 0);
+  const std::int64_t fc2 = (f * h) / tp + (bias ? h : 0);
+  return qkv + proj + fc1 + fc2 + 2 * norm_params(m);
 }
 
 std::int64_t embedding_params_per_rank(const ModelConfig& m, std::int64_t tp) {
-  return (m.padded_vocab_size / tp) * m.hidden_size + m.seq_length * m.hidden_size;
+  const bool learned = m.position_embedding_type == PositionEmbedding::LearnedAbsolute;
+  return (m.padded_vocab_size / tp) * m.hidden_size + (learned ? m.seq_length * m.hidden_size : 0);
 }
 
 std::int64_t word_embedding_params_per_rank(const ModelConfig& m, std::int64_t tp) {
@@ -30,10 +67,10 @@ std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage) {
   const ModelConfig& m = sc.model;
   const ParallelConfig& p = sc.parallel;
   const std::int64_t tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
-  std::int64_t params = (m.num_layers / pp) * layer_params_per_rank(m, tp);
+  std::int64_t params = p.layers_of_stage(stage) * layer_params_per_rank(m, tp);
   if (stage == 0) params += embedding_params_per_rank(m, tp);
   if (stage == pp - 1) {
-    params += 2 * m.hidden_size;  // final LayerNorm
+    params += norm_params(m);  // final norm
     // The output layer reuses the word embedding: a second copy on the last stage when
     // pp > 1 (kept in sync by the embedding-gradient all-reduce), its own matrix when untied.
     if (pp > 1 || m.untie_embeddings_and_output_weights)
@@ -42,14 +79,81 @@ std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage) {
   return params;
 }
 
+std::int64_t linear_weights_per_rank(const Scenario& sc, std::int64_t stage) {
+  const ModelConfig& m = sc.model;
+  const std::int64_t tp = sc.parallel.tensor_model_parallel_size;
+  const std::int64_t h = m.hidden_size, f = m.ffn_hidden_size;
+  const std::int64_t per_layer =
+      (h * qkv_width(m) + attn_width(m) * h + h * (m.swiglu ? 2 * f : f) + f * h) / tp;
+  return sc.parallel.layers_of_stage(stage) * per_layer;
+}
+
 std::int64_t total_params(const ModelConfig& m) {
   std::int64_t total = m.num_layers * layer_params_per_rank(m, 1) + embedding_params_per_rank(m, 1) +
-                       2 * m.hidden_size;
+                       norm_params(m);
   if (m.untie_embeddings_and_output_weights) total += m.padded_vocab_size * m.hidden_size;
   return total;
 }
 
+namespace {
+
+/// Tokens of one microbatch on one rank (b s / cp) and in the sequence-parallel regions.
+struct Tokens {
+  std::int64_t T = 0, Tsp = 0;
+};
+Tokens tokens_of(const Scenario& sc) {
+  const ParallelConfig& p = sc.parallel;
+  Tokens t;
+  t.T = sc.model.seq_length * p.micro_batch_size / p.context_parallel_size;
+  t.Tsp = p.sequence_parallel ? t.T / p.tensor_model_parallel_size : t.T;
+  return t;
+}
+
+/// Megatron-Core with Transformer Engine (the kernels of models/flops.cpp
+/// core_op_kernels): what each block keeps from its forward to its backward, per layer and
+/// microbatch, term by term (Korthikanti et al. 2022 Sec. 4's accounting applied to these
+/// kernels). T = b s / cp, Tsp = T / t with sequence parallelism, P = a d / t, Pkv = g d / t,
+/// F = f / t, e the element bytes, q = 1 byte for an FP8 copy, else e.
+///   attention: norm input e Tsp h + statistics; the QKV GEMM input (the local norm output,
+///     all-gathered again in the backward with SP) q Tsp h; q, k, v after RoPE e T (P + 2 Pkv);
+///     flash: the output e T P and the fp32 log-sum-exp 4 b (a/t) (s/cp); the projection
+///     input: the flash output itself, plus its FP8 copy T P with FP8; unfused: the 2021 terms
+///     (softmax output, dropout mask and output: (2e + mask) (a/t) b s^2, none with selective
+///     recomputation) and the projection input e T P; dropout mask Tsp h with hidden dropout.
+///   MLP: norm input e Tsp h + statistics; fc1 input q Tsp h; fc1 output e T F (2F with
+///     SwiGLU); fc2 input q T F; dropout mask Tsp h with hidden dropout.
+LayerActivationBytes core_layer_activation_bytes(const Scenario& sc) {
+  const ModelConfig& m = sc.model;
+  const ParallelConfig& p = sc.parallel;
+  const Tokens tk = tokens_of(sc);
+  const std::int64_t t = p.tensor_model_parallel_size, h = m.hidden_size, d = m.kv_channels;
+  const std::int64_t P = m.num_attention_heads / t * d, Pkv = m.num_query_groups / t * d;
+  const std::int64_t F = m.ffn_hidden_size / t, F1 = m.swiglu ? 2 * F : F;
+  const std::int64_t e = precision_bytes(p.precision);
+  const std::int64_t q = p.fp8 != Fp8Format::None ? 1 : e;
+  const std::int64_t stats = (m.normalization == Normalization::RMSNorm ? 4 : 8) * tk.Tsp;
+  const std::int64_t mask = m.hidden_dropout > 0 ? tk.Tsp * h : 0;
+  LayerActivationBytes out;
+  out.attn = e * tk.Tsp * h + stats + q * tk.Tsp * h + e * tk.T * (P + 2 * Pkv) + mask;
+  if (m.attention_backend != AttentionBackend::Unfused) {
+    out.attn += e * tk.T * P + 4 * p.micro_batch_size * (m.num_attention_heads / t) *
+                                   (m.seq_length / p.context_parallel_size);
+    if (q != e) out.attn += q * tk.T * P;
+  } else {
+    const std::int64_t s = m.seq_length, b = p.micro_batch_size;
+    const std::int64_t mk = m.attention_dropout > 0 ? e + 1 : 0;
+    if (p.recompute_granularity != Recompute::Selective)
+      out.attn += (e + mk) * (m.num_attention_heads / t) * b * s * s;
+    out.attn += e * tk.T * P;
+  }
+  out.mlp = e * tk.Tsp * h + stats + q * tk.Tsp * h + e * tk.T * F1 + q * tk.T * F + mask;
+  return out;
+}
+
+}  // namespace
+
 LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc) {
+  if (sc.runtime == Runtime::MegatronCore) return core_layer_activation_bytes(sc);
   const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
   const std::int64_t h = sc.model.hidden_size, a = sc.model.num_attention_heads;
   const std::int64_t t = sc.parallel.tensor_model_parallel_size;
@@ -73,6 +177,12 @@ LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc) {
 }
 
 LayerActivationBytes layer_activation_bytes(const Scenario& sc) {
+  if (sc.parallel.recompute_granularity == Recompute::Full && sc.runtime == Runtime::MegatronCore) {
+    // Only the layer input is stashed (e Tsp h).
+    LayerActivationBytes out;
+    out.attn = precision_bytes(sc.parallel.precision) * tokens_of(sc).Tsp * sc.model.hidden_size;
+    return out;
+  }
   if (sc.parallel.recompute_granularity == Recompute::Full) {
     const std::int64_t sbh =
         sc.model.seq_length * sc.parallel.micro_batch_size * sc.model.hidden_size;
@@ -95,12 +205,22 @@ std::int64_t sequence_split(const ParallelConfig& p) {
 }  // namespace
 
 std::int64_t embedding_dropout_mask_bytes(const Scenario& sc) {
+  if (sc.runtime == Runtime::MegatronCore)
+    return sc.model.hidden_dropout > 0 ? tokens_of(sc).Tsp * sc.model.hidden_size : 0;
   const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
   return dropout_mask_bytes(sc.parallel.precision) * s * b * sc.model.hidden_size /
          sequence_split(sc.parallel);
 }
 
 std::int64_t logits_activation_bytes(const Scenario& sc) {
+  if (sc.runtime == Runtime::MegatronCore) {
+    // Final norm input and the output layer's input (e Tsp h each), and the bf16 logits the
+    // fused cross entropy keeps for its backward (e T V / t).
+    const Tokens tk = tokens_of(sc);
+    const std::int64_t e = precision_bytes(sc.parallel.precision);
+    return 2 * e * tk.Tsp * sc.model.hidden_size +
+           e * tk.T * (sc.model.padded_vocab_size / sc.parallel.tensor_model_parallel_size);
+  }
   const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
   const std::int64_t t = sc.parallel.tensor_model_parallel_size;
   return precision_bytes(sc.parallel.precision) * s * b * sc.model.hidden_size /
@@ -109,6 +229,9 @@ std::int64_t logits_activation_bytes(const Scenario& sc) {
 }
 
 std::int64_t logits_gradient_bytes(const Scenario& sc) {
+  if (sc.runtime == Runtime::MegatronCore)
+    return precision_bytes(sc.parallel.precision) * tokens_of(sc).T *
+           (sc.model.padded_vocab_size / sc.parallel.tensor_model_parallel_size);
   const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
   const std::int64_t t = sc.parallel.tensor_model_parallel_size;
   return precision_bytes(sc.parallel.precision) * s * b * (sc.model.padded_vocab_size / t);

@@ -19,9 +19,14 @@
 
 #include <cstdint>
 
+#include "models/ops.h"
 #include "models/scenario.h"
 
 namespace trainsim {
+
+/// The Megatron-Core features of the scenario's compute ops (models/ops.h ModelFeatures); all
+/// defaults (`core` false) under runtime megatron-2021.
+ModelFeatures model_features(const Scenario& sc);
 
 /// Parameters of one transformer layer's shard on one TP rank (weights and biases):
 /// QKV (h x 3ad)/t + 3ad/t, projection (ad x h)/t + h, fc1 (h x f)/t + f/t, fc2 (f x h)/t + h,
@@ -36,6 +41,9 @@ std::int64_t word_embedding_params_per_rank(const ModelConfig& m, std::int64_t t
 /// Parameters held by the rank at pipeline stage `stage` (its layers, the embedding on the first
 /// stage, the final LayerNorm and the (tied copy of the) output embedding on the last stage).
 std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage);
+/// Weights of the transformer layers' linear layers (QKV, projection, fc1, fc2; no biases or
+/// norms) that the rank at pipeline stage `stage` holds: what Transformer Engine runs in FP8.
+std::int64_t linear_weights_per_rank(const Scenario& sc, std::int64_t stage);
 /// Total model parameters (all stages, one copy of tied embeddings).
 std::int64_t total_params(const ModelConfig& m);
 

@@ -85,6 +85,7 @@ const char* to_string(GroupKind g) {
     case GroupKind::Pipeline: return "pipeline";
     case GroupKind::Data: return "data";
     case GroupKind::Embedding: return "embedding";
+    case GroupKind::Context: return "context";
   }
   throw std::logic_error("to_string: GroupKind out of range: " +
                          std::to_string(static_cast<int>(g)));

@@ -37,7 +37,28 @@ enum class OpKind : std::uint8_t {
 };
 
 /// Which communicator a collective or message uses.
-enum class GroupKind : std::uint8_t { None, Tensor, Pipeline, Data, Embedding };
+enum class GroupKind : std::uint8_t { None, Tensor, Pipeline, Data, Embedding, Context };
+
+/// How a transformer's compute ops run beyond their shapes: the runtime's kernel list and the
+/// Megatron-Core model features (models/flops.cpp reads them). The defaults are the 2021 GPT of
+/// SC'21 on Megatron-LM 2021, whose kernel list does not look at the other fields.
+struct ModelFeatures {
+  bool core = false;          ///< runtime megatron-core: the Transformer Engine kernel list
+  std::int64_t kv_heads = 0;  ///< query groups on this rank (GQA); 0 = heads (MHA)
+  bool swiglu = false;        ///< gated MLP: fc1 writes 2 x ffn
+  bool rmsnorm = false;       ///< RMSNorm instead of LayerNorm
+  bool rope = false;          ///< rotary positions (no position table)
+  bool bias = true;           ///< linear layers with biases
+  bool hidden_dropout = true;     ///< dropout after attention and MLP (p > 0)
+  bool attention_dropout = true;  ///< dropout on the attention probabilities (p > 0)
+  std::uint8_t attention = 0;     ///< AttentionBackend: 0 unfused, 1 fused, 2 flash
+  std::int64_t window = 0;        ///< sliding window (keys back per query); 0 = full causal
+  std::uint8_t fp8 = 0;           ///< 0 none; 1 FP8 with delayed scaling; 2 current scaling
+  std::int64_t cp = 1;            ///< context-parallel size: this rank holds s / cp tokens
+  /// Microbatches per iteration: Transformer Engine casts the weights to FP8 once per
+  /// iteration (the first microbatch), so each microbatch's op carries 1 / microbatches of it.
+  std::int64_t microbatches = 1;
+};
 
 struct OpDesc {
   OpKind kind = OpKind::AttnFwd;
@@ -56,6 +77,7 @@ struct OpDesc {
   std::int64_t tp = 1;            ///< tensor-parallel degree (for the SP-scaled regions)
   bool sequence_parallel = false;
   bool recompute_core_attention = false;  ///< selective recomputation inside AttnBwd
+  ModelFeatures features;
 
   // ---- optimizer
   std::int64_t params = 0;        ///< parameters the step updates

@@ -38,7 +38,7 @@ double ceil_div(double a, double b) { return b > 0 ? std::ceil(a / b) : 0; }
 double tasks_of_rank(const Scenario& sc, std::int64_t stage) {
   const ParallelConfig& p = sc.parallel;
   const double t = double(p.tensor_model_parallel_size), mb = double(p.num_microbatches);
-  const double layers = double(sc.model.num_layers) / double(p.pipeline_model_parallel_size);
+  const double layers = double(p.layers_of_stage(stage));
   const double tp_colls = t > 1 ? (p.sequence_parallel ? 4 : 2) : 0;  // per block pair
   const double passes = p.recompute_granularity == Recompute::Full ? 3 : 2;
   double per_mb = layers * passes * (2 + tp_colls) + 8;  // + embedding, logits, messages
@@ -63,7 +63,8 @@ RunEstimate estimate_run(const Scenario& sc, bool fold) {
   double per_stage = 0;  // one rank of every pipeline stage
   for (std::int64_t stage = 0; stage < p.pipeline_model_parallel_size; ++stage)
     per_stage += tasks_of_rank(sc, stage);
-  const double replicas = double(p.tensor_model_parallel_size) * double(p.data_parallel_size);
+  const double replicas = double(p.tensor_model_parallel_size) * double(p.data_parallel_size) *
+                          double(p.context_parallel_size);
   RunEstimate e;
   e.unfolded_tasks = per_stage * replicas;
   e.tasks = fold ? per_stage : e.unfolded_tasks;
@@ -142,7 +143,7 @@ std::pair<bool, std::string> fold_decision(const Scenario& sc) {
       break;
   }
   const ParallelConfig& p = sc.parallel;
-  if (p.tensor_model_parallel_size * p.data_parallel_size == 1)
+  if (p.tensor_model_parallel_size * p.data_parallel_size * p.context_parallel_size == 1)
     return {false, "nothing to fold (TP x DP = 1)"};
   // Rough size of the unfolded graph: up to 12 tasks per layer and microbatch on every rank.
   const double tasks = double(sc.world_size()) * double(p.num_microbatches) *

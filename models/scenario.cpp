@@ -36,7 +36,7 @@ const std::vector<std::string>& section_paths() {
 
 const std::vector<std::string>& leaf_paths() {
   static const std::vector<std::string> v = {
-      "name",
+      "name", "runtime",
       // Megatron-LM argument names
       "model.num_layers", "model.hidden_size", "model.num_attention_heads",
       "model.seq_length", "model.padded_vocab_size", "model.ffn_hidden_size",
@@ -350,6 +350,8 @@ void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& 
       check_keys(v, path, r);
     } else if (!is_leaf(path)) {
       throw InputError(r.where(path, k) + ": unknown key '" + path + "'" + suggestion(path));
+    } else if (path == "model.window_size" && v.IsSequence()) {
+      // Megatron's --window-size is a (left, right) pair; read_model_shape checks it.
     } else if (v.IsMap() || v.IsSequence()) {
       r.fail(path, v, "expected a single value");
     }
@@ -793,7 +795,21 @@ void read_model_shape(const Reader& r, ModelConfig& m) {
   m.add_bias_linear = r.get_bool("model.add_bias_linear").value_or(true);
   m.hidden_dropout = get_fraction(r, "model.hidden_dropout", 0, 1, true).value_or(0.1);
   m.attention_dropout = get_fraction(r, "model.attention_dropout", 0, 1, true).value_or(0.1);
-  m.window_size = r.get_int("model.window_size", 0, false).value_or(0);
+  if (r.at("model.window_size").IsSequence()) {
+    // Megatron's (left, right) tuple: causal models attend `left` tokens back, right = 0.
+    const YAML::Node n = r.at("model.window_size");
+    std::int64_t left = 0, right = -1;
+    if (n.size() != 2 || !n[0].IsScalar() || !n[1].IsScalar() ||
+        !Reader::parse_int(n[0].Scalar(), left) || !Reader::parse_int(n[1].Scalar(), right))
+      r.fail("model.window_size", n, "expected an integer or a pair [left, right] of integers");
+    if (left < 0 || left > (std::int64_t(1) << 22) || right != 0)
+      r.fail("model.window_size", n,
+             "expected [left, 0] with 0 <= left <= 4194304 (a causal decoder attends only to "
+             "earlier tokens)");
+    m.window_size = left;
+  } else {
+    m.window_size = r.get_int("model.window_size", 0, false).value_or(0);
+  }
   m.window_attn_skip_freq = r.get_int("model.window_attn_skip_freq", 0, false).value_or(0);
   if (m.window_attn_skip_freq != 0 && m.window_size == 0)
     r.fail("model.window_attn_skip_freq", r.at("model.window_attn_skip_freq"),
@@ -1008,6 +1024,8 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   Scenario s;
   s.source_path = source;
   s.name = r.get_string("name", false).value_or(stem_of(source));
+  if (auto rt = r.get_enum("runtime", {"megatron-2021", "megatron-core"}))
+    s.runtime = *rt == 0 ? Runtime::Megatron2021 : Runtime::MegatronCore;
   read_model(r, s);
   read_parallel(r, s);
   read_zero(r, s);
@@ -1121,6 +1139,10 @@ void fill_defaults_and_system(Scenario& s, const Fail& fail) {
     fail("field 'cluster.system' = '" + s.cluster.system + "': " + e.what());
   }
   if (s.cluster.gpus_per_node == 0) s.cluster.gpus_per_node = sys->gpus_per_node;
+  if (s.parallel.fp8 != Fp8Format::None && !(sys->gpu.peak_dense_fp8_flops > 0))
+    fail(std::string("parallel.fp8 (") + to_string(s.parallel.fp8) + ") on cluster.system '" + s.cluster.system +
+         "': its " + sys->gpu.name + " has no FP8 tensor cores (FP8 needs Hopper or newer, "
+         "e.g. dgx-h100)");
   if (s.cluster.gpus_per_node > sys->gpus_per_node)
     fail(kv("cluster.gpus_per_node", s.cluster.gpus_per_node) + " exceeds the " +
          std::to_string(sys->gpus_per_node) + " GPUs of a " + s.cluster.system + " node");
@@ -1191,17 +1213,94 @@ void check_tp_and_batch(Scenario& s, const Fail& fail) {
 
 }
 
+/// Megatron-Core's layer split (megatron/core/transformer/transformer_block.py
+/// get_num_layers_to_build, transformer_config.py): layers per virtual stage, or an error.
+///  - decoder_first/last_pipeline_num_layers: those stages hold that many layers, the other
+///    stages split the rest evenly; each stage's layers split evenly over its chunks;
+///  - account_for_embedding/loss_in_pipeline_split: the embedding (loss) counts as one layer
+///    of the first (last) virtual stage, and the total splits evenly over pp x vp;
+///  - else num_layers / (pp x vp) each.
+/// vp is num_layers (plus the accounted embedding and loss) / pp / layers per virtual stage.
+template <typename Fail>
+void split_layers(Scenario& s, const Fail& fail) {
+  ModelConfig& m = s.model;
+  ParallelConfig& p = s.parallel;
+  const std::int64_t pp = p.pipeline_model_parallel_size, L = m.num_layers;
+  const std::string pps = kv("parallel.pipeline_model_parallel_size", pp);
+  const auto first = p.decoder_first_pipeline_num_layers, last = p.decoder_last_pipeline_num_layers;
+  const std::int64_t extra = (p.account_for_embedding_in_pipeline_split ? 1 : 0) +
+                             (p.account_for_loss_in_pipeline_split ? 1 : 0);
+  if ((first || last) && extra > 0)
+    fail("parallel.decoder_first/last_pipeline_num_layers and account_for_*_in_pipeline_split "
+         "are both set; Megatron-Core accepts one way of an uneven split");
+  // Layers (slots) per pipeline stage.
+  std::vector<std::int64_t> stage(std::size_t(pp), 0);
+  if (first || last) {
+    if (pp == 1) fail("an uneven split (parallel.decoder_*_pipeline_num_layers) needs " + pps + " > 1");
+    const std::int64_t f = first.value_or(-1), l = last.value_or(-1);
+    const std::int64_t fixed = (first ? f : 0) + (last ? l : 0);
+    const std::int64_t rest_stages = pp - (first ? 1 : 0) - (last ? 1 : 0);
+    if (fixed > L || (rest_stages == 0 && fixed != L))
+      fail(kv("parallel.decoder_first_pipeline_num_layers", first.value_or(0)) + " and " +
+           kv("parallel.decoder_last_pipeline_num_layers", last.value_or(0)) +
+           " do not fit " + kv("model.num_layers", L) + " over " + pps);
+    if (rest_stages > 0 && (L - fixed) % rest_stages != 0)
+      fail("the " + std::to_string(L - fixed) + " layers left by parallel.decoder_first/last_"
+           "pipeline_num_layers are not divisible by the other " + std::to_string(rest_stages) +
+           " pipeline stages");
+    for (std::int64_t i = 0; i < pp; ++i)
+      stage[std::size_t(i)] = rest_stages > 0 ? (L - fixed) / rest_stages : 0;
+    if (first) stage.front() = f;
+    if (last) stage.back() = l;
+  } else {
+    if ((L + extra) % pp != 0)
+      fail(kv("model.num_layers", L) + (extra ? " + " + std::to_string(extra) +
+                                                    " (embedding/loss accounted as layers)"
+                                              : std::string()) +
+           " is not divisible by " + pps);
+    for (auto& n : stage) n = (L + extra) / pp;
+  }
+  p.virtual_pipeline_size = 1;
+  if (p.num_layers_per_virtual_pipeline_stage) {
+    const std::int64_t vpl = *p.num_layers_per_virtual_pipeline_stage;
+    const std::string vps = kv("parallel.num_layers_per_virtual_pipeline_stage", vpl);
+    const std::int64_t per_stage = (first || last) ? stage[std::size_t(pp / 2)] : stage.front();
+    if (!first && !last && extra == 0 && L % (pp * vpl) != 0)
+      fail(kv("model.num_layers", L) + " is not divisible by " + pps + " x " + vps + " = " +
+           std::to_string(pp * vpl));
+    if (per_stage % vpl != 0)
+      fail(std::to_string(per_stage) + " layers per pipeline stage are not divisible by " + vps);
+    p.virtual_pipeline_size = per_stage / vpl;
+  }
+  const std::int64_t vp = p.virtual_pipeline_size;
+  p.virtual_stage_layers.assign(std::size_t(pp * vp), 0);
+  for (std::int64_t i = 0; i < pp; ++i) {
+    if (stage[std::size_t(i)] % vp != 0)
+      fail("pipeline stage " + std::to_string(i) + " holds " + std::to_string(stage[std::size_t(i)]) +
+           " layers, not divisible by its " + std::to_string(vp) + " virtual stages");
+    for (std::int64_t c = 0; c < vp; ++c)
+      p.virtual_stage_layers[std::size_t(c * pp + i)] = stage[std::size_t(i)] / vp;
+  }
+  if (p.account_for_embedding_in_pipeline_split) --p.virtual_stage_layers.front();
+  if (p.account_for_loss_in_pipeline_split) --p.virtual_stage_layers.back();
+  for (std::int64_t n : p.virtual_stage_layers)
+    if (n < 0 || (n == 0 && extra == 0 && !first && !last))
+      fail("the split leaves a virtual stage without layers (" + kv("model.num_layers", L) +
+           ", " + pps + ")");
+  p.layers_per_chunk = p.virtual_stage_layers.front();
+  // Even splits keep the vector empty: the uniform layers_per_chunk says the same.
+  bool even = true;
+  for (std::int64_t n : p.virtual_stage_layers) even = even && n == p.layers_per_chunk;
+  if (even) p.virtual_stage_layers.clear();
+}
+
 /// Pipeline stages and the interleaved schedule (Megatron arguments.py / schedules.py).
 template <typename Fail>
 void check_pipeline(Scenario& s, const Fail& fail) {
-  ModelConfig& m = s.model;
   ParallelConfig& p = s.parallel;
   const std::int64_t pp = p.pipeline_model_parallel_size;
   const std::string pps = kv("parallel.pipeline_model_parallel_size", pp);
   const std::int64_t dp = p.data_parallel_size;
-  // Pipeline stages and the interleaved schedule (Megatron arguments.py / schedules.py).
-  if (m.num_layers % pp != 0)
-    fail(kv("model.num_layers", m.num_layers) + " is not divisible by " + pps);
   if (p.num_layers_per_virtual_pipeline_stage) {
     const std::int64_t vpl = *p.num_layers_per_virtual_pipeline_stage;
     const std::string vps = kv("parallel.num_layers_per_virtual_pipeline_stage", vpl);
@@ -1210,26 +1309,50 @@ void check_pipeline(Scenario& s, const Fail& fail) {
       fail(vps + " means the interleaved schedule, but parallel.pipeline_schedule is gpipe");
     // Megatron originally required pp > 2 for interleaving; pp = 2 works in its schedule code.
     if (pp <= 1) fail(vps + " (interleaved schedule) needs " + pps + " > 1");
-    if (m.num_layers % (pp * vpl) != 0)
-      fail(kv("model.num_layers", m.num_layers) + " is not divisible by " + pps + " x " + vps +
-           " = " + std::to_string(pp * vpl));
     if (p.num_microbatches % pp != 0)
       fail("the interleaved schedule needs the number of microbatches (" +
            std::to_string(p.num_microbatches) + " = global_batch_size " +
            std::to_string(p.global_batch_size) + " / (micro_batch_size " +
            std::to_string(p.micro_batch_size) + " x dp " + std::to_string(dp) +
            ")) divisible by " + pps);
-    p.virtual_pipeline_size = m.num_layers / pp / vpl;
-    p.layers_per_chunk = vpl;
-    p.pipeline_schedule = PipelineSchedule::Interleaved;
-  } else {
-    if (p.pipeline_schedule == PipelineSchedule::Interleaved)
-      fail("parallel.pipeline_schedule (interleaved) needs "
-           "parallel.num_layers_per_virtual_pipeline_stage");
-    p.virtual_pipeline_size = 1;
-    p.layers_per_chunk = m.num_layers / pp;
+  } else if (p.pipeline_schedule == PipelineSchedule::Interleaved) {
+    fail("parallel.pipeline_schedule (interleaved) needs "
+         "parallel.num_layers_per_virtual_pipeline_stage");
   }
+  split_layers(s, fail);
+  if (p.num_layers_per_virtual_pipeline_stage) p.pipeline_schedule = PipelineSchedule::Interleaved;
+}
 
+/// The Megatron-Core features need `runtime: megatron-core`: the Megatron-LM of 2021 had none
+/// of them, and trainsim models them with Megatron-Core's (Transformer Engine) kernels.
+template <typename Fail>
+void check_runtime_features(const Scenario& s, const Fail& fail) {
+  const ModelConfig& m = s.model;
+  const ParallelConfig& p = s.parallel;
+  const std::pair<bool, std::string> uses[] = {
+      {m.num_query_groups != m.num_attention_heads, kv("model.num_query_groups", m.num_query_groups)},
+      {m.swiglu, "model.swiglu (true)"},
+      {m.normalization != Normalization::LayerNorm, "model.normalization (RMSNorm)"},
+      {m.position_embedding_type != PositionEmbedding::LearnedAbsolute,
+       "model.position_embedding_type (rope)"},
+      {!m.add_bias_linear, "model.add_bias_linear (false)"},
+      {m.hidden_dropout != 0.1 || m.attention_dropout != 0.1, "model.hidden_dropout / attention_dropout"},
+      {m.window_size != 0, kv("model.window_size", m.window_size)},
+      {m.attention_backend != AttentionBackend::Unfused,
+       std::string("model.attention_backend (") + to_string(m.attention_backend) + ")"},
+      {m.is_moe(), kv("model.num_experts", m.num_experts)},
+      {p.context_parallel_size > 1, kv("parallel.context_parallel_size", p.context_parallel_size)},
+      {p.fp8 != Fp8Format::None, std::string("parallel.fp8 (") + to_string(p.fp8) + ")"},
+      {p.use_distributed_optimizer, "parallel.use_distributed_optimizer (true)"},
+      {p.uses_fsdp(), "FSDP (parallel.use_megatron_fsdp / use_torch_fsdp2)"},
+      {p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers ||
+           p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split,
+       "an uneven pipeline split (parallel.decoder_*_pipeline_num_layers / account_for_*)"}};
+  if (s.runtime == Runtime::MegatronCore) return;
+  for (const auto& [used, what] : uses)
+    if (used)
+      fail(what + " needs `runtime: megatron-core` (the scenario's runtime is megatron-2021, "
+                  "whose Megatron-LM has no such feature; set runtime: megatron-core)");
 }
 
 /// Context and expert parallelism, FSDP, the distributed optimizer and FP8 (Megatron-Core
@@ -1246,6 +1369,12 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
   if (cp > 1 && m.seq_length % (2 * cp) != 0)
     fail(kv("model.seq_length", m.seq_length) + " is not divisible by 2 x " + cps +
          " (context parallelism splits the sequence into 2 x cp load-balanced chunks)");
+  if (cp > 1 && m.attention_backend == AttentionBackend::Unfused)
+    fail(cps + " needs model.attention_backend flash or fused (Megatron-Core runs context "
+               "parallelism inside Transformer Engine's fused attention)");
+  if (cp > 1 && s.zero.stage > 0)
+    fail(cps + " with deepspeed.zero_optimization.stage " + std::to_string(s.zero.stage) +
+         ": context parallelism is Megatron-Core's; use its distributed optimizer instead");
   if (cp > 1 && p.sequence_parallel &&
       (m.seq_length / cp) % p.tensor_model_parallel_size != 0)
     fail(kv("model.seq_length", m.seq_length) + " / " + cps +
@@ -1270,6 +1399,10 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
   if (p.uses_fsdp()) {
     const std::int64_t shard_world = p.data_parallel_size * cp;
     if (p.fsdp_sharding_group_size == 0) p.fsdp_sharding_group_size = shard_world;
+    if (p.fsdp_sharding_group_size != shard_world)
+      fail(kv("parallel.fsdp_sharding_group_size", p.fsdp_sharding_group_size) +
+           ": trainsim models FSDP sharded over the whole data-parallel x context-parallel group (" +
+           std::to_string(shard_world) + " GPUs); hybrid sharding is not modelled yet");
     if (shard_world % p.fsdp_sharding_group_size != 0)
       fail(kv("parallel.fsdp_sharding_group_size", p.fsdp_sharding_group_size) +
            " does not divide data-parallel size x context-parallel size (" +
@@ -1283,6 +1416,7 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
   if (p.overlap_param_gather && !p.use_distributed_optimizer && !p.uses_fsdp())
     fail("parallel.overlap_param_gather needs parallel.use_distributed_optimizer (Megatron "
          "arguments.py: the parameter all-gather exists only with the distributed optimizer)");
+  check_runtime_features(s, fail);
   if (p.fp8 != Fp8Format::None && p.precision == Precision::FP32)
     fail("parallel.fp8 needs parallel.precision bf16 or fp16 (Transformer Engine runs FP8 "
          "GEMMs inside a mixed-precision model)");
@@ -1352,6 +1486,9 @@ const char* to_string(Recompute r) {
   throw std::logic_error("to_string: Recompute out of range");
 }
 
+const char* to_string(Runtime r) {
+  return r == Runtime::MegatronCore ? "megatron-core" : "megatron-2021";
+}
 const char* to_string(Normalization n) {
   return n == Normalization::RMSNorm ? "RMSNorm" : "LayerNorm";
 }

@@ -21,6 +21,12 @@ enum class Recompute : std::uint8_t { None, Selective, Full };
 /// GPipe (all forwards, then all backwards), Megatron's 1F1B (PipeDream-Flush) and the
 /// interleaved 1F1B of Narayanan et al. SC'21 (chosen when virtual stages are set).
 enum class PipelineSchedule : std::uint8_t { GPipe, OneFOneB, Interleaved };
+/// The runtime whose mechanisms a scenario assumes (DESIGN.md "Scenario files"): the
+/// Megatron-LM of the SC'21 runs (2021 kernels: apex LayerNorm, cuBLAS GEMMs with separate
+/// bias adds, unfused attention, JIT-fused bias-GeLU) or Megatron-Core with Transformer Engine
+/// (TE kernels: norms fused into their linear layers, biases in GEMM epilogues, fused RoPE,
+/// SwiGLU and cross entropy).
+enum class Runtime : std::uint8_t { Megatron2021, MegatronCore };
 /// Megatron's --normalization.
 enum class Normalization : std::uint8_t { LayerNorm, RMSNorm };
 /// Megatron's --position-embedding-type (learned_absolute, rope).
@@ -129,10 +135,36 @@ struct ParallelConfig {
   std::int64_t num_microbatches = 1;            ///< global_batch / (micro_batch * dp)
   std::int64_t virtual_pipeline_size = 1;       ///< model chunks per pipeline rank
   std::int64_t layers_per_chunk = 1;            ///< num_layers / (pp * virtual_pipeline_size)
+  /// Transformer layers of each virtual stage (index chunk * pp + stage), Megatron-Core's split
+  /// (even, or uneven with decoder_first/last_pipeline_num_layers or account_for_*); filled
+  /// by validate_scenario (models/scenario.cpp split_layers).
+  std::vector<std::int64_t> virtual_stage_layers;
+
+  /// Layers of virtual stage `vstage` and the global index of its first layer.
+  std::int64_t layers_of_virtual_stage(std::int64_t vstage) const {
+    return virtual_stage_layers.empty() ? layers_per_chunk
+                                        : virtual_stage_layers[std::size_t(vstage)];
+  }
+  std::int64_t first_layer_of_virtual_stage(std::int64_t vstage) const {
+    if (virtual_stage_layers.empty()) return vstage * layers_per_chunk;
+    std::int64_t first = 0;
+    for (std::int64_t v = 0; v < vstage; ++v) first += virtual_stage_layers[std::size_t(v)];
+    return first;
+  }
+  /// Layers the ranks of pipeline stage `stage` hold (all their chunks).
+  std::int64_t layers_of_stage(std::int64_t stage) const {
+    std::int64_t n = 0;
+    for (std::int64_t c = 0; c < virtual_pipeline_size; ++c)
+      n += layers_of_virtual_stage(c * pipeline_model_parallel_size + stage);
+    return n;
+  }
 
   /// Rank <-> coordinates (models/parallel_layout.h); valid once validated.
+  /// Megatron-Core orders ranks tp -> cp -> dp -> pp (parallel_state.py RankGenerator): the
+  /// layout's data dimension is DP x CP (data rank d, context rank c at d * cp + c), which is
+  /// also Megatron's data-parallel-with-context-parallel group that reduces the gradients.
   ParallelLayout layout() const {
-    return ParallelLayout{tensor_model_parallel_size, data_parallel_size,
+    return ParallelLayout{tensor_model_parallel_size, data_parallel_size * context_parallel_size,
                           pipeline_model_parallel_size};
   }
 };
@@ -177,6 +209,8 @@ struct SimulationConfig {
 
 struct Scenario {
   std::string name;
+  /// Top-level `runtime`; megatron-2021 when absent (see docs/scenario.md).
+  Runtime runtime = Runtime::Megatron2021;
   std::string source_path;  ///< the file it was read from (for error messages)
   ModelConfig model;
   ParallelConfig parallel;
@@ -254,6 +288,7 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
 void validate_scenario(Scenario& scenario);
 
 const char* to_string(Recompute r);
+const char* to_string(Runtime r);
 const char* to_string(Normalization n);
 const char* to_string(PositionEmbedding p);
 const char* to_string(AttentionBackend a);

@@ -20,6 +20,12 @@ std::string op_key(const OpDesc& op) {
      << op.ffn << ',' << op.vocab << ',' << op.tp << ',' << op.sequence_parallel << ','
      << op.recompute_core_attention << ',' << op.params << ',' << op.bytes << ','
      << op.group_size << ',' << op.flops << ',' << op.bytes_accessed;
+  const ModelFeatures& f = op.features;
+  if (f.core || f.kv_heads || f.swiglu || f.rmsnorm || f.rope || !f.bias || !f.hidden_dropout ||
+      !f.attention_dropout || f.attention || f.window || f.fp8 || f.cp != 1 || f.microbatches != 1)
+    os << ";f" << f.core << f.kv_heads << ',' << f.swiglu << f.rmsnorm << f.rope << f.bias
+       << f.hidden_dropout << f.attention_dropout << int(f.attention) << ',' << f.window << ','
+       << int(f.fp8) << ',' << f.cp << ',' << f.microbatches;
   return os.str();
 }
 

@@ -462,8 +462,14 @@ std::string format_text_summary(const Summary& s) {
   std::ostringstream o;
   const double it = s.iteration_time_s;
   o << s.name << ": " << s.world_size << " GPUs of " << s.system << " (TP "
-    << s.tensor_model_parallel_size << " x PP " << s.pipeline_model_parallel_size << " x DP "
-    << s.data_parallel_size << "), " << s.schedule << ", " << s.microbatches
+    << s.tensor_model_parallel_size
+    << (s.world_size > s.tensor_model_parallel_size * s.pipeline_model_parallel_size *
+                           s.data_parallel_size
+            ? " x CP " + std::to_string(s.world_size / (s.tensor_model_parallel_size *
+                                                        s.pipeline_model_parallel_size *
+                                                        s.data_parallel_size))
+            : std::string())
+    << " x PP " << s.pipeline_model_parallel_size << " x DP " << s.data_parallel_size << "), " << s.schedule << ", " << s.microbatches
     << " microbatches of " << s.micro_batch_size << "\n";
   if (s.measured_run) o << "  replayed on           " << s.device << " (" << s.gpu << ")\n";
   o << "  iteration time        " << fmt("%.6f s", it) << "\n";

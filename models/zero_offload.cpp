@@ -71,7 +71,8 @@ int communicators_of_rank(const Scenario& sc, std::int64_t pp_stage) {
   const auto& p = sc.parallel;
   int n = 0;
   if (p.tensor_model_parallel_size > 1) ++n;
-  if (p.data_parallel_size > 1) ++n;
+  if (p.data_parallel_size * p.context_parallel_size > 1) ++n;  // DP (with CP) gradients
+  if (p.context_parallel_size > 1) ++n;  // the ring-attention exchange
   if (p.pipeline_model_parallel_size > 1) {
     // NCCL p2p: one communicator per neighbour pair (previous and next stage).
     n += (pp_stage > 0) + (pp_stage < p.pipeline_model_parallel_size - 1);
@@ -96,6 +97,14 @@ RankStateBytes rank_state_bytes(const Scenario& sc, const CalibrationProfile& pr
   RankStateBytes out;
   auto& g = out.gpu;
   g[int(MemCategory::Parameters)] = (stage >= 3 ? owned : params) * e;
+  // Transformer Engine FP8: every linear layer also keeps its weight in FP8 and the FP8
+  // transpose for the backward GEMMs (1 + 1 bytes per linear weight; with FSDP/ZeRO-3 only the
+  // shard is resident between gathers).
+  if (sc.runtime == Runtime::MegatronCore && sc.parallel.fp8 != Fp8Format::None) {
+    const std::int64_t linear = linear_weights_per_rank(sc, pp_stage);
+    g[int(MemCategory::Parameters)] += 2 * (stage >= 3 ? linear / sc.parallel.data_parallel_size
+                                                       : linear);
+  }
   if (stage == 0)
     g[int(MemCategory::Gradients)] = params * grad_element_bytes(sc);
   else if (stage == 1)
@@ -134,7 +143,8 @@ double host_bytes_per_node(const Scenario& sc, const SystemSpec& system,
   for (std::int64_t node = 0; node * gpn < world; ++node) {
     double bytes = 0;
     for (std::int64_t r = node * gpn; r < std::min(world, (node + 1) * gpn); ++r) {
-      const std::int64_t stage = r / (p.data_parallel_size * p.tensor_model_parallel_size);
+      const std::int64_t stage =
+          r / (p.data_parallel_size * p.context_parallel_size * p.tensor_model_parallel_size);
       const auto st = rank_state_bytes(sc, profile, stage);
       for (std::int64_t v : st.host) bytes += double(v);
     }

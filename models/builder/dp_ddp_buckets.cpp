@@ -5,6 +5,18 @@
 // --overlap-grad-reduce a bucket starts when its last gradient is ready, else all start after
 // the backward. Megatron accumulates and all-reduces bf16 gradients in fp32
 // (accumulate_allreduce_grads_in_fp32, grad_element_bytes).
+//
+// Strategy `distributed_optimizer` (--use-distributed-optimizer; Megatron-Core
+// distributed/param_and_grad_buffer.py and optimizer/distrib_optimizer.py): the same buckets
+// are reduce-scattered instead (each DP x CP rank keeps the reduced gradients of its 1/dp
+// shard), the optimizer steps the shard (fp32 master weights and Adam moments 12 B / dp per
+// parameter; the bf16 parameters and the fp32 main-grad buffer stay whole: Megatron-Core's
+// "Distributed Optimizer" doc table, 6 + 12/d bytes per parameter), then the updated bf16
+// parameters are all-gathered in the same buckets: after the step, or with
+// --overlap-param-gather during the next iteration's forward (steady state: each bucket's
+// all-gather is issued at the start of the iteration on the DP stream, in forward order, and a
+// layer's first forward waits for its bucket, as the forward pre-hooks do).
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -18,7 +30,50 @@ namespace {
 
 class DdpBuckets final : public DataParallelStrategy {
  public:
-  const char* name() const override { return "ddp_buckets"; }
+  explicit DdpBuckets(bool distributed) : distributed_(distributed) {}
+  const char* name() const override {
+    return distributed_ ? "distributed_optimizer" : "ddp_buckets";
+  }
+
+  RankStateBytes initial_memory(const RankContext& ctx) const override {
+    RankStateBytes m = DataParallelStrategy::initial_memory(ctx);
+    if (distributed_)
+      m.gpu[int(MemCategory::OptimizerStates)] = 12 * shard(ctx, stage_params(ctx));
+    return m;
+  }
+
+  void on_step_begin(RankContext& ctx, const PipelineStep& step) override {
+    if (!distributed_ || !ctx.scenario().parallel.overlap_param_gather || gathered_) return;
+    if (!step.forward) return;
+    gathered_ = true;  // the first forward step: issue every bucket's all-gather
+    for (const auto& [lo, n] : forward_buckets(ctx)) {
+      const TaskId ag = param_gather(ctx, n, kNone, std::uint16_t(gather_tasks_.size()));
+      gather_tasks_.emplace_back(lo, ag);
+    }
+  }
+
+  void before_unit(RankContext& ctx, bool forward, const Unit& unit) override {
+    if (!forward || gather_tasks_.empty() || unit.kind != UnitKind::Layer) return;
+    const std::int64_t pos = unit_position(ctx, unit.layer);
+    if (waited_.count(unit.layer)) return;
+    waited_.insert(unit.layer);
+    // The layer's parameters begin in the last bucket starting at or before its position.
+    TaskId ag = gather_tasks_.front().second;
+    for (const auto& [lo, task] : gather_tasks_)
+      if (lo <= pos) ag = task;
+    ctx.join_next = ag;
+  }
+
+  void after_optimizer_step(RankContext& ctx, const OptimizerStepTasks& step) override {
+    if (!distributed_ || ctx.scenario().parallel.overlap_param_gather) return;
+    TaskId last = kNone;
+    std::uint16_t i = 0;
+    for (const auto& [lo, n] : forward_buckets(ctx)) {
+      (void)lo;
+      last = param_gather(ctx, n, step.gpu_step != kNone ? step.gpu_step : step.final_compute, i++);
+    }
+    if (last != kNone) ctx.last_compute = last;
+  }
 
   TaskId reduce_gradients(RankContext& ctx, const BackwardTails& tails) override {
     const TaskId final_compute = ctx.last_compute;
@@ -29,8 +84,9 @@ class DdpBuckets final : public DataParallelStrategy {
     auto flush = [&](std::int64_t n) {
       if (n <= 0) return;
       const ModelDims& d = ctx.dims();
-      const std::uint32_t op = ctx.add_op(ctx.comm_op(
-          OpKind::AllReduce, GroupKind::Data, n * grad_element_bytes(ctx.scenario()), d.dp));
+      const std::uint32_t op = ctx.add_op(
+          ctx.comm_op(distributed_ ? OpKind::ReduceScatter : OpKind::AllReduce, GroupKind::Data,
+                      n * grad_element_bytes(ctx.scenario()), d.dp));
       const TaskId after =
           ctx.scenario().parallel.overlap_grad_reduce ? bucket_ready : final_compute;
       last_sync = ctx.collective(op, ctx.dp_group, StreamId::DpComm, Phase::GradSync,
@@ -54,10 +110,61 @@ class DdpBuckets final : public DataParallelStrategy {
   }
 
   OptimizerStepInputs optimizer_step(const RankContext& ctx) const override {
-    return replicated_optimizer_step(ctx.scenario(), ctx.coords.pp_stage);
+    OptimizerStepInputs in = replicated_optimizer_step(ctx.scenario(), ctx.coords.pp_stage);
+    if (distributed_) {
+      in.gpu_params = shard(ctx, in.gpu_params);
+      in.fp32_grad_bytes = 0;  // the shard's fp32 main grads are read in place
+    }
+    return in;
   }
 
  private:
+  static std::int64_t stage_params(const RankContext& ctx) {
+    return params_per_rank(ctx.scenario(), ctx.coords.pp_stage);
+  }
+  static std::int64_t shard(const RankContext& ctx, std::int64_t params) {
+    const std::int64_t dp = ctx.dims().dp;
+    return (params + dp - 1) / dp;
+  }
+  /// Position of a layer's parameters in forward order on this rank (embedding first).
+  static std::int64_t unit_position(const RankContext& ctx, std::int64_t layer) {
+    const ModelConfig& m = ctx.scenario().model;
+    const std::int64_t t = ctx.dims().t;
+    // This rank's layers in forward order: chunk 0's, then chunk 1's, ...
+    const ParallelConfig& p = ctx.scenario().parallel;
+    std::int64_t index = 0;
+    for (std::int64_t c = 0; c < p.virtual_pipeline_size; ++c) {
+      const std::int64_t v = c * p.pipeline_model_parallel_size + ctx.coords.pp_stage;
+      const std::int64_t lo = p.first_layer_of_virtual_stage(v), n = p.layers_of_virtual_stage(v);
+      if (layer >= lo && layer < lo + n) {
+        index += layer - lo;
+        break;
+      }
+      index += n;
+    }
+    const std::int64_t embed = ctx.coords.pp_stage == 0 ? embedding_params_per_rank(m, t) : 0;
+    return embed + index * layer_params_per_rank(m, t);
+  }
+  /// (first parameter, parameters) of each ddp_bucket_size bucket, in forward order.
+  static std::vector<std::pair<std::int64_t, std::int64_t>> forward_buckets(const RankContext& ctx) {
+    const std::int64_t total = stage_params(ctx), size = ctx.scenario().parallel.ddp_bucket_size;
+    std::vector<std::pair<std::int64_t, std::int64_t>> out;
+    for (std::int64_t lo = 0; lo < total; lo += size) out.emplace_back(lo, std::min(size, total - lo));
+    return out;
+  }
+  /// The all-gather of a bucket's updated parameters (training precision) over DP x CP.
+  static TaskId param_gather(RankContext& ctx, std::int64_t n, TaskId after, std::uint16_t bucket) {
+    const ModelDims& d = ctx.dims();
+    const std::uint32_t op = ctx.add_op(ctx.comm_op(OpKind::AllGather, GroupKind::Data, n * d.e, d.dp));
+    return ctx.collective(op, ctx.dp_group, StreamId::DpComm, Phase::ParamSync, Part::Params,
+                          kNoIndex, kNoIndex, after, bucket);
+  }
+
+  const bool distributed_;
+  bool gathered_ = false;
+  std::vector<std::pair<std::int64_t, TaskId>> gather_tasks_;
+  std::set<std::int64_t> waited_;
+
   /// (parameters, the task after which their gradients are ready), in the order they become
   /// ready: the output layer (last stage), the layers last first, the embedding (first stage).
   static std::vector<std::pair<std::int64_t, TaskId>> ready_order(const RankContext& ctx,
@@ -81,7 +188,11 @@ class DdpBuckets final : public DataParallelStrategy {
 }  // namespace
 
 std::unique_ptr<DataParallelStrategy> make_dp_ddp_buckets(const RankContext&) {
-  return std::make_unique<DdpBuckets>();
+  return std::make_unique<DdpBuckets>(false);
+}
+
+std::unique_ptr<DataParallelStrategy> make_dp_distributed_optimizer(const RankContext&) {
+  return std::make_unique<DdpBuckets>(true);
 }
 
 }  // namespace trainsim::builder

@@ -30,8 +30,34 @@ OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind) {
   o.sequence_parallel = d.sp;
   o.recompute_core_attention =
       kind == OpKind::AttnBwd && sc.parallel.recompute_granularity == Recompute::Selective;
+  o.features = model_features(sc);
+  // Flash attention keeps no score matrix: selective recomputation recomputes nothing there
+  // (Megatron-Core checkpoints core attention only for the unfused kernel's s^2 tensors).
+  if (o.features.attention != 0) o.recompute_core_attention = false;
   fill_work(o);
   return o;
+}
+
+/// Context parallelism's ring attention (Megatron-Core / Transformer Engine
+/// AttnFuncWithCPAndKVP2P): cp steps; at each a rank sends the K, V chunk it holds to the next
+/// CP rank while it computes attention with the chunk it has. Over the cp - 1 exchanges every
+/// rank receives the other ranks' K, V: the traffic of a ring all-gather whose output is cp
+/// chunks of 2 b (s / cp) (g / t) d e bytes. The backward moves K, V again and returns dK, dV
+/// to their owners: an all-gather plus a reduce-scatter of the same size, the traffic of one
+/// all-reduce. The exchange runs concurrently with the attention block; the next block waits
+/// for both.
+std::uint32_t cp_exchange_op(GraphBuild& b, bool backward) {
+  const Scenario& sc = b.scenario;
+  const ModelDims& d = b.dims;
+  const std::int64_t chunk = 2 * d.b * (d.s / d.cp) *
+                             (sc.model.num_query_groups / d.t) * sc.model.kv_channels * d.e;
+  OpDesc o;
+  o.kind = backward ? OpKind::AllReduce : OpKind::AllGather;
+  o.precision = d.precision;
+  o.group = GroupKind::Context;
+  o.bytes = chunk * d.cp;
+  o.group_size = d.cp;
+  return b.graph.add_op(o);
 }
 
 ComputeOps add_compute_ops(GraphBuild& b) {
@@ -45,6 +71,10 @@ ComputeOps add_compute_ops(GraphBuild& b) {
   ops.embed_bwd = add(OpKind::EmbedBwd);
   ops.logits_fwd = add(OpKind::LogitsLossFwd);
   ops.logits_bwd = add(OpKind::LogitsLossBwd);
+  if (b.dims.cp > 1) {
+    ops.cp_fwd = cp_exchange_op(b, false);
+    ops.cp_bwd = cp_exchange_op(b, true);
+  }
   return ops;
 }
 
@@ -55,6 +85,7 @@ struct StepAt {
   std::uint8_t chunk = 0;
   bool first_vstage = false, last_vstage = false;
   std::int64_t first_layer = 0;
+  std::int64_t layers = 0;  ///< transformer layers of the chunk
 };
 
 /// The program of one rank, emitted in issue order by run().
@@ -92,7 +123,8 @@ class RankProgram {
     s.chunk = static_cast<std::uint8_t>(step.chunk);
     s.first_vstage = vstage == 0;
     s.last_vstage = vstage == d.pp * d.v - 1;
-    s.first_layer = vstage * d.lpc;
+    s.first_layer = ctx_.scenario().parallel.first_layer_of_virtual_stage(vstage);
+    s.layers = ctx_.scenario().parallel.layers_of_virtual_stage(vstage);
     return s;
   }
 
@@ -101,7 +133,7 @@ class RankProgram {
       embedding_forward(s);
     else
       receive(prev_rank(), Phase::Forward, s);
-    for (std::int64_t l = s.first_layer; l < s.first_layer + ctx_.dims().lpc; ++l) {
+    for (std::int64_t l = s.first_layer; l < s.first_layer + s.layers; ++l) {
       dp_->before_unit(ctx_, true, {UnitKind::Layer, l});
       if (full_recompute_)  // only the layer input is stashed; the rest is freed at the end
         layer_forward(Phase::Forward, s, l,
@@ -125,7 +157,7 @@ class RankProgram {
       output_backward(s);
     else
       receive(next_rank(), Phase::Backward, s);
-    for (std::int64_t l = s.first_layer + ctx_.dims().lpc - 1; l >= s.first_layer; --l) {
+    for (std::int64_t l = s.first_layer + s.layers - 1; l >= s.first_layer; --l) {
       dp_->before_unit(ctx_, false, {UnitKind::Layer, l});
       if (full_recompute_) {
         // Megatron's per-layer checkpoint: recompute the layer's forward, then its backward.
@@ -152,8 +184,15 @@ class RankProgram {
              bool first, bool last, std::initializer_list<MemEffect> effects) {
     const auto layer = static_cast<std::uint16_t>(l);
     tp_.before_block(ctx_, phase, part, s.mb, layer);
+    const TaskId before = ctx_.last_compute;
     ctx_.last_compute =
         ctx_.compute(op, phase, part, s.mb, layer, s.chunk, ctx_.last_compute, effects);
+    if (ctx_.dims().cp > 1 && part == Part::Attn) {  // ring attention's exchange, alongside
+      const TaskId x = ctx_.collective(phase == Phase::Backward ? ops_.cp_bwd : ops_.cp_fwd,
+                                       ctx_.cp_group, StreamId::TpComm, phase, part, s.mb, layer,
+                                       before);
+      ctx_.join_next = x;
+    }
     dp_->on_block_computed(ctx_, {{UnitKind::Layer, l}, phase, first, last, ctx_.last_compute});
     tp_.after_block(ctx_, phase, part, s.mb, layer);
   }

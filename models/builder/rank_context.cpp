@@ -6,7 +6,8 @@ ModelDims::ModelDims(const Scenario& sc) {
   const ParallelConfig& p = sc.parallel;
   t = p.tensor_model_parallel_size;
   pp = p.pipeline_model_parallel_size;
-  dp = p.data_parallel_size;
+  cp = p.context_parallel_size;
+  dp = p.data_parallel_size * cp;  // gradients reduce over DP x CP
   nmb = p.num_microbatches;
   v = p.virtual_pipeline_size;
   lpc = p.layers_per_chunk;
@@ -18,7 +19,7 @@ ModelDims::ModelDims(const Scenario& sc) {
   e = precision_bytes(p.precision);
   sp = p.sequence_parallel && t > 1;
   scatter_gather = p.scatter_gather_tensors_in_pipeline && !sp && t > 1;
-  act_bytes = s * b * h * e;
+  act_bytes = s * b * h * e / cp;  // this rank's s / cp tokens
 }
 
 std::uint32_t MatchIds::collective(std::uint32_t group, std::uint64_t k) {
@@ -51,6 +52,13 @@ RankContext::RankContext(GraphBuild& build, const RankCoords& c)
     dp_ranks.push_back(RankId(l.rank_of({c.tp_rank, i, c.pp_stage})));
   tp_group = add_group(GroupKind::Tensor, tp_ranks);
   dp_group = add_group(GroupKind::Data, dp_ranks);
+  const std::int64_t cp = build.dims.cp;
+  if (cp > 1) {  // data coordinate d * cp + c (ParallelConfig::layout): same d, every c
+    std::vector<RankId> cp_ranks;
+    for (std::int64_t j = 0; j < cp; ++j)
+      cp_ranks.push_back(RankId(l.rank_of({c.tp_rank, c.dp_rank / cp * cp + j, c.pp_stage})));
+    cp_group = add_group(GroupKind::Context, cp_ranks);
+  }
 }
 
 TaskId RankContext::add(Task t, std::initializer_list<MemEffect> effects) {
@@ -58,6 +66,10 @@ TaskId RankContext::add(Task t, std::initializer_list<MemEffect> effects) {
   const TaskId id = graph().add_task(t);
   for (const MemEffect& e : effects)
     if (e.bytes != 0) graph().add_memory_effect(id, e);
+  if (join_next != kNone && t.stream != StreamId::DpComm) {
+    graph().add_dependency(join_next, id);
+    join_next = kNone;
+  }
   return id;
 }
 

@@ -25,7 +25,8 @@ struct ModelDims {
   explicit ModelDims(const Scenario& sc);
   std::int64_t t = 1;    ///< tensor-parallel size
   std::int64_t pp = 1;   ///< pipeline stages
-  std::int64_t dp = 1;   ///< data-parallel size
+  std::int64_t dp = 1;   ///< data-parallel size x context-parallel size (the gradient group)
+  std::int64_t cp = 1;   ///< context-parallel size
   std::int64_t nmb = 1;  ///< microbatches per iteration
   std::int64_t v = 1;    ///< model chunks (virtual stages) per pipeline rank
   std::int64_t lpc = 1;  ///< layers per model chunk
@@ -82,7 +83,12 @@ class RankContext {
   const RankCoords coords;
   const std::int64_t rank;
   std::uint32_t tp_group = 0;  ///< this rank's tensor-parallel group
-  std::uint32_t dp_group = 0;  ///< this rank's data-parallel group
+  std::uint32_t dp_group = 0;  ///< this rank's data-parallel group (with its CP peers)
+  std::uint32_t cp_group = kNone;  ///< this rank's context-parallel group (cp > 1)
+  /// A task the next task on the compute path (any stream but DpComm) must also wait for: a
+  /// communication that ran concurrently with the last compute (context parallelism's KV
+  /// exchange).
+  TaskId join_next = kNone;
   /// The last task on the compute path (the task the next compute or synchronous
   /// collective waits for); kNone before the first.
   TaskId last_compute = kNone;

@@ -21,7 +21,7 @@ TensorParallelPass::TensorParallelPass(ScheduleGraph& graph, const ModelDims& d)
   all_gather_ = graph.add_op(tp_op(d, OpKind::AllGather, d.act_bytes));
   reduce_scatter_ = graph.add_op(tp_op(d, OpKind::ReduceScatter, d.act_bytes));
   // Max, sum of exponentials and target logit per token, fp32.
-  cross_entropy_ = graph.add_op(tp_op(d, OpKind::AllReduce, 3 * d.b * d.s * 4));
+  cross_entropy_ = graph.add_op(tp_op(d, OpKind::AllReduce, 3 * d.b * d.s / d.cp * 4));
 }
 
 TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Phase phase,
