@@ -62,7 +62,7 @@ const std::vector<std::string>& leaf_paths() {
       "parallel.account_for_embedding_in_pipeline_split",
       "parallel.account_for_loss_in_pipeline_split", "parallel.use_distributed_optimizer",
       "parallel.overlap_param_gather", "parallel.use_megatron_fsdp", "parallel.use_torch_fsdp2",
-      "parallel.fsdp_sharding_group_size", "parallel.fp8", "parallel.fp8_recipe",
+      "parallel.fsdp_sharding_group_size", "parallel.fp8", "parallel.fp8_recipe", "parallel.fp8_param_gather",
       // DeepSpeed config keys
       "deepspeed.zero_optimization.stage", "deepspeed.zero_optimization.reduce_bucket_size",
       "deepspeed.zero_optimization.allgather_bucket_size",
@@ -894,6 +894,9 @@ void read_parallel_core(const Reader& r, ParallelConfig& p) {
     if (p.fp8 == Fp8Format::None)
       r.fail(f + "fp8_recipe", r.at(f + "fp8_recipe"), "is set, but parallel.fp8 is not");
   }
+  p.fp8_param_gather = r.get_bool(f + "fp8_param_gather").value_or(false);
+  if (p.fp8_param_gather && p.fp8 == Fp8Format::None)
+    r.fail(f + "fp8_param_gather", r.at(f + "fp8_param_gather"), "needs parallel.fp8");
 }
 
 void read_parallel(const Reader& r, Scenario& s) {

@@ -127,6 +127,9 @@ struct ParallelConfig {
   std::int64_t fsdp_sharding_group_size = 0;
   Fp8Format fp8 = Fp8Format::None;
   Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;
+  /// --fp8-param-gather: the linear layers' weights live only in FP8 (Transformer Engine
+  /// fp8_model_init; the fp32 master copy stays in the optimizer) and are all-gathered in FP8.
+  bool fp8_param_gather = false;
 
   bool uses_fsdp() const { return use_megatron_fsdp || use_torch_fsdp2; }
 

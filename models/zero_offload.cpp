@@ -100,10 +100,11 @@ RankStateBytes rank_state_bytes(const Scenario& sc, const CalibrationProfile& pr
   // Transformer Engine FP8: every linear layer also keeps its weight in FP8 and the FP8
   // transpose for the backward GEMMs (1 + 1 bytes per linear weight; with FSDP/ZeRO-3 only the
   // shard is resident between gathers).
+  // With fp8_param_gather the weight itself is the FP8 copy: its e-byte copy goes away.
   if (sc.runtime == Runtime::MegatronCore && sc.parallel.fp8 != Fp8Format::None) {
-    const std::int64_t linear = linear_weights_per_rank(sc, pp_stage);
-    g[int(MemCategory::Parameters)] += 2 * (stage >= 3 ? linear / sc.parallel.data_parallel_size
-                                                       : linear);
+    std::int64_t linear = linear_weights_per_rank(sc, pp_stage);
+    if (stage >= 3) linear /= sc.parallel.data_parallel_size;
+    g[int(MemCategory::Parameters)] += (sc.parallel.fp8_param_gather ? 2 - e : 2) * linear;
   }
   if (stage == 0)
     g[int(MemCategory::Gradients)] = params * grad_element_bytes(sc);

@@ -155,7 +155,9 @@ class DdpBuckets final : public DataParallelStrategy {
   /// The all-gather of a bucket's updated parameters (training precision) over DP x CP.
   static TaskId param_gather(RankContext& ctx, std::int64_t n, TaskId after, std::uint16_t bucket) {
     const ModelDims& d = ctx.dims();
-    const std::uint32_t op = ctx.add_op(ctx.comm_op(OpKind::AllGather, GroupKind::Data, n * d.e, d.dp));
+    // --fp8-param-gather gathers the FP8 weights (1 byte; the few bf16 norms are neglected).
+    const std::int64_t e = ctx.scenario().parallel.fp8_param_gather ? 1 : d.e;
+    const std::uint32_t op = ctx.add_op(ctx.comm_op(OpKind::AllGather, GroupKind::Data, n * e, d.dp));
     return ctx.collective(op, ctx.dp_group, StreamId::DpComm, Phase::ParamSync, Part::Params,
                           kNoIndex, kNoIndex, after, bucket);
   }
