@@ -74,6 +74,7 @@ Activity activity_of(const ScheduleGraph& graph, TaskId id) {
       switch (graph.op(id).group) {
         case GroupKind::Tensor:
         case GroupKind::Context:  // the ring-attention exchange, inside the layer like TP's
+        case GroupKind::Expert:   // MoE dispatch / combine, inside the layer too
           return Activity::TpComm;
         case GroupKind::Pipeline:
           return Activity::PpComm;

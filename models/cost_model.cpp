@@ -191,6 +191,8 @@ double CostModel::ring_bytes_per_rank(OpKind kind, double bytes, std::int64_t gr
       return (n - 1) / n * bytes;
     case OpKind::SendRecv:
       return bytes;
+    case OpKind::AllToAll:  // every rank keeps 1/n of its buffer and sends the rest
+      return (n - 1) / n * bytes;
     default:
       throw std::logic_error(std::string("ring_bytes_per_rank: not a collective: ") +
                              to_string(kind));
@@ -209,6 +211,8 @@ double CostModel::collective_latency_s(OpKind kind, std::int64_t group_size,
     case OpKind::ReduceScatter:
     case OpKind::AllGather: steps = n - 1; break;
     case OpKind::SendRecv: steps = 1; break;
+    // NCCL all-to-all: grouped send/recv to every peer at once, one step of latency.
+    case OpKind::AllToAll: steps = 1; break;
     default:
       throw std::logic_error(std::string("collective_latency_s: not a communication op: ") +
                              to_string(kind));

@@ -498,6 +498,78 @@ void core_logits(const CoreShape& c, bool forward, std::vector<KernelWork>& out)
   core_norm_bwd("final_norm_bwd", c, out);
 }
 
+
+// Mixture of experts (Megatron-Core MoELayer with the alltoall token dispatcher,
+// megatron/core/transformer/moe/): the pre-MLP norm; the router (a bf16 GEMM h x E, softmax
+// and top-k over E scores per token); permute (gather each token's k copies in expert order);
+// [the dispatch all-to-all over the EP group: a collective of its own, models/builder]; the
+// local experts' MLPs (one grouped GEMM over the E / EP experts with --moe-grouped-gemm, else
+// one GEMM per expert), on T k tokens arriving per rank when balanced (each rank receives what
+// it sends), times the imbalance factor on the busiest rank; [the combine all-to-all];
+// unpermute with the routing weights; the shared expert (a dense MLP) if any.
+void expert_gemms(const char* name, double tokens, double n, double k, const CoreShape& c,
+                  const ModelFeatures& f, bool wgrad, std::vector<KernelWork>& out) {
+  const double experts = double(f.experts_local);
+  const double m = tokens / experts;  // tokens per local expert
+  if (f.grouped_gemm) {
+    KernelWork w = core_gemm(name, m, n, k, c, true, wgrad);
+    w.batch = experts;
+    w.flops *= experts;
+    w.bytes *= experts;
+    out.push_back(w);
+  } else {
+    for (std::int64_t e = 0; e < f.experts_local; ++e) out.push_back(core_gemm(name, m, n, k, c, true, wgrad));
+  }
+}
+
+void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
+  const ModelFeatures& f = op.features;
+  const double E = double(f.num_experts), kk = double(f.topk);
+  const double tokens = c.Tsp * kk * f.imbalance;  // token copies on this rank's experts
+  const double Fe = double(f.expert_ffn), F1 = c.swiglu ? 2 * Fe : Fe;
+  const double Fs = double(f.shared_ffn), Fs1 = c.swiglu ? 2 * Fs : Fs;
+  if (forward) {
+    core_norm_fwd("pre_mlp_norm_fwd", c, out);
+    out.push_back(core_gemm("router_gemm", c.Tsp, E, c.H, c, false));
+    out.push_back(mem("router_topk", c.Tsp * E * 2 * kFp32Bytes));
+    out.push_back(mem("moe_permute", c.Tsp * c.H * c.e + tokens * c.H * c.e));
+    quantize("expert_fc1_input_cast", "expert_fc1_input_amax", tokens * c.H, c, out);
+    expert_gemms("expert_fc1_gemm", tokens, F1, c.H, c, f, false, out);
+    out.push_back(mem(c.swiglu ? "expert_swiglu_fwd" : "expert_gelu_fwd", tokens * (F1 + Fe) * c.e));
+    quantize("expert_fc2_input_cast", "expert_fc2_input_amax", tokens * Fe, c, out);
+    expert_gemms("expert_fc2_gemm", tokens, c.H, Fe, c, f, false, out);
+    out.push_back(mem("moe_unpermute", tokens * c.H * c.e + c.Tsp * c.H * c.e));
+    if (Fs > 0) {
+      out.push_back(core_gemm("shared_fc1_gemm", c.T, Fs1, c.H, c, true));
+      out.push_back(mem("shared_swiglu_fwd", c.T * (Fs1 + Fs) * c.e));
+      out.push_back(core_gemm("shared_fc2_gemm", c.T, c.H, Fs, c, true));
+    }
+    core_residual_fwd(c, out);
+    return;
+  }
+  core_residual_bwd(c, out);
+  if (Fs > 0) {
+    core_linear_bwd("shared_fc2_grad_cast", "shared_fc2_grad_amax", "shared_fc2_dgrad",
+                    "shared_fc2_wgrad", c.T, c.H, Fs, c, out);
+    out.push_back(mem("shared_swiglu_bwd", c.T * (Fs + 2 * Fs1) * c.e));
+    core_linear_bwd("shared_fc1_grad_cast", "shared_fc1_grad_amax", "shared_fc1_dgrad",
+                    "shared_fc1_wgrad", c.T, Fs1, c.H, c, out);
+  }
+  out.push_back(mem("moe_unpermute_bwd", tokens * c.H * c.e + c.Tsp * c.H * c.e));
+  quantize("expert_fc2_grad_cast", "expert_fc2_grad_amax", tokens * c.H, c, out);
+  expert_gemms("expert_fc2_dgrad", tokens, Fe, c.H, c, f, false, out);
+  expert_gemms("expert_fc2_wgrad", Fe, c.H, tokens, c, f, true, out);
+  out.push_back(mem(c.swiglu ? "expert_swiglu_bwd" : "expert_gelu_bwd", tokens * (Fe + 2 * F1) * c.e));
+  quantize("expert_fc1_grad_cast", "expert_fc1_grad_amax", tokens * F1, c, out);
+  expert_gemms("expert_fc1_dgrad", tokens, c.H, F1, c, f, false, out);
+  expert_gemms("expert_fc1_wgrad", c.H, F1, tokens, c, f, true, out);
+  out.push_back(mem("moe_permute_bwd", c.Tsp * c.H * c.e + tokens * c.H * c.e));
+  out.push_back(mem("router_topk_bwd", c.Tsp * E * 2 * kFp32Bytes));
+  out.push_back(core_gemm("router_dgrad", c.Tsp, c.H, E, c, false));
+  out.push_back(core_gemm("router_wgrad", E, c.H, c.Tsp, c, false, true));
+  core_norm_bwd("pre_mlp_norm_bwd", c, out);
+}
+
 }  // namespace
 
 std::vector<KernelWork> core_op_kernels(const OpDesc& op) {
@@ -506,8 +578,14 @@ std::vector<KernelWork> core_op_kernels(const OpDesc& op) {
   switch (op.kind) {
     case OpKind::AttnFwd: core_attn_forward(op, c, out); break;
     case OpKind::AttnBwd: core_attn_backward(op, c, out); break;
-    case OpKind::MlpFwd: core_mlp_forward(c, out); break;
-    case OpKind::MlpBwd: core_mlp_backward(c, out); break;
+    case OpKind::MlpFwd:
+      if (op.features.experts_local > 0) core_moe(op, c, true, out);
+      else core_mlp_forward(c, out);
+      break;
+    case OpKind::MlpBwd:
+      if (op.features.experts_local > 0) core_moe(op, c, false, out);
+      else core_mlp_backward(c, out);
+      break;
     case OpKind::EmbedFwd: core_embed(op, c, true, out); break;
     case OpKind::EmbedBwd: core_embed(op, c, false, out); break;
     case OpKind::LogitsLossFwd: core_logits(c, true, out); break;
@@ -594,6 +672,7 @@ std::vector<KernelWork> op_kernels(const OpDesc& op) {
     case OpKind::SendRecv:
     case OpKind::CopyH2D:
     case OpKind::CopyD2H:
+    case OpKind::AllToAll:
       break;
   }
   return out;

@@ -54,6 +54,30 @@ std::int64_t layer_params_per_rank(const ModelConfig& m, std::int64_t tp) {
   return qkv + proj + fc1 + fc2 + 2 * norm_params(m);
 }
 
+namespace {
+/// Dense parameters of a layer's attention part on one TP rank, and the two norms.
+std::int64_t attention_params_per_rank(const ModelConfig& m, std::int64_t tp) {
+  const std::int64_t h = m.hidden_size, q = qkv_width(m), ad = attn_width(m);
+  const bool bias = m.add_bias_linear;
+  return (h * q) / tp + (bias ? q / tp : 0) + (ad * h) / tp + (bias ? h : 0) + 2 * norm_params(m);
+}
+}  // namespace
+
+MoeLayerParams moe_layer_params_per_rank(const Scenario& sc) {
+  const ModelConfig& m = sc.model;
+  const ParallelConfig& p = sc.parallel;
+  const std::int64_t h = m.hidden_size, tp = p.tensor_model_parallel_size;
+  const std::int64_t gate = m.swiglu ? 3 : 2;  // fc1 (x2 gated) + fc2 columns per unit
+  MoeLayerParams out;
+  // Router h x E (replicated), the shared expert split by TP like a dense MLP.
+  out.dense = attention_params_per_rank(m, tp) + h * m.num_experts +
+              gate * h * m.moe_shared_expert_intermediate_size / tp;
+  // The E / EP local experts, each split by ETP.
+  out.expert = m.num_experts / p.expert_model_parallel_size * gate * h * m.moe_ffn_hidden_size /
+               p.expert_tensor_parallel_size;
+  return out;
+}
+
 std::int64_t embedding_params_per_rank(const ModelConfig& m, std::int64_t tp) {
   const bool learned = m.position_embedding_type == PositionEmbedding::LearnedAbsolute;
   return (m.padded_vocab_size / tp) * m.hidden_size + (learned ? m.seq_length * m.hidden_size : 0);
@@ -67,7 +91,9 @@ std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage) {
   const ModelConfig& m = sc.model;
   const ParallelConfig& p = sc.parallel;
   const std::int64_t tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
-  std::int64_t params = p.layers_of_stage(stage) * layer_params_per_rank(m, tp);
+  const std::int64_t per_layer =
+      m.is_moe() ? moe_layer_params_per_rank(sc).total() : layer_params_per_rank(m, tp);
+  std::int64_t params = p.layers_of_stage(stage) * per_layer;
   if (stage == 0) params += embedding_params_per_rank(m, tp);
   if (stage == pp - 1) {
     params += norm_params(m);  // final norm
@@ -83,14 +109,24 @@ std::int64_t linear_weights_per_rank(const Scenario& sc, std::int64_t stage) {
   const ModelConfig& m = sc.model;
   const std::int64_t tp = sc.parallel.tensor_model_parallel_size;
   const std::int64_t h = m.hidden_size, f = m.ffn_hidden_size;
-  const std::int64_t per_layer =
+  std::int64_t per_layer =
       (h * qkv_width(m) + attn_width(m) * h + h * (m.swiglu ? 2 * f : f) + f * h) / tp;
+  if (m.is_moe()) {  // attention, the local experts and the shared expert run in FP8
+    const MoeLayerParams moe = moe_layer_params_per_rank(sc);
+    per_layer = (h * qkv_width(m) + attn_width(m) * h) / tp + moe.expert +
+                (m.swiglu ? 3 : 2) * h * m.moe_shared_expert_intermediate_size / tp;
+  }
   return sc.parallel.layers_of_stage(stage) * per_layer;
 }
 
 std::int64_t total_params(const ModelConfig& m) {
-  std::int64_t total = m.num_layers * layer_params_per_rank(m, 1) + embedding_params_per_rank(m, 1) +
-                       norm_params(m);
+  std::int64_t layer = layer_params_per_rank(m, 1);
+  if (m.is_moe()) {
+    const std::int64_t gate = m.swiglu ? 3 : 2, h = m.hidden_size;
+    layer = attention_params_per_rank(m, 1) + h * m.num_experts +
+            gate * h * (m.num_experts * m.moe_ffn_hidden_size + m.moe_shared_expert_intermediate_size);
+  }
+  std::int64_t total = m.num_layers * layer + embedding_params_per_rank(m, 1) + norm_params(m);
   if (m.untie_embeddings_and_output_weights) total += m.padded_vocab_size * m.hidden_size;
   return total;
 }
@@ -147,6 +183,18 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc) {
     out.attn += e * tk.T * P;
   }
   out.mlp = e * tk.Tsp * h + stats + q * tk.Tsp * h + e * tk.T * F1 + q * tk.T * F + mask;
+  if (m.is_moe()) {
+    // MoE: the norm input and statistics, the router input q Tsp h and its fp32 scores
+    // 4 Tsp E, the permuted tokens e Tk h kept for the unpermute and the expert fc1 input
+    // q Tk h, the expert fc1 output e Tk F1e and fc2 input q Tk Fe (Tk = Tsp topk x the
+    // imbalance on the busiest rank), the shared expert's like a dense MLP's.
+    const std::int64_t Tk = std::int64_t(double(tk.Tsp * m.moe_router_topk) * m.moe_token_imbalance_factor);
+    const std::int64_t Fe = m.moe_ffn_hidden_size / p.expert_tensor_parallel_size;
+    const std::int64_t Fs = m.moe_shared_expert_intermediate_size / t;
+    out.mlp = e * tk.Tsp * h + stats + q * tk.Tsp * h + 4 * tk.Tsp * m.num_experts + e * Tk * h +
+              q * Tk * h + e * Tk * (m.swiglu ? 2 * Fe : Fe) + q * Tk * Fe + mask;
+    if (Fs > 0) out.mlp += e * tk.T * (m.swiglu ? 2 * Fs : Fs) + q * tk.T * Fs;
+  }
   return out;
 }
 

@@ -35,6 +35,14 @@ ModelFeatures model_features(const Scenario& sc);
 std::int64_t layer_params_per_rank(const ModelConfig& m, std::int64_t tp);
 /// Word embedding rows on one TP rank (V/t x h) plus learned position embeddings (s x h).
 std::int64_t embedding_params_per_rank(const ModelConfig& m, std::int64_t tp);
+/// Parameters of one MoE layer on one rank: `dense` (attention, norms, router, shared expert;
+/// reduced over DP x CP) and `expert` (the E / EP local experts split by ETP; reduced over the
+/// expert data-parallel group).
+struct MoeLayerParams {
+  std::int64_t dense = 0, expert = 0;
+  std::int64_t total() const { return dense + expert; }
+};
+MoeLayerParams moe_layer_params_per_rank(const Scenario& sc);
 /// Word embedding rows on one TP rank alone (V/t x h): the vocab-parallel output layer's
 /// weight (Megatron VocabParallelEmbedding / the tied output projection).
 std::int64_t word_embedding_params_per_rank(const ModelConfig& m, std::int64_t tp);

@@ -24,6 +24,7 @@ bool is_compute(OpKind k) {
     case OpKind::SendRecv:
     case OpKind::CopyH2D:
     case OpKind::CopyD2H:
+    case OpKind::AllToAll:
       return false;
   }
   throw std::logic_error("is_compute: OpKind out of range: " +
@@ -35,6 +36,7 @@ bool is_collective(OpKind k) {
     case OpKind::AllReduce:
     case OpKind::ReduceScatter:
     case OpKind::AllGather:
+    case OpKind::AllToAll:
       return true;
     case OpKind::AttnFwd:
     case OpKind::MlpFwd:
@@ -73,6 +75,7 @@ const char* to_string(OpKind k) {
     case OpKind::SendRecv: return "send_recv";
     case OpKind::CopyH2D: return "copy_h2d";
     case OpKind::CopyD2H: return "copy_d2h";
+    case OpKind::AllToAll: return "all_to_all";
   }
   throw std::logic_error("to_string: OpKind out of range: " +
                          std::to_string(static_cast<int>(k)));
@@ -86,6 +89,7 @@ const char* to_string(GroupKind g) {
     case GroupKind::Data: return "data";
     case GroupKind::Embedding: return "embedding";
     case GroupKind::Context: return "context";
+    case GroupKind::Expert: return "expert";
   }
   throw std::logic_error("to_string: GroupKind out of range: " +
                          std::to_string(static_cast<int>(g)));

@@ -34,10 +34,11 @@ enum class OpKind : std::uint8_t {
   SendRecv,       ///< pipeline point-to-point message
   CopyH2D,        ///< host -> device copy over PCIe
   CopyD2H,        ///< device -> host copy over PCIe
+  AllToAll,       ///< MoE token dispatch / combine: each rank sends bytes / n to every member
 };
 
 /// Which communicator a collective or message uses.
-enum class GroupKind : std::uint8_t { None, Tensor, Pipeline, Data, Embedding, Context };
+enum class GroupKind : std::uint8_t { None, Tensor, Pipeline, Data, Embedding, Context, Expert };
 
 /// How a transformer's compute ops run beyond their shapes: the runtime's kernel list and the
 /// Megatron-Core model features (models/flops.cpp reads them). The defaults are the 2021 GPT of
@@ -58,6 +59,14 @@ struct ModelFeatures {
   /// Microbatches per iteration: Transformer Engine casts the weights to FP8 once per
   /// iteration (the first microbatch), so each microbatch's op carries 1 / microbatches of it.
   std::int64_t microbatches = 1;
+  // Mixture of experts (an MlpFwd / MlpBwd with experts_local > 0 is the MoE layer)
+  std::int64_t experts_local = 0;  ///< experts on this rank: num_experts / EP
+  std::int64_t num_experts = 0;    ///< the router's width
+  std::int64_t topk = 0;           ///< experts per token
+  std::int64_t expert_ffn = 0;     ///< expert hidden size on this rank (moe_ffn / ETP)
+  std::int64_t shared_ffn = 0;     ///< shared-expert hidden size on this rank (/ TP)
+  bool grouped_gemm = false;       ///< one grouped GEMM for the local experts
+  double imbalance = 1.0;          ///< tokens of the busiest expert rank / the mean
 };
 
 struct OpDesc {

@@ -1387,6 +1387,9 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
                  : kv("parallel.expert_tensor_parallel_size", etp)) +
          " needs a mixture-of-experts model (model.num_experts > 0)");
   if (m.is_moe()) {
+    if (m.moe_layer_freq != 1)
+      fail(kv("model.moe_layer_freq", m.moe_layer_freq) +
+           ": trainsim models MoE on every layer only (moe_layer_freq 1) so far");
     if (m.num_experts % ep != 0)
       fail(kv("model.num_experts", m.num_experts) + " is not divisible by " +
            kv("parallel.expert_model_parallel_size", ep));

@@ -25,7 +25,9 @@ std::string op_key(const OpDesc& op) {
       !f.attention_dropout || f.attention || f.window || f.fp8 || f.cp != 1 || f.microbatches != 1)
     os << ";f" << f.core << f.kv_heads << ',' << f.swiglu << f.rmsnorm << f.rope << f.bias
        << f.hidden_dropout << f.attention_dropout << int(f.attention) << ',' << f.window << ','
-       << int(f.fp8) << ',' << f.cp << ',' << f.microbatches;
+       << int(f.fp8) << ',' << f.cp << ',' << f.microbatches << ';' << f.experts_local << ','
+       << f.num_experts << ',' << f.topk << ',' << f.expert_ffn << ',' << f.shared_ffn << ','
+       << f.grouped_gemm << ',' << f.imbalance;
   return os.str();
 }
 

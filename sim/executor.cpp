@@ -253,6 +253,8 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
           succ_r = local[(j + 1) % k];
           pred_r = local[(j + k - 1) % k];
           c.bytes = std::uint64_t(std::llround(ring_bytes * double(k - 1) / double(k)));
+          if (op.kind == OpKind::AllToAll)  // (k-1)/n to the node's peers over NVLink
+            c.bytes = std::uint64_t(std::llround(double(op.bytes) * double(k - 1) / double(size)));
           std::vector<std::uint32_t> nodes;
           for (const auto& [node, members] : by_node) nodes.push_back(node);
           const std::size_t ni = std::size_t(std::find(nodes.begin(), nodes.end(), node_of(t.rank)) - nodes.begin());
@@ -260,6 +262,11 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
           const RankId rail_pred = by_node[nodes[(ni + nodes.size() - 1) % nodes.size()]][j];
           c.has_rail = true;
           c.rail_bytes = std::uint64_t(std::llround(ring_bytes / double(k)));
+          // All-to-all: (n-k)/n of the buffer goes to other nodes, each GPU over its own NIC
+          // (rail-optimized; the fat tree carries it to every node at full bisection).
+          if (op.kind == OpKind::AllToAll)
+            c.rail_bytes =
+                std::uint64_t(std::llround(double(op.bytes) * double(size - std::int64_t(k)) / double(size)));
           c.rail_dst = Endpoint::gpu(rail_succ);
           c.rail_pred = Endpoint::gpu(rail_pred);
           plat.route(me, c.rail_dst);

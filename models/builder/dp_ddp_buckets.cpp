@@ -37,8 +37,16 @@ class DdpBuckets final : public DataParallelStrategy {
 
   RankStateBytes initial_memory(const RankContext& ctx) const override {
     RankStateBytes m = DataParallelStrategy::initial_memory(ctx);
-    if (distributed_)
-      m.gpu[int(MemCategory::OptimizerStates)] = 12 * shard(ctx, stage_params(ctx));
+    if (!distributed_) return m;
+    const Scenario& sc = ctx.scenario();
+    std::int64_t expert = 0;
+    if (sc.model.is_moe())  // expert weights shard over the expert data-parallel group
+      expert = sc.parallel.layers_of_stage(ctx.coords.pp_stage) * moe_layer_params_per_rank(sc).expert;
+    const std::int64_t edp = sc.world_size() / (sc.parallel.pipeline_model_parallel_size *
+                                                sc.parallel.expert_model_parallel_size *
+                                                sc.parallel.expert_tensor_parallel_size);
+    m.gpu[int(MemCategory::OptimizerStates)] =
+        12 * (shard(ctx, stage_params(ctx) - expert) + (expert + edp - 1) / edp);
     return m;
   }
 

@@ -15,7 +15,7 @@ namespace {
 
 /// One rank's shard of a compute block (Megatron ParallelTransformerLayer, embedding, output
 /// layer), with its work from models/flops.h.
-OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind) {
+OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full_attention = false) {
   OpDesc o;
   o.kind = kind;
   o.precision = d.precision;
@@ -31,6 +31,18 @@ OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind) {
   o.recompute_core_attention =
       kind == OpKind::AttnBwd && sc.parallel.recompute_granularity == Recompute::Selective;
   o.features = model_features(sc);
+  if (full_attention) o.features.window = 0;
+  const ModelConfig& m = sc.model;
+  if (m.is_moe() && (kind == OpKind::MlpFwd || kind == OpKind::MlpBwd)) {
+    const ParallelConfig& p = sc.parallel;
+    o.features.experts_local = m.num_experts / p.expert_model_parallel_size;
+    o.features.num_experts = m.num_experts;
+    o.features.topk = m.moe_router_topk;
+    o.features.expert_ffn = m.moe_ffn_hidden_size / p.expert_tensor_parallel_size;
+    o.features.shared_ffn = m.moe_shared_expert_intermediate_size / d.t;
+    o.features.grouped_gemm = m.moe_grouped_gemm;
+    o.features.imbalance = m.moe_token_imbalance_factor;
+  }
   // Flash attention keeps no score matrix: selective recomputation recomputes nothing there
   // (Megatron-Core checkpoints core attention only for the unfused kernel's s^2 tensors).
   if (o.features.attention != 0) o.recompute_core_attention = false;
@@ -60,6 +72,23 @@ std::uint32_t cp_exchange_op(GraphBuild& b, bool backward) {
   return b.graph.add_op(o);
 }
 
+/// The MoE token dispatch (and combine) all-to-all over the expert-parallel group: each rank
+/// sends its T k token copies (T = b s / (cp t) with sequence parallelism, times the
+/// imbalance factor), h elements each.
+std::uint32_t moe_all_to_all_op(GraphBuild& b) {
+  const Scenario& sc = b.scenario;
+  const ModelDims& d = b.dims;
+  const std::int64_t tokens = d.b * d.s / d.cp / (d.sp ? d.t : 1);
+  OpDesc o;
+  o.kind = OpKind::AllToAll;
+  o.precision = d.precision;
+  o.group = GroupKind::Expert;
+  o.bytes = std::int64_t(double(tokens * sc.model.moe_router_topk * d.h * d.e) *
+                         sc.model.moe_token_imbalance_factor);
+  o.group_size = sc.parallel.expert_model_parallel_size;
+  return b.graph.add_op(o);
+}
+
 ComputeOps add_compute_ops(GraphBuild& b) {
   auto add = [&](OpKind kind) { return b.graph.add_op(compute_op(b.scenario, b.dims, kind)); };
   ComputeOps ops;
@@ -75,6 +104,15 @@ ComputeOps add_compute_ops(GraphBuild& b) {
     ops.cp_fwd = cp_exchange_op(b, false);
     ops.cp_bwd = cp_exchange_op(b, true);
   }
+  // Sliding-window models attend fully on every window_attn_skip_freq-th layer.
+  ops.attn_fwd_full = ops.attn_fwd;
+  ops.attn_bwd_full = ops.attn_bwd;
+  if (b.scenario.model.window_size > 0 && b.scenario.model.window_attn_skip_freq > 0) {
+    ops.attn_fwd_full = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::AttnFwd, true));
+    ops.attn_bwd_full = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::AttnBwd, true));
+  }
+  if (b.scenario.model.is_moe() && b.scenario.parallel.expert_model_parallel_size > 1)
+    ops.moe_a2a = moe_all_to_all_op(b);
   return ops;
 }
 
@@ -196,15 +234,32 @@ class RankProgram {
     dp_->on_block_computed(ctx_, {{UnitKind::Layer, l}, phase, first, last, ctx_.last_compute});
     tp_.after_block(ctx_, phase, part, s.mb, layer);
   }
+  bool full_attention(std::int64_t l) const {
+    const std::int64_t freq = ctx_.scenario().model.window_attn_skip_freq;
+    return freq > 0 && (l + 1) % freq == 0;
+  }
+  /// The MoE layer's dispatch or combine all-to-all on the compute path (Megatron-Core's
+  /// alltoall dispatcher waits for it).
+  void moe_all_to_all(Phase phase, const StepAt& s, std::int64_t l) {
+    if (ctx_.ep_group == kNone) return;
+    ctx_.last_compute = ctx_.collective(ops_.moe_a2a, ctx_.ep_group, StreamId::TpComm, phase,
+                                        Part::Mlp, s.mb, std::uint16_t(l), ctx_.last_compute);
+  }
   void layer_forward(Phase phase, const StepAt& s, std::int64_t l,
                      std::initializer_list<MemEffect> attn, std::initializer_list<MemEffect> mlp) {
-    block(ops_.attn_fwd, phase, Part::Attn, s, l, true, false, attn);
+    block(full_attention(l) ? ops_.attn_fwd_full : ops_.attn_fwd, phase, Part::Attn, s, l, true,
+          false, attn);
+    moe_all_to_all(phase, s, l);  // dispatch
     block(ops_.mlp_fwd, phase, Part::Mlp, s, l, false, true, mlp);
+    moe_all_to_all(phase, s, l);  // combine
   }
   void layer_backward(const StepAt& s, std::int64_t l, std::initializer_list<MemEffect> mlp,
                       std::initializer_list<MemEffect> attn) {
+    moe_all_to_all(Phase::Backward, s, l);  // the combine's gradient
     block(ops_.mlp_bwd, Phase::Backward, Part::Mlp, s, l, true, false, mlp);
-    block(ops_.attn_bwd, Phase::Backward, Part::Attn, s, l, false, true, attn);
+    moe_all_to_all(Phase::Backward, s, l);  // the dispatch's gradient
+    block(full_attention(l) ? ops_.attn_bwd_full : ops_.attn_bwd, Phase::Backward, Part::Attn, s,
+          l, false, true, attn);
   }
 
   /// A single-block unit (embedding, output layer): the DP strategy's hooks around it.

@@ -59,6 +59,19 @@ RankContext::RankContext(GraphBuild& build, const RankCoords& c)
       cp_ranks.push_back(RankId(l.rank_of({c.tp_rank, c.dp_rank / cp * cp + j, c.pp_stage})));
     cp_group = add_group(GroupKind::Context, cp_ranks);
   }
+  // Expert parallelism: Megatron-Core lays the expert ranks of a pipeline stage out as
+  // etp -> ep -> edp (parallel_state.py, the expert RankGenerator), so within the stage an EP
+  // group is EP ranks ETP apart with the same ETP rank.
+  const ParallelConfig& p = build.scenario.parallel;
+  const std::int64_t ep = p.expert_model_parallel_size, etp = p.expert_tensor_parallel_size;
+  if (build.scenario.model.is_moe() && ep > 1) {
+    const std::int64_t per_stage = l.tp * l.dp, base = c.pp_stage * per_stage;
+    const std::int64_t r = rank - base;
+    std::vector<RankId> ep_ranks;
+    for (std::int64_t j = 0; j < ep; ++j)
+      ep_ranks.push_back(RankId(base + ((r / (ep * etp)) * ep + j) * etp + r % etp));
+    ep_group = add_group(GroupKind::Expert, ep_ranks);
+  }
 }
 
 TaskId RankContext::add(Task t, std::initializer_list<MemEffect> effects) {
