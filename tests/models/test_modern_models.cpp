@@ -1,0 +1,263 @@
+// Models trained today against hand calculations: parameter counts of Llama 3 8B, Llama 3.1
+// 405B and Qwen3-30B-A3B from their published shapes, Megatron-Core's model FLOPs per token,
+// Megatron-Core's uneven pipeline split, the context-parallel KV exchange and the MoE
+// all-to-all sizes in the built graph, flash attention's causal FLOPs, and the bad inputs of the
+// new keys (each error names the file, the field and the value).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "models/cost_model.h"
+#include "models/flops.h"
+#include "models/graph_builder.h"
+#include "models/hardware.h"
+#include "models/memory_model.h"
+#include "models/scenario.h"
+#include "tests/support/paths.h"
+
+namespace trainsim {
+namespace {
+
+using test_support::ScratchDir;
+
+const char* kLlama8b =
+    "num_layers: 32, hidden_size: 4096, num_attention_heads: 32, num_query_groups: 8, "
+    "ffn_hidden_size: 14336, swiglu: true, normalization: RMSNorm, position_embedding_type: rope, "
+    "untie_embeddings_and_output_weights: true, add_bias_linear: false, hidden_dropout: 0.0, "
+    "attention_dropout: 0.0, attention_backend: flash, seq_length: 8192, padded_vocab_size: 128256";
+
+Scenario core(const std::string& model, const std::string& parallel, std::int64_t nodes = 1,
+              const std::string& system = "dgx-h100") {
+  return parse_scenario("runtime: megatron-core\nmodel: {" + model + "}\nparallel: {" + parallel +
+                            "}\ncluster: {system: " + system + ", nodes: " + std::to_string(nodes) +
+                            "}\n",
+                        "modern.yaml");
+}
+
+TEST(ModernModels, Llama3_8bHas8_03BillionParameters) {
+  const Scenario sc = core(kLlama8b, "micro_batch_size: 1, global_batch_size: 8");
+  // Per layer: QKV 4096 x (32 + 2 x 8) x 128 = 25,165,824; projection 4096^2 = 16,777,216;
+  // fc1 4096 x 2 x 14336 = 117,440,512; fc2 14336 x 4096 = 58,720,256; two RMSNorms 8,192:
+  // 218,112,000 x 32 layers, + untied embedding and output 2 x 128256 x 4096, + final norm.
+  EXPECT_EQ(total_params(sc.model), 218112000LL * 32 + 2LL * 128256 * 4096 + 4096);
+  EXPECT_EQ(total_params(sc.model), 8030261248LL);
+}
+
+TEST(ModernModels, Llama31_405bHas405_85BillionParameters) {
+  const Scenario sc = core(
+      "num_layers: 126, hidden_size: 16384, num_attention_heads: 128, num_query_groups: 8, "
+      "ffn_hidden_size: 53248, swiglu: true, normalization: RMSNorm, position_embedding_type: rope, "
+      "untie_embeddings_and_output_weights: true, add_bias_linear: false, seq_length: 8192, "
+      "padded_vocab_size: 128256",
+      "tensor_model_parallel_size: 8, micro_batch_size: 1, global_batch_size: 1");
+  // Layer: 16384 x 18432 + 16384^2 + 16384 x 106496 + 53248 x 16384 + 2 x 16384.
+  const std::int64_t layer = 16384LL * 18432 + 16384LL * 16384 + 16384LL * 106496 +
+                             53248LL * 16384 + 2 * 16384;
+  EXPECT_EQ(layer, 3187703808LL);
+  EXPECT_EQ(total_params(sc.model), 126 * layer + 2LL * 128256 * 16384 + 16384);
+  EXPECT_NEAR(double(total_params(sc.model)) / 1e9, 405.85, 0.005);
+}
+
+TEST(ModernModels, Qwen3MoeTotalAndActiveParameters) {
+  const Scenario sc = core(
+      "num_layers: 48, hidden_size: 2048, num_attention_heads: 32, num_query_groups: 4, "
+      "kv_channels: 128, ffn_hidden_size: 6144, num_experts: 128, moe_router_topk: 8, "
+      "moe_ffn_hidden_size: 768, swiglu: true, normalization: RMSNorm, "
+      "position_embedding_type: rope, untie_embeddings_and_output_weights: true, "
+      "add_bias_linear: false, seq_length: 4096, padded_vocab_size: 151936",
+      "expert_model_parallel_size: 8, expert_tensor_parallel_size: 1, micro_batch_size: 1, "
+      "global_batch_size: 8");
+  // Attention 2048 x 5120 + 4096 x 2048, norms 2 x 2048, router 2048 x 128, 128 experts of
+  // 3 x 2048 x 768.
+  const std::int64_t attn = 2048LL * 5120 + 4096LL * 2048 + 2 * 2048 + 2048LL * 128;
+  const std::int64_t expert = 3LL * 2048 * 768;
+  const std::int64_t embed = 2LL * 151936 * 2048 + 2048;
+  EXPECT_EQ(total_params(sc.model), 48 * (attn + 128 * expert) + embed);
+  EXPECT_NEAR(double(total_params(sc.model)) / 1e9, 30.53, 0.01);
+  // Active: 8 experts per token (Qwen: 3.3 B activated).
+  EXPECT_NEAR(double(48 * (attn + 8 * expert) + embed) / 1e9, 3.35, 0.01);
+  // One rank of EP 8 holds 16 experts per layer; the dense part whole.
+  const MoeLayerParams p = moe_layer_params_per_rank(sc);
+  EXPECT_EQ(p.expert, 16 * expert);
+  EXPECT_EQ(p.dense, attn);
+}
+
+TEST(ModernModels, ModelFlopsFollowMegatronCoreCausalConvention) {
+  const Scenario sc = core(kLlama8b, "micro_batch_size: 1, global_batch_size: 8");
+  // Per token 6 x (32 x (QKV 25,165,824 + causal attention 4096 x 8192 / 2 x 2 + projection
+  // 16,777,216 + SwiGLU MLP 3 x 4096 x 14336) + output layer 4096 x 128256).
+  const double per_token =
+      6.0 * (32.0 * (25165824.0 + 4096.0 * 8192 + 16777216.0 + 3.0 * 4096 * 14336) +
+             4096.0 * 128256);
+  EXPECT_DOUBLE_EQ(per_token, 51470401536.0);
+  EXPECT_DOUBLE_EQ(model_flops_per_iteration(sc), per_token * 8 * 8192);
+  // The published 744 TFLOP/s at 14,451 tokens/s per GPU is 5.148e10 FLOPs per token.
+  EXPECT_NEAR(744e12 / 14451 / per_token, 1.0, 0.001);
+}
+
+TEST(ModernModels, FlashAttentionCountsHalfTheCausalScoreMatrix) {
+  const Scenario sc = core(kLlama8b, "micro_batch_size: 1, global_batch_size: 8");
+  OpDesc op;
+  op.kind = OpKind::AttnFwd;
+  op.precision = Precision::BF16;
+  op.micro_batch = 1;
+  op.seq = 8192;
+  op.hidden = 4096;
+  op.heads = 32;
+  op.head_dim = 128;
+  op.tp = 1;
+  op.features = model_features(sc);
+  fill_work(op);
+  const double T = 8192, gemms = 2 * T * 4096 * 6144 + 2 * T * 4096 * 4096;  // QKV, projection
+  const double flash = 4.0 * 32 * 128 * 8192.0 * 8192 / 2;                   // S and O, causal
+  EXPECT_DOUBLE_EQ(op.flops, gemms + flash);
+  op.kind = OpKind::AttnBwd;
+  fill_work(op);
+  EXPECT_DOUBLE_EQ(op.flops, 2 * gemms + 2.5 * flash);  // dgrad + wgrad; flash backward 2.5x
+}
+
+TEST(ModernModels, UnevenSplitOf126LayersOnPp8Vp8) {
+  const Scenario sc = core(
+      "num_layers: 126, hidden_size: 1024, num_attention_heads: 8, num_query_groups: 8, "
+      "seq_length: 1024, padded_vocab_size: 1024, swiglu: true",
+      "pipeline_model_parallel_size: 8, num_layers_per_virtual_pipeline_stage: 2, "
+      "account_for_embedding_in_pipeline_split: true, account_for_loss_in_pipeline_split: true, "
+      "micro_batch_size: 1, global_batch_size: 64",
+      8);
+  const ParallelConfig& p = sc.parallel;
+  // 126 + embedding + loss = 128 slots over 64 virtual stages: 2 each; the first holds the
+  // embedding and 1 layer, the last 1 layer and the loss.
+  ASSERT_EQ(p.virtual_pipeline_size, 8);
+  EXPECT_EQ(p.layers_of_virtual_stage(0), 1);
+  EXPECT_EQ(p.layers_of_virtual_stage(63), 1);
+  for (int v = 1; v < 63; ++v) EXPECT_EQ(p.layers_of_virtual_stage(v), 2) << v;
+  EXPECT_EQ(p.first_layer_of_virtual_stage(63), 125);
+  EXPECT_EQ(p.layers_of_stage(0), 15);  // chunk 0: 1 layer, chunks 1-7: 2 each
+  EXPECT_EQ(p.layers_of_stage(7), 15);
+  for (int s = 1; s < 7; ++s) EXPECT_EQ(p.layers_of_stage(s), 16);
+  // decoder_first / last: 30 layers, PP 4, first 6, last 6: the middle stages 9 each.
+  const Scenario d = core(
+      "num_layers: 30, hidden_size: 1024, num_attention_heads: 8, seq_length: 1024, "
+      "padded_vocab_size: 1024",
+      "pipeline_model_parallel_size: 4, decoder_first_pipeline_num_layers: 6, "
+      "decoder_last_pipeline_num_layers: 6, micro_batch_size: 1, global_batch_size: 8");
+  EXPECT_EQ(d.parallel.layers_of_stage(0), 6);
+  EXPECT_EQ(d.parallel.layers_of_stage(1), 9);
+  EXPECT_EQ(d.parallel.layers_of_stage(2), 9);
+  EXPECT_EQ(d.parallel.layers_of_stage(3), 6);
+}
+
+/// The first op of `kind` in the group kind `group` of a built (folded) graph.
+const OpDesc* find_op(const ScheduleGraph& g, OpKind kind, GroupKind group) {
+  for (const OpDesc& o : g.ops())
+    if (o.kind == kind && o.group == group) return &o;
+  return nullptr;
+}
+
+TEST(ModernModels, ContextParallelRingExchangeBytesAndGroups) {
+  Scenario sc = core(std::string(kLlama8b),
+                     "tensor_model_parallel_size: 8, context_parallel_size: 2, "
+                     "sequence_parallel: true, micro_batch_size: 1, global_batch_size: 4",
+                     2);
+  const SystemSpec& sys = find_system("dgx-h100");
+  BuildOptions opt;
+  opt.fold = true;
+  const ScheduleGraph g = build_schedule_graph(sc, sys, opt);
+  // Each of the 2 CP ranks holds K and V of s / cp = 4096 tokens for 8 / 8 = 1 group of 128:
+  // 2 x 4096 x 1 x 128 x 2 bytes = 2 MiB; the forward gathers cp of them, the backward moves
+  // them again and returns dK, dV (an all-reduce's traffic on the same buffer).
+  const OpDesc* fwd = find_op(g, OpKind::AllGather, GroupKind::Context);
+  const OpDesc* bwd = find_op(g, OpKind::AllReduce, GroupKind::Context);
+  ASSERT_NE(fwd, nullptr);
+  ASSERT_NE(bwd, nullptr);
+  EXPECT_EQ(fwd->bytes, 2LL * 2 * 4096 * 1 * 128 * 2);
+  EXPECT_EQ(fwd->group_size, 2);
+  EXPECT_EQ(bwd->bytes, fwd->bytes);
+  // Megatron's order tp -> cp -> dp -> pp: rank 0's CP peer is rank 8 (the next TP group).
+  for (const CommGroup& grp : g.groups())
+    if (grp.kind == GroupKind::Context && grp.ranks.front() == 0) EXPECT_EQ(grp.ranks[1], 8u);
+  // Activations follow the s / cp tokens: CP 2 keeps half of CP 1's attention block.
+  Scenario one = sc;
+  one.parallel.context_parallel_size = 1;
+  EXPECT_EQ(2 * layer_activation_bytes(sc).attn, layer_activation_bytes(one).attn);
+}
+
+TEST(ModernModels, MoeAllToAllBytesAndExpertGroups) {
+  const Scenario sc = core(
+      "num_layers: 4, hidden_size: 2048, num_attention_heads: 32, num_query_groups: 4, "
+      "kv_channels: 128, num_experts: 128, moe_router_topk: 8, moe_ffn_hidden_size: 768, "
+      "swiglu: true, seq_length: 4096, padded_vocab_size: 151936, attention_backend: flash",
+      "expert_model_parallel_size: 8, expert_tensor_parallel_size: 1, micro_batch_size: 2, "
+      "global_batch_size: 32",
+      2);
+  BuildOptions opt;
+  opt.fold = true;
+  const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+  const OpDesc* a2a = find_op(g, OpKind::AllToAll, GroupKind::Expert);
+  ASSERT_NE(a2a, nullptr);
+  // Each rank dispatches its 2 x 4096 tokens x top-8 copies of 2048 bf16 elements.
+  EXPECT_EQ(a2a->bytes, 2LL * 4096 * 8 * 2048 * 2);
+  EXPECT_EQ(a2a->group_size, 8);
+  // etp -> ep -> edp within the stage: with TP 1 and ETP 1 an EP group is 8 consecutive ranks.
+  for (const CommGroup& grp : g.groups())
+    if (grp.kind == GroupKind::Expert && grp.ranks.front() == 8)
+      EXPECT_EQ(grp.ranks.back(), 15u);
+  EXPECT_EQ(CostModel::ring_bytes_per_rank(OpKind::AllToAll, 800, 8), 700);
+}
+
+TEST(ModernModels, BadInputsNameFileFieldAndValue) {
+  ScratchDir dir("modern");
+  struct Case {
+    std::string model, parallel, system, expect;
+  };
+  const std::string base = "hidden_size: 1024, num_attention_heads: 16, seq_length: 1024, "
+                           "padded_vocab_size: 1024, num_layers: 4";
+  const Case cases[] = {
+      {base + ", num_query_groups: 3", "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "model.num_query_groups (3)"},
+      {base + ", num_query_groups: 4", "tensor_model_parallel_size: 8, micro_batch_size: 1, "
+       "global_batch_size: 8", "dgx-h100", "model.num_query_groups (4) is not divisible by"},
+      {base + ", num_experts: 4, moe_router_topk: 8", "micro_batch_size: 1, global_batch_size: 8",
+       "dgx-h100", "field 'model.moe_router_topk' = '8'"},
+      {base + ", num_experts: 6", "expert_model_parallel_size: 4, micro_batch_size: 1, "
+       "global_batch_size: 8", "dgx-h100", "model.num_experts (6) is not divisible by"},
+      {base + ", attention_backend: flash", "context_parallel_size: 2, micro_batch_size: 1, "
+       "global_batch_size: 8", "dgx-h100", ""},
+      {"hidden_size: 1024, num_attention_heads: 16, seq_length: 1026, padded_vocab_size: 1024, "
+       "num_layers: 4, attention_backend: flash",
+       "context_parallel_size: 2, micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "model.seq_length (1026) is not divisible by 2 x parallel.context_parallel_size (2)"},
+      {base, "fp8: hybrid, precision: bf16, micro_batch_size: 1, global_batch_size: 8",
+       "dgx-a100-80gb", "has no FP8 tensor cores"},
+      {base, "pipeline_model_parallel_size: 2, decoder_first_pipeline_num_layers: 9, "
+       "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "parallel.decoder_first_pipeline_num_layers (9)"}};
+  for (const Case& c : cases) {
+    const std::string path =
+        dir.write("s.yaml", "runtime: megatron-core\nmodel: {" + c.model + "}\nparallel: {" +
+                                c.parallel + "}\ncluster: {system: " + c.system + ", nodes: 1}\n");
+    try {
+      load_scenario(path);
+      if (!c.expect.empty()) ADD_FAILURE() << "accepted: " << c.model << " / " << c.parallel;
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(path), std::string::npos) << msg;
+      EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
+    }
+  }
+  // A Megatron-Core feature under the 2021 runtime.
+  const std::string path = dir.write(
+      "s.yaml", "model: {" + base + ", swiglu: true}\nparallel: {micro_batch_size: 1, "
+                "global_batch_size: 8}\ncluster: {system: dgx-h100, nodes: 1}\n");
+  try {
+    load_scenario(path);
+    ADD_FAILURE() << "swiglu accepted under megatron-2021";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.swiglu (true) needs `runtime: megatron-core`"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace trainsim
