@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/verbs.h"
+#include "models/hf_config.h"
 #include "models/scenario.h"
 
 namespace trainsim::cli {
@@ -81,6 +82,12 @@ int run(int argc, char** argv) {
   simulate->add_option("--memory-csv", sim.memory_csv, "write the memory timeline CSV");
   simulate->add_flag("--force", sim.force,
                      "simulate even when the estimated graph is above the size limits");
+
+  std::string hf_path;
+  CLI::App* import_hf = app.add_subcommand(
+      "import-hf", "print the scenario's model: section for a Hugging Face config.json");
+  import_hf->add_option("config", hf_path, "config.json (Llama, Qwen3, Qwen3-MoE, Mixtral, GPT-OSS)")
+      ->required();
 
   PlanArgs pln;
   std::vector<std::string> plan_sets;
@@ -154,6 +161,11 @@ int run(int argc, char** argv) {
   if (simulate->parsed()) {
     sim.overrides = to_overrides(sim_sets);
     return simulate_main(sim);
+  }
+  if (import_hf->parsed()) {
+    std::cout << "# imported from " << hf_path << " (trainsim import-hf); needs runtime: megatron-core\nmodel:\n";
+    for (const auto& [key, value] : import_hf_config(hf_path)) std::cout << "  " << key << ": " << value << "\n";
+    return 0;
   }
   if (plan->parsed()) {
     pln.overrides = to_overrides(plan_sets);

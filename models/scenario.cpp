@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "models/hardware.h"
+#include "models/hf_config.h"
 
 namespace trainsim {
 namespace {
@@ -1011,6 +1012,22 @@ void read_cluster_and_simulation(const Reader& r, Scenario& s) {
 
 }
 
+/// `model: {hf_config: path}`: the Hugging Face config's keys fill the model section where
+/// the scenario (or a --set) does not give them (models/hf_config.h). The path is relative to
+/// the scenario file.
+void import_hf_into(YAML::Node& root, const std::string& source) {
+  if (!root.IsMap() || !root["model"].IsMap()) return;
+  YAML::Node model = root["model"];
+  const YAML::Node ref = model["hf_config"];
+  if (!ref.IsDefined() || ref.IsNull()) return;
+  if (!ref.IsScalar())
+    throw InputError(source + ": field 'model.hf_config': expected the path of a config.json");
+  std::filesystem::path path(ref.Scalar());
+  if (path.is_relative()) path = std::filesystem::path(source).parent_path() / path;
+  for (const auto& [key, value] : import_hf_config(path.string()))
+    if (!model[key].IsDefined()) model[key] = YAML::Load(value);
+}
+
 }  // namespace
 
 Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
@@ -1021,6 +1038,7 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
     apply_override(root, key, value, source);
     override_map[key] = value;
   }
+  import_hf_into(root, source);
   const Reader r(root, source, override_map);
   check_keys(root, "", r);
 

@@ -11,6 +11,7 @@
 #include "models/flops.h"
 #include "models/graph_builder.h"
 #include "models/hardware.h"
+#include "models/hf_config.h"
 #include "models/memory_model.h"
 #include "models/scenario.h"
 #include "tests/support/paths.h"
@@ -257,6 +258,35 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(ModernModels, HuggingFaceConfigImportFillsTheModelSection) {
+  ScratchDir dir("hf");
+  const std::string cfg = test_support::source_path("scenarios/h100/hf/llama3-8b.config.json");
+  const std::string path = dir.write(
+      "s.yaml", "runtime: megatron-core\nmodel: {hf_config: " + cfg +
+                    ", seq_length: 8192}\nparallel: {micro_batch_size: 1, global_batch_size: 8}\n"
+                    "cluster: {system: dgx-h100, nodes: 1}\n");
+  const Scenario sc = load_scenario(path);
+  EXPECT_EQ(total_params(sc.model), 8030261248LL);  // the same shape as written by hand
+  EXPECT_EQ(sc.model.num_query_groups, 8);
+  EXPECT_TRUE(sc.model.swiglu);
+  EXPECT_EQ(sc.model.attention_backend, AttentionBackend::Flash);
+  // A key written in the scenario wins over the imported one.
+  EXPECT_EQ(load_scenario(path, {{"model.num_layers", "16"}}).model.num_layers, 16);
+  // Fields trainsim cannot express are errors naming the file, field and value.
+  const std::string bad = dir.write(
+      "bad.json", "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"num_hidden_layers\": 4}");
+  try {
+    import_hf_config(bad);
+    ADD_FAILURE() << "DeepSeek accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(bad + ": field 'architectures' = [\"DeepseekV3ForCausalLM\"]"),
+              std::string::npos) << e.what();
+  }
+  const std::string mla = dir.write(
+      "mla.json", "{\"architectures\": [\"LlamaForCausalLM\"], \"q_lora_rank\": 1536}");
+  EXPECT_THROW(import_hf_config(mla), InputError);
 }
 
 }  // namespace

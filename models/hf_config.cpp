@@ -1,0 +1,134 @@
+// Mapping (Hugging Face transformers config fields -> Megatron-Core arguments, as Megatron-
+// Bridge's model providers convert them):
+//   num_hidden_layers -> num_layers; hidden_size; num_attention_heads;
+//   num_key_value_heads -> num_query_groups (GQA when fewer than the heads);
+//   head_dim -> kv_channels (when given; else hidden / heads);
+//   intermediate_size -> ffn_hidden_size (Mixtral, GPT-OSS: the expert size, moe_ffn_hidden_size);
+//   hidden_act silu -> swiglu (these families' MLPs are gated SiLU); rms_norm_eps -> RMSNorm;
+//   rope_theta -> position_embedding_type rope; tie_word_embeddings false ->
+//   untie_embeddings_and_output_weights; attention_bias -> add_bias_linear;
+//   vocab_size -> padded_vocab_size, padded to a multiple of 128 (Megatron's
+//   --make-vocab-size-divisible-by default; the TP factor is the scenario's to add);
+//   attention_dropout; no hidden dropout in these families (hidden_dropout 0);
+//   num_experts / num_local_experts -> num_experts; num_experts_per_tok -> moe_router_topk;
+//   moe_intermediate_size -> moe_ffn_hidden_size; shared_expert_intermediate_size ->
+//   moe_shared_expert_intermediate_size; sliding_window with layer_types alternating
+//   sliding/full -> window_size, window_attn_skip_freq 2; attention_backend flash.
+// max_position_embeddings does not set seq_length (the run's sequence is the scenario's).
+#include "models/hf_config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "models/errors.h"
+#include "models/json_input.h"
+
+namespace trainsim {
+
+namespace {
+
+using json = nlohmann::json;
+
+[[noreturn]] void bad(const std::string& path, const std::string& field, const json& value,
+                      const std::string& what) {
+  throw InputError(path + ": field '" + field + "' = " + value.dump() + ": " + what);
+}
+
+std::int64_t need_int(const json& c, const std::string& path, const char* field) {
+  auto it = c.find(field);
+  if (it == c.end()) throw InputError(path + ": missing field '" + std::string(field) + "'");
+  if (!it->is_number_integer() || it->get<std::int64_t>() <= 0)
+    bad(path, field, *it, "expected a positive integer");
+  return it->get<std::int64_t>();
+}
+
+std::string text(bool b) { return b ? "true" : "false"; }
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> import_hf_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open the Hugging Face config (model.hf_config)");
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  const json c = parse_json_input(buf.str(), path);
+  if (!c.is_object()) throw InputError(path + ": a Hugging Face config.json is a JSON object");
+  const std::vector<std::string> known = {"LlamaForCausalLM", "Qwen3ForCausalLM",
+                                          "Qwen3MoeForCausalLM", "MixtralForCausalLM",
+                                          "GptOssForCausalLM"};
+  const json arch = c.value("architectures", json::array());
+  if (!arch.is_array() || arch.size() != 1 || !arch[0].is_string() ||
+      std::find(known.begin(), known.end(), arch[0].get<std::string>()) == known.end())
+    bad(path, "architectures", arch,
+        "trainsim imports LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+        "MixtralForCausalLM and GptOssForCausalLM");
+  const std::string a = arch[0].get<std::string>();
+  for (const char* mla : {"q_lora_rank", "kv_lora_rank"})
+    if (c.contains(mla) && !c[mla].is_null())
+      bad(path, mla, c[mla], "multi-head latent attention is not modelled");
+  if (c.value("hidden_act", std::string("silu")) != "silu")
+    bad(path, "hidden_act", c["hidden_act"], "only gated SiLU (SwiGLU) MLPs are imported");
+  if (c.contains("mlp_only_layers") && c["mlp_only_layers"].is_array() && !c["mlp_only_layers"].empty())
+    bad(path, "mlp_only_layers", c["mlp_only_layers"], "dense layers inside an MoE stack are not modelled");
+  if (c.contains("decoder_sparse_step") && c["decoder_sparse_step"] != 1)
+    bad(path, "decoder_sparse_step", c["decoder_sparse_step"], "only MoE on every layer is modelled");
+
+  std::vector<std::pair<std::string, std::string>> out;
+  auto put = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
+  const std::int64_t heads = need_int(c, path, "num_attention_heads");
+  put("num_layers", std::to_string(need_int(c, path, "num_hidden_layers")));
+  put("hidden_size", std::to_string(need_int(c, path, "hidden_size")));
+  put("num_attention_heads", std::to_string(heads));
+  if (c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()) {
+    const std::int64_t groups = need_int(c, path, "num_key_value_heads");
+    if (groups != heads) put("num_query_groups", std::to_string(groups));
+  }
+  if (c.contains("head_dim") && !c["head_dim"].is_null())
+    put("kv_channels", std::to_string(need_int(c, path, "head_dim")));
+  const std::int64_t ffn = need_int(c, path, "intermediate_size");
+  put("ffn_hidden_size", std::to_string(ffn));
+  put("swiglu", "true");
+  if (c.contains("rms_norm_eps")) put("normalization", "RMSNorm");
+  if (c.contains("rope_theta") || c.contains("rope_scaling")) put("position_embedding_type", "rope");
+  put("untie_embeddings_and_output_weights", text(!c.value("tie_word_embeddings", false)));
+  put("add_bias_linear", text(c.value("attention_bias", false)));
+  const std::int64_t vocab = need_int(c, path, "vocab_size");
+  put("padded_vocab_size", std::to_string((vocab + 127) / 128 * 128));
+  put("hidden_dropout", "0.0");
+  if (c.contains("attention_dropout") && c["attention_dropout"].is_number())
+    put("attention_dropout", c["attention_dropout"].dump());
+  put("attention_backend", "flash");
+  // Mixture of experts.
+  const char* experts_key = c.contains("num_experts") ? "num_experts" : "num_local_experts";
+  if (c.contains(experts_key) && !c[experts_key].is_null() && c[experts_key] != 0) {
+    put("num_experts", std::to_string(need_int(c, path, experts_key)));
+    put("moe_router_topk", std::to_string(need_int(c, path, "num_experts_per_tok")));
+    put("moe_ffn_hidden_size", std::to_string(c.contains("moe_intermediate_size")
+                                                  ? need_int(c, path, "moe_intermediate_size")
+                                                  : ffn));
+    if (c.contains("shared_expert_intermediate_size") && c["shared_expert_intermediate_size"] != 0)
+      put("moe_shared_expert_intermediate_size",
+          std::to_string(need_int(c, path, "shared_expert_intermediate_size")));
+    put("moe_grouped_gemm", "true");
+  }
+  // Sliding windows: on every layer (Mistral style) or alternating with full attention.
+  const bool sliding = c.contains("sliding_window") && c["sliding_window"].is_number_integer() &&
+                       c.value("use_sliding_window", a == "GptOssForCausalLM" || a == "MixtralForCausalLM");
+  if (sliding) {
+    put("window_size", std::to_string(c["sliding_window"].get<std::int64_t>()));
+    if (c.contains("layer_types") && c["layer_types"].is_array()) {
+      const json& t = c["layer_types"];
+      bool alternating = t.size() >= 2;
+      for (std::size_t i = 0; i < t.size(); ++i)
+        alternating = alternating && t[i] == (i % 2 == 0 ? "sliding_attention" : "full_attention");
+      if (!alternating)
+        bad(path, "layer_types", t, "only sliding/full alternation (or all sliding) is modelled");
+      put("window_attn_skip_freq", "2");
+    }
+  }
+  (void)a;
+  return out;
+}
+
+}  // namespace trainsim
