@@ -45,6 +45,40 @@ std::int64_t need_int(const json& c, const std::string& path, const char* field)
 
 std::string text(bool b) { return b ? "true" : "false"; }
 
+using Keys = std::vector<std::pair<std::string, std::string>>;
+
+/// num_experts / num_local_experts, top-k, expert and shared-expert sizes.
+void import_moe(const json& c, const std::string& path, std::int64_t ffn, Keys& out) {
+  auto put = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
+  const char* experts_key = c.contains("num_experts") ? "num_experts" : "num_local_experts";
+  if (!c.contains(experts_key) || c[experts_key].is_null() || c[experts_key] == 0) return;
+  put("num_experts", std::to_string(need_int(c, path, experts_key)));
+  put("moe_router_topk", std::to_string(need_int(c, path, "num_experts_per_tok")));
+  put("moe_ffn_hidden_size", std::to_string(c.contains("moe_intermediate_size")
+                                                ? need_int(c, path, "moe_intermediate_size")
+                                                : ffn));
+  if (c.contains("shared_expert_intermediate_size") && c["shared_expert_intermediate_size"] != 0)
+    put("moe_shared_expert_intermediate_size",
+        std::to_string(need_int(c, path, "shared_expert_intermediate_size")));
+  put("moe_grouped_gemm", "true");
+}
+
+/// Sliding windows: on every layer (Mistral style) or alternating with full attention.
+void import_windows(const json& c, const std::string& path, const std::string& a, Keys& out) {
+  const bool sliding = c.contains("sliding_window") && c["sliding_window"].is_number_integer() &&
+                       c.value("use_sliding_window", a == "GptOssForCausalLM" || a == "MixtralForCausalLM");
+  if (!sliding) return;
+  out.emplace_back("window_size", std::to_string(c["sliding_window"].get<std::int64_t>()));
+  if (!c.contains("layer_types") || !c["layer_types"].is_array()) return;
+  const json& t = c["layer_types"];
+  bool alternating = t.size() >= 2;
+  for (std::size_t i = 0; i < t.size(); ++i)
+    alternating = alternating && t[i] == (i % 2 == 0 ? "sliding_attention" : "full_attention");
+  if (!alternating)
+    bad(path, "layer_types", t, "only sliding/full alternation (or all sliding) is modelled");
+  out.emplace_back("window_attn_skip_freq", "2");
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> import_hf_config(const std::string& path) {
@@ -99,35 +133,8 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
   if (c.contains("attention_dropout") && c["attention_dropout"].is_number())
     put("attention_dropout", c["attention_dropout"].dump());
   put("attention_backend", "flash");
-  // Mixture of experts.
-  const char* experts_key = c.contains("num_experts") ? "num_experts" : "num_local_experts";
-  if (c.contains(experts_key) && !c[experts_key].is_null() && c[experts_key] != 0) {
-    put("num_experts", std::to_string(need_int(c, path, experts_key)));
-    put("moe_router_topk", std::to_string(need_int(c, path, "num_experts_per_tok")));
-    put("moe_ffn_hidden_size", std::to_string(c.contains("moe_intermediate_size")
-                                                  ? need_int(c, path, "moe_intermediate_size")
-                                                  : ffn));
-    if (c.contains("shared_expert_intermediate_size") && c["shared_expert_intermediate_size"] != 0)
-      put("moe_shared_expert_intermediate_size",
-          std::to_string(need_int(c, path, "shared_expert_intermediate_size")));
-    put("moe_grouped_gemm", "true");
-  }
-  // Sliding windows: on every layer (Mistral style) or alternating with full attention.
-  const bool sliding = c.contains("sliding_window") && c["sliding_window"].is_number_integer() &&
-                       c.value("use_sliding_window", a == "GptOssForCausalLM" || a == "MixtralForCausalLM");
-  if (sliding) {
-    put("window_size", std::to_string(c["sliding_window"].get<std::int64_t>()));
-    if (c.contains("layer_types") && c["layer_types"].is_array()) {
-      const json& t = c["layer_types"];
-      bool alternating = t.size() >= 2;
-      for (std::size_t i = 0; i < t.size(); ++i)
-        alternating = alternating && t[i] == (i % 2 == 0 ? "sliding_attention" : "full_attention");
-      if (!alternating)
-        bad(path, "layer_types", t, "only sliding/full alternation (or all sliding) is modelled");
-      put("window_attn_skip_freq", "2");
-    }
-  }
-  (void)a;
+  import_moe(c, path, ffn, out);
+  import_windows(c, path, a, out);
   return out;
 }
 
