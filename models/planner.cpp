@@ -295,6 +295,8 @@ std::string describe(std::int64_t tp, std::int64_t pp, std::int64_t cp, std::int
 std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Scenario& base) {
   std::vector<PlanCandidate> out;
   const std::int64_t gpus = plan.max_gpus, gpn = base.cluster.gpus_per_node;
+  const bool flash_attention = base.runtime == Runtime::MegatronCore &&
+                               base.model.attention_backend != AttentionBackend::Unfused;
   const std::vector<bool> offload_choices =
       plan.allow_offload ? std::vector<bool>{false, true} : std::vector<bool>{false};
   for (std::int64_t tp : plan.tensor_model_parallel_size)
@@ -309,6 +311,9 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                     for (bool distopt : plan.use_distributed_optimizer)
                       for (bool offload : offload_choices) {
                         if (offload && zero == 0) continue;  // DeepSpeed offloads ZeRO states
+                        // With fused/flash attention selective recomputation recomputes
+                        // nothing (models/builder/pipeline_pass.cpp): the same run as none.
+                        if (rc == Recompute::Selective && flash_attention) continue;
                         PlanCandidate c;
                         c.index = out.size();
                         const std::int64_t dp =

@@ -64,6 +64,19 @@ TEST(PlannerEnumeration, DefaultsCoverPowersOfTwoTpAndEveryPipelineDivisor) {
   EXPECT_EQ(enumerate_candidates(plan, base).size(), 4u * 6 * 4 * 3 * 2);
 }
 
+TEST(PlannerEnumeration, FlashAttentionDropsSelectiveRecomputationAsARepeatOfNone) {
+  ScratchDir dir("plan");
+  const std::string path = dir.write(
+      "s.yaml", "name: plan_test\nruntime: megatron-core\nmodel: {num_layers: 8, hidden_size: 256, "
+                "num_attention_heads: 8, seq_length: 128, padded_vocab_size: 1024, "
+                "attention_backend: flash}\nparallel: {micro_batch_size: 1, global_batch_size: 16}\n"
+                "cluster: {system: dgx-h100, nodes: 1}\nplan: {tensor_model_parallel_size: [1, 2], "
+                "pipeline_model_parallel_size: [1, 2], micro_batch_size: [1], zero_stage: [0]}\n");
+  const Scenario base = load_scenario(path);
+  // 2 TP x 2 PP x {none, full}: selective would rebuild the same graph as none.
+  EXPECT_EQ(enumerate_candidates(load_plan_config(path, base), base).size(), 8u);
+}
+
 TEST(PlannerReducedGraph, MicrobatchesReachTheFullRunsWarmUp) {
   ParallelConfig p;
   p.pipeline_model_parallel_size = 4;
