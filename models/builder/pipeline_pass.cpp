@@ -72,20 +72,29 @@ std::uint32_t cp_exchange_op(GraphBuild& b, bool backward) {
   return b.graph.add_op(o);
 }
 
-/// The MoE token dispatch (and combine) all-to-all over the expert-parallel group: each rank
-/// sends its T k token copies (T = b s / (cp t) with sequence parallelism, times the
-/// imbalance factor), h elements each.
-std::uint32_t moe_all_to_all_op(GraphBuild& b) {
+/// The MoE token dispatch or combine over the expert-parallel group (T = b s / (cp t) tokens
+/// per rank with sequence parallelism, h elements each):
+///  - alltoall dispatcher (MoEAlltoAllTokenDispatcher): an all-to-all of the T k token copies
+///    each rank sends (times the imbalance factor), both ways;
+///  - allgather dispatcher (MoEAllGatherTokenDispatcher): every rank gathers the EP group's
+///    tokens (an all-gather of EP x T tokens) and the combine reduce-scatters the outputs back.
+std::uint32_t moe_exchange_op(GraphBuild& b, bool combine) {
   const Scenario& sc = b.scenario;
   const ModelDims& d = b.dims;
   const std::int64_t tokens = d.b * d.s / d.cp / (d.sp ? d.t : 1);
+  const std::int64_t ep = sc.parallel.expert_model_parallel_size;
   OpDesc o;
-  o.kind = OpKind::AllToAll;
   o.precision = d.precision;
   o.group = GroupKind::Expert;
-  o.bytes = std::int64_t(double(tokens * sc.model.moe_router_topk * d.h * d.e) *
-                         sc.model.moe_token_imbalance_factor);
-  o.group_size = sc.parallel.expert_model_parallel_size;
+  o.group_size = ep;
+  if (sc.model.moe_token_dispatcher_type == MoeDispatcher::AllGather) {
+    o.kind = combine ? OpKind::ReduceScatter : OpKind::AllGather;
+    o.bytes = ep * tokens * d.h * d.e;
+  } else {
+    o.kind = OpKind::AllToAll;
+    o.bytes = std::int64_t(double(tokens * sc.model.moe_router_topk * d.h * d.e) *
+                           sc.model.moe_token_imbalance_factor);
+  }
   return b.graph.add_op(o);
 }
 
@@ -111,8 +120,10 @@ ComputeOps add_compute_ops(GraphBuild& b) {
     ops.attn_fwd_full = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::AttnFwd, true));
     ops.attn_bwd_full = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::AttnBwd, true));
   }
-  if (b.scenario.model.is_moe() && b.scenario.parallel.expert_model_parallel_size > 1)
-    ops.moe_a2a = moe_all_to_all_op(b);
+  if (b.scenario.model.is_moe() && b.scenario.parallel.expert_model_parallel_size > 1) {
+    ops.moe_dispatch = moe_exchange_op(b, false);
+    ops.moe_combine = moe_exchange_op(b, true);
+  }
   return ops;
 }
 
@@ -238,26 +249,29 @@ class RankProgram {
     const std::int64_t freq = ctx_.scenario().model.window_attn_skip_freq;
     return freq > 0 && (l + 1) % freq == 0;
   }
-  /// The MoE layer's dispatch or combine all-to-all on the compute path (Megatron-Core's
-  /// alltoall dispatcher waits for it).
-  void moe_all_to_all(Phase phase, const StepAt& s, std::int64_t l) {
+  /// The MoE layer's dispatch (`second` false) or combine on the compute path (Megatron-Core's
+  /// token dispatchers wait for them). The backward runs the adjoints in reverse: first the
+  /// combine's (a reduce-scatter's adjoint is an all-gather: the dispatch op), then the
+  /// dispatch's (the combine op); an all-to-all is its own adjoint.
+  void moe_exchange(Phase phase, const StepAt& s, std::int64_t l, bool second) {
     if (ctx_.ep_group == kNone) return;
-    ctx_.last_compute = ctx_.collective(ops_.moe_a2a, ctx_.ep_group, StreamId::TpComm, phase,
-                                        Part::Mlp, s.mb, std::uint16_t(l), ctx_.last_compute);
+    ctx_.last_compute = ctx_.collective(second ? ops_.moe_combine : ops_.moe_dispatch,
+                                        ctx_.ep_group, StreamId::TpComm, phase, Part::Mlp, s.mb,
+                                        std::uint16_t(l), ctx_.last_compute);
   }
   void layer_forward(Phase phase, const StepAt& s, std::int64_t l,
                      std::initializer_list<MemEffect> attn, std::initializer_list<MemEffect> mlp) {
     block(full_attention(l) ? ops_.attn_fwd_full : ops_.attn_fwd, phase, Part::Attn, s, l, true,
           false, attn);
-    moe_all_to_all(phase, s, l);  // dispatch
+    moe_exchange(phase, s, l, false);  // dispatch
     block(ops_.mlp_fwd, phase, Part::Mlp, s, l, false, true, mlp);
-    moe_all_to_all(phase, s, l);  // combine
+    moe_exchange(phase, s, l, true);  // combine
   }
   void layer_backward(const StepAt& s, std::int64_t l, std::initializer_list<MemEffect> mlp,
                       std::initializer_list<MemEffect> attn) {
-    moe_all_to_all(Phase::Backward, s, l);  // the combine's gradient
+    moe_exchange(Phase::Backward, s, l, false);  // the combine's adjoint
     block(ops_.mlp_bwd, Phase::Backward, Part::Mlp, s, l, true, false, mlp);
-    moe_all_to_all(Phase::Backward, s, l);  // the dispatch's gradient
+    moe_exchange(Phase::Backward, s, l, true);  // the dispatch's adjoint
     block(full_attention(l) ? ops_.attn_bwd_full : ops_.attn_bwd, Phase::Backward, Part::Attn, s,
           l, false, true, attn);
   }

@@ -25,7 +25,7 @@ struct ComputeOps {
   std::uint32_t embed_fwd = 0, embed_bwd = 0, logits_fwd = 0, logits_bwd = 0;
   std::uint32_t cp_fwd = 0, cp_bwd = 0;  ///< context-parallel KV exchanges (cp > 1)
   std::uint32_t attn_fwd_full = 0, attn_bwd_full = 0;  ///< full attention (window models)
-  std::uint32_t moe_a2a = 0;  ///< MoE dispatch / combine all-to-all (EP > 1)
+  std::uint32_t moe_dispatch = 0, moe_combine = 0;  ///< MoE token exchanges (EP > 1)
 };
 
 class PipelinePass {

@@ -204,6 +204,18 @@ TEST(ModernModels, MoeAllToAllBytesAndExpertGroups) {
     if (grp.kind == GroupKind::Expert && grp.ranks.front() == 8)
       EXPECT_EQ(grp.ranks.back(), 15u);
   EXPECT_EQ(CostModel::ring_bytes_per_rank(OpKind::AllToAll, 800, 8), 700);
+  // The allgather dispatcher gathers the EP group's 8 x 2 x 4096 tokens (not their copies)
+  // and reduce-scatters the outputs back.
+  Scenario ag = sc;
+  ag.model.moe_token_dispatcher_type = MoeDispatcher::AllGather;
+  const ScheduleGraph g2 = build_schedule_graph(ag, find_system("dgx-h100"), opt);
+  const OpDesc* gather = find_op(g2, OpKind::AllGather, GroupKind::Expert);
+  const OpDesc* scatter = find_op(g2, OpKind::ReduceScatter, GroupKind::Expert);
+  ASSERT_NE(gather, nullptr);
+  ASSERT_NE(scatter, nullptr);
+  EXPECT_EQ(gather->bytes, 8LL * 2 * 4096 * 2048 * 2);
+  EXPECT_EQ(scatter->bytes, gather->bytes);
+  EXPECT_EQ(find_op(g2, OpKind::AllToAll, GroupKind::Expert), nullptr);
 }
 
 TEST(ModernModels, BadInputsNameFileFieldAndValue) {
