@@ -33,7 +33,11 @@ ModelFeatures model_features(const Scenario& sc) {
   f.hidden_dropout = m.hidden_dropout > 0;
   f.attention_dropout = m.attention_dropout > 0;
   f.attention = static_cast<std::uint8_t>(m.attention_backend);
-  f.fp8 = p.fp8 == Fp8Format::None ? 0 : p.fp8_recipe == Fp8Recipe::Tensorwise ? 2 : 1;
+  // Current (tensorwise) and blockwise scaling compute their scales from the tensor itself: one
+  // amax pass before each cast; delayed scaling reuses the amax history.
+  f.fp8 = p.fp8 == Fp8Format::None                                                   ? 0
+          : p.fp8_recipe == Fp8Recipe::Tensorwise || p.fp8_recipe == Fp8Recipe::Blockwise ? 2
+                                                                                       : 1;
   f.cp = p.context_parallel_size;
   f.microbatches = p.fp8 == Fp8Format::None ? 1 : p.num_microbatches;
   return f;

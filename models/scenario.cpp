@@ -1393,6 +1393,16 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
   if (cp > 1 && m.attention_backend == AttentionBackend::Unfused)
     fail(cps + " needs model.attention_backend flash or fused (Megatron-Core runs context "
                "parallelism inside Transformer Engine's fused attention)");
+  if (m.window_size > 0 && m.attention_backend == AttentionBackend::Unfused)
+    fail(kv("model.window_size", m.window_size) + " needs model.attention_backend flash or fused "
+         "(sliding-window attention runs in Transformer Engine's fused kernels)");
+  if (m.is_moe() && etp > 1)
+    fail(kv("parallel.expert_tensor_parallel_size", etp) +
+         ": expert tensor parallelism (its collectives inside the experts) is not modelled yet; "
+         "set parallel.expert_tensor_parallel_size: 1");
+  if (p.fp8_recipe == Fp8Recipe::Mxfp8 && p.fp8 != Fp8Format::None)
+    fail("parallel.fp8_recipe (mxfp8) needs Blackwell tensor cores (MXFP8 block scaling); the "
+         "catalog's systems are A100 and H100");
   if (cp > 1 && s.zero.stage > 0)
     fail(cps + " with deepspeed.zero_optimization.stage " + std::to_string(s.zero.stage) +
          ": context parallelism is Megatron-Core's; use its distributed optimizer instead");

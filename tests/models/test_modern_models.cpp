@@ -244,7 +244,14 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
        "dgx-a100-80gb", "has no FP8 tensor cores"},
       {base, "pipeline_model_parallel_size: 2, decoder_first_pipeline_num_layers: 9, "
        "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
-       "parallel.decoder_first_pipeline_num_layers (9)"}};
+       "parallel.decoder_first_pipeline_num_layers (9)"},
+      {base + ", window_size: 128", "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "model.window_size (128) needs model.attention_backend flash or fused"},
+      {base + ", num_experts: 8", "expert_tensor_parallel_size: 2, tensor_model_parallel_size: 2, "
+       "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "parallel.expert_tensor_parallel_size (2): expert tensor parallelism"},
+      {base, "fp8: e4m3, fp8_recipe: mxfp8, precision: bf16, micro_batch_size: 1, "
+       "global_batch_size: 8", "dgx-h100", "parallel.fp8_recipe (mxfp8) needs Blackwell"}};
   for (const Case& c : cases) {
     const std::string path =
         dir.write("s.yaml", "runtime: megatron-core\nmodel: {" + c.model + "}\nparallel: {" +
