@@ -225,6 +225,29 @@ double CostModel::collective_latency_s(OpKind kind, std::int64_t group_size,
   return profile_.nccl_launch_latency_s + steps * step_s;
 }
 
+NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ranks,
+                                      std::int64_t nodes) const {
+  NcclGroup g;
+  g.kind = kind;
+  g.ranks = ranks;
+  g.nodes = nodes;
+  g.compute_capability = system_.gpu.compute_capability;
+  g.amd_cpu = system_.amd_cpu;
+  g.net_overhead_s = system_.nccl_net_overhead_s;
+  // The bus bandwidth the simulated links give a Simple ring (sim/platform.cpp scales the
+  // same nominal figures by the same efficiencies): NVLink inside a node; across nodes also
+  // the GPU's own NIC, reached through its PCIe switch.
+  const double nvlink = system_.gpu.nvlink_bw_bytes_per_s * nvlink_efficiency();
+  const double nic =
+      std::min(system_.nic_bw_bytes_per_s * network_efficiency(),
+               system_.gpu.pcie_bw_bytes_per_s * std::max(kPcieLinkEfficiency, pcie_efficiency()));
+  g.bus_bw_bytes_per_s = nodes > 1 ? std::min(nvlink, nic) : nvlink;
+  g.simple_base_latency_s = profile_.nccl_launch_latency_s;
+  g.simple_nvlink_step_s = profile_.nccl_step_latency_intra_node_s;
+  g.simple_net_step_s = profile_.nccl_step_latency_inter_node_s;
+  return nccl_choose(g, bytes);
+}
+
 double CostModel::collective_time_s(OpKind kind, double bytes, std::int64_t group_size,
                                     double link_bw_bytes_per_s, bool intra_node) const {
   require_positive(link_bw_bytes_per_s, "link_bw_bytes_per_s");

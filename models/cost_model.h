@@ -13,6 +13,7 @@
 #include "models/calibration.h"
 #include "models/flops.h"
 #include "models/hardware.h"
+#include "models/nccl_model.h"
 #include "models/ops.h"
 
 namespace trainsim {
@@ -35,6 +36,11 @@ class CostModel {
   /// Fixed software + synchronization latency of one collective of `group_size` ranks of the
   /// given kind (ring: 2(n-1) steps x per-step latency), added to the flow time.
   double collective_latency_s(OpKind kind, std::int64_t group_size, bool intra_node) const;
+  /// NCCL's algorithm, protocol and latency for an all-reduce / reduce-scatter / all-gather of
+  /// `bytes` over `ranks` GPUs on `nodes` nodes (models/nccl_model.h), with the bus bandwidth
+  /// of the simulated links.
+  NcclChoice nccl_collective(OpKind kind, double bytes, std::int64_t ranks,
+                             std::int64_t nodes) const;
   /// Bytes each rank sends in a ring implementation of the collective (nccl-tests
   /// doc/PERFORMANCE.md): all-reduce 2(n-1)/n * S, reduce-scatter and all-gather (n-1)/n * S.
   static double ring_bytes_per_rank(OpKind kind, double bytes, std::int64_t group_size);

@@ -36,6 +36,7 @@ GpuSpec a100(double hbm_bytes, double hbm_bw_bytes_per_s, const char* name) {
   // x 2 directions); per direction = 600 / 2.
   g.nvlink_bw_bytes_per_s = 600e9 / 2;
   g.pcie_bw_bytes_per_s = kPcieGen4x16_bytes_per_s;  // A100 SXM: PCIe Gen4 x16
+  g.compute_capability = 80;  // sm_80
   return g;
 }
 
@@ -54,6 +55,8 @@ SystemSpec dgx_a100(const std::string& name, GpuSpec gpu, double host_memory_byt
   s.pcie_uplink_bw_bytes_per_s = kPcieGen4x16_bytes_per_s;
   s.cpu_sockets = 2;
   s.cpu_cores = 128;  // 2x EPYC 7742, 64 cores each
+  s.amd_cpu = true;
+  s.nccl_net_overhead_s = 2e-6;  // NVIDIA/nccl v2.29.7 src/graph/tuning.cc getNetOverhead (AMD)
   s.host_memory_bytes = host_memory_bytes;
   // Selene (SC'21 Sec. 5): 3-level (leaf/spine/core) fat tree of HDR switches; Mellanox
   // Quantum QM8700 HDR switch: 40 ports of 200 Gb/s, 130 ns port-to-port (datasheet).
@@ -83,6 +86,7 @@ SystemSpec dgx_h100() {
   g.hbm_bw_bytes_per_s = 3350e9;
   g.nvlink_bw_bytes_per_s = 900e9 / 2;
   g.pcie_bw_bytes_per_s = kPcieGen5x16_bytes_per_s;
+  g.compute_capability = 90;  // sm_90
 
   SystemSpec s;
   s.name = "dgx-h100";
@@ -98,6 +102,8 @@ SystemSpec dgx_h100() {
   s.pcie_uplink_bw_bytes_per_s = kPcieGen5x16_bytes_per_s;
   s.cpu_sockets = 2;
   s.cpu_cores = 112;
+  s.amd_cpu = false;
+  s.nccl_net_overhead_s = 1e-6;  // NVIDIA/nccl v2.29.7 src/graph/tuning.cc getNetOverhead (Intel)
   s.host_memory_bytes = 2 * kTiB;
   // NVIDIA Quantum-2 QM9700 NDR switch: 64 ports of 400 Gb/s. Its datasheet gives no
   // latency; we assume the HDR figure (130 ns port-to-port), an estimate to calibrate.

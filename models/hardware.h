@@ -17,7 +17,17 @@ struct GpuSpec {
   double hbm_bw_bytes_per_s = 0;        ///< HBM bandwidth
   double nvlink_bw_bytes_per_s = 0;     ///< NVLink per GPU, per direction (datasheet total / 2)
   double pcie_bw_bytes_per_s = 0;       ///< PCIe per direction (x16 link)
+  int compute_capability = 0;           ///< x10 (A100 80, H100 90): NCCL's per-generation tables
 };
+
+/// Share of a PCIe link's signalling rate that carries data for large DMA transfers: each
+/// transaction-layer packet of 256 bytes (the max payload size of DGX root ports and
+/// switches) travels with 26 bytes of framing (4), sequence number (2), 4-DW header (16) and
+/// LCRC (4) (PCI Express Base Specification 3.0+, Sec. 2 and 4.2.2): 256 / 282 = 0.908. The
+/// GPU's and the NIC's own links to their PCIe switch run at this (GPUDirect RDMA never
+/// touches the host); host copies are further limited by the switch uplink to the CPU at the
+/// profile's measured pcie_efficiency.
+constexpr double kPcieLinkEfficiency = 256.0 / 282.0;
 
 /// One DGX-style node: GPUs on an NVSwitch, a PCIe tree to the host CPUs and compute NICs,
 /// and the fabric between nodes.
@@ -31,6 +41,9 @@ struct SystemSpec {
   double pcie_uplink_bw_bytes_per_s = 0;  ///< PCIe switch -> CPU socket uplink, per direction
   int cpu_sockets = 2;
   int cpu_cores = 0;                  ///< physical cores in the node
+  bool amd_cpu = false;               ///< host CPU vendor AMD (NCCL tuning: LL caps, overhead)
+  /// NCCL's network post overhead per ring step (tuning.cc getNetOverhead: Intel 1 us, AMD 2 us).
+  double nccl_net_overhead_s = 0;
   double host_memory_bytes = 0;
   int fat_tree_levels = 3;            ///< leaf / spine / core (Selene: 3 levels)
   int switch_radix = 40;              ///< ports per IB switch (HDR QM8700: 40, NDR QM9700: 64)

@@ -283,7 +283,19 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
         c.src = me;
         c.dst = Endpoint::gpu(succ_r);
         plat.route(me, c.dst);
-        c.latency_s = cost.collective_latency_s(op.kind, size, intra_node);
+        if (op.kind == OpKind::AllToAll) {
+          c.latency_s = cost.collective_latency_s(op.kind, size, intra_node);
+        } else {
+          // NCCL's algorithm and protocol for this size and group (models/nccl_model.h): its
+          // latency, and the protocol's wire format on the links (LL and LL128 carry flags
+          // with the data). A tree all-reduce moves as many bytes per NIC as the ring (2S
+          // per node, up and down the two binary trees), so the ring's flows carry it too.
+          const NcclChoice nccl = cost.nccl_collective(op.kind, double(op.bytes), size,
+                                                       std::int64_t(by_node.size()));
+          c.latency_s = nccl.latency_s;
+          c.bytes = std::uint64_t(std::llround(double(c.bytes) * nccl.wire_factor));
+          c.rail_bytes = std::uint64_t(std::llround(double(c.rail_bytes) * nccl.wire_factor));
+        }
         const std::uint32_t stream = std::uint32_t(t.stream);
         if (simulated(succ_r)) c.mb_out = mailbox(1, t.group, stream, succ_r);
         else c.flow = true;

@@ -47,7 +47,9 @@ PlatformModel::PlatformModel(const SystemSpec& system, std::int64_t nodes,
   // Achieved bandwidths: nominal link rate x the fraction NCCL / cudaMemcpy reach
   // (CostModel::*_efficiency, from the calibration profile).
   nvlink_bw_ = system.gpu.nvlink_bw_bytes_per_s * cost.nvlink_efficiency();
-  pcie_bw_ = system.gpu.pcie_bw_bytes_per_s * cost.pcie_efficiency();
+  // The GPU's and the NIC's own PCIe links at the link-level data rate (GPUDirect RDMA and
+  // device DMA); the uplink to the CPU at the measured host-copy rate (kPcieLinkEfficiency).
+  pcie_bw_ = system.gpu.pcie_bw_bytes_per_s * std::max(kPcieLinkEfficiency, cost.pcie_efficiency());
   uplink_bw_ = system.pcie_uplink_bw_bytes_per_s * cost.pcie_efficiency();
   // Switch ports run at the NIC rate (same InfiniBand generation: HDR QM8700 for HDR NICs).
   net_bw_ = system.nic_bw_bytes_per_s * cost.network_efficiency();

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -176,12 +177,27 @@ TEST(ClosedForm, TwoGpuDataParallelIsComputePlusRingAllReducePlusStep) {
   const std::int64_t full_buckets = kParams / bucket, rest = kParams % bucket;
   ASSERT_EQ(full_buckets, 3);  // 3,454,464 parameters
   // Ring all-reduce over NVLink: A100 NVLink 3 = 600 GB/s total, 300 GB/s per direction
-  // (hardware.md), at the calibrated NCCL efficiency; NCCL latency: launch + 2(n-1) ring steps.
+  // (hardware.md), at the calibrated NCCL efficiency. NCCL picks the protocol with the least
+  // predicted time (NVIDIA/nccl v2.29.7 src/graph/tuning.cc, one node, ring, n = 2):
+  //   LL      latency 6.6 + 2(n-1) x 0.6 us, bus bandwidth min(87.7 GB/s, bw / 2)
+  //   LL128   latency 14.0 + 2(n-1) x 1.9 us, bus bandwidth 0.92 bw
+  //   Simple  latency 8.4 + 2(n-1) x 3.4 us, bus bandwidth bw
+  // (algorithm bandwidth = bus bandwidth x n / 2(n-1)); the bytes then cross the link in the
+  // protocol's wire format: LL sends 16 bytes per 8 of data, LL128 128 per 120.
   const double bw = 300e9 * profile.nvlink_efficiency;
-  const double latency =
-      profile.nccl_launch_latency_s + 2 * (n - 1) * profile.nccl_step_latency_intra_node_s;
   auto allreduce_s = [&](std::int64_t params) {
-    return latency + 2 * (n - 1) / n * double(params * 2) / bw;
+    const double bytes = double(params * 2);
+    struct Proto { double latency_s, bus_bw, wire; };
+    const Proto protos[] = {{(6.6 + 2 * (n - 1) * 0.6) * 1e-6, std::min(87.7e9, bw / 2), 2.0},
+                            {(14.0 + 2 * (n - 1) * 1.9) * 1e-6, 0.92 * bw, 128.0 / 120.0},
+                            {(8.4 + 2 * (n - 1) * 3.4) * 1e-6, bw, 1.0}};
+    const Proto* best = nullptr;
+    double best_s = 1e30;
+    for (const Proto& p : protos) {
+      const double t = p.latency_s + bytes / (p.bus_bw * n / (2 * (n - 1)));
+      if (t < best_s) best_s = t, best = &p;
+    }
+    return best->latency_s + best->wire * 2 * (n - 1) / n * bytes / bw;
   };
   const double dp_s = full_buckets * allreduce_s(bucket) + (rest > 0 ? allreduce_s(rest) : 0);
   const double compute_s = m * microbatch_compute_s(cost);

@@ -1,0 +1,143 @@
+// NCCL's tuning model, v2.29.7-1 (src/graph/tuning.cc). Every constant below is that file's,
+// named as it names them; see nccl_model.h for what is and is not modelled.
+#include "models/nccl_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace trainsim {
+namespace {
+
+constexpr double kUs = 1e-6;
+constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
+constexpr int kTree = 0, kRing = 1;
+
+// ncclTunerConstantsDefaults.baseLatencies [Tree, Ring][LL, LL128, Simple], us.
+constexpr double kBaseLat[2][3] = {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}};
+// hwLatencies[NVLINK] and [NET], [Tree, Ring][LL, LL128, Simple], us per step.
+constexpr double kNvlinkLat[2][3] = {{0.6, 1.25, 4.0}, {0.6, 1.9, 3.4}};
+constexpr double kNetLat[2][3] = {{5.0, 8.5, 14.0}, {2.7, 4.0, 14.0}};
+// llMaxBws [Volta or Intel host, Ampere or AMD host, Hopper][1 node, 2 nodes, > 2 nodes], GB/s.
+constexpr double kLlMaxBw[3][3] = {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}};
+// treeCorrectionFactor[protocol][log2(bytes / 64)], all-reduce on the tree.
+constexpr double kTreeCorrection[3][24] = {
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0,
+     1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0,
+     1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9,
+     .9}};
+
+int log2i(double x) { return x < 1 ? -1 : static_cast<int>(std::floor(std::log2(x))); }
+
+/// Per-step latency on NVLink and on the network, Simple ring from the profile.
+double nvlink_step_s(const NcclGroup& g, int a, int p) {
+  return (a == kRing && p == kSimple) ? g.simple_nvlink_step_s : kNvlinkLat[a][p] * kUs;
+}
+double net_step_s(const NcclGroup& g, int a, int p) {
+  return (a == kRing && p == kSimple) ? g.simple_net_step_s : kNetLat[a][p] * kUs;
+}
+double base_s(const NcclGroup& g, int a, int p) {
+  return (a == kRing && p == kSimple) ? g.simple_base_latency_s : kBaseLat[a][p] * kUs;
+}
+
+double ring_latency_s(const NcclGroup& g, int p) {
+  const double n = double(g.ranks), nodes = double(g.nodes);
+  const bool all_reduce = g.kind == OpKind::AllReduce;
+  const double nsteps = all_reduce ? 2 * (n - 1) : n - 1;
+  const double ppn = n / nodes;
+  double intra = nvlink_step_s(g, kRing, p);
+  // "With ppn=1 latencies are fully exposed, use the Tree network latency".
+  const double inter = ppn == 1 ? net_step_s(g, kTree, p) : net_step_s(g, kRing, p);
+  double inter_steps = 0;
+  if (g.nodes > 1) {
+    // "Inter-node rings still have to launch nsteps * net overhead" (x3 for Simple).
+    intra = std::max(intra, g.net_overhead_s * (p == kSimple ? 3 : 1));
+    inter_steps = all_reduce ? 2 * (nodes - 1) : nodes - 1;
+  }
+  return base_s(g, kRing, p) + (nsteps - inter_steps) * intra + inter_steps * inter;
+}
+
+double tree_latency_s(const NcclGroup& g, int p) {
+  const double ppn = double(g.ranks) / double(g.nodes);
+  return base_s(g, kTree, p) +
+         2 * ((ppn - 1) * nvlink_step_s(g, kTree, p) + log2i(double(g.nodes)) * net_step_s(g, kTree, p));
+}
+
+/// NCCL's bus bandwidth of the pair in GB/s (ncclTopoTuneModel's "model refinements").
+double bus_bw_gbs(const NcclGroup& g, int a, int p) {
+  const double bw = g.bus_bw_bytes_per_s / 1e9;
+  const int cc = g.compute_capability >= 90 ? 2 : g.compute_capability >= 80 ? 1 : 0;
+  const int index1 = g.nodes == 1 ? cc : (g.amd_cpu ? 1 : 0);
+  const int index2 = g.nodes <= 2 ? int(g.nodes) - 1 : 2;
+  const double ll_max = kLlMaxBw[index1][index2];
+  if (a == kRing) {
+    if (p == kLL) return std::min(ll_max, bw * .5);
+    if (p == kLL128) return bw * 0.92;
+    return bw;
+  }
+  double bus = bw * .92;  // tree all-reduce
+  if (p == kLL) bus = std::min(bus / 3.8, ll_max);
+  if (p == kLL128) bus *= g.nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0;
+  return bus;
+}
+
+}  // namespace
+
+const char* to_string(NcclAlgo a) { return a == NcclAlgo::Ring ? "ring" : "tree"; }
+const char* to_string(NcclProto p) {
+  return p == NcclProto::LL ? "LL" : p == NcclProto::LL128 ? "LL128" : "Simple";
+}
+
+double nccl_predicted_time_s(const NcclGroup& g, NcclAlgo algo, NcclProto proto, double bytes,
+                             double* latency_s, double* bus_bw) {
+  if (g.kind != OpKind::AllReduce && g.kind != OpKind::ReduceScatter &&
+      g.kind != OpKind::AllGather)
+    throw std::logic_error(std::string("nccl_predicted_time_s: not a collective NCCL tunes: ") +
+                           to_string(g.kind));
+  if (g.ranks < 2 || g.nodes < 1 || g.ranks < g.nodes || !(g.bus_bw_bytes_per_s > 0) || bytes < 0)
+    throw std::logic_error("nccl_predicted_time_s: bad group (ranks " + std::to_string(g.ranks) +
+                           ", nodes " + std::to_string(g.nodes) + ")");
+  const int a = algo == NcclAlgo::Ring ? kRing : kTree;
+  const int p = proto == NcclProto::LL ? kLL : proto == NcclProto::LL128 ? kLL128 : kSimple;
+  // The tree serves all-reduce only; NCCL enables it across nodes (inside one node the ring
+  // and, on H100, NVLS serve; trainsim does not offer the single-node chain).
+  if (a == kTree && (g.kind != OpKind::AllReduce || g.nodes < 2)) return -1;
+  const double lat = a == kRing ? ring_latency_s(g, p) : tree_latency_s(g, p);
+  double bus = bus_bw_gbs(g, a, p);
+  // Bus bandwidth -> algorithm bandwidth: ring n / nsteps, tree 1/2.
+  const double n = double(g.ranks);
+  const double nsteps = g.kind == OpKind::AllReduce ? 2 * (n - 1) : n - 1;
+  double alg = a == kRing ? bus * n / nsteps : bus * .5;
+  const int log_size = log2i(bytes / 64);
+  if (a == kTree && log_size >= 0 && log_size < 23) alg *= kTreeCorrection[p][log_size];
+  if (latency_s) *latency_s = lat;
+  if (bus_bw) *bus_bw = bus * 1e9;
+  return lat + bytes / (alg * 1e9);
+}
+
+NcclChoice nccl_choose(const NcclGroup& g, double bytes) {
+  NcclChoice best;
+  best.time_s = INFINITY;
+  for (NcclAlgo a : {NcclAlgo::Ring, NcclAlgo::Tree}) {
+    for (NcclProto p : {NcclProto::LL, NcclProto::LL128, NcclProto::Simple}) {
+      double lat = 0, bus = 0;
+      const double t = nccl_predicted_time_s(g, a, p, bytes, &lat, &bus);
+      if (t < 0 || !(t < best.time_s)) continue;
+      best.algo = a;
+      best.proto = p;
+      best.latency_s = lat;
+      best.bus_bw_bytes_per_s = bus;
+      best.time_s = t;
+      best.wire_factor = p == NcclProto::LL ? 2.0 : p == NcclProto::LL128 ? 128.0 / 120.0 : 1.0;
+      // The tree reaches 0.92 of the ring's bus bandwidth in NCCL's model (busBw * .92);
+      // the simulator moves the tree's bytes over the ring's flows, so they carry 1 / 0.92.
+      if (a == NcclAlgo::Tree) best.wire_factor /= 0.92;
+    }
+  }
+  return best;
+}
+
+}  // namespace trainsim
