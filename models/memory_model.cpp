@@ -58,6 +58,23 @@ std::int64_t layer_params_per_rank(const ModelConfig& m, std::int64_t tp) {
   return qkv + proj + fc1 + fc2 + 2 * norm_params(m);
 }
 
+std::vector<LayerSubmodule> layer_submodules_per_rank(const ModelConfig& m, std::int64_t tp) {
+  const std::int64_t h = m.hidden_size, ad = attn_width(m), f = m.ffn_hidden_size;
+  const std::int64_t q = qkv_width(m), f1 = m.swiglu ? 2 * f : f;
+  const bool bias = m.add_bias_linear, ln = m.normalization != Normalization::RMSNorm;
+  auto linear = [&](std::int64_t weight, std::int64_t b) {
+    return bias ? std::vector<std::int64_t>{weight, b} : std::vector<std::int64_t>{weight};
+  };
+  const std::vector<std::int64_t> norm = ln ? std::vector<std::int64_t>{h, h}
+                                            : std::vector<std::int64_t>{h};
+  return {{"input_norm", false, norm},
+          {"qkv", false, linear(h * q / tp, q / tp)},
+          {"proj", false, linear(ad * h / tp, h)},
+          {"post_attention_norm", true, norm},
+          {"fc1", true, linear(h * f1 / tp, f1 / tp)},
+          {"fc2", true, linear(f * h / tp, h)}};
+}
+
 namespace {
 /// Dense parameters of a layer's attention part on one TP rank, and the two norms.
 std::int64_t attention_params_per_rank(const ModelConfig& m, std::int64_t tp) {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "models/ops.h"
 #include "models/scenario.h"
@@ -33,6 +34,18 @@ ModelFeatures model_features(const Scenario& sc);
 /// two LayerNorms 4h (Megatron ParallelTransformerLayer; biases of row-parallel layers and
 /// LayerNorms are replicated).
 std::int64_t layer_params_per_rank(const ModelConfig& m, std::int64_t tp);
+/// One submodule of a dense transformer layer as DeepSpeed's ZeRO-3 hooks see it (a module
+/// with parameters of its own: the two norms and four linear layers), with the element count of
+/// each of its parameter tensors on one TP rank, in forward order; `mlp` says which of the
+/// layer's two compute blocks (attention, MLP) uses it.
+struct LayerSubmodule {
+  const char* name;
+  bool mlp;
+  std::vector<std::int64_t> params;
+};
+/// The submodules of one dense layer: input norm, QKV, projection (attention block), post-
+/// attention norm, fc1, fc2 (MLP block); their params sum to layer_params_per_rank.
+std::vector<LayerSubmodule> layer_submodules_per_rank(const ModelConfig& m, std::int64_t tp);
 /// Word embedding rows on one TP rank (V/t x h) plus learned position embeddings (s x h).
 std::int64_t embedding_params_per_rank(const ModelConfig& m, std::int64_t tp);
 /// Parameters of one MoE layer on one rank: `dense` (attention, norms, router, shared expert;

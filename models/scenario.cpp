@@ -69,6 +69,9 @@ const std::vector<std::string>& leaf_paths() {
       "deepspeed.zero_optimization.allgather_bucket_size",
       "deepspeed.zero_optimization.overlap_comm",
       "deepspeed.zero_optimization.stage3_prefetch_bucket_size",
+      "deepspeed.zero_optimization.stage3_max_live_parameters",
+      "deepspeed.zero_optimization.stage3_param_persistence_threshold",
+      "deepspeed.zero_optimization.stage3_max_reuse_distance",
       "deepspeed.zero_optimization.sub_group_size",
       "deepspeed.zero_optimization.offload_optimizer.device",
       "deepspeed.zero_optimization.offload_optimizer.pin_memory",
@@ -723,6 +726,9 @@ const std::vector<ScenarioSizeLimit>& scenario_size_limits() {
       {"deepspeed.zero_optimization.reduce_bucket_size", k2p50},
       {"deepspeed.zero_optimization.allgather_bucket_size", k2p50},
       {"deepspeed.zero_optimization.stage3_prefetch_bucket_size", k2p50},
+      {"deepspeed.zero_optimization.stage3_max_live_parameters", k2p50},
+      {"deepspeed.zero_optimization.stage3_param_persistence_threshold", k2p50},
+      {"deepspeed.zero_optimization.stage3_max_reuse_distance", k2p50},
       {"deepspeed.zero_optimization.sub_group_size", k2p50},
       {"cluster.nodes", k2p20},
       {"cluster.gpus_per_node", k2p16}};
@@ -950,6 +956,13 @@ void read_zero(const Reader& r, Scenario& s) {
   z.overlap_comm = r.get_bool(zp + "overlap_comm").value_or(z.overlap_comm);
   z.stage3_prefetch_bucket_size = r.get_int(zp + "stage3_prefetch_bucket_size", 1, false, true)
                                       .value_or(z.stage3_prefetch_bucket_size);
+  z.stage3_max_live_parameters = r.get_int(zp + "stage3_max_live_parameters", 1, false, true)
+                                     .value_or(z.stage3_max_live_parameters);
+  z.stage3_param_persistence_threshold =
+      r.get_int(zp + "stage3_param_persistence_threshold", 0, false, true)
+          .value_or(z.stage3_param_persistence_threshold);
+  z.stage3_max_reuse_distance = r.get_int(zp + "stage3_max_reuse_distance", 0, false, true)
+                                    .value_or(z.stage3_max_reuse_distance);
   z.sub_group_size = r.get_int(zp + "sub_group_size", 1, false, true).value_or(z.sub_group_size);
   const std::string op = zp + "offload_optimizer.";
   if (auto dev = r.get_enum(op + "device", {"cpu", "none"})) z.offload_optimizer.enabled = *dev == 0;
@@ -1117,6 +1130,12 @@ void check_sizes(Scenario& s, const Fail& fail) {
       {"deepspeed.zero_optimization.allgather_bucket_size", s.zero.allgather_bucket_size, true},
       {"deepspeed.zero_optimization.stage3_prefetch_bucket_size",
        s.zero.stage3_prefetch_bucket_size, true},
+      {"deepspeed.zero_optimization.stage3_max_live_parameters",
+       s.zero.stage3_max_live_parameters, true},
+      {"deepspeed.zero_optimization.stage3_param_persistence_threshold",
+       s.zero.stage3_param_persistence_threshold, false},
+      {"deepspeed.zero_optimization.stage3_max_reuse_distance",
+       s.zero.stage3_max_reuse_distance, false},
       {"deepspeed.zero_optimization.sub_group_size", s.zero.sub_group_size, true},
       {"cluster.nodes", s.cluster.nodes, true},
       {"cluster.gpus_per_node", s.cluster.gpus_per_node, false}};

@@ -190,6 +190,14 @@ struct ZeroConfig {
   std::int64_t allgather_bucket_size = 500'000'000;  ///< elements
   bool overlap_comm = true;
   std::int64_t stage3_prefetch_bucket_size = 50'000'000;  ///< elements
+  /// Gathered (full) parameters alive at once before prefetching stops (DeepSpeed default 1e9).
+  std::int64_t stage3_max_live_parameters = 1'000'000'000;  ///< elements
+  /// Parameters with fewer elements stay gathered for the whole run and are never fetched
+  /// (norm weights, biases; DeepSpeed default 1e5).
+  std::int64_t stage3_param_persistence_threshold = 100'000;  ///< elements
+  /// A used parameter is kept gathered when it is needed again within this many elements of
+  /// other fetched parameters (DeepSpeed default 1e9).
+  std::int64_t stage3_max_reuse_distance = 1'000'000'000;  ///< elements
   /// Elements per optimizer sub-group (DeepSpeed default 1e9): the CPU step and the host->device
   /// copy of updated parameters proceed one sub-group at a time.
   std::int64_t sub_group_size = 1'000'000'000;

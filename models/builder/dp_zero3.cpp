@@ -1,9 +1,27 @@
 // Strategy `zero3`: DeepSpeed ZeRO stage 3 (runtime/zero/stage3.py, partitioned_param_
-// coordinator.py; = FSDP full sharding), pp = 1. Parameters are partitioned too: before the
-// first block of each unit (embedding, layers, output layer, in use order: forward, then
-// reversed in backward) its parameters are all-gathered over the data-parallel group, up to
-// zero3_prefetch_layers units ahead, and the gathered copy is released after the unit's last
-// block. Gradients go through reduce-scatter buckets as at stage 2.
+// coordinator.py; = FSDP full sharding), pp = 1. Parameters are partitioned too and gathered
+// over the data-parallel group before use; gradients go through reduce-scatter buckets as at
+// stage 2. Two granularities:
+//
+//  * DeepSpeed (dense models): what DeepSpeed's module hooks do (PartitionedParameterCoordinator
+//    fetch_sub_module / release_sub_module, DeepSpeed v0.14). Each submodule with parameters
+//    (norms, QKV, projection, fc1, fc2, embedding, output) is fetched by its own all-gather of
+//    its non-persistent tensors; tensors below stage3_param_persistence_threshold elements stay
+//    gathered and are never fetched. At a submodule's pre-forward/backward hook the coordinator
+//    fetches it and prefetches the next submodules of the pass, in use order, while fewer than
+//    min(stage3_prefetch_bucket_size, stage3_max_live_parameters - gathered elements) are being
+//    prefetched (it checks before adding, so at least one goes). After use a submodule is
+//    released unless it is used again within stage3_max_reuse_distance elements of other
+//    fetches; with full recomputation the backward pass re-runs every layer's forward, which
+//    fetches the layer's submodules again (those released since the forward). The gathers
+//    issued at block c's hook start once block c-1 has run, so what was prefetched for c+1
+//    overlaps block c. The blocks are the skeleton's attention and MLP tasks; a block waits
+//    for the gathers of all its submodules.
+//  * FSDP (Megatron-FSDP, torch FSDP2; and MoE layers): one unit per layer (embedding, layers,
+//    output, in use order: forward, then reversed in backward), gathered up to
+//    zero3_prefetch_layers units ahead, released after the unit's last block of the pass.
+#include <algorithm>
+#include <map>
 #include <vector>
 
 #include "models/builder/dp_strategy.h"
@@ -17,7 +35,9 @@ namespace {
 class Zero3 final : public DataParallelStrategy {
  public:
   explicit Zero3(const RankContext& ctx)
-      : buckets_(ctx),
+      : submodules_(!ctx.scenario().parallel.uses_fsdp() && !ctx.scenario().model.is_moe()),
+        recompute_(ctx.scenario().parallel.recompute_granularity == Recompute::Full),
+        buckets_(ctx),
         gathers_(ctx.dims().dp > 1),
         layers_(ctx.dims().layers),
         prefetch_(zero3_prefetch_layers(ctx.scenario())) {
@@ -25,11 +45,29 @@ class Zero3 final : public DataParallelStrategy {
     embed_params_ = embedding_params_per_rank(m, ctx.dims().t);
     layer_params_ = layer_params_per_rank(m, ctx.dims().t);
     output_params_ = word_embedding_params_per_rank(m, ctx.dims().t);
+    const ZeroConfig& z = ctx.scenario().zero;
+    const std::int64_t thr = z.stage3_param_persistence_threshold;
+    auto fetched_of = [thr](std::int64_t n) { return n >= thr ? n : 0; };
+    // The embedding's word and position tables; the output layer's (tied) word table (its
+    // final norm is below any useful threshold and stays gathered).
+    const std::int64_t word = word_embedding_params_per_rank(m, ctx.dims().t);
+    embed_fetched_ = fetched_of(word) + fetched_of(embed_params_ - word);
+    output_fetched_ = fetched_of(output_params_);
+    for (const LayerSubmodule& sub : layer_submodules_per_rank(m, ctx.dims().t)) {
+      std::int64_t fetched = 0;  // its tensors that are not persistent
+      for (std::int64_t n : sub.params)
+        if (n >= z.stage3_param_persistence_threshold) fetched += n;
+      if (fetched > 0) (sub.mlp ? mlp_subs_ : attn_subs_).push_back(fetched);
+    }
   }
   const char* name() const override { return "zero3"; }
 
   /// A pass over the units starts with each step (pp = 1: a step runs the whole model).
-  void on_step_begin(RankContext&, const PipelineStep& step) override {
+  void on_step_begin(RankContext& ctx, const PipelineStep& step) override {
+    if (submodules_) {
+      if (gathers_) begin_submodule_pass(ctx, step.forward);
+      return;
+    }
     units_.clear();
     units_.push_back(step.forward ? embed_params_ : output_params_);
     for (std::int64_t l = 0; l < layers_; ++l) units_.push_back(layer_params_);
@@ -43,6 +81,7 @@ class Zero3 final : public DataParallelStrategy {
     buckets_.on_grads_ready(ctx, unit, ready);
   }
   void on_step_end(RankContext& ctx, const PipelineStep& step) override {
+    if (submodules_ && gathers_) end_submodule_pass(ctx);
     if (!step.forward) buckets_.flush(ctx);  // the rest of this microbatch's gradients
   }
   TaskId reduce_gradients(RankContext&, const BackwardTails&) override {
@@ -72,6 +111,34 @@ class Zero3 final : public DataParallelStrategy {
     return Part::None;
   }
 
+  // ---- DeepSpeed granularity (see the file comment)
+  /// A compute block of the pass and the submodules (ids into numel_) it uses.
+  struct Consumer {
+    UnitKind kind;
+    std::int64_t layer;
+    std::vector<int> subs;
+  };
+  void begin_submodule_pass(RankContext& ctx, bool forward);
+  void add_consumer(UnitKind kind, std::int64_t layer, bool mlp, bool backward = false);
+  /// DeepSpeed's pre-hook of consumer `c`: fetch its submodules, prefetch the next ones; the
+  /// gathers may start after `after`.
+  void fetch(RankContext& ctx, std::size_t c, TaskId after);
+  void issue(RankContext& ctx, int sub, TaskId after);
+  /// DeepSpeed's post-hook of consumer `c` (block `task`): release what is not reused soon.
+  void release_after(RankContext& ctx, std::size_t c, TaskId task);
+  void release(RankContext& ctx, int sub, TaskId task);
+  void end_submodule_pass(RankContext& ctx);
+  void submodule_block(RankContext& ctx, const Block& block);
+
+  std::vector<std::int64_t> attn_subs_, mlp_subs_;  ///< fetched elements per layer submodule
+  std::int64_t embed_fetched_ = 0, output_fetched_ = 0;
+  std::vector<std::int64_t> numel_;                 ///< per submodule id of the pass
+  std::vector<Consumer> consumers_;
+  std::map<int, TaskId> live_;  ///< gathered (or in flight) submodules and their gathers
+  std::int64_t live_numel_ = 0;
+  std::size_t cursor_ = 0;      ///< the next consumer to be computed
+  const bool submodules_, recompute_;
+
   ZeroGradientBuckets buckets_;
   const bool gathers_;  ///< dp > 1: there is something to gather
   const std::int64_t layers_, prefetch_;
@@ -88,8 +155,138 @@ class Zero3 final : public DataParallelStrategy {
 /// Issues the all-gathers of the units up to `unit` + prefetch (each may start once the
 /// compute issued so far is done), makes the next block wait for this unit's and its last
 /// block release it.
+void Zero3::begin_submodule_pass(RankContext& ctx, bool forward) {
+  numel_.clear();
+  consumers_.clear();
+  live_.clear();
+  live_numel_ = 0;
+  cursor_ = 0;
+  if (forward) {
+    add_consumer(UnitKind::Embedding, -1, false);
+    for (std::int64_t l = 0; l < layers_; ++l) {
+      add_consumer(UnitKind::Layer, l, false);
+      add_consumer(UnitKind::Layer, l, true);
+    }
+    add_consumer(UnitKind::Output, -1, false);
+    return;
+  }
+  add_consumer(UnitKind::Output, -1, false);
+  for (std::int64_t l = layers_ - 1; l >= 0; --l) {
+    if (recompute_) {  // the checkpointed forward runs again first, with its own hooks
+      add_consumer(UnitKind::Layer, l, false);
+      add_consumer(UnitKind::Layer, l, true);
+    }
+    add_consumer(UnitKind::Layer, l, true, true);
+    add_consumer(UnitKind::Layer, l, false, true);
+  }
+  add_consumer(UnitKind::Embedding, -1, false);
+}
+
+/// Submodule ids: the embedding's and the output's (one each) and every layer's, numbered in
+/// the order they are first met; a consumer of a layer block names the same ids each time.
+void Zero3::add_consumer(UnitKind kind, std::int64_t layer, bool mlp, bool backward) {
+  Consumer c{kind, layer, {}};
+  // Key space: 0 embedding, 1 output, 2 + 8 l + k layer l submodule k (k < 8).
+  auto ensure = [&](std::size_t id, std::int64_t numel) {
+    if (numel_.size() <= id) numel_.resize(id + 1, 0);
+    numel_[id] = numel;
+    c.subs.push_back(int(id));
+  };
+  if (kind == UnitKind::Embedding) {
+    if (embed_fetched_ > 0) ensure(0, embed_fetched_);
+  } else if (kind == UnitKind::Output) {
+    if (output_fetched_ > 0) ensure(1, output_fetched_);
+  } else {
+    const std::vector<std::int64_t>& subs = mlp ? mlp_subs_ : attn_subs_;
+    for (std::size_t k = 0; k < subs.size(); ++k) {
+      // The backward runs a block's submodules in reverse order.
+      const std::size_t i = backward ? subs.size() - 1 - k : k;
+      ensure(2 + 8 * std::size_t(layer) + (mlp ? 4 : 0) + i, subs[i]);
+    }
+  }
+  consumers_.push_back(std::move(c));
+}
+
+void Zero3::issue(RankContext& ctx, int sub, TaskId after) {
+  const ModelDims& d = ctx.dims();
+  const std::int64_t bytes = numel_[std::size_t(sub)] * d.e;
+  const std::uint32_t op = ctx.add_op(ctx.comm_op(OpKind::AllGather, GroupKind::Data, bytes, d.dp));
+  const Part part = sub == 0 ? Part::Embedding : sub == 1 ? Part::Logits : Part::Params;
+  live_[sub] = ctx.collective(op, ctx.dp_group, StreamId::DpComm, Phase::ParamSync, part,
+                              kNoIndex, kNoIndex, after, kNoIndex,
+                              {{bytes - bytes / d.dp, MemCategory::Parameters}});
+  live_numel_ += numel_[std::size_t(sub)];
+}
+
+void Zero3::fetch(RankContext& ctx, std::size_t c, TaskId after) {
+  for (int sub : consumers_[c].subs)
+    if (!live_.count(sub)) issue(ctx, sub, after);
+  // Prefetch (fetch_sub_module): walk the submodules to come, skipping gathered ones, while
+  // fewer than the budget's elements are being prefetched.
+  const ZeroConfig& z = ctx.scenario().zero;
+  const std::int64_t budget =
+      std::min(z.stage3_prefetch_bucket_size, z.stage3_max_live_parameters - live_numel_);
+  std::int64_t prefetching = 0;
+  for (std::size_t j = c + 1; j < consumers_.size() && prefetching < budget; ++j) {
+    for (int sub : consumers_[j].subs) {
+      if (prefetching >= budget) break;
+      if (live_.count(sub)) continue;
+      issue(ctx, sub, after);
+      prefetching += numel_[std::size_t(sub)];
+    }
+  }
+}
+
+void Zero3::release(RankContext& ctx, int sub, TaskId task) {
+  const ModelDims& d = ctx.dims();
+  const std::int64_t bytes = numel_[std::size_t(sub)] * d.e;
+  ctx.add_effect(task, {-(bytes - bytes / d.dp), MemCategory::Parameters, true});
+  live_.erase(sub);
+  live_numel_ -= numel_[std::size_t(sub)];
+}
+
+void Zero3::release_after(RankContext& ctx, std::size_t c, TaskId task) {
+  const std::int64_t reuse = ctx.scenario().zero.stage3_max_reuse_distance;
+  for (int sub : consumers_[c].subs) {
+    // Elements of the other submodules used before this one's next use in the pass.
+    std::int64_t distance = 0;
+    bool reused = false;
+    for (std::size_t j = c + 1; j < consumers_.size() && !reused && distance <= reuse; ++j) {
+      for (int other : consumers_[j].subs) {
+        if (other == sub) reused = true;
+        if (reused) break;
+        distance += numel_[std::size_t(other)];
+      }
+    }
+    if (!(reused && distance <= reuse) && live_.count(sub)) release(ctx, sub, task);
+  }
+}
+
+void Zero3::end_submodule_pass(RankContext&) {
+  TRAINSIM_CHECK(live_.empty() && cursor_ == consumers_.size(),
+                 "zero3: a pass ended with gathered parameters or blocks left");
+}
+
+void Zero3::submodule_block(RankContext& ctx, const Block& block) {
+  TRAINSIM_CHECK(cursor_ < consumers_.size() && consumers_[cursor_].kind == block.unit.kind &&
+                     (block.unit.kind != UnitKind::Layer ||
+                      consumers_[cursor_].layer == block.unit.layer),
+                 "zero3: compute block out of the order of DeepSpeed's submodule hooks");
+  for (int sub : consumers_[cursor_].subs) ctx.dep(live_.at(sub), block.task);
+  release_after(ctx, cursor_, block.task);
+  // The pass's last block releases what is still gathered (the next pass fetches anew).
+  if (cursor_ + 1 == consumers_.size())
+    while (!live_.empty()) release(ctx, live_.begin()->first, block.task);
+  ++cursor_;
+  if (cursor_ < consumers_.size()) fetch(ctx, cursor_, block.task);
+}
+
 void Zero3::before_unit(RankContext& ctx, bool forward, const Unit& unit) {
   if (!gathers_) return;
+  if (submodules_) {
+    if (cursor_ == 0 && live_.empty()) fetch(ctx, 0, ctx.last_compute);  // the pass's first hook
+    return;
+  }
   const ModelDims& d = ctx.dims();
   const std::size_t k = index_of(forward, unit);
   const std::size_t until = std::min(units_.size(), k + 1 + std::size_t(prefetch_));
@@ -108,6 +305,11 @@ void Zero3::before_unit(RankContext& ctx, bool forward, const Unit& unit) {
 }
 
 void Zero3::on_block_computed(RankContext& ctx, const Block& block) {
+  if (submodules_) {
+    buckets_.on_block_computed(ctx, block);  // its memory effects land on the block first
+    if (gathers_) submodule_block(ctx, block);
+    return;
+  }
   if (wait_ != kNone) {
     ctx.dep(wait_, block.task);
     wait_ = kNone;

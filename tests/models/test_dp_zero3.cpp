@@ -1,5 +1,6 @@
-// Strategy zero3 (models/builder/dp_zero3.cpp): DeepSpeed ZeRO-3 parameter gathers with
-// prefetch and their memory, against hand-computed counts and sizes.
+// Strategy zero3 (models/builder/dp_zero3.cpp): DeepSpeed ZeRO-3 parameter fetches per
+// submodule with prefetch, persistence, reuse and their memory, against hand-computed counts
+// and sizes.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -12,13 +13,19 @@ using namespace trainsim::testing;
 
 namespace {
 
-// dp = 2, one stage, 2 microbatches; the prefetch bucket holds two layers' parameters.
-Scenario zero3(const std::string& recompute = "null") {
+// dp = 2, one stage, 2 microbatches. With the tiny model (h = 256) and DeepSpeed's default
+// persistence threshold (1e5 elements) the fetched tensors are: per layer QKV (3h^2 = 196,608)
+// in the attention block, fc1 and fc2 (4h^2 = 262,144 each) in the MLP block; the projection
+// (h^2 = 65,536), norms and biases stay gathered. The embedding fetches its word table
+// (V h = 262,144; the position table s h = 32,768 stays), the output layer the tied word table.
+constexpr std::int64_t kQkv = 3 * kTinyHidden * kTinyHidden, kFc = 4 * kTinyHidden * kTinyHidden;
+constexpr std::int64_t kWord = kTinyVocab * kTinyHidden;
+
+Scenario zero3(const std::string& recompute = "null", const std::string& extra = "") {
   return tiny_scenario(R"(
 parallel: {micro_batch_size: 1, global_batch_size: 4, recompute_granularity: )" + recompute + R"(}
 deepspeed:
-  zero_optimization: {stage: 3, reduce_bucket_size: 1000000, stage3_prefetch_bucket_size: )" +
-                           std::to_string(2 * kTinyLayerParams) + R"(}
+  zero_optimization: {stage: 3, reduce_bucket_size: 1000000)" + extra + R"(}
 )", 2);
 }
 
@@ -39,23 +46,19 @@ TEST(DpZero3, FactoryPicksItForStageThree) {
   EXPECT_STREQ(builder::make_data_parallel_strategy(ctx)->name(), "zero3");
 }
 
-TEST(DpZero3, OneGatherPerUnitAndPass) {
+TEST(DpZero3, OneGatherPerSubmoduleAndUse) {
   for (const char* recompute : {"null", "full"}) {
-    const Scenario sc = zero3(recompute);
-    const ScheduleGraph g = build_graph(sc);
-    // Units: embedding, 8 layers, output layer = 10; passes: forward and backward of each of
-    // the 2 microbatches (a recomputed forward reuses the backward's gather).
+    const ScheduleGraph g = build_graph(zero3(recompute));
+    // Forward: embedding, 8 x (QKV; fc1, fc2), output = 26. Backward: output, 8 x (fc2, fc1;
+    // QKV), embedding = 26. With full recomputation the layer's forward runs again first, but
+    // every submodule is reused within stage3_max_reuse_distance (1e9), so nothing is fetched
+    // twice. Two microbatches.
     const auto ag = gathers(g, 0);
-    EXPECT_EQ(ag.size(), 10u * 2 * 2) << recompute;
-    // Forward order: embedding (fp16, 2 B/param), layers, the output layer's V x h.
-    EXPECT_EQ(g.op(ag[0]).bytes, 2 * kTinyEmbeddingParams);
-    EXPECT_EQ(g.op(ag[1]).bytes, 2 * kTinyLayerParams);
-    EXPECT_EQ(g.op(ag[9]).bytes, 2 * kTinyVocab * kTinyHidden);
-    // Backward order: the output layer first, the embedding last.
-    EXPECT_EQ(g.op(ag[10]).bytes, 2 * kTinyVocab * kTinyHidden);
-    EXPECT_EQ(g.op(ag[19]).bytes, 2 * kTinyEmbeddingParams);
-    // The gathered copy is the other rank's half.
-    for (TaskId id : ag) {
+    EXPECT_EQ(ag.size(), 2u * (26 + 26)) << recompute;
+    EXPECT_EQ(g.op(ag[0]).bytes, 2 * kWord);  // fp16, 2 B per element
+    EXPECT_EQ(g.op(ag[1]).bytes, 2 * kQkv);
+    EXPECT_EQ(g.op(ag[2]).bytes, 2 * kFc);
+    for (TaskId id : ag) {  // the gathered copy is the other rank's half
       ASSERT_EQ(g.effects_end(id) - g.effects_begin(id), 1);
       EXPECT_EQ(g.effects_begin(id)->bytes, g.op(id).bytes / 2);
       EXPECT_EQ(g.effects_begin(id)->category, MemCategory::Parameters);
@@ -63,18 +66,47 @@ TEST(DpZero3, OneGatherPerUnitAndPass) {
   }
 }
 
-TEST(DpZero3, PrefetchesTwoUnitsAhead) {
-  const ScheduleGraph g = build_graph(zero3());
-  // ceil(prefetch bucket / layer params) = 2: before the first compute the rank gathers the
-  // unit it needs and the next two.
-  const auto tasks = g.tasks_of_rank(0);
-  int before_first_compute = 0;
-  for (TaskId id : tasks) {
-    if (g.task(id).kind == TaskKind::Compute) break;
-    EXPECT_EQ(g.op(id).kind, OpKind::AllGather);
-    ++before_first_compute;
-  }
-  EXPECT_EQ(before_first_compute, 3);
+TEST(DpZero3, RecomputationFetchesAgainWhatWasReleased) {
+  // stage3_max_reuse_distance 0: after the recomputed forward of a layer (QKV; fc1, fc2) its
+  // backward (fc2, fc1; QKV) finds fc2 still gathered (next use at distance 0) but fc1 (after
+  // fc2's 262,144 elements) and QKV released: per layer 3 + 2 fetches in the backward.
+  const ScheduleGraph g = build_graph(zero3("full", ", stage3_max_reuse_distance: 0"));
+  EXPECT_EQ(gathers(g, 0).size(), 2u * (26 + 1 + 8 * 5 + 1));
+}
+
+TEST(DpZero3, PersistenceThresholdDecidesWhatIsFetched) {
+  // Threshold 300,000: nothing of the tiny model is fetched.
+  EXPECT_EQ(gathers(build_graph(zero3("null", ", stage3_param_persistence_threshold: 300000")), 0)
+                .size(), 0u);
+  // Threshold 0: the projection, the norms, the biases and the position table too: QKV with its
+  // bias 3h, projection h^2 + h, each norm 2h, fc1 4h^2 + 4h, fc2 4h^2 + h as their own fetches.
+  const ScheduleGraph g = build_graph(zero3("null", ", stage3_param_persistence_threshold: 0"));
+  const auto ag = gathers(g, 0);
+  EXPECT_EQ(ag.size(), 2u * 2 * (1 + 8 * 6 + 1));
+  EXPECT_EQ(g.op(ag[0]).bytes, 2 * kTinyEmbeddingParams);  // word and position tables
+}
+
+TEST(DpZero3, PrefetchFollowsTheBucketAndTheLiveLimit) {
+  auto before_first_compute = [](const ScheduleGraph& g) {
+    int n = 0;
+    for (TaskId id : g.tasks_of_rank(0)) {
+      if (g.task(id).kind == TaskKind::Compute) break;
+      EXPECT_EQ(g.op(id).kind, OpKind::AllGather);
+      ++n;
+    }
+    return n;
+  };
+  // Default bucket 5e7: the embedding's fetch, then prefetches of every later submodule of the
+  // forward (8 x 3 + 1 = 25 tensors, 5.6 M elements < 5e7).
+  EXPECT_EQ(before_first_compute(build_graph(zero3())), 1 + 25);
+  // Bucket 1: DeepSpeed checks before adding, so exactly one submodule ahead.
+  EXPECT_EQ(before_first_compute(build_graph(zero3("null", ", stage3_prefetch_bucket_size: 1"))), 2);
+  // Bucket 300,000: QKV (196,608, still under), then fc1: two ahead.
+  EXPECT_EQ(before_first_compute(
+                build_graph(zero3("null", ", stage3_prefetch_bucket_size: 300000"))), 3);
+  // Live limit = the embedding's table: no room to prefetch anything.
+  EXPECT_EQ(before_first_compute(build_graph(zero3(
+                "null", ", stage3_max_live_parameters: " + std::to_string(kWord)))), 1);
 }
 
 TEST(DpZero3, GradientsAreReduceScatteredLikeStageTwo) {

@@ -646,6 +646,38 @@ TEST(ValidateScenario, BoundsHoldForScenariosBuiltInCode) {
   }
 }
 
+TEST(ScenarioZero3Keys, ParsedAndBadValuesNamed) {
+  const std::string base =
+      "model: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: 32, "
+      "padded_vocab_size: 128}\nparallel: {micro_batch_size: 1, global_batch_size: 2}\n"
+      "cluster: {system: dgx-a100-80gb, nodes: 1, gpus_per_node: 2}\n"
+      "deepspeed:\n  zero_optimization:\n    stage: 3\n";
+  const Scenario s = trainsim::parse_scenario(
+      base + "    stage3_max_live_parameters: 3e8\n    stage3_param_persistence_threshold: 0\n"
+             "    stage3_max_reuse_distance: 0\n",
+      "z3.yaml");
+  EXPECT_EQ(s.zero.stage3_max_live_parameters, 300'000'000);
+  EXPECT_EQ(s.zero.stage3_param_persistence_threshold, 0);
+  EXPECT_EQ(s.zero.stage3_max_reuse_distance, 0);
+  const Scenario d = trainsim::parse_scenario(base, "z3.yaml");  // DeepSpeed's defaults
+  EXPECT_EQ(d.zero.stage3_max_live_parameters, 1'000'000'000);
+  EXPECT_EQ(d.zero.stage3_param_persistence_threshold, 100'000);
+  EXPECT_EQ(d.zero.stage3_max_reuse_distance, 1'000'000'000);
+  for (const char* bad : {"stage3_max_live_parameters: 0", "stage3_param_persistence_threshold: -1",
+                          "stage3_max_reuse_distance: -5", "stage3_max_live_parameters: 1.5",
+                          "stage3_param_persistence_threshold: lots"}) {
+    try {
+      trainsim::parse_scenario(base + "    " + bad + "\n", "z3.yaml");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      const std::string key(bad, std::string(bad).find(':'));
+      EXPECT_NE(what.find("z3.yaml"), std::string::npos) << what;
+      EXPECT_NE(what.find(key), std::string::npos) << what;
+    }
+  }
+}
+
 TEST(ScenarioLimits, EveryIntegerKeyHasAStatedBound) {
   // The bounds are documented in models/scenario.h; each integer key of a scenario file has one.
   for (const char* key :
@@ -657,6 +689,9 @@ TEST(ScenarioLimits, EveryIntegerKeyHasAStatedBound) {
         "deepspeed.zero_optimization.reduce_bucket_size",
         "deepspeed.zero_optimization.allgather_bucket_size",
         "deepspeed.zero_optimization.stage3_prefetch_bucket_size",
+        "deepspeed.zero_optimization.stage3_max_live_parameters",
+        "deepspeed.zero_optimization.stage3_param_persistence_threshold",
+        "deepspeed.zero_optimization.stage3_max_reuse_distance",
         "deepspeed.zero_optimization.sub_group_size", "cluster.nodes", "cluster.gpus_per_node"})
     EXPECT_GT(trainsim::scenario_size_limit(key), 0) << key;
   // Worst case of the per-key bounds: the parameter count of the largest accepted shape must

@@ -27,6 +27,9 @@ struct PeakConfig {
   std::int64_t rank_stage = 0;
   std::int64_t reduce_bucket = 500'000'000;
   std::int64_t prefetch = 50'000'000;  // stage3_prefetch_bucket_size
+  std::int64_t max_live = 1'000'000'000;      // stage3_max_live_parameters
+  std::int64_t persistence = 100'000;         // stage3_param_persistence_threshold
+  std::int64_t reuse = 1'000'000'000;         // stage3_max_reuse_distance
   int communicators = 0;  // counted by hand per configuration
 };
 
@@ -90,15 +93,113 @@ class ClosedFormMemory {
         c.stage >= 3 && offload ? 2 * share : (offload && cpu > 0 ? 4 * share : 0);
     const bool gathers = c.stage >= 3 && c.dp > 1;
     auto gathered = [&](std::int64_t elems) { return gathers ? 2 * elems - (2 * elems) / c.dp : 0; };
-    // Layers gathered ahead: ceil(stage3_prefetch_bucket_size (5e7) / layer params).
-    const std::int64_t depth = (c.prefetch + layer_params() - 1) / layer_params();
     bool buffers = false;
 
-    // ZeRO-3 pass: issue the gathers of units up to k + depth, release unit k later.
-    std::vector<std::int64_t> units;
-    std::size_t issued = 0;
-    auto need = [&](std::size_t k) {
-      for (; issued < std::min(units.size(), k + 1 + depth); ++issued) led.add(gathered(units[issued]));
+    // ZeRO-3 as DeepSpeed's hooks run it (pp = 1): a pass is a list of compute blocks, each
+    // with the submodules it uses (id, elements fetched: the tensors at or above the
+    // persistence threshold). At a block's pre-hook its submodules are fetched and the next
+    // ones of the pass prefetched while fewer than min(prefetch bucket, max live - gathered)
+    // elements are being prefetched (checked before adding); after the block each is released
+    // unless used again within `reuse` elements of other fetches; the pass's last block
+    // releases the rest.
+    using Sub = std::pair<int, std::int64_t>;
+    auto fetched = [&](std::initializer_list<std::int64_t> tensors) {
+      std::int64_t n = 0;
+      for (std::int64_t t : tensors) n += t >= c.persistence ? t : 0;
+      return n;
+    };
+    const std::int64_t qkv = fetched({3 * H * H, 3 * H}), proj = fetched({H * H, H});
+    const std::int64_t norm = fetched({H, H}), fc1 = fetched({4 * H * H, 4 * H});
+    const std::int64_t fc2 = fetched({4 * H * H, H});
+    const std::int64_t embed = fetched({V * H, S * H}), out = fetched({V * H});
+    std::vector<std::vector<Sub>> blocks;
+    std::vector<std::pair<int, std::int64_t>> live;  // id, elements
+    std::int64_t live_n = 0;
+    std::size_t cursor = 0;
+    auto add_block = [&](std::vector<Sub> subs) {
+      std::vector<Sub> kept;
+      for (const Sub& x : subs)
+        if (x.second > 0) kept.push_back(x);
+      blocks.push_back(kept);
+    };
+    auto attn_block = [&](int l, bool bwd) {
+      std::vector<Sub> v = {{10 * l + 0, norm}, {10 * l + 1, qkv}, {10 * l + 2, proj}};
+      if (bwd) std::reverse(v.begin(), v.end());
+      add_block(v);
+    };
+    auto mlp_block = [&](int l, bool bwd) {
+      std::vector<Sub> v = {{10 * l + 3, norm}, {10 * l + 4, fc1}, {10 * l + 5, fc2}};
+      if (bwd) std::reverse(v.begin(), v.end());
+      add_block(v);
+    };
+    auto is_live = [&](int id) {
+      for (const auto& x : live) if (x.first == id) return true;
+      return false;
+    };
+    auto issue = [&](const Sub& x) {
+      live.push_back(x);
+      live_n += x.second;
+      led.add(gathered(x.second));
+    };
+    auto hook = [&](std::size_t b) {  // block b's pre-hook
+      if (!gathers || b >= blocks.size()) return;
+      for (const Sub& x : blocks[b]) if (!is_live(x.first)) issue(x);
+      const std::int64_t budget = std::min(c.prefetch, c.max_live - live_n);
+      std::int64_t pf = 0;
+      for (std::size_t j = b + 1; j < blocks.size() && pf < budget; ++j)
+        for (const Sub& x : blocks[j]) {
+          if (pf >= budget) break;
+          if (is_live(x.first)) continue;
+          issue(x);
+          pf += x.second;
+        }
+    };
+    auto drop = [&](int id) {
+      for (std::size_t i = 0; i < live.size(); ++i)
+        if (live[i].first == id) {
+          led.add(-gathered(live[i].second));
+          live_n -= live[i].second;
+          live.erase(live.begin() + std::ptrdiff_t(i));
+          return;
+        }
+    };
+    auto after_block = [&]() {  // block `cursor` done: release, then the next block's hook
+      if (!gathers) return;
+      const std::size_t b = cursor;
+      for (const Sub& x : blocks[b]) {
+        std::int64_t dist = 0;
+        bool again = false;
+        for (std::size_t j = b + 1; j < blocks.size() && !again && dist <= c.reuse; ++j)
+          for (const Sub& y : blocks[j]) {
+            if (y.first == x.first) { again = true; break; }
+            dist += y.second;
+          }
+        if (!(again && dist <= c.reuse)) drop(x.first);
+      }
+      if (b + 1 == blocks.size()) while (!live.empty()) drop(live.front().first);
+      ++cursor;
+      hook(cursor);
+    };
+    auto begin_pass = [&](bool forward) {
+      blocks.clear();
+      live.clear();
+      live_n = 0;
+      cursor = 0;
+      if (c.stage < 3) return;
+      if (forward) {
+        add_block({{-1, embed}});
+        for (int l = 0; l < L; ++l) attn_block(l, false), mlp_block(l, false);
+        add_block({{-2, out}});
+      } else {
+        add_block({{-2, out}});
+        for (int l = int(L) - 1; l >= 0; --l) {
+          if (c.rc == Recompute::Full) attn_block(l, false), mlp_block(l, false);
+          mlp_block(l, true);
+          attn_block(l, true);
+        }
+        add_block({{-1, embed}});
+      }
+      hook(0);
     };
 
     const auto order = pipeline_order(
@@ -108,47 +209,34 @@ class ClosedFormMemory {
       const std::int64_t vstage = st.chunk * c.pp + c.rank_stage;
       const bool first = vstage == 0, last = vstage == c.pp * c.v - 1;
       if (st.forward) {
-        units.clear();
-        issued = 0;
-        if (c.stage >= 3) {
-          units.push_back(V * H + S * H);
-          for (int l = 0; l < L; ++l) units.push_back(layer_params());
-          units.push_back(V * H);
-        }
+        begin_pass(true);
         if (first) {
-          if (gathers) need(0);
           led.add(embed_act());
-          led.add(-gathered(units.empty() ? 0 : units[0]));
+          after_block();
         }
         for (std::int64_t l = 0; l < lpc; ++l) {
-          if (gathers) need(std::size_t(1 + vstage * lpc + l));
           if (full) {
             led.add(2 * sbh);
             led.add(attn_full());
             led.add(-attn_full());
+            after_block();
             led.add(mlp_full());
             led.add(-mlp_full());
+            after_block();
           } else {
             led.add(attn_kept);
+            after_block();
             led.add(mlp_full());
+            after_block();
           }
-          if (gathers) led.add(-gathered(layer_params()));
         }
         if (last) {
-          if (gathers) need(std::size_t(1 + L));
           led.add(logits_act());
-          if (gathers) led.add(-gathered(V * H));
+          after_block();
         }
       } else {
-        units.clear();
-        issued = 0;
-        if (c.stage >= 3) {
-          units.push_back(V * H);
-          for (int l = 0; l < L; ++l) units.push_back(layer_params());
-          units.push_back(V * H + S * H);
-        }
+        begin_pass(false);
         if (last) {
-          if (gathers) need(0);
           if (c.stage >= 2 && !buffers) {
             led.add(buckets);
             led.add(staging);
@@ -157,27 +245,27 @@ class ClosedFormMemory {
           if (c.stage >= 2) led.add(V * H * 2);  // tied word-embedding gradient
           led.add(2 * S * B * V);                  // gradient of the logits, during their backward
           led.add(-logits_act() - 2 * S * B * V);
-          if (gathers) led.add(-gathered(V * H));
+          after_block();
         }
         for (std::int64_t l = lpc - 1; l >= 0; --l) {
-          const std::int64_t gl = vstage * lpc + l;
-          if (gathers) need(std::size_t(L - gl));
           if (full) {
             led.add(attn_full());
+            after_block();
             led.add(mlp_full());
+            after_block();
           }
           if (c.stage >= 2) led.add(2 * layer_params());  // the layer's gradients
           led.add(-mlp_full());
+          after_block();
           led.add(-(full ? attn_full() + 2 * sbh : attn_kept));
           if (c.stage >= 2) led.add(-2 * layer_params());
-          if (gathers) led.add(-gathered(layer_params()));
+          after_block();
         }
         if (first) {
-          if (gathers) need(std::size_t(1 + L));
           if (c.stage >= 2) led.add(2 * S * H);
           led.add(-embed_act());
           if (c.stage >= 2) led.add(-2 * (V * H + S * H));
-          if (gathers) led.add(-gathered(V * H + S * H));
+          after_block();
         }
       }
     }
