@@ -13,10 +13,11 @@
 //  - Stage 2: gradients partitioned too (2 B x P/dp); each microbatch's gradients go through a
 //    contiguous bucket buffer (reduce_bucket_size elements, two of them with overlap_comm) and
 //    are reduce-scattered as buckets fill during backward (overlap_comm on the DP stream).
-//  - Stage 3 (= FSDP full sharding): parameters partitioned too (2 B x P/dp); before each
-//    layer's forward and backward its parameters are all-gathered (prefetching
-//    ceil(stage3_prefetch_bucket_size / layer params) layers ahead) and released after use;
-//    gradients reduce-scattered in buckets as in stage 2.
+//  - Stage 3 (= FSDP full sharding): parameters partitioned too (2 B x P/dp); before use
+//    they are all-gathered and released after it: per submodule with DeepSpeed's prefetch,
+//    persistence and reuse rules for dense models, per layer (prefetching
+//    ceil(stage3_prefetch_bucket_size / layer params) layers ahead) for FSDP and MoE
+//    (models/builder/dp_zero3.cpp); gradients reduce-scattered in buckets as in stage 2.
 //  - The fp32 gradient partition the (GPU) Adam step reads (4 B x stepped params) exists only
 //    during the step (DeepSpeed single_grad_partition / fp32 grad of the sub-group).
 //  - offload_optimizer {device: cpu, ratio r} (ZeRO-Offload, Ren et al. ATC'21; Twin-Flow,
@@ -63,8 +64,8 @@ std::int64_t gpu_stepped_params(const Scenario& sc, std::int64_t pp_stage);
 /// training precision's (2; 4 for fp32).
 std::int64_t grad_element_bytes(const Scenario& sc);
 
-/// Layers whose parameters ZeRO-3 gathers ahead of the one in use:
-/// ceil(stage3_prefetch_bucket_size / layer params per rank) (at least 1).
+/// Layers whose parameters ZeRO-3 gathers ahead of the one in use when it gathers whole layers
+/// (FSDP, MoE): ceil(stage3_prefetch_bucket_size / layer params per rank) (at least 1).
 std::int64_t zero3_prefetch_layers(const Scenario& sc);
 
 /// Elements of one DP gradient bucket buffer (stage >= 1: reduce_bucket_size, capped at the

@@ -10,6 +10,11 @@ Parameters without a hardware.md figure are listed with their own `source` text.
 --check exits 1 when a profile claims more than the published figures allow:
   gemm_max_efficiency  <= best published GEMM rate / datasheet peak (a default may derate, not exceed)
   nvlink_efficiency, network_efficiency, pcie_efficiency within the published range (+-0.02)
+--end-to-end also fails on any default-profile value whose `source` says it was chosen against
+an end-to-end training result (Megatron SC'21 Table 1, the Megatron-Bridge table, a paper's
+iteration time): those results are for validation only. Every such value is listed in any mode.
+Today the A100 profiles' gemm_max_efficiency (0.77) and hbm_efficiency (0.80) are such fits
+(issue 11), so `--check --end-to-end` fails; ctest runs `--check`.
 Exit 77 (ctest: skipped) when hardware.md is not found.
 """
 import argparse
@@ -101,10 +106,29 @@ def relations(device, sheet, measured):
     return out
 
 
+# A source that names one of these was chosen against an end-to-end result.
+END_TO_END = [r"Table 1", r"SC'21", r"Megatron-Bridge", r"iteration time", r"step time",
+              r"end[- ]to[- ]end training"]
+
+
+def end_to_end_sources(srcs):
+    """{parameter: the phrase that marks its source as fitted to an end-to-end result}."""
+    out = {}
+    for name, src in srcs.items():
+        for pat in END_TO_END:
+            m = re.search(pat, src)
+            if m:
+                out[name] = m.group(0)
+                break
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hardware-md", default=os.path.join(ROOT, "validation", "data", "hardware.md"))
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--end-to-end", action="store_true",
+                    help="also fail on values fitted to an end-to-end training result")
     args = ap.parse_args()
     if not os.path.exists(args.hardware_md):
         print(f"profile_honesty: {args.hardware_md} not found: skipped")
@@ -133,6 +157,11 @@ def main():
                 src = srcs.get(name, "(no source)")
                 print(f"{name:24} {params[name]:8.3g} {'(no hardware.md figure)':>20} {'':15}  "
                       f"source: {src[:110]}{'...' if len(src) > 110 else ''}")
+        for name, phrase in sorted(end_to_end_sources(srcs).items()):
+            msg = f"{prof['device']} {name} = {params[name]}: its source cites '{phrase}' (an end-to-end result)"
+            print(f"END-TO-END FIT  {msg}")
+            if args.end_to_end:
+                failures.append(msg)
     if failures:
         print("\nFAILED:\n  " + "\n  ".join(failures))
         return 1 if args.check else 0
