@@ -81,6 +81,8 @@ Activity activity_of(const ScheduleGraph& graph, TaskId id) {
         case GroupKind::Data:
         case GroupKind::Embedding:
           return Activity::DpComm;
+        case GroupKind::ModelParallel:  // inside Megatron's optimizer.step()
+          return Activity::Optimizer;
         case GroupKind::None:
           break;
       }

@@ -63,7 +63,8 @@ double ring_latency_s(const NcclGroup& g, int p) {
 double tree_latency_s(const NcclGroup& g, int p) {
   const double ppn = double(g.ranks) / double(g.nodes);
   return base_s(g, kTree, p) +
-         2 * ((ppn - 1) * nvlink_step_s(g, kTree, p) + log2i(double(g.nodes)) * net_step_s(g, kTree, p));
+         2 * ((ppn - 1) * nvlink_step_s(g, kTree, p) +
+              log2i(double(g.nodes)) * net_step_s(g, kTree, p));
 }
 
 /// NCCL's bus bandwidth of the pair in GB/s (ncclTopoTuneModel's "model refinements").

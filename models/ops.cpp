@@ -90,6 +90,7 @@ const char* to_string(GroupKind g) {
     case GroupKind::Embedding: return "embedding";
     case GroupKind::Context: return "context";
     case GroupKind::Expert: return "expert";
+    case GroupKind::ModelParallel: return "model_parallel";
   }
   throw std::logic_error("to_string: GroupKind out of range: " +
                          std::to_string(static_cast<int>(g)));

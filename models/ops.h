@@ -38,7 +38,11 @@ enum class OpKind : std::uint8_t {
 };
 
 /// Which communicator a collective or message uses.
-enum class GroupKind : std::uint8_t { None, Tensor, Pipeline, Data, Embedding, Context, Expert };
+/// ModelParallel: the ranks of one model replica (TP x PP with the rank's data-parallel index),
+/// over which Megatron's optimizer reduces its found-inf flag and gradient norm.
+enum class GroupKind : std::uint8_t {
+  None, Tensor, Pipeline, Data, Embedding, Context, Expert, ModelParallel
+};
 
 /// How a transformer's compute ops run beyond their shapes: the runtime's kernel list and the
 /// Megatron-Core model features (models/flops.cpp reads them). The defaults are the 2021 GPT of

@@ -56,6 +56,7 @@ const std::vector<std::string>& leaf_paths() {
       "parallel.num_layers_per_virtual_pipeline_stage", "parallel.recompute_granularity",
       "parallel.sequence_parallel", "parallel.precision", "parallel.overlap_grad_reduce",
       "parallel.scatter_gather_tensors_in_pipeline", "parallel.ddp_bucket_size",
+      "parallel.clip_grad",
       "parallel.pipeline_schedule",
       "parallel.context_parallel_size", "parallel.expert_model_parallel_size",
       "parallel.expert_tensor_parallel_size", "parallel.decoder_first_pipeline_num_layers",
@@ -925,6 +926,7 @@ void read_parallel(const Reader& r, Scenario& s) {
   p.scatter_gather_tensors_in_pipeline =
       r.get_bool("parallel.scatter_gather_tensors_in_pipeline").value_or(true);
   p.ddp_bucket_size = r.get_int("parallel.ddp_bucket_size", 1, false, true).value_or(p.ddp_bucket_size);
+  p.clip_grad = get_fraction(r, "parallel.clip_grad", 0, 1e9, false).value_or(p.clip_grad);
   if (auto sch = r.get_enum("parallel.pipeline_schedule", {"1f1b", "gpipe", "interleaved"})) {
     const std::string f = "parallel.pipeline_schedule";
     const bool vp = p.num_layers_per_virtual_pipeline_stage.has_value();

@@ -107,6 +107,8 @@ struct ParallelConfig {
   bool scatter_gather_tensors_in_pipeline = true;
   /// Megatron's --ddp-bucket-size, in parameters (elements) per DP gradient bucket.
   std::int64_t ddp_bucket_size = 40'000'000;
+  /// Megatron's --clip-grad: gradient clipping by global L2 norm (0 turns the norm off).
+  double clip_grad = 1.0;
   /// trainsim extension: `gpipe` or `1f1b`; `interleaved` is implied by virtual stages.
   PipelineSchedule pipeline_schedule = PipelineSchedule::OneFOneB;
 

@@ -1,6 +1,8 @@
 #include "models/builder/pipeline_pass.h"
 
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "models/builder/dp_strategy.h"
 #include "models/builder/optimizer_step.h"
@@ -338,9 +340,43 @@ class RankProgram {
     const TaskId final_compute = ctx_.last_compute;
     TaskId last_sync = dp_->reduce_gradients(ctx_, tails_);
     last_sync = tied_embedding_allreduce(final_compute, last_sync);
+    last_sync = optimizer_reductions(final_compute, last_sync);
     const OptimizerStepTasks step =
         emit_optimizer_step(ctx_, dp_->optimizer_step(ctx_), final_compute, last_sync);
     dp_->after_optimizer_step(ctx_, step);
+  }
+
+  /// Megatron's optimizer (Megatron-LM 2021, commit a8d172b: megatron/optimizer/optimizer.py
+  /// _unscale_main_grads_and_check_for_nan, megatron/optimizer/clip_grads.py
+  /// clip_grad_norm_fp32; Megatron-Core keeps both) reduces two scalars over the model-parallel
+  /// group before the step, each followed by a host read (.item()): with fp16 the found-inf flag
+  /// of the dynamic loss scaler (MAX), and with clip_grad > 0 the squared gradient norm (SUM).
+  /// Their kernels (unscale, l2norm) are in the step's memory pass (flops.cpp). DeepSpeed's
+  /// ZeRO optimizers and FSDP reduce over other groups: not emitted for them.
+  TaskId optimizer_reductions(TaskId final_compute, TaskId last_sync) {
+    const Scenario& sc = ctx_.scenario();
+    if (sc.zero.stage != 0 || sc.parallel.uses_fsdp()) return last_sync;
+    const ModelDims& d = ctx_.dims();
+    const int count =
+        (d.precision == Precision::FP16 ? 1 : 0) + (sc.parallel.clip_grad > 0 ? 1 : 0);
+    if (count == 0 || d.t * d.pp <= 1) return last_sync;
+    const RankCoords& c = ctx_.coords;
+    std::vector<RankId> ranks;
+    for (std::int64_t p = 0; p < d.pp; ++p)
+      for (std::int64_t t = 0; t < d.t; ++t)
+        ranks.push_back(RankId(ctx_.layout().rank_of({t, c.dp_rank, p})));
+    std::sort(ranks.begin(), ranks.end());
+    const std::uint32_t group = ctx_.add_group(GroupKind::ModelParallel, ranks);
+    const std::uint32_t op = ctx_.add_op(
+        ctx_.comm_op(OpKind::AllReduce, GroupKind::ModelParallel, 4, std::int64_t(ranks.size())));
+    TaskId prev = last_sync;
+    for (int i = 0; i < count; ++i) {
+      const TaskId id = ctx_.collective(op, group, StreamId::DpComm, Phase::Optimizer, Part::Params,
+                                        kNoIndex, kNoIndex, final_compute);
+      ctx_.dep(prev, id);
+      prev = id;
+    }
+    return prev;
   }
 
   /// Tied embeddings: the first and last stage hold copies of the word embedding; their

@@ -32,8 +32,9 @@ ScheduleGraph build(const Scenario& sc) {
 int megatron_rank(int tp, int dp, int pp) { return pp * 4 + dp * 2 + tp; }
 
 /// The member lists a tp2 x pp2 x dp2 job has, all ranks present: TP pairs, DP pairs, the
-/// embedding pairs (first and last stage, tied embeddings) and both directions of every
-/// pipeline channel.
+/// embedding pairs (first and last stage, tied embeddings), both directions of every
+/// pipeline channel, and each replica's model-parallel group (TP x PP: the optimizer's
+/// found-inf and gradient-norm all-reduces).
 std::set<std::vector<int>> all_groups_tp2_pp2_dp2() {
   std::set<std::vector<int>> out;
   for (int pp = 0; pp < 2; ++pp)
@@ -46,6 +47,9 @@ std::set<std::vector<int>> all_groups_tp2_pp2_dp2() {
       out.insert({first, last});  // embedding all-reduce and forward channel share members
       out.insert({last, first});  // backward channel
     }
+  for (int dp = 0; dp < 2; ++dp)
+    out.insert({megatron_rank(0, dp, 0), megatron_rank(1, dp, 0), megatron_rank(0, dp, 1),
+                megatron_rank(1, dp, 1)});
   return out;
 }
 
@@ -58,9 +62,10 @@ TEST(CommPlan, Tp2Pp2Dp2OnEightProcessesGetsEveryGroup) {
   const Scenario sc = load_scenario(kTp2Pp2Dp2);
   const ScheduleGraph g = build(sc);
   const hw::CommPlan p = hw::plan_communicators(g, 8);
-  // 4 TP + 4 DP + 4 embedding + 8 channels; the embedding group {first, last} and the forward
-  // channel [first, last] have the same members but are distinct groups (kinds differ).
-  EXPECT_EQ(p.groups.size(), 20u);
+  // 4 TP + 4 DP + 4 embedding + 8 channels + 2 model-parallel; the embedding group {first,
+  // last} and the forward channel [first, last] have the same members but are distinct groups
+  // (kinds differ).
+  EXPECT_EQ(p.groups.size(), 22u);
   std::set<std::vector<int>> distinct;
   for (const auto& m : p.members(g)) distinct.insert(m);
   EXPECT_EQ(distinct, all_groups_tp2_pp2_dp2());

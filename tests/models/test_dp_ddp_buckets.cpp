@@ -97,3 +97,60 @@ parallel: {micro_batch_size: 1, global_batch_size: 4, ddp_bucket_size: 100000000
   ASSERT_EQ(buckets.size(), 1u);
   EXPECT_EQ(g.op(buckets[0]).bytes, 4 * kTinyParams);  // accumulate_allreduce_grads_in_fp32
 }
+
+// Megatron's optimizer reduces its found-inf flag (fp16) and gradient norm (clip_grad > 0) over
+// the model-parallel group (TP x PP of one replica) before the step: 4-byte all-reduces,
+// counted here per precision and switch (models/builder/pipeline_pass.cpp).
+namespace {
+int model_parallel_reductions(const std::string& precision, const std::string& clip, int stage,
+                              RankId rank, std::vector<RankId>* members = nullptr) {
+  const Scenario sc = tiny_scenario(
+      "parallel: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2, "
+      "micro_batch_size: 1, global_batch_size: 4, precision: " + precision +
+          ", clip_grad: " + clip + "}\ndeepspeed: {zero_optimization: {stage: " +
+          std::to_string(stage) + "}}\n",
+      8);
+  const ScheduleGraph g = build_graph(sc);
+  int n = 0;
+  TaskId step = kNone;
+  for (TaskId id : g.tasks_of_rank(rank)) {
+    if (g.task(id).kind == TaskKind::OptimizerGpu) step = id;
+    if (g.task(id).kind != TaskKind::Collective || g.op(id).group != GroupKind::ModelParallel)
+      continue;
+    ++n;
+    EXPECT_EQ(g.op(id).kind, OpKind::AllReduce);
+    EXPECT_EQ(g.op(id).bytes, 4);
+    EXPECT_EQ(g.task(id).phase, Phase::Optimizer);
+    EXPECT_EQ(step, kNone) << "the reductions come before the step";
+    if (members) *members = g.group(g.task(id).group).ranks;
+  }
+  return n;
+}
+}  // namespace
+
+TEST(OptimizerReductions, FoundInfWithFp16AndNormWithClipping) {
+  std::vector<RankId> members;
+  EXPECT_EQ(model_parallel_reductions("fp16", "1.0", 0, 0, &members), 2);
+  // Rank 0's replica (dp index 0): TP ranks 0, 1 of stage 0 and 4, 5 of stage 1 (TP fastest,
+  // then DP, then PP: rank = 4 pp + 2 dp + tp).
+  EXPECT_EQ(members, (std::vector<RankId>{0, 1, 4, 5}));
+  EXPECT_EQ(model_parallel_reductions("fp16", "1.0", 0, 6, &members), 2);
+  EXPECT_EQ(members, (std::vector<RankId>{2, 3, 6, 7}));
+  EXPECT_EQ(model_parallel_reductions("bf16", "1.0", 0, 0), 1);  // no loss scaler
+  EXPECT_EQ(model_parallel_reductions("fp16", "0", 0, 0), 1);    // --clip-grad 0: no norm
+  EXPECT_EQ(model_parallel_reductions("bf16", "0", 0, 0), 0);
+  EXPECT_EQ(model_parallel_reductions("fp16", "1.0", 1, 0), 0);  // DeepSpeed's optimizer
+}
+
+TEST(OptimizerReductions, ClipGradIsValidated) {
+  for (const char* bad : {"-1", "nan", "big"}) {
+    try {
+      tiny_scenario("parallel: {micro_batch_size: 1, global_batch_size: 1, clip_grad: " +
+                        std::string(bad) + "}\n", 1);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("parallel.clip_grad"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tiny.yaml"), std::string::npos) << e.what();
+    }
+  }
+}
