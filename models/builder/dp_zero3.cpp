@@ -4,15 +4,16 @@
 // stage 2. Two granularities:
 //
 //  * DeepSpeed (dense models): what DeepSpeed's module hooks do (PartitionedParameterCoordinator
-//    fetch_sub_module / release_sub_module, DeepSpeed v0.14). Each submodule with parameters
+//    fetch_sub_module / release_sub_module, DeepSpeed v0.19.5). Each submodule with parameters
 //    (norms, QKV, projection, fc1, fc2, embedding, output) is fetched by its own all-gather of
 //    its non-persistent tensors; tensors below stage3_param_persistence_threshold elements stay
 //    gathered and are never fetched. At a submodule's pre-forward/backward hook the coordinator
 //    fetches it and prefetches the next submodules of the pass, in use order, while fewer than
 //    min(stage3_prefetch_bucket_size, stage3_max_live_parameters - gathered elements) are being
-//    prefetched (it checks before adding, so at least one goes). After use a submodule is
-//    released unless it is used again within stage3_max_reuse_distance elements of other
-//    fetches; with full recomputation the backward pass re-runs every layer's forward, which
+//    prefetched (it checks before adding, so at least one goes; gathered ones are skipped and
+//    then kept until that use). After use a submodule is released unless it is used again
+//    before stage3_max_reuse_distance elements of other submodules (__params_to_release, DeepSpeed
+//    v0.19.5); with full recomputation the backward pass re-runs every layer's forward, which
 //    fetches the layer's submodules again (those released since the forward). The gathers
 //    issued at block c's hook start once block c-1 has run, so what was prefetched for c+1
 //    overlaps block c. The blocks are the skeleton's attention and MLP tasks; a block waits
@@ -135,6 +136,8 @@ class Zero3 final : public DataParallelStrategy {
   std::vector<std::int64_t> numel_;                 ///< per submodule id of the pass
   std::vector<Consumer> consumers_;
   std::map<int, TaskId> live_;  ///< gathered (or in flight) submodules and their gathers
+  /// Submodules a prefetch scan skipped (gathered) at a later use: kept until that consumer.
+  std::map<int, std::size_t> protect_;
   std::int64_t live_numel_ = 0;
   std::size_t cursor_ = 0;      ///< the next consumer to be computed
   const bool submodules_, recompute_;
@@ -159,6 +162,7 @@ void Zero3::begin_submodule_pass(RankContext& ctx, bool forward) {
   numel_.clear();
   consumers_.clear();
   live_.clear();
+  protect_.clear();
   live_numel_ = 0;
   cursor_ = 0;
   if (forward) {
@@ -230,7 +234,10 @@ void Zero3::fetch(RankContext& ctx, std::size_t c, TaskId after) {
   for (std::size_t j = c + 1; j < consumers_.size() && prefetching < budget; ++j) {
     for (int sub : consumers_[j].subs) {
       if (prefetching >= budget) break;
-      if (live_.count(sub)) continue;
+      if (live_.count(sub)) {  // skipped: gathered already; keep it gathered until that use
+        protect_[sub] = std::max(protect_[sub], j);
+        continue;
+      }
       issue(ctx, sub, after);
       prefetching += numel_[std::size_t(sub)];
     }
@@ -249,16 +256,22 @@ void Zero3::release_after(RankContext& ctx, std::size_t c, TaskId task) {
   const std::int64_t reuse = ctx.scenario().zero.stage3_max_reuse_distance;
   for (int sub : consumers_[c].subs) {
     // Elements of the other submodules used before this one's next use in the pass.
-    std::int64_t distance = 0;
+    // DeepSpeed (__params_to_release) walks the next submodules while fewer than the reuse
+    // distance's elements were traversed; a submodule met on the way stays.
+    std::int64_t traversed = 0;
     bool reused = false;
-    for (std::size_t j = c + 1; j < consumers_.size() && !reused && distance <= reuse; ++j) {
+    for (std::size_t j = c + 1; j < consumers_.size() && !reused; ++j) {
       for (int other : consumers_[j].subs) {
+        if (traversed >= reuse) break;
         if (other == sub) reused = true;
-        if (reused) break;
-        distance += numel_[std::size_t(other)];
+        traversed += numel_[std::size_t(other)];
       }
+      if (traversed >= reuse) break;
     }
-    if (!(reused && distance <= reuse) && live_.count(sub)) release(ctx, sub, task);
+    // A prefetch that skipped a later use of it (it was gathered) keeps it too.
+    const auto p = protect_.find(sub);
+    if (p != protect_.end() && p->second > c) reused = true;
+    if (!reused && live_.count(sub)) release(ctx, sub, task);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "models/calibration.h"
@@ -92,7 +93,9 @@ class ClosedFormMemory {
     const std::int64_t staging =
         c.stage >= 3 && offload ? 2 * share : (offload && cpu > 0 ? 4 * share : 0);
     const bool gathers = c.stage >= 3 && c.dp > 1;
-    auto gathered = [&](std::int64_t elems) { return gathers ? 2 * elems - (2 * elems) / c.dp : 0; };
+    auto gathered = [&](std::int64_t elems) {
+      return gathers ? 2 * elems - (2 * elems) / c.dp : 0;
+    };
     bool buffers = false;
 
     // ZeRO-3 as DeepSpeed's hooks run it (pp = 1): a pass is a list of compute blocks, each
@@ -116,6 +119,7 @@ class ClosedFormMemory {
     std::vector<std::pair<int, std::int64_t>> live;  // id, elements
     std::int64_t live_n = 0;
     std::size_t cursor = 0;
+    std::map<int, std::size_t> protect;
     auto add_block = [&](std::vector<Sub> subs) {
       std::vector<Sub> kept;
       for (const Sub& x : subs)
@@ -149,7 +153,10 @@ class ClosedFormMemory {
       for (std::size_t j = b + 1; j < blocks.size() && pf < budget; ++j)
         for (const Sub& x : blocks[j]) {
           if (pf >= budget) break;
-          if (is_live(x.first)) continue;
+          if (is_live(x.first)) {  // skipped by the scan: kept until that use
+            protect[x.first] = std::max(protect[x.first], j);
+            continue;
+          }
           issue(x);
           pf += x.second;
         }
@@ -167,14 +174,17 @@ class ClosedFormMemory {
       if (!gathers) return;
       const std::size_t b = cursor;
       for (const Sub& x : blocks[b]) {
-        std::int64_t dist = 0;
-        bool again = false;
-        for (std::size_t j = b + 1; j < blocks.size() && !again && dist <= c.reuse; ++j)
+        // Kept when met again before `reuse` elements of later submodules were walked, or
+        // when a prefetch scan skipped a later use of it.
+        std::int64_t walked = 0;
+        bool again = protect.count(x.first) && protect[x.first] > b;
+        for (std::size_t j = b + 1; j < blocks.size() && !again && walked < c.reuse; ++j)
           for (const Sub& y : blocks[j]) {
+            if (walked >= c.reuse) break;
             if (y.first == x.first) { again = true; break; }
-            dist += y.second;
+            walked += y.second;
           }
-        if (!(again && dist <= c.reuse)) drop(x.first);
+        if (!again) drop(x.first);
       }
       if (b + 1 == blocks.size()) while (!live.empty()) drop(live.front().first);
       ++cursor;
@@ -183,6 +193,7 @@ class ClosedFormMemory {
     auto begin_pass = [&](bool forward) {
       blocks.clear();
       live.clear();
+      protect.clear();
       live_n = 0;
       cursor = 0;
       if (c.stage < 3) return;
