@@ -50,7 +50,7 @@ class CudaEvent final : public DeviceEvent {
   explicit CudaEvent(const c10::cuda::CUDAStream& stream) { event.record(stream); }
   bool query() const override { return event.query(); }
   void synchronize() const override { event.synchronize(); }
-  at::cuda::CUDAEvent event{cudaEventDefault};
+  mutable at::cuda::CUDAEvent event{cudaEventDefault};  // block() is not const
 };
 
 class CudaLoop final : public DeviceLoop {
@@ -87,13 +87,19 @@ class CudaLoop final : public DeviceLoop {
     rec.allocated_bytes_samples.emplace_back(0.0, stat(false).current);
     rec.reserved_bytes_samples.emplace_back(0.0, stat(true).current);
     const DependencyGraph& deps = g.dependencies();
+    // What a dependent task waits for: a send's delivery when its backend has one (NCCL sends
+    // run on streams of their own), else the end of the task on its stream.
+    const auto done_event = [&](TaskId from) -> const CudaEvent* {
+      if (const DeviceEvent* d = comm.delivered(from)) return static_cast<const CudaEvent*>(d);
+      return end_ev[from].get();
+    };
     for (TaskId id : order) {
       const Task& t = g.task(id);
       if (t.stream == StreamId::Cpu) {
         // Host work: wait for its dependencies, mark its span on an idle stream.
         for (auto [e, end] = boost::in_edges(id, deps); e != end; ++e) {
           const auto from = static_cast<TaskId>(boost::source(*e, deps));
-          if (end_ev[from]) comm.wait(*end_ev[from], "task " + g.label(from));
+          if (const CudaEvent* ev = done_event(from)) comm.wait(*ev, "task " + g.label(from));
         }
         start_ev[id] = std::make_unique<CudaEvent>(marker);
         marker.synchronize();
@@ -104,7 +110,8 @@ class CudaLoop final : public DeviceLoop {
         c10::cuda::CUDAStreamGuard sg(stream);
         for (auto [e, end] = boost::in_edges(id, deps); e != end; ++e) {
           const auto from = static_cast<TaskId>(boost::source(*e, deps));
-          if (end_ev[from] && g.task(from).stream != t.stream) end_ev[from]->event.block(stream);
+          const CudaEvent* ev = done_event(from);
+          if (ev && (g.task(from).stream != t.stream || ev != end_ev[from].get())) ev->event.block(stream);
         }
         start_ev[id] = std::make_unique<CudaEvent>(stream);
         run_task(id);

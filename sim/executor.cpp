@@ -435,13 +435,22 @@ class Run {
     }
   }
 
-  /// Marks `t` done for its same-rank successors and wakes the actor waiting on one of them.
-  void release(TaskId t) {
+  /// Which of a task's same-rank successors release() frees: all of them, or for a send
+  /// (posted, then delivered) those on its own stream (stream order: the queue goes on once
+  /// the send is posted) or those on other streams (they wait for the delivery).
+  enum class Successors { All, SameStream, OtherStreams };
+
+  /// Marks `t` done for its same-rank successors (`which` of them) and wakes the actor waiting
+  /// on one of them.
+  void release(TaskId t, Successors which = Successors::All) {
     const auto& deps = g_.dependencies();
     const RankId rank = g_.task(t).rank;
+    const StreamId stream = g_.task(t).stream;
     for (auto e : boost::make_iterator_range(boost::out_edges(t, deps))) {
       const TaskId u = TaskId(boost::target(e, deps));
       if (g_.task(u).rank != rank) continue;
+      if (which != Successors::All && (g_.task(u).stream == stream) != (which == Successors::SameStream))
+        continue;
       if (--pending_[u] == 0) {
         ActorState& w = actors_[P_.slot_of_task[u]];
         if (w.waiting_for == u) {
@@ -450,6 +459,7 @@ class Run {
         }
       }
     }
+    if (which == Successors::SameStream) return;  // counted once, at the delivery
     if (opt_.progress && (++done_ & 1023u) == 0 && seconds_since(last_progress_) >= 2.0) {
       last_progress_ = Clock::now();
       dprintf(progress_fd_, "simulate: %llu/%zu tasks, simulated %.6g s, wall %.1f s\n",
@@ -514,9 +524,11 @@ class Run {
       case TaskKind::Send:
         ++activities_;
         if (c.mb_out != kNone) {
-          // Posted and left: the receiver records this task's end when the message is in.
+          // Posted and left: the stream goes on, and the receiver records this task's end and
+          // releases its successors on other streams (they wait for the delivery) when the
+          // message is in.
           mailboxes_[c.mb_out]->put_init(payload_of(t), c.bytes)->detach();
-          release(t);
+          release(t, Successors::SameStream);
         } else {
           // The peer is not simulated: a helper actor carries the flow to its host.
           s4u::Host* src = platform_.host(c.src);
@@ -527,8 +539,9 @@ class Run {
             s4u::Comm::sendto(src, dst, bytes);
             sleep(latency);
             end_[t] = s4u::Engine::get_clock();
+            release(t, Successors::OtherStreams);
           });
-          release(t);
+          release(t, Successors::SameStream);
         }
         return;
       case TaskKind::Recv: {
@@ -540,6 +553,7 @@ class Run {
           check_match(sender, t);
           sleep(c.latency_s);
           end_[sender] = s4u::Engine::get_clock();
+          release(sender, Successors::OtherStreams);
         } else {
           s4u::Comm::sendto(platform_.host(c.src), platform_.host(c.dst), c.bytes);
           sleep(c.latency_s);

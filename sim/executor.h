@@ -10,8 +10,10 @@
 //    OptimizerCpu: the same on the node's CPU host (one core per GPU of the node);
 //  - CopyH2D / CopyD2H: the PCIe route's latency, then a flow of op.bytes between the node's
 //    CPU host and the GPU host;
-//  - Send: posts the message and goes on (non-blocking; the task's successors on its rank may
-//    start at once); its end is when the message has arrived. Recv: blocks until the message
+//  - Send: posts the message and its stream goes on (non-blocking: the next task of its queue
+//    may start); its end is when the message has arrived, and only then may its successors on
+//    the rank's other streams start (a dependency on a send waits for the delivery, as a CUDA
+//    stream waiting on an NCCL send). Recv: blocks until the message
 //    from its peer is there (messages of one (src, dst) pair match in FIFO order; the match id
 //    is checked), plus collective_latency_s(SendRecv) (NCCL launch + one step);
 //  - Collective, this rank's part of a ring collective of op.group_size ranks (ring order of

@@ -330,8 +330,20 @@ class RankProgram {
     ctx_.last_compute = ctx_.message(p2p_op_, TaskKind::Recv, from, phase, s.mb, s.chunk);
     tp_.after_receive(ctx_, phase, s.mb);
   }
+  /// The exchanges of the non-interleaved schedules are waited on: Megatron-LM 2021
+  /// (megatron/p2p_communication.py, commit a8d172b) synchronises the device after each
+  /// batch_isend_irecv, and Megatron-Core (pipeline_parallel/p2p_communication.py _communicate)
+  /// waits on the requests (wait_on_reqs; overlap_p2p_comm is off without interleaving, and
+  /// batch_p2p_sync synchronises): the next compute starts once the message is delivered. In
+  /// 1F1B that is the exchange send_forward_recv_backward / send_backward_recv_forward between
+  /// a forward and a backward, which this rank's receive queue posts in the same order. The
+  /// interleaved schedule's exchange (after a forward-backward pair, every send and receive of
+  /// the pair posted together) does not match the order in which the PpComm queue posts its
+  /// receives (one step at a time), so its sends are not waited on (docs/validation.md).
   void send(std::int64_t to, Phase phase, const StepAt& s) {
-    ctx_.message(p2p_op_, TaskKind::Send, to, phase, s.mb, s.chunk);
+    const TaskId id = ctx_.message(p2p_op_, TaskKind::Send, to, phase, s.mb, s.chunk);
+    if (ctx_.scenario().parallel.pipeline_schedule != PipelineSchedule::Interleaved)
+      ctx_.unwaited_sends.push_back(id);
   }
 
   // ---- after the last step

@@ -83,6 +83,10 @@ TaskId RankContext::add(Task t, std::initializer_list<MemEffect> effects) {
     graph().add_dependency(join_next, id);
     join_next = kNone;
   }
+  if (t.stream == StreamId::Compute && !unwaited_sends.empty()) {
+    for (TaskId send : unwaited_sends) graph().add_dependency(send, id);
+    unwaited_sends.clear();
+  }
   return id;
 }
 

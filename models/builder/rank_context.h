@@ -90,6 +90,9 @@ class RankContext {
   /// communication that ran concurrently with the last compute (context parallelism's KV
   /// exchange).
   TaskId join_next = kNone;
+  /// Pipeline sends the next compute-stream task waits for, as delivered messages (Megatron
+  /// waits on its batch_isend_irecv exchange; pipeline_pass.cpp send()).
+  std::vector<TaskId> unwaited_sends;
   /// The last task on the compute path (the task the next compute or synchronous
   /// collective waits for); kNone before the first.
   TaskId last_compute = kNone;

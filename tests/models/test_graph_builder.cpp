@@ -234,3 +234,56 @@ TEST(GraphBuilder, ParameterCountMatchesClosedForm) {
   const double replicated_extra = 7 * (6 * h * l + s * h + 2 * h);
   EXPECT_EQ(sum, total_params(sc.model) + std::int64_t(V * h + replicated_extra));
 }
+
+// Pipeline sends: in 1F1B and GPipe the compute after an exchange waits for the send's delivery
+// (Megatron-LM 2021 synchronised the device after each batch_isend_irecv; Megatron-Core waits on
+// the requests): every send gets exactly one successor on its rank outside its own queue, the
+// first compute-stream task after it in program order. The interleaved schedule's sends are not
+// waited on (pipeline_pass.cpp send()).
+namespace {
+struct SendWaits {
+  int sends = 0, waited = 0, wrong = 0;
+};
+SendWaits send_waits(const ScheduleGraph& g) {
+  SendWaits w;
+  const auto& deps = g.dependencies();
+  for (RankId rank : g.simulated_ranks()) {
+    const std::vector<TaskId> order = g.tasks_of_rank(rank);
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      if (g.task(order[i]).kind != TaskKind::Send) continue;
+      ++w.sends;
+      TaskId next = kNone;
+      for (std::size_t j = i + 1; j < order.size() && next == kNone; ++j)
+        if (g.task(order[j]).stream == StreamId::Compute) next = order[j];
+      std::vector<TaskId> same_rank;
+      for (auto [e, end] = boost::out_edges(order[i], deps); e != end; ++e) {
+        const TaskId u = TaskId(boost::target(*e, deps));
+        // Its own queue's next task follows it in stream order (the send is only posted).
+        if (g.task(u).rank == rank && g.task(u).stream != StreamId::PpComm) same_rank.push_back(u);
+      }
+      if (same_rank.empty()) continue;
+      ++w.waited;
+      if (same_rank.size() != 1 || same_rank[0] != next) ++w.wrong;
+    }
+  }
+  return w;
+}
+}  // namespace
+
+TEST(GraphBuilder, ComputeWaitsForPipelineSendsOutsideInterleaving) {
+  const std::string base =
+      "parallel: {pipeline_model_parallel_size: 4, micro_batch_size: 1, global_batch_size: 16";
+  for (const std::string runtime : {"", "runtime: megatron-core\n"})
+    for (const std::string schedule : {"", ", pipeline_schedule: gpipe"}) {
+      const SendWaits w = send_waits(build(tiny(runtime + base + schedule + "}")));
+      EXPECT_GT(w.sends, 0) << runtime << schedule;
+      EXPECT_EQ(w.wrong, 0) << runtime << schedule;
+      // Each rank's last send (stage s > 0's last backward send) is followed by the optimizer
+      // step on the compute stream, so it is waited on too.
+      EXPECT_EQ(w.waited, w.sends) << runtime << schedule;
+    }
+  const SendWaits wi =
+      send_waits(build(tiny(base + ", num_layers_per_virtual_pipeline_stage: 1}")));
+  EXPECT_GT(wi.sends, 0);
+  EXPECT_EQ(wi.waited, 0);
+}

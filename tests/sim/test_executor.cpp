@@ -173,6 +173,47 @@ TEST(Executor, TwoStagePipelineSendRecv) {
   EXPECT_NEAR(r.end_s[recv_nv], tc + S / env.nvlink_bw() + lat_intra, kTol);
 }
 
+TEST(Executor, ComputeAfterASendWaitsForItsDelivery) {
+  // A task that depends on a send starts when the message is delivered (a CUDA stream waiting
+  // on an NCCL send; Megatron waits on its batch_isend_irecv requests), not when it is posted.
+  // The receiver posts its receive only after two computes, so the transfer starts then.
+  Env env;
+  ScheduleGraph g;
+  const OpDesc attn = layer_op(OpKind::AttnFwd);
+  const auto a = g.add_op(attn);
+  const std::int64_t S = 2048 * 4096 * 2;
+  const auto p2p = g.add_op(comm_op(OpKind::SendRecv, GroupKind::Pipeline, S, 2));
+  const TaskId c0 = g.add_task(task(TaskKind::Compute, 0, StreamId::Compute, a));
+  Task s = task(TaskKind::Send, 0, StreamId::PpComm, p2p);
+  s.peer = 8;
+  s.match = 1;
+  const TaskId send = g.add_task(s);
+  const TaskId c1 = g.add_task(task(TaskKind::Compute, 0, StreamId::Compute, a));
+  const TaskId c8a = g.add_task(task(TaskKind::Compute, 8, StreamId::Compute, a));
+  const TaskId c8b = g.add_task(task(TaskKind::Compute, 8, StreamId::Compute, a));
+  Task rv = task(TaskKind::Recv, 8, StreamId::PpComm, p2p);
+  rv.peer = 0;
+  rv.match = 1;
+  const TaskId recv = g.add_task(rv);
+  g.add_dependency(c0, send);
+  g.add_dependency(send, c1);
+  g.add_dependency(send, recv);
+  g.add_dependency(c8a, c8b);
+  g.add_dependency(c8b, recv);
+  g.finalize();
+  const ExecutionRecord r = simulate(g, env.scenario, env.system, env.cost);
+  const double tc = env.cost.compute_time_s(attn);
+  const double inter_bw = std::min(env.nic_bw(), env.pcie_bw());
+  const double lat = env.cost.collective_latency_s(OpKind::SendRecv, 2, false);
+  const double delivered = 2 * tc + S / inter_bw + lat;
+  EXPECT_NEAR(r.start_s[send], tc, kTol);
+  EXPECT_NEAR(r.start_s[recv], 2 * tc, kTol);
+  EXPECT_NEAR(r.end_s[recv], delivered, kTol);
+  EXPECT_NEAR(r.end_s[send], delivered, kTol);
+  EXPECT_NEAR(r.start_s[c1], delivered, kTol);  // not tc: the send was only posted then
+  EXPECT_NEAR(r.end_s[c1], delivered + tc, kTol);
+}
+
 // Ring all-reduce of S bytes over `ranks`: the alpha-beta time of nccl-tests' bus bandwidth
 // definition (busbw = algbw x 2(n-1)/n) with the cost model's NCCL latency.
 double ring_allreduce_time(const Env& env, double S, int n, double bw, bool intra) {
