@@ -411,8 +411,21 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
         intra = t.peer / sys.gpus_per_node == std::int64_t(t.rank) / sys.gpus_per_node;
       if (t.kind == TaskKind::Recv)
         bw = intra ? sys.gpu.nvlink_bw_bytes_per_s : sys.nic_bw_bytes_per_s;
-      return cm.collective_time_s(op.kind, double(op.bytes),
-                                  std::max<std::int64_t>(op.group_size, 1), bw, intra);
+      const std::int64_t n = std::max<std::int64_t>(op.group_size, 1);
+      if (t.kind == TaskKind::Collective && n > 1 && t.group != kNone &&
+          (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter ||
+           op.kind == OpKind::AllGather)) {
+        // As the simulator runs it (sim/executor.cpp): NCCL's algorithm and protocol for this
+        // size and group (models/nccl_model.h), its latency, and the ring's bytes in the
+        // protocol's wire format over the group's links.
+        std::set<std::int64_t> nodes;
+        for (RankId r : g.group(t.group).ranks) nodes.insert(std::int64_t(r) / sys.gpus_per_node);
+        const NcclChoice c = cm.nccl_collective(op.kind, double(op.bytes), n, std::int64_t(nodes.size()));
+        const double eff = intra ? cm.nvlink_efficiency() : cm.network_efficiency();
+        return c.latency_s +
+               CostModel::ring_bytes_per_rank(op.kind, double(op.bytes), n) * c.wire_factor / (bw * eff);
+      }
+      return cm.collective_time_s(op.kind, double(op.bytes), n, bw, intra);
     }
     case TaskKind::CopyH2D:
     case TaskKind::CopyD2H:
