@@ -352,9 +352,10 @@ class RankProgram {
     const TaskId final_compute = ctx_.last_compute;
     TaskId last_sync = dp_->reduce_gradients(ctx_, tails_);
     last_sync = tied_embedding_allreduce(final_compute, last_sync);
+    const OptimizerStepInputs inputs = dp_->optimizer_step(ctx_);
     last_sync = optimizer_reductions(final_compute, last_sync);
-    const OptimizerStepTasks step =
-        emit_optimizer_step(ctx_, dp_->optimizer_step(ctx_), final_compute, last_sync);
+    last_sync = deepspeed_reductions(final_compute, last_sync, inputs);
+    const OptimizerStepTasks step = emit_optimizer_step(ctx_, inputs, final_compute, last_sync);
     dp_->after_optimizer_step(ctx_, step);
   }
 
@@ -364,14 +365,59 @@ class RankProgram {
   /// group before the step, each followed by a host read (.item()): with fp16 the found-inf flag
   /// of the dynamic loss scaler (MAX), and with clip_grad > 0 the squared gradient norm (SUM).
   /// Their kernels (unscale, l2norm) are in the step's memory pass (flops.cpp). DeepSpeed's
-  /// ZeRO optimizers and FSDP reduce over other groups: not emitted for them.
+  /// ZeRO optimizers reduce over other groups (deepspeed_reductions); FSDP's are not emitted.
   TaskId optimizer_reductions(TaskId final_compute, TaskId last_sync) {
     const Scenario& sc = ctx_.scenario();
     if (sc.zero.stage != 0 || sc.parallel.uses_fsdp()) return last_sync;
     const ModelDims& d = ctx_.dims();
     const int count =
         (d.precision == Precision::FP16 ? 1 : 0) + (sc.parallel.clip_grad > 0 ? 1 : 0);
-    if (count == 0 || d.t * d.pp <= 1) return last_sync;
+    TaskId prev = last_sync;
+    for (int i = 0; i < count; ++i) prev = model_parallel_reduction(4, final_compute, prev);
+    return prev;
+  }
+
+  /// DeepSpeed's ZeRO optimizers (v0.19.5, deepspeed/runtime/zero/stage_1_and_2.py step(),
+  /// has_overflow, get_grad_norm_direct / complete_grad_norm_calculation_for_cpu_offload;
+  /// stage3.py step(), _overflow_check_and_loss_scale_update, _get_norm_groups): with fp16
+  /// (engine.py: check_grad_overflow) the overflow flag, a 1-byte MAX all-reduce over the
+  /// data-parallel group and then over the model-parallel group (when it has more than one
+  /// rank); then, whether or not gradients are clipped, one fp32 norm per optimizer group, a
+  /// 4-byte SUM all-reduce over the same two groups. Groups: stage 3 steps sub-groups of
+  /// sub_group_size elements of the rank's partition (_create_fp16_sub_groups, taken here as
+  /// ceil(partition / sub_group_size)); stages 1 and 2 step the client's parameter groups,
+  /// taken as one (deepspeed.initialize(model.parameters())).
+  TaskId deepspeed_reductions(TaskId final_compute, TaskId last_sync,
+                              const OptimizerStepInputs& inputs) {
+    const Scenario& sc = ctx_.scenario();
+    if (sc.zero.stage == 0 || sc.parallel.uses_fsdp()) return last_sync;
+    const ModelDims& d = ctx_.dims();
+    const std::int64_t partition = inputs.gpu_params + inputs.cpu_params;
+    const std::int64_t sub = std::max<std::int64_t>(1, sc.zero.sub_group_size);
+    const std::int64_t norms =
+        sc.zero.stage == 3 ? std::max<std::int64_t>(1, (partition + sub - 1) / sub) : 1;
+    std::vector<std::int64_t> bytes;
+    if (d.precision == Precision::FP16) bytes.push_back(1);
+    for (std::int64_t i = 0; i < norms; ++i) bytes.push_back(4);
+    TaskId prev = last_sync;
+    for (const std::int64_t b : bytes) {
+      if (d.dp > 1) {
+        const std::uint32_t op = ctx_.add_op(ctx_.comm_op(OpKind::AllReduce, GroupKind::Data, b, d.dp));
+        const TaskId id = ctx_.collective(op, ctx_.dp_group, StreamId::DpComm, Phase::Optimizer,
+                                          Part::Params, kNoIndex, kNoIndex, final_compute);
+        ctx_.dep(prev, id);
+        prev = id;
+      }
+      prev = model_parallel_reduction(b, final_compute, prev);
+    }
+    return prev;
+  }
+
+  /// One all-reduce of `bytes` over this replica's model-parallel group (TP x PP), after
+  /// `prev`; nothing when the group is one rank.
+  TaskId model_parallel_reduction(std::int64_t bytes, TaskId final_compute, TaskId prev) {
+    const ModelDims& d = ctx_.dims();
+    if (d.t * d.pp <= 1) return prev;
     const RankCoords& c = ctx_.coords;
     std::vector<RankId> ranks;
     for (std::int64_t p = 0; p < d.pp; ++p)
@@ -380,15 +426,11 @@ class RankProgram {
     std::sort(ranks.begin(), ranks.end());
     const std::uint32_t group = ctx_.add_group(GroupKind::ModelParallel, ranks);
     const std::uint32_t op = ctx_.add_op(
-        ctx_.comm_op(OpKind::AllReduce, GroupKind::ModelParallel, 4, std::int64_t(ranks.size())));
-    TaskId prev = last_sync;
-    for (int i = 0; i < count; ++i) {
-      const TaskId id = ctx_.collective(op, group, StreamId::DpComm, Phase::Optimizer, Part::Params,
-                                        kNoIndex, kNoIndex, final_compute);
-      ctx_.dep(prev, id);
-      prev = id;
-    }
-    return prev;
+        ctx_.comm_op(OpKind::AllReduce, GroupKind::ModelParallel, bytes, std::int64_t(ranks.size())));
+    const TaskId id = ctx_.collective(op, group, StreamId::DpComm, Phase::Optimizer, Part::Params,
+                                      kNoIndex, kNoIndex, final_compute);
+    ctx_.dep(prev, id);
+    return id;
   }
 
   /// Tied embeddings: the first and last stage hold copies of the word embedding; their

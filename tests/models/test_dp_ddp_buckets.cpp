@@ -2,6 +2,7 @@
 // all-reduce buckets, checked against hand-computed bucket boundaries.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "models/builder/dp_strategy.h"
@@ -139,7 +140,7 @@ TEST(OptimizerReductions, FoundInfWithFp16AndNormWithClipping) {
   EXPECT_EQ(model_parallel_reductions("bf16", "1.0", 0, 0), 1);  // no loss scaler
   EXPECT_EQ(model_parallel_reductions("fp16", "0", 0, 0), 1);    // --clip-grad 0: no norm
   EXPECT_EQ(model_parallel_reductions("bf16", "0", 0, 0), 0);
-  EXPECT_EQ(model_parallel_reductions("fp16", "1.0", 1, 0), 0);  // DeepSpeed's optimizer
+  // DeepSpeed's optimizer reduces its own flag and norm: DeepSpeedReductions below.
 }
 
 TEST(OptimizerReductions, ClipGradIsValidated) {
@@ -153,4 +154,50 @@ TEST(OptimizerReductions, ClipGradIsValidated) {
       EXPECT_NE(std::string(e.what()).find("tiny.yaml"), std::string::npos) << e.what();
     }
   }
+}
+
+// DeepSpeed's ZeRO optimizers (v0.19.5 stage_1_and_2.py / stage3.py step()): with fp16 the
+// overflow flag (1 byte, MAX), then one fp32 norm per optimizer group (4 bytes, SUM), each
+// all-reduced over the data-parallel group and then the model-parallel group (TP x PP) when it
+// has more than one rank; no Megatron reductions under ZeRO.
+namespace {
+std::vector<std::string> deepspeed_reductions(const std::string& parallel, int stage,
+                                              const std::string& zero_extra = "") {
+  const Scenario sc = tiny_scenario("parallel: {" + parallel +
+                                        "}\ndeepspeed: {zero_optimization: {stage: " +
+                                        std::to_string(stage) + zero_extra + "}}\n",
+                                    8);
+  const ScheduleGraph g = build_graph(sc);
+  std::vector<std::string> out;
+  for (TaskId id : g.tasks_of_rank(0)) {
+    if (g.task(id).kind != TaskKind::Collective || g.task(id).phase != Phase::Optimizer) continue;
+    const OpDesc& op = g.op(id);
+    EXPECT_EQ(op.kind, OpKind::AllReduce);
+    EXPECT_EQ(std::int64_t(g.group(g.task(id).group).ranks.size()), op.group_size);
+    out.push_back(std::string(op.group == GroupKind::Data ? "dp" : "mp") + std::to_string(op.bytes));
+  }
+  return out;
+}
+}  // namespace
+
+TEST(DeepSpeedReductions, OverflowFlagWithFp16ThenOneNormPerGroup) {
+  // ZeRO-1, fp16, TP 2 x PP 2 x DP 2: the flag and the norm over DP, then over TP x PP.
+  EXPECT_EQ(deepspeed_reductions("tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2, "
+                                 "micro_batch_size: 1, global_batch_size: 4, precision: fp16",
+                                 1),
+            (std::vector<std::string>{"dp1", "mp1", "dp4", "mp4"}));
+  // ZeRO-2, bf16 (no overflow check), DP 8 only: the norm over DP.
+  EXPECT_EQ(deepspeed_reductions("micro_batch_size: 1, global_batch_size: 8, precision: bf16", 2),
+            (std::vector<std::string>{"dp4"}));
+  // ZeRO-3, fp16, DP 8, sub-groups of 100,000 elements: the rank's partition of
+  // 6,613,504 / 8 = 826,688 parameters makes ceil(8.27) = 9 sub-groups, one norm each.
+  std::vector<std::string> zero3 = {"dp1"};
+  for (int i = 0; i < 9; ++i) zero3.push_back("dp4");
+  EXPECT_EQ(kTinyParams, 6'613'504);
+  EXPECT_EQ(deepspeed_reductions("micro_batch_size: 1, global_batch_size: 8, precision: fp16", 3,
+                                 ", sub_group_size: 100000"),
+            zero3);
+  // The default sub-group (1e9 elements) holds the whole partition: one norm.
+  EXPECT_EQ(deepspeed_reductions("micro_batch_size: 1, global_batch_size: 8, precision: fp16", 3),
+            (std::vector<std::string>{"dp1", "dp4"}));
 }
