@@ -240,7 +240,7 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   const double nvlink = system_.gpu.nvlink_bw_bytes_per_s * nvlink_efficiency();
   const double nic =
       std::min(system_.nic_bw_bytes_per_s * network_efficiency(),
-               system_.gpu.pcie_bw_bytes_per_s * std::max(kPcieLinkEfficiency, pcie_efficiency()));
+               system_.gpu.pcie_bw_bytes_per_s * pcie_link_efficiency());
   g.bus_bw_bytes_per_s = nodes > 1 ? std::min(nvlink, nic) : nvlink;
   g.simple_base_latency_s = profile_.nccl_launch_latency_s;
   g.simple_nvlink_step_s = profile_.nccl_step_latency_intra_node_s;
@@ -259,5 +259,8 @@ double CostModel::collective_time_s(OpKind kind, double bytes, std::int64_t grou
 double CostModel::nvlink_efficiency() const { return profile_.nvlink_efficiency; }
 double CostModel::network_efficiency() const { return profile_.network_efficiency; }
 double CostModel::pcie_efficiency() const { return profile_.pcie_efficiency; }
+double CostModel::pcie_link_efficiency() const {
+  return std::max(kPcieLinkEfficiency, pcie_efficiency());
+}
 
 }  // namespace trainsim

@@ -53,6 +53,10 @@ class CostModel {
   double nvlink_efficiency() const;
   double network_efficiency() const;
   double pcie_efficiency() const;
+  /// Fraction of its nominal rate a GPU's or NIC's own PCIe link carries (device DMA and
+  /// GPUDirect RDMA): the TLP data rate kPcieLinkEfficiency, or the profile's pcie_efficiency
+  /// when that is higher.
+  double pcie_link_efficiency() const;
 
   /// Time of one kernel of an op's kernel list (models/flops.h op_kernels): a GEMM's
   /// max(compute with wave quantization, HBM time of its bytes), or a memory-bound kernel's HBM

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -382,10 +381,12 @@ namespace {
 /// across nodes the members of a node share their NICs (one per GPU,
 /// rail-optimized), as the simulator's hierarchical rings do
 /// (sim/executor.cpp).
-double group_bandwidth(const CommGroup& g, const SystemSpec& sys, bool* intra) {
+double group_bandwidth(const CommGroup& g, const SystemSpec& sys, bool* intra,
+                       std::int64_t* nodes) {
   std::map<std::int64_t, int> per_node;
   for (RankId r : g.ranks) ++per_node[std::int64_t(r) / sys.gpus_per_node];
   *intra = per_node.size() <= 1;
+  *nodes = std::int64_t(per_node.size());
   if (*intra) return sys.gpu.nvlink_bw_bytes_per_s;
   int k = sys.gpus_per_node;
   for (const auto& [node, n] : per_node) k = std::min(k, n);
@@ -405,8 +406,9 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
     case TaskKind::Recv: {
       if (t.kind == TaskKind::Send) return 0;  // the receiver's side carries the message
       bool intra = true;
+      std::int64_t nodes = 1;
       double bw = sys.nic_bw_bytes_per_s;
-      if (t.group != kNone) bw = group_bandwidth(g.group(t.group), sys, &intra);
+      if (t.group != kNone) bw = group_bandwidth(g.group(t.group), sys, &intra, &nodes);
       if (t.kind == TaskKind::Recv && t.peer >= 0)
         intra = t.peer / sys.gpus_per_node == std::int64_t(t.rank) / sys.gpus_per_node;
       if (t.kind == TaskKind::Recv)
@@ -418,9 +420,7 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
         // As the simulator runs it (sim/executor.cpp): NCCL's algorithm and protocol for this
         // size and group (models/nccl_model.h), its latency, and the ring's bytes in the
         // protocol's wire format over the group's links.
-        std::set<std::int64_t> nodes;
-        for (RankId r : g.group(t.group).ranks) nodes.insert(std::int64_t(r) / sys.gpus_per_node);
-        const NcclChoice c = cm.nccl_collective(op.kind, double(op.bytes), n, std::int64_t(nodes.size()));
+        const NcclChoice c = cm.nccl_collective(op.kind, double(op.bytes), n, nodes);
         const double eff = intra ? cm.nvlink_efficiency() : cm.network_efficiency();
         return c.latency_s +
                CostModel::ring_bytes_per_rank(op.kind, double(op.bytes), n) * c.wire_factor / (bw * eff);

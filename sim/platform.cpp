@@ -49,7 +49,7 @@ PlatformModel::PlatformModel(const SystemSpec& system, std::int64_t nodes,
   nvlink_bw_ = system.gpu.nvlink_bw_bytes_per_s * cost.nvlink_efficiency();
   // The GPU's and the NIC's own PCIe links at the link-level data rate (GPUDirect RDMA and
   // device DMA); the uplink to the CPU at the measured host-copy rate (kPcieLinkEfficiency).
-  pcie_bw_ = system.gpu.pcie_bw_bytes_per_s * std::max(kPcieLinkEfficiency, cost.pcie_efficiency());
+  pcie_bw_ = system.gpu.pcie_bw_bytes_per_s * cost.pcie_link_efficiency();
   uplink_bw_ = system.pcie_uplink_bw_bytes_per_s * cost.pcie_efficiency();
   // Switch ports run at the NIC rate (same InfiniBand generation: HDR QM8700 for HDR NICs).
   net_bw_ = system.nic_bw_bytes_per_s * cost.network_efficiency();

@@ -67,6 +67,14 @@ Task task(TaskKind kind, RankId rank, StreamId stream, std::uint32_t op) {
   return t;
 }
 
+/// A pipeline message task: Send (rank -> peer) or Recv (rank <- peer) of message `match`.
+Task message(TaskKind kind, RankId rank, std::int32_t peer, std::uint32_t match, std::uint32_t op) {
+  Task t = task(kind, rank, StreamId::PpComm, op);
+  t.peer = peer;
+  t.match = match;
+  return t;
+}
+
 constexpr double kTol = 1e-12;  // seconds: exact up to floating-point rounding
 
 TEST(Executor, ComputeTasksTakeTheCostModelTime) {
@@ -136,21 +144,11 @@ TEST(Executor, TwoStagePipelineSendRecv) {
   const auto p2p = g.add_op(comm_op(OpKind::SendRecv, GroupKind::Pipeline, S, 2));
   // Rank 0 (node 0) -> rank 8 (node 1, same rail) and rank 0 -> rank 1 (NVLink).
   const TaskId c0 = g.add_task(task(TaskKind::Compute, 0, StreamId::Compute, a));
-  Task s = task(TaskKind::Send, 0, StreamId::PpComm, p2p);
-  s.peer = 8;
-  s.match = 7;
-  const TaskId send = g.add_task(s);
-  s.peer = 1;
-  s.match = 8;
-  const TaskId send_nv = g.add_task(s);
-  Task rv = task(TaskKind::Recv, 8, StreamId::PpComm, p2p);
-  rv.peer = 0;
-  rv.match = 7;
-  const TaskId recv = g.add_task(rv);
+  const TaskId send = g.add_task(message(TaskKind::Send, 0, 8, 7, p2p));
+  const TaskId send_nv = g.add_task(message(TaskKind::Send, 0, 1, 8, p2p));
+  const TaskId recv = g.add_task(message(TaskKind::Recv, 8, 0, 7, p2p));
   const TaskId c8 = g.add_task(task(TaskKind::Compute, 8, StreamId::Compute, a));
-  rv.rank = 1;
-  rv.match = 8;
-  const TaskId recv_nv = g.add_task(rv);
+  const TaskId recv_nv = g.add_task(message(TaskKind::Recv, 1, 0, 8, p2p));
   g.add_dependency(c0, send);
   g.add_dependency(send, recv);
   g.add_dependency(recv, c8);
@@ -184,17 +182,11 @@ TEST(Executor, ComputeAfterASendWaitsForItsDelivery) {
   const std::int64_t S = 2048 * 4096 * 2;
   const auto p2p = g.add_op(comm_op(OpKind::SendRecv, GroupKind::Pipeline, S, 2));
   const TaskId c0 = g.add_task(task(TaskKind::Compute, 0, StreamId::Compute, a));
-  Task s = task(TaskKind::Send, 0, StreamId::PpComm, p2p);
-  s.peer = 8;
-  s.match = 1;
-  const TaskId send = g.add_task(s);
+  const TaskId send = g.add_task(message(TaskKind::Send, 0, 8, 1, p2p));
   const TaskId c1 = g.add_task(task(TaskKind::Compute, 0, StreamId::Compute, a));
   const TaskId c8a = g.add_task(task(TaskKind::Compute, 8, StreamId::Compute, a));
   const TaskId c8b = g.add_task(task(TaskKind::Compute, 8, StreamId::Compute, a));
-  Task rv = task(TaskKind::Recv, 8, StreamId::PpComm, p2p);
-  rv.peer = 0;
-  rv.match = 1;
-  const TaskId recv = g.add_task(rv);
+  const TaskId recv = g.add_task(message(TaskKind::Recv, 8, 0, 1, p2p));
   g.add_dependency(c0, send);
   g.add_dependency(send, c1);
   g.add_dependency(send, recv);
@@ -389,18 +381,11 @@ TEST(Executor, MessagesOutOfOrderAreAnError) {
   Env env;
   ScheduleGraph g;
   const auto p2p = g.add_op(comm_op(OpKind::SendRecv, GroupKind::Pipeline, 1000, 2));
-  Task s = task(TaskKind::Send, 0, StreamId::PpComm, p2p);
-  s.peer = 1;
-  s.match = 1;
-  const TaskId s1 = g.add_task(s);
-  s.match = 2;
-  const TaskId s2 = g.add_task(s);
-  Task rv = task(TaskKind::Recv, 1, StreamId::PpComm, p2p);
-  rv.peer = 0;
-  rv.match = 2;  // receives message 2 first: breaks FIFO matching
-  const TaskId r2 = g.add_task(rv);
-  rv.match = 1;
-  const TaskId r1 = g.add_task(rv);
+  const TaskId s1 = g.add_task(message(TaskKind::Send, 0, 1, 1, p2p));
+  const TaskId s2 = g.add_task(message(TaskKind::Send, 0, 1, 2, p2p));
+  // Receives message 2 first: breaks FIFO matching.
+  const TaskId r2 = g.add_task(message(TaskKind::Recv, 1, 0, 2, p2p));
+  const TaskId r1 = g.add_task(message(TaskKind::Recv, 1, 0, 1, p2p));
   g.add_dependency(s1, r1);
   g.add_dependency(s2, r2);
   g.finalize();
