@@ -49,15 +49,14 @@ class Zero3 final : public DataParallelStrategy {
     const ZeroConfig& z = ctx.scenario().zero;
     const std::int64_t thr = z.stage3_param_persistence_threshold;
     auto fetched_of = [thr](std::int64_t n) { return n >= thr ? n : 0; };
-    // The embedding's word and position tables; the output layer's (tied) word table (its
-    // final norm is below any useful threshold and stays gathered).
-    const std::int64_t word = word_embedding_params_per_rank(m, ctx.dims().t);
-    embed_fetched_ = fetched_of(word) + fetched_of(embed_params_ - word);
+    // The embedding's word table (output_params_, the same per-rank word table) and position
+    // table; the output layer's (tied) word table (its final norm is below any useful
+    // threshold and stays gathered).
+    embed_fetched_ = fetched_of(output_params_) + fetched_of(embed_params_ - output_params_);
     output_fetched_ = fetched_of(output_params_);
     for (const LayerSubmodule& sub : layer_submodules_per_rank(m, ctx.dims().t)) {
       std::int64_t fetched = 0;  // its tensors that are not persistent
-      for (std::int64_t n : sub.params)
-        if (n >= z.stage3_param_persistence_threshold) fetched += n;
+      for (std::int64_t n : sub.params) fetched += fetched_of(n);
       if (fetched > 0) (sub.mlp ? mlp_subs_ : attn_subs_).push_back(fetched);
     }
   }
@@ -158,7 +157,7 @@ class Zero3 final : public DataParallelStrategy {
 /// Issues the all-gathers of the units up to `unit` + prefetch (each may start once the
 /// compute issued so far is done), makes the next block wait for this unit's and its last
 /// block release it.
-void Zero3::begin_submodule_pass(RankContext& ctx, bool forward) {
+void Zero3::begin_submodule_pass(RankContext&, bool forward) {
   numel_.clear();
   consumers_.clear();
   live_.clear();
