@@ -268,7 +268,7 @@ void need_positive(const OpDesc& op, std::int64_t v, const char* field) {
 namespace {
 
 struct CoreShape {
-  double b, s, cp, T, Tsp, H, heads, groups, hd, P, Pkv, F, Vr, e, tp, mk, stats;
+  double b, s, cp, T, Tsp, H, heads, groups, hd, P, Pkv, F, Vr, e, tp, mk, stats, mg;
   bool fp8, current, swiglu, rope, hdrop, adrop, flash;
   double window, microbatches;
 };
@@ -293,6 +293,8 @@ CoreShape core_shape_of(const OpDesc& op) {
   c.e = element_bytes(op.precision);
   c.mk = kMaskBytes;
   c.stats = f.rmsnorm ? kFp32Bytes : 2 * kFp32Bytes;  // rstd; LayerNorm adds the mean
+  // main_grad: fp32 unless parallel.grad_reduce_in_fp32 is false (then the training precision)
+  c.mg = f.main_grad_bytes ? double(f.main_grad_bytes) : kFp32Bytes;
   c.fp8 = f.fp8 != 0;
   c.current = f.fp8 == 2;
   c.swiglu = f.swiglu;
@@ -308,11 +310,11 @@ CoreShape core_shape_of(const OpDesc& op) {
 KernelWork core_gemm(const char* name, double m, double n, double k, const CoreShape& c,
                      bool linear, bool wgrad = false) {
   // FP8 GEMMs read 1-byte operands and write e-byte outputs; a weight-gradient GEMM with
-  // gradient-accumulation fusion reads and writes its fp32 main_grad output.
+  // gradient-accumulation fusion reads and writes its main_grad output (fp32 by default).
   const bool f8 = linear && c.fp8;
   KernelWork w = gemm(name, m, n, k, c.e);
   const double in = f8 ? 1.0 : c.e;
-  w.bytes = (m * k + k * n) * in + m * n * (wgrad ? 2 * kFp32Bytes : c.e);
+  w.bytes = (m * k + k * n) * in + m * n * (wgrad ? 2 * c.mg : c.e);
   w.fp8 = f8;
   return w;
 }
@@ -663,7 +665,8 @@ std::vector<KernelWork> op_kernels(const OpDesc& op) {
       // one memory-bound pass of optimizer_gpu_bytes_per_param bytes per parameter.
       if (op.params < 0) throw std::logic_error("op_kernels: optimizer step with params < 0");
       out.push_back(mem("mixed_precision_adam",
-                        static_cast<double>(op.params) * optimizer_gpu_bytes_per_param(op.precision)));
+                        static_cast<double>(op.params) *
+                            optimizer_gpu_bytes_per_param(op.precision, op.features.main_grad_bytes)));
       break;
     case OpKind::OptimizerStepCpu:  // host memory, no device kernels
     case OpKind::AllReduce:
@@ -700,11 +703,19 @@ void fill_work(OpDesc& op) {
 //     threshold: data dependent, not counted.)
 //   bf16 (fp32 grad buffer, no loss scaler): zero 4, no cast, no unscale, norm 4, Adam 28,
 //     copy back 6: total 42.
+//   In general, with a g-byte grad buffer (parallel.grad_reduce_in_fp32: g = 4 if true, else
+//   the training precision's 2): zero g; cast g + 4 unless g = 4 (Megatron-Core's
+//   _copy_model_grads_to_main_grads: main_param.grad = model_grad.float()); unscale 8 with
+//   fp16's loss scaler only; norm 4; Adam 28; copy back 6. bf16 with g = 2: 46; fp16 with
+//   g = 4: 50.
 //   fp32 (the CPU replay's plain fp32 training, hw_backend/: fp32 grads, fp32 master copy kept
 //     as with mixed precision, no cast, no unscale, no norm): Adam 28, copy back 4: total 32.
-double optimizer_gpu_bytes_per_param(Precision p) {
+double optimizer_gpu_bytes_per_param(Precision p, int main_grad_bytes) {
   if (p == Precision::FP32) return 32.0;
-  return p == Precision::BF16 ? 42.0 : 54.0;
+  const double g = main_grad_bytes > 0 ? main_grad_bytes : (p == Precision::BF16 ? 4.0 : 2.0);
+  const double cast = g < kFp32Bytes ? g + kFp32Bytes : 0.0;
+  const double unscale = p == Precision::FP16 ? 2 * kFp32Bytes : 0.0;
+  return g + cast + unscale + kFp32Bytes + 28.0 + 6.0;
 }
 
 double optimizer_cpu_bytes_per_param() { return 4 * kFp32Bytes + 3 * kFp32Bytes + 2.0; }

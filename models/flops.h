@@ -63,8 +63,9 @@ std::vector<KernelWork> core_op_kernels(const OpDesc& op);
 void fill_work(OpDesc& op);
 
 /// HBM bytes per parameter of Megatron's mixed-precision optimizer step on the GPU (see
-/// flops.cpp for the count, kernel by kernel).
-double optimizer_gpu_bytes_per_param(Precision p);
+/// flops.cpp for the count, kernel by kernel); main_grad_bytes is the gradient buffer's
+/// element size, 0 for the precision's default (bf16: 4, fp16: 2).
+double optimizer_gpu_bytes_per_param(Precision p, int main_grad_bytes = 0);
 /// Host-memory bytes per parameter of one CPU-Adam step (ZeRO-Offload): fp32 param, grad,
 /// exp_avg, exp_avg_sq read, param/exp_avg/exp_avg_sq written, fp16 param written for the copy
 /// back = 4*4 + 3*4 + 2 = 30.

@@ -40,6 +40,9 @@ ModelFeatures model_features(const Scenario& sc) {
                                                                                        : 1;
   f.cp = p.context_parallel_size;
   f.microbatches = p.fp8 == Fp8Format::None ? 1 : p.num_microbatches;
+  if (p.grad_reduce_in_fp32)
+    f.main_grad_bytes = static_cast<std::uint8_t>(
+        *p.grad_reduce_in_fp32 ? 4 : precision_bytes(p.precision));
   return f;
 }
 

@@ -71,6 +71,10 @@ struct ModelFeatures {
   std::int64_t shared_ffn = 0;     ///< shared-expert hidden size on this rank (/ TP)
   bool grouped_gemm = false;       ///< one grouped GEMM for the local experts
   double imbalance = 1.0;          ///< tokens of the busiest expert rank / the mean
+  /// Bytes of a main_grad element (Megatron's gradient buffer) when the scenario sets
+  /// parallel.grad_reduce_in_fp32; 0 = the runtime's default (megatron-core: fp32; the
+  /// optimizer step: fp32 for bf16, fp16 for fp16).
+  std::uint8_t main_grad_bytes = 0;
 };
 
 struct OpDesc {

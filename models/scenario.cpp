@@ -65,6 +65,7 @@ const std::vector<std::string>& leaf_paths() {
       "parallel.account_for_loss_in_pipeline_split", "parallel.use_distributed_optimizer",
       "parallel.overlap_param_gather", "parallel.use_megatron_fsdp", "parallel.use_torch_fsdp2",
       "parallel.fsdp_sharding_group_size", "parallel.fp8", "parallel.fp8_recipe", "parallel.fp8_param_gather",
+      "parallel.grad_reduce_in_fp32",
       // DeepSpeed config keys
       "deepspeed.zero_optimization.stage", "deepspeed.zero_optimization.reduce_bucket_size",
       "deepspeed.zero_optimization.allgather_bucket_size",
@@ -905,6 +906,7 @@ void read_parallel_core(const Reader& r, ParallelConfig& p) {
   p.fp8_param_gather = r.get_bool(f + "fp8_param_gather").value_or(false);
   if (p.fp8_param_gather && p.fp8 == Fp8Format::None)
     r.fail(f + "fp8_param_gather", r.at(f + "fp8_param_gather"), "needs parallel.fp8");
+  p.grad_reduce_in_fp32 = r.get_bool(f + "grad_reduce_in_fp32");
 }
 
 void read_parallel(const Reader& r, Scenario& s) {
@@ -1387,6 +1389,9 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {p.fp8 != Fp8Format::None, std::string("parallel.fp8 (") + to_string(p.fp8) + ")"},
       {p.use_distributed_optimizer, "parallel.use_distributed_optimizer (true)"},
       {p.uses_fsdp(), "FSDP (parallel.use_megatron_fsdp / use_torch_fsdp2)"},
+      {p.grad_reduce_in_fp32.has_value(),
+       std::string("parallel.grad_reduce_in_fp32 (") +
+           (p.grad_reduce_in_fp32.value_or(false) ? "true" : "false") + ")"},
       {p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers ||
            p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split,
        "an uneven pipeline split (parallel.decoder_*_pipeline_num_layers / account_for_*)"}};
@@ -1472,6 +1477,18 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
     fail("parallel.overlap_param_gather needs parallel.use_distributed_optimizer (Megatron "
          "arguments.py: the parameter all-gather exists only with the distributed optimizer)");
   check_runtime_features(s, fail);
+  if (p.grad_reduce_in_fp32) {
+    const std::string g = std::string("parallel.grad_reduce_in_fp32 (") +
+                          (*p.grad_reduce_in_fp32 ? "true" : "false") + ")";
+    if (stage > 0)
+      fail(g + " sets Megatron's gradient buffer; DeepSpeed ZeRO (deepspeed.zero_optimization."
+               "stage " + std::to_string(stage) + ") keeps its gradients in the training precision");
+    if (p.uses_fsdp() && *p.grad_reduce_in_fp32)
+      fail(g + " with FSDP is not modelled: trainsim keeps FSDP's sharded gradients in the "
+               "training precision (set it to false or leave it out)");
+    if (p.precision == Precision::FP32 && !*p.grad_reduce_in_fp32)
+      fail(g + " with parallel.precision fp32: fp32 training has fp32 gradients");
+  }
   if (p.fp8 != Fp8Format::None && p.precision == Precision::FP32)
     fail("parallel.fp8 needs parallel.precision bf16 or fp16 (Transformer Engine runs FP8 "
          "GEMMs inside a mixed-precision model)");

@@ -132,6 +132,12 @@ struct ParallelConfig {
   /// --fp8-param-gather: the linear layers' weights live only in FP8 (Transformer Engine
   /// fp8_model_init; the fp32 master copy stays in the optimizer) and are all-gathered in FP8.
   bool fp8_param_gather = false;
+  /// Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32 (Megatron-LM
+  /// --accumulate-allreduce-grads-in-fp32): the gradient buffer (main_grad) and its data-parallel
+  /// reduction in fp32 (true) or in the training precision (false). Absent: Megatron's default,
+  /// fp32 for bf16 (arguments.py forces it; Megatron-Bridge's bf16 mixed-precision configs set
+  /// it) and the training precision for fp16. Megatron DDP and the distributed optimizer only.
+  std::optional<bool> grad_reduce_in_fp32;
 
   bool uses_fsdp() const { return use_megatron_fsdp || use_torch_fsdp2; }
 

@@ -60,7 +60,8 @@ std::int64_t owned_params(const Scenario& sc, std::int64_t pp_stage);
 std::int64_t cpu_stepped_params(const Scenario& sc, std::int64_t pp_stage);
 std::int64_t gpu_stepped_params(const Scenario& sc, std::int64_t pp_stage);
 
-/// Bytes per gradient element: 4 for stage 0 bf16 (Megatron fp32 main_grad), else the
+/// Bytes per gradient element: Megatron's main_grad at stage 0 (4 with
+/// parallel.grad_reduce_in_fp32, which defaults to true for bf16 and false for fp16), else the
 /// training precision's (2; 4 for fp32).
 std::int64_t grad_element_bytes(const Scenario& sc);
 

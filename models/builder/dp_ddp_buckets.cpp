@@ -121,7 +121,9 @@ class DdpBuckets final : public DataParallelStrategy {
     OptimizerStepInputs in = replicated_optimizer_step(ctx.scenario(), ctx.coords.pp_stage);
     if (distributed_) {
       in.gpu_params = shard(ctx, in.gpu_params);
-      in.fp32_grad_bytes = 0;  // the shard's fp32 main grads are read in place
+      // The shard's fp32 main grads are read in place; a narrower main_grad is cast to a
+      // temporary fp32 copy of the shard (distrib_optimizer.py _copy_model_grads_to_main_grads).
+      in.fp32_grad_bytes = grad_element_bytes(ctx.scenario()) < 4 ? 4 * in.gpu_params : 0;
     }
     return in;
   }

@@ -41,7 +41,8 @@ class Zero3 final : public DataParallelStrategy {
         buckets_(ctx),
         gathers_(ctx.dims().dp > 1),
         layers_(ctx.dims().layers),
-        prefetch_(zero3_prefetch_layers(ctx.scenario())) {
+        prefetch_(zero3_prefetch_layers(ctx.scenario())),
+        fp8_layers_(ctx.scenario().parallel.fp8_param_gather) {
     const ModelConfig& m = ctx.scenario().model;
     embed_params_ = embedding_params_per_rank(m, ctx.dims().t);
     layer_params_ = layer_params_per_rank(m, ctx.dims().t);
@@ -148,6 +149,14 @@ class Zero3 final : public DataParallelStrategy {
   // The current pass: parameters per rank of each unit in use order, the all-gather issued
   // for each, the next one to issue.
   std::vector<std::int64_t> units_;
+  /// --fp8-param-gather (FSDP): the layers' weights are gathered in FP8 (1 byte; their few
+  /// bf16 norm elements are neglected, as for the distributed optimizer's gathers).
+  bool fp8_layers_ = false;
+  /// Bytes of unit i's gathered parameters (units_: embedding/output, the layers, output/embedding).
+  std::int64_t unit_bytes(std::size_t i, std::int64_t e) const {
+    const bool layer = i > 0 && i + 1 < units_.size();
+    return units_[i] * (layer && fp8_layers_ ? 1 : e);
+  }
   std::vector<TaskId> gather_;
   std::size_t next_ = 0;
   TaskId wait_ = kNone;       ///< the gather the next compute block waits for
@@ -303,7 +312,7 @@ void Zero3::before_unit(RankContext& ctx, bool forward, const Unit& unit) {
   const std::size_t k = index_of(forward, unit);
   const std::size_t until = std::min(units_.size(), k + 1 + std::size_t(prefetch_));
   for (; next_ < until; ++next_) {
-    const std::int64_t bytes = units_[next_] * d.e;
+    const std::int64_t bytes = unit_bytes(next_, d.e);
     const std::uint32_t op =
         ctx.add_op(ctx.comm_op(OpKind::AllGather, GroupKind::Data, bytes, d.dp));
     // The gathered copy (the rank's own partition is already counted in Parameters).
@@ -312,7 +321,7 @@ void Zero3::before_unit(RankContext& ctx, bool forward, const Unit& unit) {
                                     {{bytes - bytes / d.dp, MemCategory::Parameters}});
   }
   wait_ = gather_[k];
-  const std::int64_t bytes = units_[k] * d.e;
+  const std::int64_t bytes = unit_bytes(k, d.e);
   release_ = bytes - bytes / d.dp;
 }
 

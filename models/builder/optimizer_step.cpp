@@ -9,7 +9,8 @@ namespace trainsim::builder {
 OptimizerStepInputs replicated_optimizer_step(const Scenario& sc, std::int64_t pp_stage) {
   OptimizerStepInputs in;
   in.gpu_params = params_per_rank(sc, pp_stage);
-  in.fp32_grad_bytes = sc.parallel.precision == Precision::FP16 ? 4 * in.gpu_params : 0;
+  // A main_grad narrower than fp32 is cast to a temporary fp32 .grad for the step.
+  in.fp32_grad_bytes = grad_element_bytes(sc) < 4 ? 4 * in.gpu_params : 0;
   return in;
 }
 
@@ -22,6 +23,7 @@ OptimizerStepTasks emit_optimizer_step(RankContext& ctx, OptimizerStepInputs in,
     adam.kind = OpKind::OptimizerStepGpu;
     adam.precision = ctx.dims().precision;
     adam.params = in.gpu_params;
+    adam.features.main_grad_bytes = model_features(ctx.scenario()).main_grad_bytes;
     fill_work(adam);
     Task t;
     t.op = ctx.add_op(adam);

@@ -99,6 +99,51 @@ parallel: {micro_batch_size: 1, global_batch_size: 4, ddp_bucket_size: 100000000
   EXPECT_EQ(g.op(buckets[0]).bytes, 4 * kTinyParams);  // accumulate_allreduce_grads_in_fp32
 }
 
+// Megatron-Core's grad_reduce_in_fp32 (DistributedDataParallelConfig; Megatron-Bridge's
+// performance recipes set it to false): with false the main_grad buffer holds bf16 (2 B per
+// parameter instead of 4), its reduce-scatter moves half the bytes, and the distributed
+// optimizer casts the shard's gradients to a temporary fp32 copy before Adam (46 bytes of HBM
+// traffic per parameter instead of 42: flops.cpp optimizer_gpu_bytes_per_param).
+TEST(DpDdpBuckets, GradReduceInFp32FalseKeepsBf16Gradients) {
+  struct Out {
+    std::int64_t reduced_bytes, grad_memory, step_grad_bytes;
+    double step_hbm_bytes;
+  };
+  auto run = [](const std::string& flag) {
+    const ScheduleGraph g = build_graph(tiny_scenario(
+        "runtime: megatron-core\nparallel: {micro_batch_size: 1, global_batch_size: 4, "
+        "ddp_bucket_size: 100000000, precision: bf16, use_distributed_optimizer: true" + flag +
+            "}\n",
+        2));
+    Out o{};
+    const auto buckets = grad_syncs(g, 0);
+    EXPECT_EQ(buckets.size(), 1u);
+    EXPECT_EQ(g.op(buckets.at(0)).kind, OpKind::ReduceScatter);
+    o.reduced_bytes = g.op(buckets.at(0)).bytes;
+    o.grad_memory = g.initial_gpu_memory.at(0)[int(MemCategory::Gradients)];
+    for (TaskId id : g.tasks_of_rank(0))
+      if (g.task(id).kind == TaskKind::OptimizerGpu) {
+        o.step_hbm_bytes = g.op(id).bytes_accessed;
+        for (const MemEffect* e = g.effects_begin(id); e != g.effects_end(id); ++e)
+          if (e->category == MemCategory::Gradients && e->bytes > 0) o.step_grad_bytes += e->bytes;
+      }
+    return o;
+  };
+  const std::int64_t shard = (kTinyParams + 1) / 2;
+  for (const std::string& flag : {std::string(), std::string(", grad_reduce_in_fp32: true")}) {
+    const Out o = run(flag);  // Megatron's default for bf16
+    EXPECT_EQ(o.reduced_bytes, 4 * kTinyParams) << flag;
+    EXPECT_EQ(o.grad_memory, 4 * kTinyParams) << flag;
+    EXPECT_EQ(o.step_grad_bytes, 0) << flag;  // the fp32 shard is read in place
+    EXPECT_DOUBLE_EQ(o.step_hbm_bytes, 42.0 * shard) << flag;
+  }
+  const Out o = run(", grad_reduce_in_fp32: false");
+  EXPECT_EQ(o.reduced_bytes, 2 * kTinyParams);
+  EXPECT_EQ(o.grad_memory, 2 * kTinyParams);
+  EXPECT_EQ(o.step_grad_bytes, 4 * shard);  // model_grad.float() of the shard
+  EXPECT_DOUBLE_EQ(o.step_hbm_bytes, 46.0 * shard);
+}
+
 // Megatron's optimizer reduces its found-inf flag (fp16) and gradient norm (clip_grad > 0) over
 // the model-parallel group (TP x PP of one replica) before the step: 4-byte all-reduces,
 // counted here per precision and switch (models/builder/pipeline_pass.cpp).

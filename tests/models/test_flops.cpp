@@ -139,6 +139,15 @@ TEST(Flops, OptimizerBytes) {
   op.precision = Precision::BF16;
   fill_work(op);
   EXPECT_DOUBLE_EQ(op.bytes_accessed, 42.0 * 1'000'000);
+  // bf16 main_grad (grad_reduce_in_fp32: false): zero 2, cast 2+4, norm 4, Adam 28, copy 6.
+  op.features.main_grad_bytes = 2;
+  fill_work(op);
+  EXPECT_DOUBLE_EQ(op.bytes_accessed, 46.0 * 1'000'000);
+  // fp16 with an fp32 main_grad: zero 4, no cast, unscale 8, norm 4, Adam 28, copy 6.
+  op.precision = Precision::FP16;
+  op.features.main_grad_bytes = 4;
+  fill_work(op);
+  EXPECT_DOUBLE_EQ(op.bytes_accessed, 50.0 * 1'000'000);
   op.kind = OpKind::OptimizerStepCpu;
   fill_work(op);
   EXPECT_EQ(op.bytes_accessed, 0.0);  // host memory, not device memory

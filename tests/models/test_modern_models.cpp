@@ -5,6 +5,7 @@
 // new keys (each error names the file, the field and the value).
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
 #include "models/cost_model.h"
@@ -155,6 +156,27 @@ const OpDesc* find_op(const ScheduleGraph& g, OpKind kind, GroupKind group) {
   return nullptr;
 }
 
+// FSDP gathers each layer's parameters before use; with --fp8-param-gather the layer weights
+// travel in FP8 (1 byte per element), the embedding and output tables (not FP8 layers) in bf16.
+// Llama 3 8B: 218,112,000 parameters per layer, 128256 x 4096 per table.
+TEST(ModernModels, FsdpGathersLayersInFp8WithFp8ParamGather) {
+  const SystemSpec& sys = find_system("dgx-h100");
+  BuildOptions opt;
+  opt.fold = true;
+  for (const bool fp8_gather : {false, true}) {
+    const Scenario sc = core(kLlama8b, std::string("use_megatron_fsdp: true, precision: bf16, fp8: hybrid, "
+                                                   "fp8_recipe: tensorwise, micro_batch_size: 1, "
+                                                   "global_batch_size: 8, fp8_param_gather: ") +
+                                           (fp8_gather ? "true" : "false"));
+    const ScheduleGraph g = build_schedule_graph(sc, sys, opt);
+    std::set<std::int64_t> sizes;
+    for (const OpDesc& o : g.ops())
+      if (o.kind == OpKind::AllGather && o.group == GroupKind::Data) sizes.insert(o.bytes);
+    const std::int64_t layer = 218112000LL * (fp8_gather ? 1 : 2), table = 128256LL * 4096 * 2;
+    EXPECT_EQ(sizes, (std::set<std::int64_t>{layer, table})) << "fp8_param_gather " << fp8_gather;
+  }
+}
+
 TEST(ModernModels, ContextParallelRingExchangeBytesAndGroups) {
   Scenario sc = core(std::string(kLlama8b),
                      "tensor_model_parallel_size: 8, context_parallel_size: 2, "
@@ -251,7 +273,15 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
        "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
        "parallel.expert_tensor_parallel_size (2): expert tensor parallelism"},
       {base, "fp8: e4m3, fp8_recipe: mxfp8, precision: bf16, micro_batch_size: 1, "
-       "global_batch_size: 8", "dgx-h100", "parallel.fp8_recipe (mxfp8) needs Blackwell"}};
+       "global_batch_size: 8", "dgx-h100", "parallel.fp8_recipe (mxfp8) needs Blackwell"},
+      {base, "grad_reduce_in_fp32: sometimes, micro_batch_size: 1, global_batch_size: 8",
+       "dgx-h100", "parallel.grad_reduce_in_fp32"},
+      {base, "grad_reduce_in_fp32: true, use_megatron_fsdp: true, precision: bf16, "
+       "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "parallel.grad_reduce_in_fp32 (true) with FSDP is not modelled"},
+      {base, "grad_reduce_in_fp32: false, precision: fp32, micro_batch_size: 1, "
+       "global_batch_size: 8", "dgx-h100",
+       "parallel.grad_reduce_in_fp32 (false) with parallel.precision fp32"}};
   for (const Case& c : cases) {
     const std::string path =
         dir.write("s.yaml", "runtime: megatron-core\nmodel: {" + c.model + "}\nparallel: {" +
@@ -263,6 +293,23 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find(path), std::string::npos) << msg;
       EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
+    }
+  }
+  // grad_reduce_in_fp32 sets Megatron's gradient buffer, not DeepSpeed's.
+  {
+    const std::string p = dir.write(
+        "s.yaml", "runtime: megatron-core\nmodel: {" + base + "}\nparallel: {micro_batch_size: 1, "
+                  "global_batch_size: 8, precision: bf16, grad_reduce_in_fp32: false}\ndeepspeed: "
+                  "{zero_optimization: {stage: 2}}\ncluster: {system: dgx-h100, nodes: 1}\n");
+    try {
+      load_scenario(p);
+      ADD_FAILURE() << "grad_reduce_in_fp32 accepted with ZeRO stage 2";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("parallel.grad_reduce_in_fp32 (false) sets Megatron's "
+                                           "gradient buffer"),
+                std::string::npos)
+          << e.what();
     }
   }
   // A Megatron-Core feature under the 2021 runtime.
