@@ -507,8 +507,10 @@ void core_logits(const CoreShape& c, bool forward, std::vector<KernelWork>& out)
 // [the dispatch all-to-all over the EP group: a collective of its own, models/builder]; the
 // local experts' MLPs (one grouped GEMM over the E / EP experts with --moe-grouped-gemm, else
 // one GEMM per expert), on T k tokens arriving per rank when balanced (each rank receives what
-// it sends), times the imbalance factor on the busiest rank; [the combine all-to-all];
-// unpermute with the routing weights; the shared expert (a dense MLP) if any.
+// it sends), times the imbalance factor on the busiest rank, the routing weights applied in
+// the activation (experts.py activation_func_with_probs: it reads the fp32 weights, and its
+// backward writes their gradient); [the combine all-to-all]; unpermute, an unweighted gather
+// back to token order; the shared expert (a dense MLP) if any.
 void expert_gemms(const char* name, double tokens, double n, double k, const CoreShape& c,
                   const ModelFeatures& f, bool wgrad, std::vector<KernelWork>& out) {
   const double experts = double(f.experts_local);
@@ -537,7 +539,8 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
     out.push_back(mem("moe_permute", c.Tsp * c.H * c.e + tokens * c.H * c.e));
     quantize("expert_fc1_input_cast", "expert_fc1_input_amax", tokens * c.H, c, out);
     expert_gemms("expert_fc1_gemm", tokens, F1, c.H, c, f, false, out);
-    out.push_back(mem(c.swiglu ? "expert_swiglu_fwd" : "expert_gelu_fwd", tokens * (F1 + Fe) * c.e));
+    out.push_back(mem(c.swiglu ? "expert_swiglu_fwd" : "expert_gelu_fwd",
+                      tokens * ((F1 + Fe) * c.e + kFp32Bytes)));
     quantize("expert_fc2_input_cast", "expert_fc2_input_amax", tokens * Fe, c, out);
     expert_gemms("expert_fc2_gemm", tokens, c.H, Fe, c, f, false, out);
     out.push_back(mem("moe_unpermute", tokens * c.H * c.e + c.Tsp * c.H * c.e));
@@ -561,7 +564,8 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
   quantize("expert_fc2_grad_cast", "expert_fc2_grad_amax", tokens * c.H, c, out);
   expert_gemms("expert_fc2_dgrad", tokens, Fe, c.H, c, f, false, out);
   expert_gemms("expert_fc2_wgrad", Fe, c.H, tokens, c, f, true, out);
-  out.push_back(mem(c.swiglu ? "expert_swiglu_bwd" : "expert_gelu_bwd", tokens * (Fe + 2 * F1) * c.e));
+  out.push_back(mem(c.swiglu ? "expert_swiglu_bwd" : "expert_gelu_bwd",
+                    tokens * ((Fe + 2 * F1) * c.e + 2 * kFp32Bytes)));
   quantize("expert_fc1_grad_cast", "expert_fc1_grad_amax", tokens * F1, c, out);
   expert_gemms("expert_fc1_dgrad", tokens, c.H, F1, c, f, false, out);
   expert_gemms("expert_fc1_wgrad", c.H, F1, tokens, c, f, true, out);

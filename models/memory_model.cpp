@@ -208,15 +208,18 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc) {
   }
   out.mlp = e * tk.Tsp * h + stats + q * tk.Tsp * h + e * tk.T * F1 + q * tk.T * F + mask;
   if (m.is_moe()) {
-    // MoE: the norm input and statistics, the router input q Tsp h and its fp32 scores
-    // 4 Tsp E, the permuted tokens e Tk h kept for the unpermute and the expert fc1 input
-    // q Tk h, the expert fc1 output e Tk F1e and fc2 input q Tk Fe (Tk = Tsp topk x the
-    // imbalance on the busiest rank), the shared expert's like a dense MLP's.
+    // MoE: the norm input and statistics, the router input (the router is a bf16 linear, not
+    // FP8) e Tsp h and its fp32 scores 4 Tsp E, the expert fc1 input q Tk h, the expert fc1
+    // output e Tk F1e and the permuted fp32 routing probabilities 4 Tk (Megatron-Core
+    // experts.py applies the probabilities in the activation, activation_func_with_probs, so
+    // the unpermute after the combine is an unweighted gather that keeps only its index map),
+    // the fc2 input q Tk Fe (Tk = Tsp topk x the imbalance on the busiest rank); the shared
+    // expert's like a dense MLP's.
     const std::int64_t Tk = std::int64_t(double(tk.Tsp * m.moe_router_topk) * m.moe_token_imbalance_factor);
     const std::int64_t Fe = m.moe_ffn_hidden_size / p.expert_tensor_parallel_size;
     const std::int64_t Fs = m.moe_shared_expert_intermediate_size / t;
-    out.mlp = e * tk.Tsp * h + stats + q * tk.Tsp * h + 4 * tk.Tsp * m.num_experts + e * Tk * h +
-              q * Tk * h + e * Tk * (m.swiglu ? 2 * Fe : Fe) + q * Tk * Fe + mask;
+    out.mlp = e * tk.Tsp * h + stats + e * tk.Tsp * h + 4 * tk.Tsp * m.num_experts + q * Tk * h +
+              e * Tk * (m.swiglu ? 2 * Fe : Fe) + 4 * Tk + q * Tk * Fe + mask;
     if (Fs > 0) out.mlp += e * tk.T * (m.swiglu ? 2 * Fs : Fs) + q * tk.T * Fs;
   }
   return out;

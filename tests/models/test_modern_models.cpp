@@ -156,6 +156,49 @@ const OpDesc* find_op(const ScheduleGraph& g, OpKind kind, GroupKind group) {
   return nullptr;
 }
 
+// What a Qwen3-30B-A3B MoE layer keeps from forward to backward (micro batch 2 x 4096 tokens,
+// no TP/SP, FP8): Megatron-Core's MoELayer with TEGroupedMLP, term by term.
+TEST(ModernModels, MoeLayerActivationsTermByTerm) {
+  const Scenario sc = core(
+      "num_layers: 48, hidden_size: 2048, num_attention_heads: 32, num_query_groups: 4, "
+      "kv_channels: 128, ffn_hidden_size: 6144, num_experts: 128, moe_router_topk: 8, "
+      "moe_ffn_hidden_size: 768, moe_grouped_gemm: true, swiglu: true, normalization: RMSNorm, "
+      "position_embedding_type: rope, untie_embeddings_and_output_weights: true, "
+      "add_bias_linear: false, hidden_dropout: 0.0, attention_dropout: 0.0, "
+      "attention_backend: flash, seq_length: 4096, padded_vocab_size: 151936",
+      "expert_model_parallel_size: 8, micro_batch_size: 2, global_batch_size: 16, "
+      "precision: bf16, fp8: hybrid, fp8_recipe: tensorwise");
+  const double T = 2 * 4096, h = 2048, E = 128, Tk = T * 8, Fe = 768;
+  const double expected = 2 * T * h      // pre-MLP RMSNorm input (bf16)
+                          + 4 * T        // its fp32 rstd
+                          + 2 * T * h    // the router's input: the norm output, bf16 (not FP8)
+                          + 4 * T * E    // fp32 router scores for the softmax / top-k backward
+                          + 1 * Tk * h   // expert fc1 input, FP8
+                          + 2 * Tk * 2 * Fe  // fc1 output (gate and up), the SwiGLU input
+                          + 4 * Tk       // the permuted routing probabilities (weighted SwiGLU)
+                          + 1 * Tk * Fe;  // fc2 input, FP8
+  // No copy of the expert outputs: the probabilities are applied in the activation, so the
+  // unpermute is an unweighted gather.
+  EXPECT_EQ(double(layer_activation_bytes_no_recompute(sc).mlp), expected);
+
+  // The weighted SwiGLU reads fc1's output and the fp32 weights and writes its output; its
+  // backward reads the output gradient, fc1's output and the weights, and writes fc1's
+  // gradient and the weights' gradient (the local experts' Tk tokens: EP 8 sends and receives
+  // as many as it routes when balanced).
+  BuildOptions opt;
+  opt.fold = true;
+  const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+  double fwd = 0, bwd = 0;
+  for (const OpDesc& o : g.ops())
+    if ((o.kind == OpKind::MlpFwd || o.kind == OpKind::MlpBwd) && o.features.experts_local > 0)
+      for (const KernelWork& k : op_kernels(o)) {
+        if (std::string(k.name) == "expert_swiglu_fwd") fwd = k.bytes;
+        if (std::string(k.name) == "expert_swiglu_bwd") bwd = k.bytes;
+      }
+  EXPECT_DOUBLE_EQ(fwd, Tk * (2 * (2 * Fe + Fe) + 4));
+  EXPECT_DOUBLE_EQ(bwd, Tk * (2 * (Fe + 2 * 2 * Fe) + 8));
+}
+
 // FSDP gathers each layer's parameters before use; with --fp8-param-gather the layer weights
 // travel in FP8 (1 byte per element), the embedding and output tables (not FP8 layers) in bf16.
 // Llama 3 8B: 218,112,000 parameters per layer, 128256 x 4096 per table.
