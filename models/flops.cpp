@@ -553,6 +553,9 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
     return;
   }
   core_residual_bwd(c, out);
+  // --recompute-modules layernorm: the pre-MLP norm re-runs when the MoE output's gradient
+  // arrives (TransformerLayer's CheckpointWithoutOutput registers it on the MLP output).
+  if (f.recompute_layernorm) core_norm_fwd("pre_mlp_norm_recompute", c, out);
   if (Fs > 0) {
     core_linear_bwd("shared_fc2_grad_cast", "shared_fc2_grad_amax", "shared_fc2_dgrad",
                     "shared_fc2_wgrad", c.T, c.H, Fs, c, out);
@@ -561,6 +564,14 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
                     "shared_fc1_wgrad", c.T, Fs1, c.H, c, out);
   }
   out.push_back(mem("moe_unpermute_bwd", tokens * c.H * c.e + c.Tsp * c.H * c.e));
+  // --recompute-modules moe_act: the weighted activation (and its FP8 cast for fc2) re-runs
+  // when fc2's output gradient arrives (experts.py discard_output_and_register_recompute).
+  if (f.recompute_moe_act) {
+    out.push_back(mem(c.swiglu ? "expert_swiglu_recompute" : "expert_gelu_recompute",
+                      tokens * ((F1 + Fe) * c.e + kFp32Bytes)));
+    quantize("expert_fc2_input_cast_recompute", "expert_fc2_input_amax_recompute", tokens * Fe, c,
+             out);
+  }
   quantize("expert_fc2_grad_cast", "expert_fc2_grad_amax", tokens * c.H, c, out);
   expert_gemms("expert_fc2_dgrad", tokens, Fe, c.H, c, f, false, out);
   expert_gemms("expert_fc2_wgrad", Fe, c.H, tokens, c, f, true, out);

@@ -40,6 +40,8 @@ ModelFeatures model_features(const Scenario& sc) {
                                                                                        : 1;
   f.cp = p.context_parallel_size;
   f.microbatches = p.fp8 == Fp8Format::None ? 1 : p.num_microbatches;
+  f.recompute_layernorm = (p.recompute_modules & kRecomputeLayernorm) != 0;
+  f.recompute_moe_act = (p.recompute_modules & kRecomputeMoeAct) != 0;
   if (p.grad_reduce_in_fp32)
     f.main_grad_bytes = static_cast<std::uint8_t>(
         *p.grad_reduce_in_fp32 ? 4 : precision_bytes(p.precision));
@@ -202,7 +204,7 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc) {
   } else {
     const std::int64_t s = m.seq_length, b = p.micro_batch_size;
     const std::int64_t mk = m.attention_dropout > 0 ? e + 1 : 0;
-    if (p.recompute_granularity != Recompute::Selective)
+    if (!(p.recompute_modules & kRecomputeCoreAttn))
       out.attn += (e + mk) * (m.num_attention_heads / t) * b * s * s;
     out.attn += e * tk.T * P;
   }
@@ -218,8 +220,13 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc) {
     const std::int64_t Tk = std::int64_t(double(tk.Tsp * m.moe_router_topk) * m.moe_token_imbalance_factor);
     const std::int64_t Fe = m.moe_ffn_hidden_size / p.expert_tensor_parallel_size;
     const std::int64_t Fs = m.moe_shared_expert_intermediate_size / t;
-    out.mlp = e * tk.Tsp * h + stats + e * tk.Tsp * h + 4 * tk.Tsp * m.num_experts + q * Tk * h +
-              e * Tk * (m.swiglu ? 2 * Fe : Fe) + 4 * Tk + q * Tk * Fe + mask;
+    // --recompute-modules: layernorm discards the norm output (re-run in the backward), moe_act
+    // the activation output (the fc2 input).
+    const bool ln = (p.recompute_modules & kRecomputeLayernorm) != 0;
+    const bool act = (p.recompute_modules & kRecomputeMoeAct) != 0;
+    out.mlp = e * tk.Tsp * h + stats + (ln ? 0 : e * tk.Tsp * h) + 4 * tk.Tsp * m.num_experts +
+              q * Tk * h + e * Tk * (m.swiglu ? 2 * Fe : Fe) + 4 * Tk + (act ? 0 : q * Tk * Fe) +
+              mask;
     if (Fs > 0) out.mlp += e * tk.T * (m.swiglu ? 2 * Fs : Fs) + q * tk.T * Fs;
   }
   return out;

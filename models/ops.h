@@ -75,6 +75,11 @@ struct ModelFeatures {
   /// parallel.grad_reduce_in_fp32; 0 = the runtime's default (megatron-core: fp32; the
   /// optimizer step: fp32 for bf16, fp16 for fp16).
   std::uint8_t main_grad_bytes = 0;
+  /// Selective recomputation of Megatron-Core --recompute-modules (MoE layers): the pre-MLP
+  /// norm (a separate TENorm module there) and the experts' activation are re-run in the
+  /// backward instead of being kept.
+  bool recompute_layernorm = false;
+  bool recompute_moe_act = false;
 };
 
 struct OpDesc {

@@ -310,9 +310,13 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                     for (bool distopt : plan.use_distributed_optimizer)
                       for (bool offload : offload_choices) {
                         if (offload && zero == 0) continue;  // DeepSpeed offloads ZeRO states
-                        // With fused/flash attention selective recomputation recomputes
-                        // nothing (models/builder/pipeline_pass.cpp): the same run as none.
-                        if (rc == Recompute::Selective && flash_attention) continue;
+                        // With fused/flash attention selective recomputation of core_attn
+                        // recomputes nothing (models/builder/pipeline_pass.cpp): the same run
+                        // as none, unless the scenario's recompute_modules name other modules.
+                        if (rc == Recompute::Selective && flash_attention &&
+                            !(base.parallel.recompute_modules &
+                              (kRecomputeLayernorm | kRecomputeMoeAct)))
+                          continue;
                         PlanCandidate c;
                         c.index = out.size();
                         const std::int64_t dp =
@@ -333,6 +337,8 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                         set("parallel.pipeline_schedule", vpl ? "interleaved" : "1f1b");
                         set("parallel.micro_batch_size", std::to_string(mb));
                         set("parallel.recompute_granularity", recompute_value(rc));
+                        // The scenario's recompute_modules apply to its selective candidates.
+                        if (rc != Recompute::Selective) set("parallel.recompute_modules", "null");
                         set("parallel.sequence_parallel", sp ? "true" : "false");
                         set("parallel.use_distributed_optimizer", distopt ? "true" : "false");
                         set("deepspeed.zero_optimization.stage", std::to_string(zero));

@@ -54,6 +54,7 @@ const std::vector<std::string>& leaf_paths() {
       "parallel.tensor_model_parallel_size", "parallel.pipeline_model_parallel_size",
       "parallel.micro_batch_size", "parallel.global_batch_size",
       "parallel.num_layers_per_virtual_pipeline_stage", "parallel.recompute_granularity",
+      "parallel.recompute_modules",
       "parallel.sequence_parallel", "parallel.precision", "parallel.overlap_grad_reduce",
       "parallel.scatter_gather_tensors_in_pipeline", "parallel.ddp_bucket_size",
       "parallel.clip_grad",
@@ -195,7 +196,14 @@ class Reader {
     if (!node.IsDefined()) return "(missing)";
     if (node.IsNull()) return "null";
     if (node.IsMap()) return "(a mapping)";
-    if (node.IsSequence()) return "(a sequence)";
+    if (node.IsSequence()) {  // a short list of plain values is shown as written
+      std::string out = "[";
+      for (std::size_t i = 0; i < node.size(); ++i) {
+        if (!node[i].IsScalar() || i >= 8 || out.size() > 200) return "(a sequence)";
+        out += (i ? ", " : "") + node[i].Scalar();
+      }
+      return out + "]";
+    }
     return quote(node.Scalar());
   }
 
@@ -358,6 +366,8 @@ void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& 
       throw InputError(r.where(path, k) + ": unknown key '" + path + "'" + suggestion(path));
     } else if (path == "model.window_size" && v.IsSequence()) {
       // Megatron's --window-size is a (left, right) pair; read_model_shape checks it.
+    } else if (path == "parallel.recompute_modules" && v.IsSequence()) {
+      // A list of module names; read_parallel checks it.
     } else if (v.IsMap() || v.IsSequence()) {
       r.fail(path, v, "expected a single value");
     }
@@ -909,6 +919,41 @@ void read_parallel_core(const Reader& r, ParallelConfig& p) {
   p.grad_reduce_in_fp32 = r.get_bool(f + "grad_reduce_in_fp32");
 }
 
+/// Megatron-Core's --recompute-modules (transformer_config.py): a list of module names whose
+/// activations selective recomputation discards and recomputes in the backward.
+void read_recompute_modules(const Reader& r, ParallelConfig& p) {
+  const std::string f = "parallel.recompute_modules";
+  const YAML::Node n = r.at(f);
+  const bool selective = p.recompute_granularity == Recompute::Selective;
+  if (!n || n.IsNull()) {
+    p.recompute_modules = selective ? kRecomputeCoreAttn : 0;  // Megatron-Core's default
+    return;
+  }
+  if (!n.IsSequence())
+    r.fail(f, n, "expected a list of module names, e.g. [core_attn, layernorm, moe_act]");
+  if (!selective)
+    r.fail(f, n, "needs parallel.recompute_granularity selective (Megatron-Core applies "
+                 "recompute_modules only to selective recomputation)");
+  p.recompute_modules = 0;
+  for (const YAML::Node& m : n) {
+    const std::string name = m.IsScalar() ? m.Scalar() : "";
+    if (name == "core_attn") {
+      p.recompute_modules |= kRecomputeCoreAttn;
+    } else if (name == "layernorm") {
+      p.recompute_modules |= kRecomputeLayernorm;
+    } else if (name == "moe_act") {
+      p.recompute_modules |= kRecomputeMoeAct;
+    } else if (name == "mlp" || name == "moe" || name == "shared_experts" ||
+               name == "mla_up_proj") {
+      r.fail(f, m, "module '" + name + "' is a Megatron-Core recompute module that trainsim "
+                   "does not model yet (modelled: core_attn, layernorm, moe_act)");
+    } else {
+      r.fail(f, m, "expected one of core_attn, layernorm, moe_act (Megatron-Core "
+                   "--recompute-modules names)");
+    }
+  }
+}
+
 void read_parallel(const Reader& r, Scenario& s) {
   // ---- parallel (Megatron-LM arguments)
   ParallelConfig& p = s.parallel;
@@ -921,6 +966,7 @@ void read_parallel(const Reader& r, Scenario& s) {
       r.get_int("parallel.num_layers_per_virtual_pipeline_stage", 1, false);
   if (auto g = r.get_enum("parallel.recompute_granularity", {"full", "selective"}))
     p.recompute_granularity = *g == 0 ? Recompute::Full : Recompute::Selective;
+  read_recompute_modules(r, p);
   p.sequence_parallel = r.get_bool("parallel.sequence_parallel").value_or(false);
   if (auto pr = r.get_enum("parallel.precision", {"fp16", "bf16", "fp32"}))
     p.precision = *pr == 0 ? Precision::FP16 : *pr == 1 ? Precision::BF16 : Precision::FP32;
@@ -1389,6 +1435,8 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {p.fp8 != Fp8Format::None, std::string("parallel.fp8 (") + to_string(p.fp8) + ")"},
       {p.use_distributed_optimizer, "parallel.use_distributed_optimizer (true)"},
       {p.uses_fsdp(), "FSDP (parallel.use_megatron_fsdp / use_torch_fsdp2)"},
+      {p.recompute_modules != 0 && p.recompute_modules != kRecomputeCoreAttn,
+       "parallel.recompute_modules (layernorm / moe_act)"},
       {p.grad_reduce_in_fp32.has_value(),
        std::string("parallel.grad_reduce_in_fp32 (") +
            (p.grad_reduce_in_fp32.value_or(false) ? "true" : "false") + ")"},

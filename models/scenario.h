@@ -18,6 +18,10 @@
 namespace trainsim {
 
 enum class Recompute : std::uint8_t { None, Selective, Full };
+/// Megatron-Core --recompute-modules (selective recomputation) that trainsim models.
+constexpr std::uint8_t kRecomputeCoreAttn = 1;   ///< core_attn: the attention kernel's tensors
+constexpr std::uint8_t kRecomputeLayernorm = 2;  ///< layernorm: a separate norm module's output
+constexpr std::uint8_t kRecomputeMoeAct = 4;     ///< moe_act: the experts' activation output
 /// GPipe (all forwards, then all backwards), Megatron's 1F1B (PipeDream-Flush) and the
 /// interleaved 1F1B of Narayanan et al. SC'21 (chosen when virtual stages are set).
 enum class PipelineSchedule : std::uint8_t { GPipe, OneFOneB, Interleaved };
@@ -97,6 +101,10 @@ struct ParallelConfig {
   /// Set => interleaved 1F1B with num_layers / pp / this many model chunks per stage.
   std::optional<std::int64_t> num_layers_per_virtual_pipeline_stage;
   Recompute recompute_granularity = Recompute::None;
+  /// Megatron-Core --recompute-modules with selective recomputation: a set of kRecompute*
+  /// bits. Resolved at load: Megatron-Core's default [core_attn] when selective and absent, 0
+  /// when recomputation is not selective.
+  std::uint8_t recompute_modules = 0;
   bool sequence_parallel = false;
   Precision precision = Precision::FP16;
   /// Megatron's --overlap-grad-reduce: DP gradient buckets reduced during backward.

@@ -27,7 +27,8 @@ std::string op_key(const OpDesc& op) {
        << f.hidden_dropout << f.attention_dropout << int(f.attention) << ',' << f.window << ','
        << int(f.fp8) << ',' << f.cp << ',' << f.microbatches << ';' << f.experts_local << ','
        << f.num_experts << ',' << f.topk << ',' << f.expert_ffn << ',' << f.shared_ffn << ','
-       << f.grouped_gemm << ',' << f.imbalance;
+       << f.grouped_gemm << ',' << f.imbalance << ';' << int(f.main_grad_bytes)
+       << f.recompute_layernorm << f.recompute_moe_act;
   return os.str();
 }
 

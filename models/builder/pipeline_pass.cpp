@@ -30,8 +30,8 @@ OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full
   o.vocab = sc.model.padded_vocab_size / d.t;
   o.tp = d.t;
   o.sequence_parallel = d.sp;
-  o.recompute_core_attention =
-      kind == OpKind::AttnBwd && sc.parallel.recompute_granularity == Recompute::Selective;
+  o.recompute_core_attention = kind == OpKind::AttnBwd &&
+                               (sc.parallel.recompute_modules & kRecomputeCoreAttn) != 0;
   o.features = model_features(sc);
   if (full_attention) o.features.window = 0;
   const ModelConfig& m = sc.model;

@@ -178,6 +178,7 @@ Scenario scenario_of(const Shape& x, std::int64_t pp, std::int64_t dp, std::int6
   sc.parallel.global_batch_size = B;
   sc.parallel.num_microbatches = B / (x.b * dp);
   sc.parallel.recompute_granularity = rc;
+  sc.parallel.recompute_modules = rc == Recompute::Selective ? kRecomputeCoreAttn : 0;
   return sc;
 }
 

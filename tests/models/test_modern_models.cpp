@@ -158,6 +158,24 @@ const OpDesc* find_op(const ScheduleGraph& g, OpKind kind, GroupKind group) {
 
 // What a Qwen3-30B-A3B MoE layer keeps from forward to backward (micro batch 2 x 4096 tokens,
 // no TP/SP, FP8): Megatron-Core's MoELayer with TEGroupedMLP, term by term.
+const char* kQwen30b =
+    "num_layers: 48, hidden_size: 2048, num_attention_heads: 32, num_query_groups: 4, "
+    "kv_channels: 128, ffn_hidden_size: 6144, num_experts: 128, moe_router_topk: 8, "
+    "moe_ffn_hidden_size: 768, moe_grouped_gemm: true, swiglu: true, normalization: RMSNorm, "
+    "position_embedding_type: rope, untie_embeddings_and_output_weights: true, "
+    "add_bias_linear: false, hidden_dropout: 0.0, attention_dropout: 0.0, "
+    "attention_backend: flash, seq_length: 4096, padded_vocab_size: 151936";
+
+/// The kernels named `name` in the MoE layer's forward or backward op of a built graph.
+double moe_kernel_bytes(const ScheduleGraph& g, OpKind kind, const std::string& name) {
+  double bytes = -1;
+  for (const OpDesc& o : g.ops())
+    if (o.kind == kind && o.features.experts_local > 0)
+      for (const KernelWork& k : op_kernels(o))
+        if (name == k.name) bytes = k.bytes;
+  return bytes;
+}
+
 TEST(ModernModels, MoeLayerActivationsTermByTerm) {
   const Scenario sc = core(
       "num_layers: 48, hidden_size: 2048, num_attention_heads: 32, num_query_groups: 4, "
@@ -197,6 +215,44 @@ TEST(ModernModels, MoeLayerActivationsTermByTerm) {
       }
   EXPECT_DOUBLE_EQ(fwd, Tk * (2 * (2 * Fe + Fe) + 4));
   EXPECT_DOUBLE_EQ(bwd, Tk * (2 * (Fe + 2 * 2 * Fe) + 8));
+}
+
+// Megatron-Core --recompute-modules layernorm and moe_act (the GPT-OSS H100 recipe's): the
+// MoE layer no longer keeps the pre-MLP norm output (2 T h) nor the activation output, fc2's FP8
+// input (Tk Fe); the backward re-runs the norm (read x, write y, fp32 rstd) and the weighted
+// SwiGLU with its FP8 cast (current scaling: an amax pass, then the cast) in their place.
+TEST(ModernModels, MoeRecomputeModulesTradeMemoryForKernels) {
+  const std::string par = "expert_model_parallel_size: 8, micro_batch_size: 2, "
+                          "global_batch_size: 16, precision: bf16, fp8: hybrid, "
+                          "fp8_recipe: tensorwise";
+  const Scenario keep = core(kQwen30b, par);
+  const Scenario rec = core(kQwen30b, par + ", recompute_granularity: selective, "
+                                            "recompute_modules: [layernorm, moe_act]");
+  const double T = 2 * 4096, h = 2048, Tk = T * 8, Fe = 768;
+  EXPECT_EQ(double(layer_activation_bytes_no_recompute(keep).mlp -
+                   layer_activation_bytes_no_recompute(rec).mlp),
+            2 * T * h + 1 * Tk * Fe);
+  BuildOptions opt;
+  opt.fold = true;
+  const SystemSpec& sys = find_system("dgx-h100");
+  const ScheduleGraph gk = build_schedule_graph(keep, sys, opt);
+  const ScheduleGraph gr = build_schedule_graph(rec, sys, opt);
+  EXPECT_EQ(moe_kernel_bytes(gk, OpKind::MlpBwd, "pre_mlp_norm_recompute"), -1);
+  EXPECT_EQ(moe_kernel_bytes(gk, OpKind::MlpBwd, "expert_swiglu_recompute"), -1);
+  EXPECT_DOUBLE_EQ(moe_kernel_bytes(gr, OpKind::MlpBwd, "pre_mlp_norm_recompute"),
+                   T * (2 * h * 2 + 4));
+  EXPECT_DOUBLE_EQ(moe_kernel_bytes(gr, OpKind::MlpBwd, "expert_swiglu_recompute"),
+                   moe_kernel_bytes(gr, OpKind::MlpFwd, "expert_swiglu_fwd"));
+  EXPECT_DOUBLE_EQ(moe_kernel_bytes(gr, OpKind::MlpBwd, "expert_fc2_input_amax_recompute"),
+                   Tk * Fe * 2);
+  EXPECT_DOUBLE_EQ(moe_kernel_bytes(gr, OpKind::MlpBwd, "expert_fc2_input_cast_recompute"),
+                   Tk * Fe * (2 + 2));
+  // Selective recomputation with Megatron-Core's default modules ([core_attn]) recomputes
+  // nothing with flash attention: the same graph as none.
+  const Scenario dflt = core(kQwen30b, par + ", recompute_granularity: selective");
+  EXPECT_EQ(dflt.parallel.recompute_modules, kRecomputeCoreAttn);
+  EXPECT_EQ(layer_activation_bytes_no_recompute(dflt).total(),
+            layer_activation_bytes_no_recompute(keep).total());
 }
 
 // FSDP gathers each layer's parameters before use; with --fp8-param-gather the layer weights
@@ -324,7 +380,18 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
        "parallel.grad_reduce_in_fp32 (true) with FSDP is not modelled"},
       {base, "grad_reduce_in_fp32: false, precision: fp32, micro_batch_size: 1, "
        "global_batch_size: 8", "dgx-h100",
-       "parallel.grad_reduce_in_fp32 (false) with parallel.precision fp32"}};
+       "parallel.grad_reduce_in_fp32 (false) with parallel.precision fp32"},
+      {base, "recompute_modules: [moe_act], micro_batch_size: 1, global_batch_size: 8",
+       "dgx-h100", "field 'parallel.recompute_modules' = [moe_act]: needs parallel.recompute_granularity selective"},
+      {base, "recompute_granularity: selective, recompute_modules: [attention], "
+       "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "'attention': expected one of core_attn, layernorm, moe_act"},
+      {base, "recompute_granularity: selective, recompute_modules: [core_attn, mlp], "
+       "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "module 'mlp' is a Megatron-Core recompute module that trainsim does not model yet"},
+      {base, "recompute_granularity: selective, recompute_modules: moe_act, "
+       "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "expected a list of module names"}};
   for (const Case& c : cases) {
     const std::string path =
         dir.write("s.yaml", "runtime: megatron-core\nmodel: {" + c.model + "}\nparallel: {" +
@@ -364,6 +431,20 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
     ADD_FAILURE() << "swiglu accepted under megatron-2021";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("model.swiglu (true) needs `runtime: megatron-core`"),
+              std::string::npos)
+        << e.what();
+  }
+  // recompute_modules beyond core_attn (what the 2021 selective recomputation is) likewise.
+  const std::string path2 = dir.write(
+      "s.yaml", "model: {" + base + "}\nparallel: {micro_batch_size: 1, global_batch_size: 8, "
+                "recompute_granularity: selective, recompute_modules: [core_attn, layernorm]}\n"
+                "cluster: {system: dgx-h100, nodes: 1}\n");
+  try {
+    load_scenario(path2);
+    ADD_FAILURE() << "recompute_modules layernorm accepted under megatron-2021";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.recompute_modules (layernorm / moe_act) needs "
+                                         "`runtime: megatron-core`"),
               std::string::npos)
         << e.what();
   }
