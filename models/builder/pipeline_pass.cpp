@@ -418,17 +418,19 @@ class RankProgram {
   TaskId model_parallel_reduction(std::int64_t bytes, TaskId final_compute, TaskId prev) {
     const ModelDims& d = ctx_.dims();
     if (d.t * d.pp <= 1) return prev;
-    const RankCoords& c = ctx_.coords;
-    std::vector<RankId> ranks;
-    for (std::int64_t p = 0; p < d.pp; ++p)
-      for (std::int64_t t = 0; t < d.t; ++t)
-        ranks.push_back(RankId(ctx_.layout().rank_of({t, c.dp_rank, p})));
-    std::sort(ranks.begin(), ranks.end());
-    const std::uint32_t group = ctx_.add_group(GroupKind::ModelParallel, ranks);
+    if (mp_group_ == kNoGroup) {  // this replica's TP x PP ranks, built once per rank
+      const RankCoords& c = ctx_.coords;
+      std::vector<RankId> ranks;
+      for (std::int64_t p = 0; p < d.pp; ++p)
+        for (std::int64_t t = 0; t < d.t; ++t)
+          ranks.push_back(RankId(ctx_.layout().rank_of({t, c.dp_rank, p})));
+      std::sort(ranks.begin(), ranks.end());
+      mp_group_ = ctx_.add_group(GroupKind::ModelParallel, ranks);
+    }
     const std::uint32_t op = ctx_.add_op(
-        ctx_.comm_op(OpKind::AllReduce, GroupKind::ModelParallel, bytes, std::int64_t(ranks.size())));
-    const TaskId id = ctx_.collective(op, group, StreamId::DpComm, Phase::Optimizer, Part::Params,
-                                      kNoIndex, kNoIndex, final_compute);
+        ctx_.comm_op(OpKind::AllReduce, GroupKind::ModelParallel, bytes, d.t * d.pp));
+    const TaskId id = ctx_.collective(op, mp_group_, StreamId::DpComm, Phase::Optimizer,
+                                      Part::Params, kNoIndex, kNoIndex, final_compute);
     ctx_.dep(prev, id);
     return id;
   }
@@ -463,6 +465,8 @@ class RankProgram {
   const LayerActivationBytes full_;  ///< all of a layer's activations (recomputed)
   const bool full_recompute_;
   BackwardTails tails_;
+  static constexpr std::uint32_t kNoGroup = ~std::uint32_t(0);
+  std::uint32_t mp_group_ = kNoGroup;  ///< the model-parallel group, once built
 };
 
 /// The pipeline message: the full activation, or 1/t of it with scatter/gather or SP.
