@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "models/zero_offload.h"
+
 namespace trainsim {
 
 namespace {
@@ -42,9 +44,7 @@ ModelFeatures model_features(const Scenario& sc) {
   f.microbatches = p.fp8 == Fp8Format::None ? 1 : p.num_microbatches;
   f.recompute_layernorm = (p.recompute_modules & kRecomputeLayernorm) != 0;
   f.recompute_moe_act = (p.recompute_modules & kRecomputeMoeAct) != 0;
-  if (p.grad_reduce_in_fp32)
-    f.main_grad_bytes = static_cast<std::uint8_t>(
-        *p.grad_reduce_in_fp32 ? 4 : precision_bytes(p.precision));
+  if (p.grad_reduce_in_fp32) f.main_grad_bytes = static_cast<std::uint8_t>(grad_element_bytes(sc));
   return f;
 }
 
