@@ -143,6 +143,74 @@ std::vector<PipelineStep> pipeline_order(PipelineSchedule schedule, int pp, int 
   return order;
 }
 
+std::vector<PipelineExchange> megatron2021_interleaved_exchanges(int pp, int rank,
+                                                                 int num_microbatches,
+                                                                 int virtual_stages) {
+  const char* func = "megatron2021_interleaved_exchanges";
+  validate(func, PipelineSchedule::Interleaved, pp, rank, num_microbatches, virtual_stages);
+  if (pp <= 2)
+    fail(func, "Megatron-LM 2021 runs the interleaved schedule with pipeline_model_parallel_size "
+               "(pp) > 2 only, got " + std::to_string(pp));
+  const int m = num_microbatches, v = virtual_stages, total = m * v;
+  const int warmup = warmup_unchecked(PipelineSchedule::Interleaved, pp, rank, m, v);
+  const bool all_warmup = m == pp;
+  const int remaining = total - warmup;
+  const bool first_rank = rank == 0, last_rank = rank == pp - 1;
+  // get_model_chunk_id(k, forward), with Python's modulo for the negative ids of the steady
+  // state's look-ahead.
+  auto chunk_id = [&](int k, bool forward) {
+    const int group = pp * v;
+    const int c = ((k % group) + group) % group / pp;
+    return forward ? c : v - 1 - c;
+  };
+  std::vector<PipelineExchange> out;
+  auto emit = [&](PipelineExchange x) {
+    if (x.send_forward || x.send_backward || x.recv_forward || x.recv_backward) out.push_back(x);
+  };
+  // Step index in pipeline_order: warm-up forwards 0 .. w-1, then pairs (forward, backward).
+  auto pair_end = [&](int k) { return warmup + 2 * k + 1; };
+
+  PipelineExchange first;  // recv_forward with virtual rank 0: none on the first stage
+  first.recv_forward = !first_rank;
+  emit(first);
+  for (int k = 0; k < warmup; ++k) {
+    PipelineExchange x;
+    x.after_step = k;
+    // The output is None on the last virtual stage (the virtual rank forward_step_helper set).
+    x.send_forward = !(last_rank && chunk_id(k, true) == v - 1);
+    x.recv_forward = !(first_rank && chunk_id(k + 1, true) == 0) && k != total - 1;
+    if (k == warmup - 1 && !all_warmup) x.recv_backward = !last_rank;
+    emit(x);
+  }
+  if (all_warmup) {  // recv_backward; the virtual rank is the last forward's, chunk v - 1
+    PipelineExchange x;
+    x.after_step = warmup - 1;
+    x.recv_backward = !last_rank;
+    emit(x);
+  }
+  for (int k = 0; k < remaining; ++k) {
+    const int fk = warmup + k, bk = k;
+    PipelineExchange x;
+    x.after_step = pair_end(k);
+    x.send_forward = !(last_rank && chunk_id(fk, true) == v - 1);
+    x.send_backward = !(first_rank && chunk_id(bk, false) == 0);
+    // The first stage is ahead of the last by pp - 1 forwards, the last ahead of the first by
+    // pp - 1 backwards.
+    x.recv_forward = !(first_rank && chunk_id(fk - (pp - 1), true) == v - 1);
+    x.recv_backward = !(last_rank && chunk_id(bk - (pp - 1), false) == 0);
+    if (k == remaining - 1) x.recv_forward = false;
+    emit(x);
+  }
+  for (int k = remaining; k < total; ++k) {
+    PipelineExchange x;
+    x.after_step = warmup + 2 * remaining + (k - remaining);
+    x.send_backward = !(first_rank && chunk_id(k, false) == 0);
+    x.recv_backward = !(last_rank && chunk_id(k + 1, false) == v - 1) && k != total - 1;
+    emit(x);
+  }
+  return out;
+}
+
 double bubble_fraction(PipelineSchedule schedule, int pp, int num_microbatches,
                        int virtual_stages) {
   validate("bubble_fraction", schedule, pp, INT_MIN, num_microbatches, virtual_stages);

@@ -1397,7 +1397,8 @@ void check_pipeline(Scenario& s, const Fail& fail) {
     if (vpl <= 0) fail(vps + " must be positive");
     if (p.pipeline_schedule == PipelineSchedule::GPipe)
       fail(vps + " means the interleaved schedule, but parallel.pipeline_schedule is gpipe");
-    // Megatron originally required pp > 2 for interleaving; pp = 2 works in its schedule code.
+    // Megatron-LM 2021 (megatron/arguments.py) asserts pp > 2 for the interleaved schedule;
+    // Megatron-Core's schedule runs it with pp = 2 as well.
     if (pp <= 1) fail(vps + " (interleaved schedule) needs " + pps + " > 1");
     if (p.num_microbatches % pp != 0)
       fail("the interleaved schedule needs the number of microbatches (" +
@@ -1410,7 +1411,15 @@ void check_pipeline(Scenario& s, const Fail& fail) {
          "parallel.num_layers_per_virtual_pipeline_stage");
   }
   split_layers(s, fail);
-  if (p.num_layers_per_virtual_pipeline_stage) p.pipeline_schedule = PipelineSchedule::Interleaved;
+  if (p.num_layers_per_virtual_pipeline_stage) {
+    p.pipeline_schedule = PipelineSchedule::Interleaved;
+    if (pp <= 2 && s.runtime == Runtime::Megatron2021)
+      fail(kv("parallel.num_layers_per_virtual_pipeline_stage",
+              *p.num_layers_per_virtual_pipeline_stage) +
+           " (interleaved schedule) needs " + pps +
+           " > 2 with runtime megatron-2021 (Megatron-LM's arguments.py asserts it); "
+           "Megatron-Core runs it with 2 stages (runtime: megatron-core)");
+  }
 }
 
 /// The Megatron-Core features need `runtime: megatron-core`: the Megatron-LM of 2021 had none

@@ -69,7 +69,7 @@ class DdpBuckets final : public DataParallelStrategy {
     TaskId ag = gather_tasks_.front().second;
     for (const auto& [lo, task] : gather_tasks_)
       if (lo <= pos) ag = task;
-    ctx.join_next = ag;
+    ctx.join_next.push_back(ag);
   }
 
   void after_optimizer_step(RankContext& ctx, const OptimizerStepTasks& step) override {

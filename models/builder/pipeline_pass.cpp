@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "models/builder/dp_strategy.h"
@@ -148,20 +151,46 @@ class RankProgram {
         dp_(make_data_parallel_strategy(ctx_)),
         act_(layer_activation_bytes(build.scenario)),
         full_(layer_activation_bytes_no_recompute(build.scenario)),
-        full_recompute_(build.scenario.parallel.recompute_granularity == Recompute::Full) {}
+        full_recompute_(build.scenario.parallel.recompute_granularity == Recompute::Full),
+        batched_exchanges_(build.scenario.runtime == Runtime::Megatron2021 &&
+                           build.scenario.parallel.pipeline_schedule ==
+                               PipelineSchedule::Interleaved) {}
 
   void run() {
     const ModelDims& d = ctx_.dims();
-    for (const PipelineStep& step : pipeline_order(ctx_.scenario().parallel.pipeline_schedule,
-                                                   int(d.pp), int(ctx_.coords.pp_stage),
-                                                   int(d.nmb), int(d.v))) {
-      dp_->on_step_begin(ctx_, step);
-      if (step.forward)
-        forward_step(at(step));
-      else
-        backward_step(at(step));
-      dp_->on_step_end(ctx_, step);
+    const std::vector<PipelineStep> steps =
+        pipeline_order(ctx_.scenario().parallel.pipeline_schedule, int(d.pp),
+                       int(ctx_.coords.pp_stage), int(d.nmb), int(d.v));
+    std::vector<PipelineExchange> exchanges;
+    if (batched_exchanges_) {
+      exchanges = megatron2021_interleaved_exchanges(int(d.pp), int(ctx_.coords.pp_stage),
+                                                     int(d.nmb), int(d.v));
+      for (const PipelineStep& step : steps) {  // the steps that receive, in order
+        const StepAt s = at(step);
+        if (step.forward && !s.first_vstage) inputs_[0].push_back(s);
+        if (!step.forward && !s.last_vstage) inputs_[1].push_back(s);
+      }
     }
+    std::size_t next_exchange = 0;
+    auto exchanges_after = [&](int i) {
+      for (; next_exchange < exchanges.size() && exchanges[next_exchange].after_step == i;
+           ++next_exchange)
+        exchange(exchanges[next_exchange]);
+    };
+    exchanges_after(-1);
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      dp_->on_step_begin(ctx_, steps[i]);
+      if (steps[i].forward)
+        forward_step(at(steps[i]));
+      else
+        backward_step(at(steps[i]));
+      dp_->on_step_end(ctx_, steps[i]);
+      exchanges_after(int(i));
+    }
+    if (next_exchange != exchanges.size() || pending_send_[0] || pending_send_[1] ||
+        received_[0] != inputs_[0].size() || received_[1] != inputs_[1].size())
+      throw std::logic_error("pipeline pass: the batched exchanges of rank " +
+                             std::to_string(ctx_.rank) + " do not match its steps");
     finish();
   }
 
@@ -242,7 +271,7 @@ class RankProgram {
       const TaskId x = ctx_.collective(phase == Phase::Backward ? ops_.cp_bwd : ops_.cp_fwd,
                                        ctx_.cp_group, StreamId::TpComm, phase, part, s.mb, layer,
                                        before);
-      ctx_.join_next = x;
+      ctx_.join_next.push_back(x);
     }
     dp_->on_block_computed(ctx_, {{UnitKind::Layer, l}, phase, first, last, ctx_.last_compute});
     tp_.after_block(ctx_, phase, part, s.mb, layer);
@@ -327,6 +356,14 @@ class RankProgram {
     return ctx_.layout().rank_of({c.tp_rank, c.dp_rank, stage});
   }
   void receive(std::int64_t from, Phase phase, const StepAt& s) {
+    if (batched_exchanges_) {  // received by an earlier exchange, which the compute waited for
+      const int dir = phase == Phase::Forward ? 0 : 1;
+      if (consumed_[dir] >= received_[dir])
+        throw std::logic_error("pipeline pass: rank " + std::to_string(ctx_.rank) +
+                               " reaches a step before the exchange that receives its input");
+      ++consumed_[dir];
+      return;
+    }
     ctx_.last_compute = ctx_.message(p2p_op_, TaskKind::Recv, from, phase, s.mb, s.chunk);
     tp_.after_receive(ctx_, phase, s.mb);
   }
@@ -336,14 +373,66 @@ class RankProgram {
   /// waits on the requests (wait_on_reqs; overlap_p2p_comm is off without interleaving, and
   /// batch_p2p_sync synchronises): the next compute starts once the message is delivered. In
   /// 1F1B that is the exchange send_forward_recv_backward / send_backward_recv_forward between
-  /// a forward and a backward, which this rank's receive queue posts in the same order. The
-  /// interleaved schedule's exchange (after a forward-backward pair, every send and receive of
-  /// the pair posted together) does not match the order in which the PpComm queue posts its
-  /// receives (one step at a time), so its sends are not waited on (docs/validation.md).
+  /// a forward and a backward, which this rank's receive queue posts in the same order.
+  /// Megatron-LM 2021's interleaved schedule exchanges in batches (exchange()); Megatron-Core's
+  /// (overlap_p2p_comm) does not wait on its sends.
   void send(std::int64_t to, Phase phase, const StepAt& s) {
+    if (batched_exchanges_) {  // sent by the exchange that follows the step (or the pair)
+      pending_send_[phase == Phase::Forward ? 0 : 1] = s;
+      return;
+    }
     const TaskId id = ctx_.message(p2p_op_, TaskKind::Send, to, phase, s.mb, s.chunk);
     if (ctx_.scenario().parallel.pipeline_schedule != PipelineSchedule::Interleaved)
       ctx_.unwaited_sends.push_back(id);
+  }
+  /// One exchange of Megatron-LM 2021's interleaved schedule (pipeline_schedule.h
+  /// megatron2021_interleaved_exchanges): megatron/p2p_communication.py _communicate posts the
+  /// sends and receives together (torch.distributed.batch_isend_irecv), waits for them and
+  /// calls torch.cuda.synchronize(), then (scatter/gather) all-gathers each received tensor
+  /// over the tensor-parallel group. So the rank's next compute starts when every message of
+  /// the batch is delivered, including its own sends: a send waits for the peer to reach the
+  /// exchange that receives it. A receive is labelled with the step that will use it.
+  void exchange(const PipelineExchange& x) {
+    std::vector<TaskId> batch;
+    const auto send_pending = [&](int dir, std::int64_t to, Phase phase) {
+      if (!pending_send_[dir])
+        throw std::logic_error("pipeline pass: an exchange sends a tensor no step produced");
+      batch.push_back(ctx_.message(p2p_op_, TaskKind::Send, to, phase, pending_send_[dir]->mb,
+                                   pending_send_[dir]->chunk));
+      pending_send_[dir].reset();
+    };
+    if (x.send_forward) send_pending(0, next_rank(), Phase::Forward);
+    if (x.send_backward) send_pending(1, prev_rank(), Phase::Backward);
+    if (pending_send_[0] || pending_send_[1])
+      throw std::logic_error("pipeline pass: a step's output is not sent by its exchange");
+    struct Received {
+      TaskId task;
+      Phase phase;
+      std::uint16_t mb;
+    };
+    std::vector<Received> recvs;
+    const auto recv_next_input = [&](int dir, std::int64_t from, Phase phase) {
+      if (received_[dir] >= inputs_[dir].size())
+        throw std::logic_error("pipeline pass: an exchange receives more than the steps use");
+      const StepAt& s = inputs_[dir][received_[dir]++];
+      recvs.push_back({ctx_.message(p2p_op_, TaskKind::Recv, from, phase, s.mb, s.chunk), phase,
+                       s.mb});
+      batch.push_back(recvs.back().task);
+    };
+    if (x.recv_forward) recv_next_input(0, prev_rank(), Phase::Forward);
+    if (x.recv_backward) recv_next_input(1, next_rank(), Phase::Backward);
+    const TaskId before = ctx_.last_compute;
+    for (const Received& r : recvs) {  // gather_split_1d_tensor after the synchronize
+      ctx_.last_compute = r.task;
+      tp_.after_receive(ctx_, r.phase, r.mb);
+      if (ctx_.last_compute == r.task) {  // no gather
+        ctx_.last_compute = before;
+      } else {
+        for (TaskId b : batch)
+          if (b != r.task) ctx_.dep(b, ctx_.last_compute);
+      }
+    }
+    for (TaskId b : batch) ctx_.join_next.push_back(b);  // torch.cuda.synchronize()
   }
 
   // ---- after the last step
@@ -464,6 +553,14 @@ class RankProgram {
   const LayerActivationBytes act_;   ///< kept per layer until its backward
   const LayerActivationBytes full_;  ///< all of a layer's activations (recomputed)
   const bool full_recompute_;
+  /// Megatron-LM 2021's interleaved schedule exchanges in batches (exchange()).
+  const bool batched_exchanges_;
+  /// Batched exchanges, per direction (0: forward activations, 1: backward gradients): the
+  /// steps that receive, in order; how many of them an exchange has received and how many
+  /// steps have started on theirs; the output of the last step, until its exchange sends it.
+  std::vector<StepAt> inputs_[2];
+  std::size_t received_[2] = {0, 0}, consumed_[2] = {0, 0};
+  std::optional<StepAt> pending_send_[2];
   BackwardTails tails_;
   static constexpr std::uint32_t kNoGroup = ~std::uint32_t(0);
   std::uint32_t mp_group_ = kNoGroup;  ///< the model-parallel group, once built

@@ -79,9 +79,9 @@ TaskId RankContext::add(Task t, std::initializer_list<MemEffect> effects) {
   const TaskId id = graph().add_task(t);
   for (const MemEffect& e : effects)
     if (e.bytes != 0) graph().add_memory_effect(id, e);
-  if (join_next != kNone && t.stream != StreamId::DpComm) {
-    graph().add_dependency(join_next, id);
-    join_next = kNone;
+  if (!join_next.empty() && t.stream != StreamId::DpComm) {
+    for (TaskId j : join_next) graph().add_dependency(j, id);
+    join_next.clear();
   }
   if (t.stream == StreamId::Compute && !unwaited_sends.empty()) {
     for (TaskId send : unwaited_sends) graph().add_dependency(send, id);

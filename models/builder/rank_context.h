@@ -86,10 +86,10 @@ class RankContext {
   std::uint32_t dp_group = 0;  ///< this rank's data-parallel group (with its CP peers)
   std::uint32_t cp_group = kNone;  ///< this rank's context-parallel group (cp > 1)
   std::uint32_t ep_group = kNone;  ///< this rank's expert-parallel group (MoE, EP > 1)
-  /// A task the next task on the compute path (any stream but DpComm) must also wait for: a
-  /// communication that ran concurrently with the last compute (context parallelism's KV
-  /// exchange).
-  TaskId join_next = kNone;
+  /// Tasks the next task on the compute path (any stream but DpComm) must also wait for:
+  /// communications that ran concurrently with the last compute (context parallelism's KV
+  /// exchange) or a batched pipeline exchange that is synchronised (pipeline_pass.cpp).
+  std::vector<TaskId> join_next;
   /// Pipeline sends the next compute-stream task waits for, as delivered messages (Megatron
   /// waits on its batch_isend_irecv exchange; pipeline_pass.cpp send()).
   std::vector<TaskId> unwaited_sends;

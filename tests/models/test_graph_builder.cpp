@@ -238,8 +238,9 @@ TEST(GraphBuilder, ParameterCountMatchesClosedForm) {
 // Pipeline sends: in 1F1B and GPipe the compute after an exchange waits for the send's delivery
 // (Megatron-LM 2021 synchronised the device after each batch_isend_irecv; Megatron-Core waits on
 // the requests): every send gets exactly one successor on its rank outside its own queue, the
-// first compute-stream task after it in program order. The interleaved schedule's sends are not
-// waited on (pipeline_pass.cpp send()).
+// first compute-stream task after it in program order. So does Megatron-LM 2021's interleaved
+// schedule, whose exchanges are batches (pipeline_pass.cpp exchange()); Megatron-Core's
+// interleaved sends are not waited on (pipeline_pass.cpp send()).
 namespace {
 struct SendWaits {
   int sends = 0, waited = 0, wrong = 0;
@@ -282,8 +283,76 @@ TEST(GraphBuilder, ComputeWaitsForPipelineSendsOutsideInterleaving) {
       // step on the compute stream, so it is waited on too.
       EXPECT_EQ(w.waited, w.sends) << runtime << schedule;
     }
-  const SendWaits wi =
-      send_waits(build(tiny(base + ", num_layers_per_virtual_pipeline_stage: 1}")));
+  const SendWaits wi = send_waits(build(
+      tiny("runtime: megatron-core\n" + base + ", num_layers_per_virtual_pipeline_stage: 1}")));
   EXPECT_GT(wi.sends, 0);
   EXPECT_EQ(wi.waited, 0);
+  const SendWaits w21 =
+      send_waits(build(tiny(base + ", num_layers_per_virtual_pipeline_stage: 1}")));
+  EXPECT_GT(w21.sends, 0);
+  EXPECT_EQ(w21.wrong, 0);
+  EXPECT_EQ(w21.waited, w21.sends);
+}
+
+// Megatron-LM 2021's interleaved exchanges (pipeline_schedule.h
+// megatron2021_interleaved_exchanges) in the graph: each batch's messages are posted together
+// after the compute that precedes the batch, and the next compute waits for all of them; a
+// receive may be posted one or more steps before the step that uses it, never after. With
+// scatter/gather each received tensor is all-gathered over the TP group after the batch.
+TEST(GraphBuilder, Megatron2021InterleavedExchangesAreSynchronisedBatches) {
+  for (const std::string tp : {"1", "2"}) {
+    Scenario sc = tiny("parallel: {tensor_model_parallel_size: " + tp +
+                       ", pipeline_model_parallel_size: 4, micro_batch_size: 1, "
+                       "global_batch_size: 16, num_layers_per_virtual_pipeline_stage: 1, "
+                       "scatter_gather_tensors_in_pipeline: true}");
+    const ScheduleGraph g = build(sc);
+    const auto& deps = g.dependencies();
+    auto preds = [&](TaskId id, bool with_queue = true) {  // with_queue: the PpComm order too
+      std::set<TaskId> p;
+      for (auto [e, end] = boost::in_edges(id, deps); e != end; ++e) {
+        const TaskId u = TaskId(boost::source(*e, deps));
+        if (with_queue || g.task(u).stream != StreamId::PpComm) p.insert(u);
+      }
+      return p;
+    };
+    int batches = 0, messages = 0, gathers = 0;
+    for (RankId rank : g.simulated_ranks()) {
+      const std::vector<TaskId> order = g.tasks_of_rank(rank);
+      for (std::size_t i = 0; i < order.size();) {
+        if (g.task(order[i]).stream != StreamId::PpComm) {
+          ++i;
+          continue;
+        }
+        // A batch: consecutive pipeline messages, all after the same compute-path task.
+        std::vector<TaskId> batch;
+        for (; i < order.size() && g.task(order[i]).stream == StreamId::PpComm; ++i)
+          batch.push_back(order[i]);
+        ++batches;
+        messages += int(batch.size());
+        const std::set<TaskId> first_preds = preds(batch[0], false);
+        EXPECT_LE(first_preds.size(), 1u) << g.label(batch[0]);  // the compute before it
+        for (TaskId m : batch) EXPECT_EQ(preds(m, false), first_preds) << g.label(m);
+        // What follows on the compute path waits for every message of the batch: TP
+        // all-gathers of the received tensors, then the next compute.
+        std::size_t j = i;
+        for (; j < order.size() && g.task(order[j]).stream == StreamId::TpComm; ++j) {
+          ++gathers;
+          const std::set<TaskId> p = preds(order[j]);
+          for (TaskId m : batch)
+            EXPECT_TRUE(p.count(m)) << g.label(order[j]) << " does not wait for " << g.label(m);
+        }
+        if (j < order.size() && g.task(order[j]).stream == StreamId::Compute &&
+            g.task(order[j]).phase != Phase::Optimizer) {
+          const std::set<TaskId> p = preds(order[j]);
+          for (TaskId m : batch) EXPECT_TRUE(p.count(m)) << g.label(order[j]) << " / " << g.label(m);
+        }
+      }
+    }
+    // 16 microbatches x 2 chunks x 4 stages: one message per boundary between virtual stages
+    // (7 of them) each way, counted on both ends, on each TP rank.
+    EXPECT_EQ(messages, 2 * 2 * 16 * 7 * std::stoi(tp)) << "tp " << tp;
+    EXPECT_GT(batches, 0);
+    if (tp == "1") EXPECT_EQ(gathers, 0);
+    if (tp == "2") EXPECT_EQ(gathers, 2 * 16 * 7 * 2);  // every received tensor, both TP ranks
+  }
 }

@@ -125,10 +125,15 @@ TEST(MemoryPeak, Zero0OneFOneBHoldsPpMicrobatchesOnTheFirstStage) {
 }
 
 TEST(MemoryPeak, Zero0InterleavedFullRecompute) {
-  const Scenario sc = make(
-      "{pipeline_model_parallel_size: 2, micro_batch_size: 2, global_batch_size: 8, "
-      "num_layers_per_virtual_pipeline_stage: 2, recompute_granularity: full}",
-      "{stage: 0}", 2);
+  // Two stages: Megatron-Core's interleaved schedule (Megatron-LM 2021 needs more than two).
+  const Scenario sc = parse_scenario(
+      "runtime: megatron-core\n" +
+          test_support::gpt_scenario_yaml(
+              "mem", {L, H, A, S, V},
+              "{pipeline_model_parallel_size: 2, micro_batch_size: 2, global_batch_size: 8, "
+              "num_layers_per_virtual_pipeline_stage: 2, recompute_granularity: full}",
+              "{stage: 0}", 2),
+      "mem.yaml");
   Config c;
   c.pp = 2;
   c.v = 2;

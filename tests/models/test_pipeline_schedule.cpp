@@ -172,6 +172,7 @@ TEST(PipelineOrder, RejectsInvalidArguments) {
 
 // ---------------------------------------------------------------- properties
 
+
 struct Config {
   S schedule;
   int pp, m, v;
@@ -197,6 +198,214 @@ std::vector<Config> all_configs() {
   }
   return out;
 }
+
+// ---------------------------------------------------------------- Megatron-LM 2021 exchanges
+
+// "3:sf,rf" per exchange: the step it follows (-1: before the first) and what it sends (sf:
+// forward output, sb: input gradient) and receives (rf: input, rb: output gradient).
+std::string show(const std::vector<PipelineExchange>& xs) {
+  std::string out;
+  for (const PipelineExchange& x : xs) {
+    std::string f;
+    for (const auto& [on, name] : {std::pair{x.send_forward, "sf"}, {x.send_backward, "sb"},
+                                   {x.recv_forward, "rf"}, {x.recv_backward, "rb"}})
+      if (on) f += std::string(f.empty() ? "" : ",") + name;
+    out += std::string(out.empty() ? "" : " ") + std::to_string(x.after_step) + ":" + f;
+  }
+  return out;
+}
+
+// Written out from megatron/schedules.py (forward_backward_pipelining_with_interleaving) for
+// pp 4, m 8, v 2: rank 0 warms up 10 forwards, rank 3 four. Step indices are those of
+// pipeline_order (warm-up forwards, then forward/backward pairs, then the cooldown).
+TEST(Megatron2021Exchanges, HandValues_pp4_m8_v2) {
+  // Rank 0: nothing to receive before its first forward (chunk 0 embeds). Its warm-up
+  // forwards 3..6 are followed by chunk-1 forwards (recv_prev); forward 9, the last warm-up
+  // one, also receives the first output gradient. In the steady state recv_prev is off when
+  // the forward pp - 1 steps back was of the last chunk; the input gradient of chunk 0 is
+  // not sent (backwards 4, 5 and the cooldown's 6, 7, 12..15).
+  EXPECT_EQ(show(megatron2021_interleaved_exchanges(4, 0, 8, 2)),
+            "0:sf 1:sf 2:sf 3:sf,rf 4:sf,rf 5:sf,rf 6:sf,rf 7:sf 8:sf 9:sf,rb "
+            "11:sf,sb,rb 13:sf,sb,rf,rb 15:sf,sb,rf,rb 17:sf,sb,rf,rb 19:sf,rf,rb 21:sf,rb "
+            "22:rb 23:rb 24:sb,rb 25:sb,rb 26:sb,rb 27:sb,rb 28:rb 29:rb 30:rb");
+  // Rank 3 (last): receives before its first forward; chunk 1 outputs are the loss (not sent);
+  // recv_next is off while the backward pp - 1 steps back was of chunk 0.
+  EXPECT_EQ(show(megatron2021_interleaved_exchanges(4, 3, 8, 2)),
+            "-1:rf 0:sf,rf 1:sf,rf 2:sf,rf 3:sf,rf "
+            "5:sb,rf 7:sb,rf 9:sb,rf 11:sb,rf,rb 13:sf,sb,rf,rb 15:sf,sb,rf,rb 17:sf,sb,rf,rb "
+            "19:sf,sb,rf 21:sb,rf 23:sb,rf 25:sb,rf 27:sb,rb 28:sb,rb 29:sb,rb 30:sb,rb 31:sb");
+  // m == pp: all forwards first; the last warm-up exchange only sends and receives forward,
+  // then a separate recv_backward.
+  EXPECT_EQ(show(megatron2021_interleaved_exchanges(3, 1, 3, 2)),
+            "-1:rf 0:sf,rf 1:sf,rf 2:sf,rf 3:sf,rf 4:sf,rf 5:sf 5:rb "
+            "6:sb,rb 7:sb,rb 8:sb,rb 9:sb,rb 10:sb,rb 11:sb");
+}
+
+TEST(Megatron2021Exchanges, RejectsWhatMegatron2021Rejects) {
+  expect_input_error([] { megatron2021_interleaved_exchanges(2, 0, 4, 2); }, "pp) > 2");
+  expect_input_error([] { megatron2021_interleaved_exchanges(4, 0, 6, 2); }, "(6)");
+  expect_input_error([] { megatron2021_interleaved_exchanges(4, 4, 8, 2); }, "rank");
+}
+
+class Megatron2021ExchangeProperties : public testing::TestWithParam<Config> {};
+
+std::vector<Config> exchange_configs() {
+  std::vector<Config> out;
+  for (int pp : {3, 4, 5, 8})
+    for (int k : {1, 2, 3})
+      for (int v : {1, 2, 3, 4}) out.push_back({S::Interleaved, pp, k * pp, v});
+  return out;
+}
+
+// Per rank and direction (0: forward activations, 1: backward gradients): the steps that send
+// and those that receive, as indices into the rank's order.
+struct Traffic {
+  std::vector<int> produce[2], consume[2];
+};
+Traffic traffic(const std::vector<PipelineStep>& order, int pp, int rank, int v) {
+  Traffic t;
+  for (int i = 0; i < int(order.size()); ++i) {
+    const PipelineStep& s = order[i];
+    const int vstage = s.chunk * pp + rank;
+    const bool first = vstage == 0, last = vstage == pp * v - 1;
+    const int dir = s.forward ? 0 : 1;
+    if (s.forward ? !last : !first) t.produce[dir].push_back(i);
+    if (s.forward ? !first : !last) t.consume[dir].push_back(i);
+  }
+  return t;
+}
+
+// Every output is sent by an exchange after the step that made it and before the next step of
+// the same direction makes another (the builder holds one per direction); every input is
+// received by an exchange before the step that uses it; the counts match the steps exactly.
+TEST_P(Megatron2021ExchangeProperties, SendsFollowAndReceivesPrecedeTheirSteps) {
+  const Config c = GetParam();
+  for (int r = 0; r < c.pp; ++r) {
+    const auto order = pipeline_order(S::Interleaved, c.pp, r, c.m, c.v);
+    const Traffic t = traffic(order, c.pp, r, c.v);
+    std::vector<int> sent[2], received[2];
+    int last_after = -2;
+    for (const PipelineExchange& x : megatron2021_interleaved_exchanges(c.pp, r, c.m, c.v)) {
+      EXPECT_GE(x.after_step, last_after) << "exchanges out of order, rank " << r;
+      last_after = x.after_step;
+      if (x.send_forward) sent[0].push_back(x.after_step);
+      if (x.send_backward) sent[1].push_back(x.after_step);
+      if (x.recv_forward) received[0].push_back(x.after_step);
+      if (x.recv_backward) received[1].push_back(x.after_step);
+    }
+    for (int dir = 0; dir < 2; ++dir) {
+      ASSERT_EQ(sent[dir].size(), t.produce[dir].size()) << "rank " << r << " dir " << dir;
+      ASSERT_EQ(received[dir].size(), t.consume[dir].size()) << "rank " << r << " dir " << dir;
+      for (std::size_t i = 0; i < sent[dir].size(); ++i) {
+        EXPECT_GE(sent[dir][i], t.produce[dir][i]) << "rank " << r << " dir " << dir;
+        if (i + 1 < t.produce[dir].size())
+          EXPECT_LT(sent[dir][i], t.produce[dir][i + 1]) << "rank " << r << " dir " << dir;
+      }
+      for (std::size_t i = 0; i < received[dir].size(); ++i)
+        EXPECT_LT(received[dir][i], t.consume[dir][i]) << "rank " << r << " dir " << dir;
+    }
+  }
+}
+
+// The i-th tensor a rank sends forward (backward) is the i-th its neighbour receives, as NCCL
+// matches the point-to-point operations of a rank pair in order: it must be the same
+// microbatch, for the next (previous) virtual stage.
+TEST_P(Megatron2021ExchangeProperties, InOrderMatchingDeliversTheRightTensor) {
+  const Config c = GetParam();
+  for (int r = 0; r < c.pp; ++r) {
+    for (int dir = 0; dir < 2; ++dir) {
+      const int peer = dir == 0 ? (r + 1) % c.pp : (r + c.pp - 1) % c.pp;
+      const auto mine = pipeline_order(S::Interleaved, c.pp, r, c.m, c.v);
+      const auto theirs = pipeline_order(S::Interleaved, c.pp, peer, c.m, c.v);
+      const Traffic a = traffic(mine, c.pp, r, c.v), b = traffic(theirs, c.pp, peer, c.v);
+      ASSERT_EQ(a.produce[dir].size(), b.consume[dir].size());
+      for (std::size_t i = 0; i < a.produce[dir].size(); ++i) {
+        const PipelineStep& x = mine[a.produce[dir][i]];
+        const PipelineStep& y = theirs[b.consume[dir][i]];
+        EXPECT_EQ(x.microbatch, y.microbatch) << "rank " << r << " dir " << dir << " #" << i;
+        EXPECT_EQ(y.chunk * c.pp + peer, x.chunk * c.pp + r + (dir == 0 ? 1 : -1));
+      }
+    }
+  }
+}
+
+// Blocking batches do not deadlock: each rank runs its steps and exchanges in order; an
+// exchange completes once every peer has posted the exchange holding the matching operation
+// (the i-th send of a pair matches the i-th receive).
+TEST_P(Megatron2021ExchangeProperties, BlockingExchangesDoNotDeadlock) {
+  const Config c = GetParam();
+  const int pp = c.pp;
+  struct Item {
+    PipelineExchange x;
+    bool is_exchange = false;
+  };
+  std::vector<std::vector<Item>> prog(pp);
+  // Where (item index) each rank posts its i-th operation of each kind:
+  // 0 send forward, 1 send backward, 2 recv forward, 3 recv backward.
+  std::vector<std::vector<int>> at[4];
+  for (auto& v : at) v.assign(pp, {});
+  for (int r = 0; r < pp; ++r) {
+    const auto order = pipeline_order(S::Interleaved, pp, r, c.m, c.v);
+    const auto xs = megatron2021_interleaved_exchanges(pp, r, c.m, c.v);
+    std::size_t next = 0;
+    auto add_exchanges = [&](int i) {
+      for (; next < xs.size() && xs[next].after_step == i; ++next) {
+        const int idx = int(prog[r].size());
+        const PipelineExchange& x = xs[next];
+        if (x.send_forward) at[0][r].push_back(idx);
+        if (x.send_backward) at[1][r].push_back(idx);
+        if (x.recv_forward) at[2][r].push_back(idx);
+        if (x.recv_backward) at[3][r].push_back(idx);
+        prog[r].push_back({x, true});
+      }
+    };
+    add_exchanges(-1);
+    for (int i = 0; i < int(order.size()); ++i) {
+      prog[r].push_back({});
+      add_exchanges(i);
+    }
+    ASSERT_EQ(next, xs.size());
+  }
+  // The matching operation of rank r's `n`-th operation of kind k: (peer, kind).
+  auto peer_of = [&](int k, int r) {
+    switch (k) {
+      case 0: return std::pair{(r + 1) % pp, 2};
+      case 1: return std::pair{(r + pp - 1) % pp, 3};
+      case 2: return std::pair{(r + pp - 1) % pp, 0};
+      default: return std::pair{(r + 1) % pp, 1};
+    }
+  };
+  std::vector<int> pc(pp, 0), seen[4];
+  for (auto& v : seen) v.assign(pp, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < pp; ++r) {
+      while (pc[r] < int(prog[r].size())) {
+        const Item& it = prog[r][pc[r]];
+        if (it.is_exchange) {
+          const bool ops[4] = {it.x.send_forward, it.x.send_backward, it.x.recv_forward,
+                               it.x.recv_backward};
+          bool ready = true;
+          for (int k = 0; k < 4 && ready; ++k) {
+            if (!ops[k]) continue;
+            const auto [peer, pk] = peer_of(k, r);
+            ASSERT_LT(seen[k][r], int(at[pk][peer].size())) << "unmatched operation";
+            ready = pc[peer] >= at[pk][peer][seen[k][r]];
+          }
+          if (!ready) break;
+          for (int k = 0; k < 4; ++k) seen[k][r] += ops[k] ? 1 : 0;
+        }
+        ++pc[r];
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < pp; ++r)
+    EXPECT_EQ(pc[r], int(prog[r].size())) << "rank " << r << " blocked at item " << pc[r];
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, Megatron2021ExchangeProperties,
+                         testing::ValuesIn(exchange_configs()), config_name);
 
 class ScheduleProperties : public testing::TestWithParam<Config> {};
 

@@ -526,8 +526,15 @@ TEST_F(ScenarioFiles, InconsistentInterleaving) {
   // gpipe with virtual stages.
   expect_error(replace(kBase, "  global_batch_size: 16\n", vp + "1\n  pipeline_schedule: gpipe\n"),
                {"parallel.pipeline_schedule", "'gpipe'"});
+  // Two stages: Megatron-LM 2021 asserts pp > 2 for the interleaved schedule (the default
+  // runtime); Megatron-Core runs it.
+  expect_error(replace(kBase, "  global_batch_size: 16\n", vp + "1\n"),
+               {"parallel.num_layers_per_virtual_pipeline_stage (1)",
+                "parallel.pipeline_model_parallel_size (2)", "> 2", "megatron-2021"});
   // A valid interleaved plan: 4 layers, pp 2, 1 layer per chunk -> 2 chunks; 4 microbatches.
-  const Scenario s = load_scenario(write(replace(kBase, "  global_batch_size: 16\n", vp + "1\n"), "ok"));
+  const Scenario s = load_scenario(
+      write("runtime: megatron-core\n" + replace(kBase, "  global_batch_size: 16\n", vp + "1\n"),
+            "ok"));
   EXPECT_EQ(s.parallel.pipeline_schedule, PipelineSchedule::Interleaved);
   EXPECT_EQ(s.parallel.virtual_pipeline_size, 2);
   EXPECT_EQ(s.parallel.layers_per_chunk, 1);
