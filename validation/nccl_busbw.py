@@ -8,8 +8,8 @@ and DGX-H100, 1-64 nodes, 1 MiB to 4 GiB, and prints bus bandwidth as nccl-tests
 picks. Then, for every published figure of validation/data/hardware.md, the simulated value at
 the configuration and size it was measured at, and the error.
 
-Published figures used (hardware.md, "Published measurements"); they are large-message
-plateaus, compared at 1 GiB and 4 GiB:
+Published figures used (hardware.md, "Published measurements"). Large-message plateaus,
+compared at 1 GiB and 4 GiB:
   8x A100 one node, all-reduce   ~200-233 GB/s   NVIDIA/nccl-tests issues #149, #175
   8x H100 one node, all-reduce   ~370 GB/s ring  NVIDIA/nccl-tests issue #212
   DGX A100 multi-node all-reduce ~192 GB/s       NVIDIA/nccl issue #812 (8x 200 Gb/s HDR; an
@@ -17,15 +17,36 @@ plateaus, compared at 1 GiB and 4 GiB:
                                   count given: compared at 2 nodes)
   DGX H100 multi-node all-reduce <= 8 x 48-49 GB/s per NDR NIC (same issue): a bound, not a
                                   measurement; printed for reference at 2-64 nodes
-A range counts as matched anywhere inside it; the error is to its nearer end.
+Full nccl-tests tables (all_reduce_perf, busbw at each size), compared at 1 MiB and 64 MiB -
+4 GiB; where two tables of one system are given, their range:
+  8x A100-SXM4-40GB, OCI BM.GPU4.8 (HGX A100, NVSwitch), all_reduce_perf -b 64 -e 10G -f 2 -g 8,
+    out-of-place: 1 MiB 23.92, 64 MiB 199.23, 256 MiB 221.38, 1 GiB 230.08, 4 GiB 234.17
+    (oracle-japan/ocitutorials tutorials/_intermediates/spinup-gpu-cluster.md, an earlier
+    revision of the page; the A100-40GB has the 80GB's NVLink 3 / NVSwitch)
+  8x A100-SXM4-80GB, Azure ND A100 v4, NCCL 2.18.5, in-place: 1 MiB 36.22, 64 MiB 166.63,
+    256 MiB 213.87, 1 GiB 228.10, 4 GiB 230.48 (Azure/AI-benchmarking-guide
+    Azure_Results/ND_A100_v4_results.md, commit 3bb66ca)
+Printed for reference, not compared (the algorithm NCCL ran there, NVLS / NVLS-Tree, is not
+modelled):
+  8x H100 80GB, Azure ND H100 v5, NCCL 2.18.5, in-place, NVLS on: 1 MiB 43.70, 64 MiB 361.78,
+    1 GiB 466.35 (yosoyjay/AI-benchmarking-guide Azure_Results/ND_H100_v5_results.md, a fork
+    of the Azure repository, commit a8263ef)
+  16x H100 (2 nodes of HGX H100, 8x CX-7 400G InfiniBand), NCCL 2.26.2, default algorithm
+    (NVLS-Tree on 2 nodes): 1 MiB 27.33, 64 MiB 269.98, 1 GiB 448.90, 4 GiB 466.52
+    (NVIDIA/nccl-tests issue #309, first post; a maintainer: "Your numbers look good")
 
---check exits 1 when a compared value is outside +-15% (the issue's bound at >= 64 MB).
-Not compared: 1 MiB (no published 1 MiB figure for these systems is in hardware.md), the
-all-gather, reduce-scatter and all-to-all rows (no published figure in hardware.md either), and
-rings over many nodes: NCCL's tuning model, followed here, charges every one of a ring's
-2(n-1) steps its latency (7 ms for 512 A100s at Simple), so at 32-64 nodes and 1 GiB the
-simulated all-reduce falls to 117-146 GB/s; no published figure at that scale is at hand to say
-by how much real rings beat that.
+--check exits 1 when a compared value at >= 64 MiB is outside +-15% (the issue's bound);
+--check-small when a compared 1 MiB value is outside +-30% (the issue's bound there). The
+1 MiB single-node A100 points are outside it today (simulated ~59 GB/s, published 24-36):
+NCCL's tuning model, which the simulation follows for the protocol and latency, predicts
+~51 GB/s there itself; what the real LL / LL128 kernels lose at that size (channel and thread
+counts per size, the pipeline of LL slices through the ring, launch costs) is not modelled.
+ctest runs --check-small expecting that failure (WILL_FAIL) until it is.
+Not compared: the all-gather, reduce-scatter and all-to-all rows (no published table with
+both sizes is in hand), and rings over many nodes: NCCL's tuning model, followed here,
+charges every one of a ring's 2(n-1) steps its latency (7 ms for 512 A100s at Simple), so at
+32-64 nodes and 1 GiB the simulated all-reduce falls to 117-146 GB/s; no published figure at
+that scale is at hand to say by how much real rings beat that.
 """
 import argparse
 import os
@@ -38,13 +59,31 @@ MiB = 1 << 20
 SIZES = [MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB, 4096 * MiB]
 NODES = [1, 2, 4, 8, 16, 32, 64]
 
-# (system, collective, nodes (None: any > 1), low GB/s, high GB/s, source, compared)
+# (system, collective, nodes (None: any > 1), size (None: the 1 and 4 GiB plateau), low GB/s,
+#  high GB/s, source, compared)
+OCI = "OCI BM.GPU4.8 table (ocitutorials)"
+AZURE = "Azure ND A100 v4 table (AI-benchmarking-guide)"
 PUBLISHED = [
-    ("dgx-a100-80gb", "all_reduce", 1, 200, 233, "nccl-tests #149, #175", True),
-    ("dgx-h100", "all_reduce", 1, 370, 370, "nccl-tests #212 (ring)", True),
-    ("dgx-a100-80gb", "all_reduce", 2, 192, 192, "nccl #812", True),
-    ("dgx-h100", "all_reduce", None, 0, 8 * 49, "nccl #812: 8 NICs x 48-49 GB/s (bound)", False),
+    ("dgx-a100-80gb", "all_reduce", 1, None, 200, 233, "nccl-tests #149, #175", True),
+    ("dgx-h100", "all_reduce", 1, None, 370, 370, "nccl-tests #212 (ring)", True),
+    ("dgx-a100-80gb", "all_reduce", 2, None, 192, 192, "nccl #812", True),
+    ("dgx-h100", "all_reduce", None, None, 0, 8 * 49, "nccl #812: 8 NICs x 48-49 GB/s (bound)",
+     False),
+    ("dgx-a100-80gb", "all_reduce", 1, MiB, 23.92, 36.22, OCI + "; " + AZURE, True),
+    ("dgx-a100-80gb", "all_reduce", 1, 64 * MiB, 166.63, 199.23, OCI + "; " + AZURE, True),
+    ("dgx-a100-80gb", "all_reduce", 1, 256 * MiB, 213.87, 221.38, OCI + "; " + AZURE, True),
+    ("dgx-a100-80gb", "all_reduce", 1, 1024 * MiB, 228.10, 230.08, OCI + "; " + AZURE, True),
+    ("dgx-a100-80gb", "all_reduce", 1, 4096 * MiB, 230.48, 234.17, OCI + "; " + AZURE, True),
+    ("dgx-h100", "all_reduce", 1, MiB, 43.70, 43.70, "Azure ND H100 v5 table, NVLS", False),
+    ("dgx-h100", "all_reduce", 1, 64 * MiB, 361.78, 361.78, "Azure ND H100 v5 table, NVLS", False),
+    ("dgx-h100", "all_reduce", 1, 1024 * MiB, 466.35, 466.35, "Azure ND H100 v5 table, NVLS",
+     False),
+    ("dgx-h100", "all_reduce", 2, MiB, 27.33, 27.33, "nccl-tests #309, NVLS-Tree", False),
+    ("dgx-h100", "all_reduce", 2, 64 * MiB, 269.98, 269.98, "nccl-tests #309, NVLS-Tree", False),
+    ("dgx-h100", "all_reduce", 2, 1024 * MiB, 448.90, 448.90, "nccl-tests #309, NVLS-Tree", False),
+    ("dgx-h100", "all_reduce", 2, 4096 * MiB, 466.52, 466.52, "nccl-tests #309, NVLS-Tree", False),
 ]
+LARGE_BOUND, SMALL_BOUND = 15, 30  # percent: >= 64 MiB and 1 MiB (the issue's bounds)
 
 
 def run(bench, system):
@@ -67,7 +106,10 @@ def size_str(b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bench", "bench_collectives"))
-    ap.add_argument("--check", action="store_true", help="exit 1 outside +-15%%")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 when a compared value at >= 64 MiB is outside +-15%%")
+    ap.add_argument("--check-small", action="store_true",
+                    help="exit 1 when a compared 1 MiB value is outside +-30%%")
     args = ap.parse_args()
     if not os.path.exists(args.bench):
         sys.exit("nccl_busbw.py: %s not built" % args.bench)
@@ -88,13 +130,15 @@ def main():
                     cells.append("%16s" % ("%.1f%s" % (r["busbw"], tag)))
                 print("%-7d" % n + "".join(cells))
 
-    print("\npublished nccl-tests figures (large messages) against the simulation")
+    print("\npublished nccl-tests figures against the simulation")
     print("%-14s %-11s %-6s %-8s %-14s %9s %8s  %s" %
           ("system", "collective", "nodes", "size", "published", "simulated", "error", "source"))
-    bad = 0
-    for system, coll, nodes, lo, hi, source, compared in PUBLISHED:
+    bad_large = bad_small = 0
+    for system, coll, nodes, size, lo, hi, source, compared in PUBLISHED:
         for r in rows:
-            if r["system"] != system or r["coll"] != coll or r["bytes"] < 1024 * MiB:
+            if r["system"] != system or r["coll"] != coll:
+                continue
+            if (size is None and r["bytes"] < 1024 * MiB) or (size is not None and r["bytes"] != size):
                 continue
             if (nodes is not None and r["nodes"] != nodes) or (nodes is None and r["nodes"] < 2):
                 continue
@@ -102,18 +146,25 @@ def main():
             ref = lo if v < lo else hi if v > hi else v
             err = (v - ref) / ref * 100 if compared else float("nan")
             pub = ("%g" % lo if lo == hi else "%g-%g" % (lo, hi)) if lo > 0 else "<= %g" % hi
+            bound = SMALL_BOUND if r["bytes"] < 64 * MiB else LARGE_BOUND
             mark = ""
-            if compared and abs(err) > 15:
-                bad += 1
-                mark = "  OUTSIDE +-15%"
+            if compared and abs(err) > bound:
+                if bound == SMALL_BOUND:
+                    bad_small += 1
+                else:
+                    bad_large += 1
+                mark = "  OUTSIDE +-%d%%" % bound
             print("%-14s %-11s %-6d %-8s %-14s %9.1f %7s%%  %s%s" %
                   (system, coll, r["nodes"], size_str(r["bytes"]), pub, v,
                    "%+.1f" % err if compared else "  n/a", source, mark))
-    if args.check and bad:
-        print("%d compared values outside +-15%%" % bad)
-        return 1
-    return 0
-
+    status = 0
+    if bad_large:
+        print("%d compared values at >= 64 MiB outside +-%d%%" % (bad_large, LARGE_BOUND))
+        status = 1 if args.check else status
+    if bad_small:
+        print("%d compared values at 1 MiB outside +-%d%%" % (bad_small, SMALL_BOUND))
+        status = 1 if args.check_small else status
+    return status
 
 if __name__ == "__main__":
     sys.exit(main())
