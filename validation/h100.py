@@ -8,7 +8,7 @@ this script runs `trainsim simulate scenarios/h100/<row>.yaml --format json` and
 published and simulated step time, the error, the model TFLOP/s per GPU both sides (trainsim
 counts them as Megatron-Core's num_floating_point_operations) and the simulated peak memory.
 
-  validation/h100.py [--quick] [--check] [--check-simulates] [--trainsim PATH]
+  validation/h100.py [--quick] [--check] [--check-simulates] [--trainsim PATH] [--calibration F]
 
 --quick runs the rows that simulate in seconds on 2 cores. --check exits 1 unless every row is
 within +-15%, the MAPE <= 8%, the dense rows' model TFLOP/s within +-10% and every peak under
@@ -53,6 +53,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--check-simulates", action="store_true")
+    ap.add_argument("--calibration", help="calibration profile passed to trainsim (all rows)")
     args = ap.parse_args()
     print("%-8s %-16s %-7s %9s %9s %8s %8s %8s %9s" % (
         "release", "model", "prec", "pub s", "sim s", "error", "pub TF", "sim TF", "peak GiB"))
@@ -61,8 +62,10 @@ def main():
         if args.quick and row["model"] not in QUICK:
             continue
         path = scenario_of(row)
-        run = subprocess.run([args.trainsim, "simulate", path, "--format", "json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cmd = [args.trainsim, "simulate", path, "--format", "json"]
+        if args.calibration:
+            cmd += ["--calibration", args.calibration]
+        run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if run.returncode != 0:
             print("%-8s %-16s FAILED: %s" % (row["release"], row["model"], run.stderr.strip()))
             failed += 1

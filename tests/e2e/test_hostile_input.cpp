@@ -150,8 +150,8 @@ TEST_F(HostileInput, AllowedDeviceMismatchWarnsAboutLargeMoves) {
                      log);
   const std::string out = slurp(log);
   EXPECT_EQ(rc, 0) << out;
-  // The memory-bound fit of a CPU trace moves the A100's hbm_efficiency 0.8 by ~1000x.
-  EXPECT_NE(out.find("warning: the fit moves parameters.hbm_efficiency from 0.8 to"),
+  // The memory-bound fit of a CPU trace moves the A100's hbm_efficiency 0.79 by ~1000x.
+  EXPECT_NE(out.find("warning: the fit moves parameters.hbm_efficiency from 0.79 to"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("more than the 4x"), std::string::npos) << out;
@@ -162,7 +162,7 @@ TEST_F(HostileInput, AllowedDeviceMismatchWarnsAboutLargeMoves) {
 
 TEST_F(HostileInput, CalibrationNumberOverflowNamesFileFieldAndValue) {
   std::string text = slurp(kA100);
-  const std::string from = "\"value\": 0.8,";
+  const std::string from = "\"value\": 0.79,";  // hbm_efficiency
   ASSERT_NE(text.find(from), std::string::npos);
   text.replace(text.find(from), from.size(), "\"value\": 1e999,");
   const std::string cal = write("overflow.json", text);
