@@ -32,15 +32,20 @@ constexpr double kTreeCorrection[3][24] = {
 
 int log2i(double x) { return x < 1 ? -1 : static_cast<int>(std::floor(std::log2(x))); }
 
-/// Per-step latency on NVLink and on the network, Simple ring from the profile.
+/// A latency of NCCL's table: the Ring/Simple entry from the calibration profile (NCCL's value
+/// by default), every other entry the table's.
+double latency_s(int a, int p, double ring_simple_s, const double (&table)[2][3]) {
+  return (a == kRing && p == kSimple) ? ring_simple_s : table[a][p] * kUs;
+}
+/// Per-step latency on NVLink and on the network, and the base latency.
 double nvlink_step_s(const NcclGroup& g, int a, int p) {
-  return (a == kRing && p == kSimple) ? g.simple_nvlink_step_s : kNvlinkLat[a][p] * kUs;
+  return latency_s(a, p, g.simple_nvlink_step_s, kNvlinkLat);
 }
 double net_step_s(const NcclGroup& g, int a, int p) {
-  return (a == kRing && p == kSimple) ? g.simple_net_step_s : kNetLat[a][p] * kUs;
+  return latency_s(a, p, g.simple_net_step_s, kNetLat);
 }
 double base_s(const NcclGroup& g, int a, int p) {
-  return (a == kRing && p == kSimple) ? g.simple_base_latency_s : kBaseLat[a][p] * kUs;
+  return latency_s(a, p, g.simple_base_latency_s, kBaseLat);
 }
 
 double ring_latency_s(const NcclGroup& g, int p) {

@@ -611,6 +611,9 @@ std::string where_prefix(const Scenario& s) {
 std::string kv(const std::string& field, std::int64_t value) {
   return field + " (" + std::to_string(value) + ")";
 }
+std::string kv_bool(const std::string& field, bool value) {
+  return field + (value ? " (true)" : " (false)");
+}
 
 // 128-bit products of values already within their per-key bounds (< 2^31 each, at most four
 // factors): exact, so the derived bounds below are checked before any 64-bit product is formed.
@@ -1447,8 +1450,7 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {p.recompute_modules != 0 && p.recompute_modules != kRecomputeCoreAttn,
        "parallel.recompute_modules (layernorm / moe_act)"},
       {p.grad_reduce_in_fp32.has_value(),
-       std::string("parallel.grad_reduce_in_fp32 (") +
-           (p.grad_reduce_in_fp32.value_or(false) ? "true" : "false") + ")"},
+       kv_bool("parallel.grad_reduce_in_fp32", p.grad_reduce_in_fp32.value_or(false))},
       {p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers ||
            p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split,
        "an uneven pipeline split (parallel.decoder_*_pipeline_num_layers / account_for_*)"}};
@@ -1535,8 +1537,7 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
          "arguments.py: the parameter all-gather exists only with the distributed optimizer)");
   check_runtime_features(s, fail);
   if (p.grad_reduce_in_fp32) {
-    const std::string g = std::string("parallel.grad_reduce_in_fp32 (") +
-                          (*p.grad_reduce_in_fp32 ? "true" : "false") + ")";
+    const std::string g = kv_bool("parallel.grad_reduce_in_fp32", *p.grad_reduce_in_fp32);
     if (stage > 0)
       fail(g + " sets Megatron's gradient buffer; DeepSpeed ZeRO (deepspeed.zero_optimization."
                "stage " + std::to_string(stage) + ") keeps its gradients in the training precision");
