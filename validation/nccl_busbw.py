@@ -39,8 +39,11 @@ modelled):
 --check-small when a compared 1 MiB value is outside +-30% (the issue's bound there). The
 1 MiB single-node A100 points are outside it today (simulated ~59 GB/s, published 24-36):
 NCCL's tuning model, which the simulation follows for the protocol and latency, predicts
-~51 GB/s there itself; what the real LL / LL128 kernels lose at that size (channel and thread
-counts per size, the pipeline of LL slices through the ring, launch costs) is not modelled.
+~51 GB/s there itself; what the real LL / LL128 kernels lose at that size (the pipeline of LL
+slices through the ring, their per-channel rate, launch costs) is not modelled. NCCL's per-size
+channel reduction (enqueue.cc: fewer channels while bytes < channels x threads x
+threadThreshold, the threshold x nRanks for rings) does not bind here: on 8 ranks LL keeps a
+channel down to 32 KiB (512 threads x 8 B x 8), so 1 MiB runs on every channel.
 ctest runs --check-small expecting that failure (WILL_FAIL) until it is.
 Not compared: the all-gather, reduce-scatter and all-to-all rows (no published table with
 both sizes is in hand), and rings over many nodes: NCCL's tuning model, followed here,
