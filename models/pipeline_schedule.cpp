@@ -167,9 +167,6 @@ std::vector<PipelineExchange> megatron2021_interleaved_exchanges(int pp, int ran
   auto emit = [&](PipelineExchange x) {
     if (x.send_forward || x.send_backward || x.recv_forward || x.recv_backward) out.push_back(x);
   };
-  // Step index in pipeline_order: warm-up forwards 0 .. w-1, then pairs (forward, backward).
-  auto pair_end = [&](int k) { return warmup + 2 * k + 1; };
-
   PipelineExchange first;  // recv_forward with virtual rank 0: none on the first stage
   first.recv_forward = !first_rank;
   emit(first);
@@ -191,7 +188,7 @@ std::vector<PipelineExchange> megatron2021_interleaved_exchanges(int pp, int ran
   for (int k = 0; k < remaining; ++k) {
     const int fk = warmup + k, bk = k;
     PipelineExchange x;
-    x.after_step = pair_end(k);
+    x.after_step = warmup + 2 * k + 1;  // pipeline_order: w forwards, then the pairs
     x.send_forward = !(last_rank && chunk_id(fk, true) == v - 1);
     x.send_backward = !(first_rank && chunk_id(bk, false) == 0);
     // The first stage is ahead of the last by pp - 1 forwards, the last ahead of the first by
@@ -203,7 +200,7 @@ std::vector<PipelineExchange> megatron2021_interleaved_exchanges(int pp, int ran
   }
   for (int k = remaining; k < total; ++k) {
     PipelineExchange x;
-    x.after_step = warmup + 2 * remaining + (k - remaining);
+    x.after_step = warmup + remaining + k;  // after the pairs, cool-down backward k
     x.send_backward = !(first_rank && chunk_id(k, false) == 0);
     x.recv_backward = !(last_rank && chunk_id(k + 1, false) == v - 1) && k != total - 1;
     emit(x);

@@ -1394,14 +1394,12 @@ void check_pipeline(Scenario& s, const Fail& fail) {
   const std::int64_t pp = p.pipeline_model_parallel_size;
   const std::string pps = kv("parallel.pipeline_model_parallel_size", pp);
   const std::int64_t dp = p.data_parallel_size;
-  if (p.num_layers_per_virtual_pipeline_stage) {
-    const std::int64_t vpl = *p.num_layers_per_virtual_pipeline_stage;
-    const std::string vps = kv("parallel.num_layers_per_virtual_pipeline_stage", vpl);
-    if (vpl <= 0) fail(vps + " must be positive");
+  const std::optional<std::int64_t> vpl = p.num_layers_per_virtual_pipeline_stage;
+  const std::string vps = vpl ? kv("parallel.num_layers_per_virtual_pipeline_stage", *vpl) : "";
+  if (vpl) {
+    if (*vpl <= 0) fail(vps + " must be positive");
     if (p.pipeline_schedule == PipelineSchedule::GPipe)
       fail(vps + " means the interleaved schedule, but parallel.pipeline_schedule is gpipe");
-    // Megatron-LM 2021 (megatron/arguments.py) asserts pp > 2 for the interleaved schedule;
-    // Megatron-Core's schedule runs it with pp = 2 as well.
     if (pp <= 1) fail(vps + " (interleaved schedule) needs " + pps + " > 1");
     if (p.num_microbatches % pp != 0)
       fail("the interleaved schedule needs the number of microbatches (" +
@@ -1414,12 +1412,13 @@ void check_pipeline(Scenario& s, const Fail& fail) {
          "parallel.num_layers_per_virtual_pipeline_stage");
   }
   split_layers(s, fail);
-  if (p.num_layers_per_virtual_pipeline_stage) {
+  if (vpl) {
     p.pipeline_schedule = PipelineSchedule::Interleaved;
+    // Megatron-LM 2021 (megatron/arguments.py) asserts pp > 2 for the interleaved schedule;
+    // Megatron-Core's schedule runs it with pp = 2 as well. Checked after the layer split, whose
+    // errors come first.
     if (pp <= 2 && s.runtime == Runtime::Megatron2021)
-      fail(kv("parallel.num_layers_per_virtual_pipeline_stage",
-              *p.num_layers_per_virtual_pipeline_stage) +
-           " (interleaved schedule) needs " + pps +
+      fail(vps + " (interleaved schedule) needs " + pps +
            " > 2 with runtime megatron-2021 (Megatron-LM's arguments.py asserts it); "
            "Megatron-Core runs it with 2 stages (runtime: megatron-core)");
   }
