@@ -7,6 +7,7 @@
 //
 // A plain program (validation/nccl_busbw.py prints it next to published nccl-tests figures):
 //   bench_collectives [--system dgx-a100-80gb|dgx-h100] [--nodes 1,2,8] [--sizes 1e6,4e9]
+//                     [--nccl-version 2.18.5|2.29.7]
 // Prints one tab-separated line per (collective, nodes, size):
 //   system  collective  nodes  gpus  bytes  time_s  algbw_GBps  busbw_GBps  algo  proto
 #include <cstdio>
@@ -79,6 +80,7 @@ double simulate_one(const SystemSpec& sys, const CostModel& cost, OpKind kind, d
 
 int main(int argc, char** argv) {
   std::string system = "dgx-a100-80gb";
+  NcclVersion version = kDefaultNcclVersion;
   std::vector<double> nodes = {1, 2, 4, 8, 16, 32, 64};
   std::vector<double> sizes = {1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30,
                                4.0 * (1 << 30)};
@@ -90,9 +92,13 @@ int main(int argc, char** argv) {
       nodes = parse_list(argv[++i]);
     } else if (a == "--sizes" && i + 1 < argc) {
       sizes = parse_list(argv[++i]);
+    } else if (a == "--nccl-version" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "2.18.5" || std::string(argv[i + 1]) == "2.29.7")) {
+      version = std::string(argv[++i]) == "2.18.5" ? NcclVersion::V2_18_5 : NcclVersion::V2_29_7;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--system NAME] [--nodes 1,2,8] [--sizes 1048576,4294967296]\n",
+                   "usage: %s [--system NAME] [--nodes 1,2,8] [--sizes 1048576,4294967296]"
+                   " [--nccl-version 2.18.5|2.29.7]\n",
                    argv[0]);
       return a == "-h" || a == "--help" ? 0 : 1;
     }
@@ -100,7 +106,7 @@ int main(int argc, char** argv) {
   try {
     const SystemSpec& sys = find_system(system);
     const CalibrationProfile prof = default_calibration(sys.gpu.name);
-    const CostModel cost(sys, prof);
+    const CostModel cost(sys, prof, version);
     const OpKind kinds[] = {OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter,
                             OpKind::AllToAll};
     for (OpKind kind : kinds) {

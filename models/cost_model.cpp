@@ -27,8 +27,9 @@ void require_positive(double v, const char* what) {
 
 }  // namespace
 
-CostModel::CostModel(const SystemSpec& system, const CalibrationProfile& profile)
-    : system_(system), profile_(profile) {
+CostModel::CostModel(const SystemSpec& system, const CalibrationProfile& profile,
+                     NcclVersion nccl_version)
+    : system_(system), profile_(profile), nccl_version_(nccl_version) {
   require_positive(system_.gpu.peak_dense_fp16_flops, "gpu.peak_dense_fp16_flops");
   require_positive(system_.gpu.hbm_bw_bytes_per_s, "gpu.hbm_bw_bytes_per_s");
   require_positive(profile_.gemm_max_efficiency, "profile.gemm_max_efficiency");
@@ -229,6 +230,7 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
                                       std::int64_t nodes) const {
   NcclGroup g;
   g.kind = kind;
+  g.version = nccl_version_;
   g.ranks = ranks;
   g.nodes = nodes;
   g.compute_capability = system_.gpu.compute_capability;
@@ -236,12 +238,17 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   g.net_overhead_s = system_.nccl_net_overhead_s;
   // The bus bandwidth the simulated links give a Simple ring (sim/platform.cpp scales the
   // same nominal figures by the same efficiencies): NVLink inside a node; across nodes also
-  // the GPU's own NIC, reached through its PCIe switch.
+  // the NICs, each GPU's own reached through its PCIe switch. The hierarchical ring of k
+  // members per node (sim/executor.cpp) sends 1/k of every rank's ring bytes over that
+  // rank's NIC, so the node's k NICs (at most its nics_per_node) carry the ring together:
+  // NCCL's nChannels x bwInter, a channel per NIC.
   const double nvlink = system_.gpu.nvlink_bw_bytes_per_s * nvlink_efficiency();
   const double nic =
       std::min(system_.nic_bw_bytes_per_s * network_efficiency(),
                system_.gpu.pcie_bw_bytes_per_s * pcie_link_efficiency());
-  g.bus_bw_bytes_per_s = nodes > 1 ? std::min(nvlink, nic) : nvlink;
+  const std::int64_t per_node = nodes > 0 ? std::max<std::int64_t>(ranks / nodes, 1) : 1;
+  const double rails = double(std::min<std::int64_t>(per_node, system_.nics_per_node));
+  g.bus_bw_bytes_per_s = nodes > 1 ? std::min(nvlink, nic * std::max(rails, 1.0)) : nvlink;
   g.simple_base_latency_s = profile_.nccl_launch_latency_s;
   g.simple_nvlink_step_s = profile_.nccl_step_latency_intra_node_s;
   g.simple_net_step_s = profile_.nccl_step_latency_inter_node_s;

@@ -20,7 +20,10 @@ namespace trainsim {
 
 class CostModel {
  public:
-  CostModel(const SystemSpec& system, const CalibrationProfile& profile);
+  /// `nccl_version`: the NCCL release whose tuning model sets the collectives' algorithm,
+  /// protocol, latency and rate (scenario key `nccl_version`).
+  CostModel(const SystemSpec& system, const CalibrationProfile& profile,
+            NcclVersion nccl_version = kDefaultNcclVersion);
 
   /// Duration of a compute op (AttnFwd .. LogitsLossBwd, OptimizerStepGpu) on one GPU, or of
   /// an OptimizerStepCpu on the host cores available to one GPU. On the `local` system with a
@@ -38,7 +41,9 @@ class CostModel {
   double collective_latency_s(OpKind kind, std::int64_t group_size, bool intra_node) const;
   /// NCCL's algorithm, protocol and latency for an all-reduce / reduce-scatter / all-gather of
   /// `bytes` over `ranks` GPUs on `nodes` nodes (models/nccl_model.h), with the bus bandwidth
-  /// of the simulated links.
+  /// of the simulated links: NVLink inside a node; across nodes the smaller of NVLink and the
+  /// NICs of a node's members together (the hierarchical ring sends 1/k of its bytes over
+  /// each of the k members' own NICs, as NCCL runs a ring channel per NIC).
   NcclChoice nccl_collective(OpKind kind, double bytes, std::int64_t ranks,
                              std::int64_t nodes) const;
   /// Bytes each rank sends in a ring implementation of the collective (nccl-tests
@@ -89,6 +94,7 @@ class CostModel {
  private:
   SystemSpec system_;
   CalibrationProfile profile_;
+  NcclVersion nccl_version_;
 };
 
 }  // namespace trainsim

@@ -1,5 +1,5 @@
-// NCCL's tuning model, v2.29.7-1 (src/graph/tuning.cc). Every constant below is that file's,
-// named as it names them; see nccl_model.h for what is and is not modelled.
+// NCCL's tuning model, v2.18.5-1 and v2.29.7-1 (src/graph/tuning.cc). Every constant below
+// is those files', named as they name them; see nccl_model.h for what is and is not modelled.
 #include "models/nccl_model.h"
 
 #include <algorithm>
@@ -14,13 +14,19 @@ constexpr double kUs = 1e-6;
 constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
 constexpr int kTree = 0, kRing = 1;
 
-// ncclTunerConstantsDefaults.baseLatencies [Tree, Ring][LL, LL128, Simple], us.
-constexpr double kBaseLat[2][3] = {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}};
-// hwLatencies[NVLINK] and [NET], [Tree, Ring][LL, LL128, Simple], us per step.
+// baseLat (v2.18.5) / ncclTunerConstantsDefaults.baseLatencies (v2.29.7) [Tree, Ring][LL,
+// LL128, Simple], us. They differ only in the tree's Simple entry.
+constexpr double kBaseLat[2][2][3] = {{{6.8, 14.0, 0.0}, {6.6, 14.0, 8.4}},
+                                      {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}}};
+// hwLat / hwLatencies [NVLINK] and [NET], [Tree, Ring][LL, LL128, Simple], us per step (the
+// same in both releases).
 constexpr double kNvlinkLat[2][3] = {{0.6, 1.25, 4.0}, {0.6, 1.9, 3.4}};
 constexpr double kNetLat[2][3] = {{5.0, 8.5, 14.0}, {2.7, 4.0, 14.0}};
-// llMaxBws [Volta or Intel host, Ampere or AMD host, Hopper][1 node, 2 nodes, > 2 nodes], GB/s.
-constexpr double kLlMaxBw[3][3] = {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}};
+// llMaxBws [Volta or Intel host, Ampere or AMD host, Hopper][1 node, 2 nodes, > 2 nodes], GB/s;
+// v2.18.5 gives Hopper Ampere's row.
+constexpr double kLlMaxBw[2][3][3] = {
+    {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {87.7, 22.5, 19.0}},
+    {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}}};
 // treeCorrectionFactor[protocol][log2(bytes / 64)], all-reduce on the tree.
 constexpr double kTreeCorrection[3][24] = {
     {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0,
@@ -32,20 +38,23 @@ constexpr double kTreeCorrection[3][24] = {
 
 int log2i(double x) { return x < 1 ? -1 : static_cast<int>(std::floor(std::log2(x))); }
 
+/// Index of the release in the tables above.
+int vi(const NcclGroup& g) { return g.version == NcclVersion::V2_18_5 ? 0 : 1; }
+
 /// A latency of NCCL's table: the Ring/Simple entry from the calibration profile (NCCL's value
 /// by default), every other entry the table's.
-double latency_s(int a, int p, double ring_simple_s, const double (&table)[2][3]) {
+double table_latency_s(int a, int p, double ring_simple_s, const double (&table)[2][3]) {
   return (a == kRing && p == kSimple) ? ring_simple_s : table[a][p] * kUs;
 }
 /// Per-step latency on NVLink and on the network, and the base latency.
 double nvlink_step_s(const NcclGroup& g, int a, int p) {
-  return latency_s(a, p, g.simple_nvlink_step_s, kNvlinkLat);
+  return table_latency_s(a, p, g.simple_nvlink_step_s, kNvlinkLat);
 }
 double net_step_s(const NcclGroup& g, int a, int p) {
-  return latency_s(a, p, g.simple_net_step_s, kNetLat);
+  return table_latency_s(a, p, g.simple_net_step_s, kNetLat);
 }
 double base_s(const NcclGroup& g, int a, int p) {
-  return latency_s(a, p, g.simple_base_latency_s, kBaseLat);
+  return table_latency_s(a, p, g.simple_base_latency_s, kBaseLat[vi(g)]);
 }
 
 double ring_latency_s(const NcclGroup& g, int p) {
@@ -60,7 +69,9 @@ double ring_latency_s(const NcclGroup& g, int p) {
   if (g.nodes > 1) {
     // "Inter-node rings still have to launch nsteps * net overhead" (x3 for Simple).
     intra = std::max(intra, g.net_overhead_s * (p == kSimple ? 3 : 1));
-    inter_steps = all_reduce ? 2 * (nodes - 1) : nodes - 1;
+    // v2.18.5 counts 2 x nodes inter-node steps for an all-reduce, v2.29.7 2 x (nodes - 1).
+    inter_steps = !all_reduce ? nodes - 1 : g.version == NcclVersion::V2_18_5 ? 2 * nodes
+                                                                               : 2 * (nodes - 1);
   }
   return base_s(g, kRing, p) + (nsteps - inter_steps) * intra + inter_steps * inter;
 }
@@ -78,10 +89,15 @@ double bus_bw_gbs(const NcclGroup& g, int a, int p) {
   const int cc = g.compute_capability >= 90 ? 2 : g.compute_capability >= 80 ? 1 : 0;
   const int index1 = g.nodes == 1 ? cc : (g.amd_cpu ? 1 : 0);
   const int index2 = g.nodes <= 2 ? int(g.nodes) - 1 : 2;
-  const double ll_max = kLlMaxBw[index1][index2];
+  const double ll_max = kLlMaxBw[vi(g)][index1][index2];
+  const bool v2_18 = g.version == NcclVersion::V2_18_5;
   if (a == kRing) {
-    if (p == kLL) return std::min(ll_max, bw * .5);
-    if (p == kLL128) return bw * 0.92;
+    if (p == kLL) {
+      const bool quarter = g.nodes > 1 || g.kind == OpKind::AllReduce;
+      return std::min(ll_max, bw * (!v2_18 ? .5 : quarter ? 1.0 / 4.0 : 1.0 / 3.0));
+    }
+    const bool one_per_node = g.ranks == g.nodes;  // ppn < 2
+    if (p == kLL128) return bw * (v2_18 && one_per_node ? 0.7 : 0.92);
     return bw;
   }
   double bus = bw * .92;  // tree all-reduce
@@ -93,6 +109,7 @@ double bus_bw_gbs(const NcclGroup& g, int a, int p) {
 }  // namespace
 
 const char* to_string(NcclAlgo a) { return a == NcclAlgo::Ring ? "ring" : "tree"; }
+const char* to_string(NcclVersion v) { return v == NcclVersion::V2_18_5 ? "2.18.5" : "2.29.7"; }
 const char* to_string(NcclProto p) {
   return p == NcclProto::LL ? "LL" : p == NcclProto::LL128 ? "LL128" : "Simple";
 }
@@ -111,14 +128,22 @@ double nccl_predicted_time_s(const NcclGroup& g, NcclAlgo algo, NcclProto proto,
   // The tree serves all-reduce only; NCCL enables it across nodes (inside one node the ring
   // and, on H100, NVLS serve; trainsim does not offer the single-node chain).
   if (a == kTree && (g.kind != OpKind::AllReduce || g.nodes < 2)) return -1;
-  const double lat = a == kRing ? ring_latency_s(g, p) : tree_latency_s(g, p);
+  double lat = a == kRing ? ring_latency_s(g, p) : tree_latency_s(g, p);
   double bus = bus_bw_gbs(g, a, p);
-  // Bus bandwidth -> algorithm bandwidth: ring n / nsteps, tree 1/2.
   const double n = double(g.ranks);
-  const double nsteps = g.kind == OpKind::AllReduce ? 2 * (n - 1) : n - 1;
-  double alg = a == kRing ? bus * n / nsteps : bus * .5;
   const int log_size = log2i(bytes / 64);
-  if (a == kTree && log_size >= 0 && log_size < 23) alg *= kTreeCorrection[p][log_size];
+  // ncclTopoGetAlgoTime: the tree's size correction (64 B to 256 MiB, powers of two) ...
+  if (a == kTree && log_size >= 0 && log_size < 23) bus *= kTreeCorrection[p][log_size];
+  // ... and the ring's "plateau effect": a multi-node Simple all-reduce of at least 64 bytes
+  // per channel and rank pays 1.4x its latency (1.9x before Ampere). The channel count is
+  // taken at MAXCHANNELS (v2.18.5 32, v2.29.7 64; src/include/device.h / devcomm.h).
+  const double max_channels = g.version == NcclVersion::V2_18_5 ? 32 : 64;
+  if (a == kRing && p == kSimple && g.nodes > 1 && g.kind == OpKind::AllReduce &&
+      bytes / (max_channels * n) >= 64)
+    lat *= g.compute_capability < 80 ? 1.9 : 1.4;
+  // Bus bandwidth -> algorithm bandwidth: ring n / nsteps, tree 1/2.
+  const double nsteps = g.kind == OpKind::AllReduce ? 2 * (n - 1) : n - 1;
+  const double alg = a == kRing ? bus * n / nsteps : bus * .5;
   if (latency_s) *latency_s = lat;
   if (bus_bw) *bus_bw = bus * 1e9;
   return lat + bytes / (alg * 1e9);
@@ -138,12 +163,13 @@ NcclChoice nccl_choose(const NcclGroup& g, double bytes) {
       best.bus_bw_bytes_per_s = bus;
       best.time_s = t;
       best.wire_factor = p == NcclProto::LL ? 2.0 : p == NcclProto::LL128 ? 128.0 / 120.0 : 1.0;
-      // The tree reaches 0.92 of the ring's bus bandwidth in NCCL's model (busBw * .92);
-      // the simulator moves the tree's bytes over the ring's flows, so they carry 1 / 0.92.
-      if (a == NcclAlgo::Tree) best.wire_factor /= 0.92;
     }
   }
   return best;
+}
+
+double NcclChoice::transfer_s(double ring_bytes, double link_bytes_per_s) const {
+  return std::max(ring_bytes * wire_factor / link_bytes_per_s, ring_bytes / bus_bw_bytes_per_s);
 }
 
 }  // namespace trainsim

@@ -1,19 +1,33 @@
-// NCCL's own choice of algorithm and protocol for a collective, and its latency, following
-// NCCL's tuning model (NVIDIA/nccl v2.29.7-1, src/graph/tuning.cc ncclTopoTuneModel and
-// ncclTopoGetAlgoTime): for each (algorithm, protocol) NCCL predicts
+// NCCL's own choice of algorithm and protocol for a collective, its latency and its rate,
+// following NCCL's tuning model (NVIDIA/nccl src/graph/tuning.cc ncclTopoTuneModel and
+// ncclTopoGetAlgoTime, at the release the scenario names: v2.18.5-1 or v2.29.7-1): for each
+// (algorithm, protocol) NCCL predicts
 //     time = latency + bytes / algorithm bandwidth
 // and runs the cheapest. trainsim asks the same question with the same latency table and the
 // same bandwidth refinements, over the bandwidths of the simulated links, so that small
 // messages use LL / LL128 and multi-node all-reduces the tree where NCCL would; the
-// simulator then moves the bytes over its links (sim/executor.cpp) with the chosen protocol's
-// wire format.
+// simulator then moves the bytes over its links (sim/executor.cpp) in the chosen protocol's
+// wire format, each flow no faster than the pair's bus bandwidth in NCCL's model (LL's
+// llMaxBws cap and its share of the link, the tree's 0.92 and size correction): NVIDIA's
+// figures for what its kernels reach, so a link shared with other traffic can still slow a
+// collective below them, but an idle one never lifts it above.
+//
+// The two releases differ, for what is modelled here, in: the ring LL bandwidth (v2.18.5:
+// 1/4 of the bus bandwidth for all-reduce or across nodes, 1/3 otherwise; v2.29.7: 1/2);
+// Hopper's LL caps (v2.18.5 Ampere's 87.7 / 22.5 / 19.0 GB/s; v2.29.7 141 / 45 / 35);
+// LL128 on one rank per node (v2.18.5 0.7 of the bus bandwidth, v2.29.7 0.92); the tree's
+// Simple base latency (0 and 8.4 us); the inter-node steps of a ring all-reduce (2 x nodes
+// and 2 x (nodes - 1)).
 //
 // Modelled: algorithms Ring (every collective) and Tree (all-reduce across nodes); protocols
 // LL, LL128, Simple (LL128 on, as NCCL enables it on NVLink-connected x86 DGX nodes with the
 // NIC behind the GPU's PCIe switch). Not modelled: NVLS / NVLS-Tree (NVLink SHARP on
 // H100), CollNet (in-network reduction), PAT; the per-channel bandwidth caps (they need the
-// channel count of NCCL's topology search); the ring "plateau" latency factor and NCCL's
-// aggregation of several operations into one launch.
+// channel count of NCCL's topology search) and NCCL's aggregation of several operations into
+// one launch. The ring "plateau" factor (Simple all-reduce across nodes: latency x 1.4 on
+// Ampere and later, x 1.9 before, once bytes / (channels x ranks) >= 64) is modelled with the
+// channel count at its maximum (MAXCHANNELS: 32 in v2.18.5, 64 in v2.29.7), so it starts at
+// the largest size NCCL could start it.
 #pragma once
 
 #include <cstdint>
@@ -24,12 +38,17 @@ namespace trainsim {
 
 enum class NcclAlgo { Ring, Tree };
 enum class NcclProto { LL, LL128, Simple };
+/// The NCCL release whose tuning model is followed (scenario key `nccl_version`).
+enum class NcclVersion { V2_18_5, V2_29_7 };
+constexpr NcclVersion kDefaultNcclVersion = NcclVersion::V2_29_7;
 const char* to_string(NcclAlgo a);
 const char* to_string(NcclProto p);
+const char* to_string(NcclVersion v);  ///< "2.18.5", "2.29.7"
 
 /// What the tuning model needs to know about the group and its hardware.
 struct NcclGroup {
   OpKind kind = OpKind::AllReduce;  ///< AllReduce, ReduceScatter or AllGather
+  NcclVersion version = kDefaultNcclVersion;
   std::int64_t ranks = 1;
   std::int64_t nodes = 1;
   /// GPU generation (compute capability x 10: 80 Ampere, 90 Hopper) and host CPU vendor: they
@@ -53,17 +72,24 @@ struct NcclChoice {
   NcclAlgo algo = NcclAlgo::Ring;
   NcclProto proto = NcclProto::Simple;
   double latency_s = 0;     ///< NCCL's predicted latency of the chosen pair
-  double bus_bw_bytes_per_s = 0;  ///< NCCL's predicted bus bandwidth of the chosen pair
+  /// NCCL's predicted bus bandwidth of the chosen pair at this size (the tree's size
+  /// correction applied): the rate the simulator lets the collective's flows reach.
+  double bus_bw_bytes_per_s = 0;
   double time_s = 0;        ///< latency + bytes / algorithm bandwidth, NCCL's prediction
   /// Bytes on the wire per payload byte: LL sends 8 bytes of flags with every 8 bytes of data
-  /// (16-byte lines), LL128 8 of every 128 bytes, Simple none (NCCL src/device/prims_ll*.h);
-  /// for the tree also 1 / 0.92, its bus bandwidth relative to the ring in NCCL's model (the
-  /// simulator carries a tree all-reduce on the ring's flows: the same bytes per NIC).
+  /// (16-byte lines), LL128 8 of every 128 bytes, Simple none (NCCL src/device/prims_ll*.h).
+  /// A tree all-reduce moves as many bytes per NIC as the ring (2S per node, up and down the
+  /// two binary trees), so the simulator carries it on the ring's flows.
   double wire_factor = 1.0;
+  /// Seconds to move `ring_bytes` (a rank's ring bytes, payload) over a link of
+  /// `link_bytes_per_s` alone: the wire bytes at the link's rate, or the payload at NCCL's
+  /// bus bandwidth, whichever is slower (the simulator's flows, uncontended).
+  double transfer_s(double ring_bytes, double link_bytes_per_s) const;
 };
 
 /// NCCL's predicted time of one (algorithm, protocol) for `bytes` (the collective's buffer as
 /// nccl-tests counts it); negative when the pair is not available for this collective/group.
+/// `bus_bw` receives the pair's bus bandwidth at this size (the tree's correction applied).
 double nccl_predicted_time_s(const NcclGroup& g, NcclAlgo a, NcclProto p, double bytes,
                              double* latency_s = nullptr, double* bus_bw = nullptr);
 /// The pair NCCL would run for `bytes` (the cheapest predicted time). Throws

@@ -425,11 +425,11 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
            op.kind == OpKind::AllGather)) {
         // As the simulator runs it (sim/executor.cpp): NCCL's algorithm and protocol for this
         // size and group (models/nccl_model.h), its latency, and the ring's bytes in the
-        // protocol's wire format over the group's links.
+        // protocol's wire format over the group's links, no faster than NCCL's bus bandwidth.
         const NcclChoice c = cm.nccl_collective(op.kind, double(op.bytes), n, nodes);
         const double eff = intra ? cm.nvlink_efficiency() : cm.network_efficiency();
         return c.latency_s +
-               CostModel::ring_bytes_per_rank(op.kind, double(op.bytes), n) * c.wire_factor / (bw * eff);
+               c.transfer_s(CostModel::ring_bytes_per_rank(op.kind, double(op.bytes), n), bw * eff);
       }
       return cm.collective_time_s(op.kind, double(op.bytes), n, bw, intra);
     }

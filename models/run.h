@@ -94,7 +94,7 @@ struct PreparedRun {
   std::string replay_dtype;
   ScheduleGraph graph;
 
-  CostModel cost_model() const { return CostModel(cost_system, profile); }
+  CostModel cost_model() const { return CostModel(cost_system, profile, scenario.nccl_version); }
 };
 
 /// Prepares a run (see the file comment). Throws InputError for every user error, naming the

@@ -37,7 +37,7 @@ const std::vector<std::string>& section_paths() {
 
 const std::vector<std::string>& leaf_paths() {
   static const std::vector<std::string> v = {
-      "name", "runtime",
+      "name", "runtime", "nccl_version",
       // Megatron-LM argument names
       "model.num_layers", "model.hidden_size", "model.num_attention_heads",
       "model.seq_length", "model.padded_vocab_size", "model.ffn_hidden_size",
@@ -1113,6 +1113,8 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   s.name = r.get_string("name", false).value_or(stem_of(source));
   if (auto rt = r.get_enum("runtime", {"megatron-2021", "megatron-core"}))
     s.runtime = *rt == 0 ? Runtime::Megatron2021 : Runtime::MegatronCore;
+  if (auto v = r.get_enum("nccl_version", {"2.18.5", "2.29.7"}))
+    s.nccl_version = *v == 0 ? NcclVersion::V2_18_5 : NcclVersion::V2_29_7;
   read_model(r, s);
   read_parallel(r, s);
   read_zero(r, s);

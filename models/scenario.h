@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "models/errors.h"
+#include "models/nccl_model.h"
 #include "models/parallel_layout.h"
 #include "models/precision.h"
 
@@ -238,6 +239,9 @@ struct Scenario {
   std::string name;
   /// Top-level `runtime`; megatron-2021 when absent (see docs/scenario.md).
   Runtime runtime = Runtime::Megatron2021;
+  /// Top-level `nccl_version`: the NCCL release whose tuning model the collectives follow
+  /// (models/nccl_model.h); 2.29.7 when absent.
+  NcclVersion nccl_version = kDefaultNcclVersion;
   std::string source_path;  ///< the file it was read from (for error messages)
   ModelConfig model;
   ParallelConfig parallel;

@@ -58,6 +58,10 @@ struct CommPlan {
   Endpoint rail_dst, rail_pred;
   std::uint32_t rail_mb_out = kNone, rail_mb_in = kNone;
   bool rail_flow_out = false, rail_flow_in = false;
+  /// Collective: the most its ring flow and its rail flow may carry, in wire bytes/s (NCCL's
+  /// bus bandwidth of the chosen algorithm/protocol, models/nccl_model.h, split between the
+  /// two in proportion to their bytes); 0: no cap (the links alone set the rate).
+  double rate_bytes_per_s = 0, rail_rate_bytes_per_s = 0;
 };
 
 /// Everything the child needs, computed in the parent (errors there keep their type).
@@ -293,6 +297,12 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
           const NcclChoice nccl = cost.nccl_collective(op.kind, double(op.bytes), size,
                                                        std::int64_t(by_node.size()));
           c.latency_s = nccl.latency_s;
+          // No faster than NCCL's bus bandwidth for the pair: the ring bytes of this rank in
+          // ring_bytes / bus seconds, the ring and the rail flows each carrying their share.
+          const double wire_rate = nccl.bus_bw_bytes_per_s * nccl.wire_factor;
+          const double share = c.has_rail ? double(k - 1) / double(k) : 1.0;
+          c.rate_bytes_per_s = wire_rate * share;
+          if (c.has_rail) c.rail_rate_bytes_per_s = wire_rate / double(k);
           c.bytes = std::uint64_t(std::llround(double(c.bytes) * nccl.wire_factor));
           c.rail_bytes = std::uint64_t(std::llround(double(c.rail_bytes) * nccl.wire_factor));
         }
@@ -569,28 +579,28 @@ class Run {
         sleep(c.latency_s);
         ++activities_;
         s4u::CommPtr out = c.mb_out != kNone
-                               ? mailboxes_[c.mb_out]->put_async(payload_of(t), c.bytes)
-                               : s4u::Comm::sendto_async(platform_.host(c.src), platform_.host(c.dst), c.bytes);
+                               ? start_put(c.mb_out, t, c.bytes, c.rate_bytes_per_s)
+                               : start_flow(c.src, c.dst, c.bytes, c.rate_bytes_per_s);
         void* data = nullptr;
         s4u::CommPtr in;
         if (c.mb_in != kNone) {
           in = mailboxes_[c.mb_in]->get_async<void>(&data);
         } else if (c.flow_in) {
           ++activities_;
-          in = s4u::Comm::sendto_async(platform_.host(c.pred), platform_.host(c.src), c.bytes);
+          in = start_flow(c.pred, c.src, c.bytes, c.rate_bytes_per_s);
         }
         s4u::CommPtr rail_out, rail_in;
         void* rail_data = nullptr;
         if (c.has_rail) {
           ++activities_;
           rail_out = c.rail_mb_out != kNone
-                         ? mailboxes_[c.rail_mb_out]->put_async(payload_of(t), c.rail_bytes)
-                         : s4u::Comm::sendto_async(platform_.host(c.src), platform_.host(c.rail_dst), c.rail_bytes);
+                         ? start_put(c.rail_mb_out, t, c.rail_bytes, c.rail_rate_bytes_per_s)
+                         : start_flow(c.src, c.rail_dst, c.rail_bytes, c.rail_rate_bytes_per_s);
           if (c.rail_mb_in != kNone) {
             rail_in = mailboxes_[c.rail_mb_in]->get_async<void>(&rail_data);
           } else if (c.rail_flow_in) {
             ++activities_;
-            rail_in = s4u::Comm::sendto_async(platform_.host(c.rail_pred), platform_.host(c.src), c.rail_bytes);
+            rail_in = start_flow(c.rail_pred, c.src, c.rail_bytes, c.rail_rate_bytes_per_s);
           }
         }
         out->wait();
@@ -609,6 +619,25 @@ class Run {
       default:
         throw std::logic_error("simulate: unexpected task kind in " + task_desc(g_, t));
     }
+  }
+
+  /// A collective's flow started into a mailbox or between two hosts, no faster than
+  /// `rate` wire bytes/s when rate > 0 (SimGrid's Comm::set_rate bounds the flow's share).
+  s4u::CommPtr start_put(std::uint32_t mb, TaskId t, std::uint64_t bytes, double rate) {
+    s4u::CommPtr comm = mailboxes_[mb]->put_init(payload_of(t), bytes);
+    if (rate > 0) comm->set_rate(rate);
+    comm->start();
+    return comm;
+  }
+  s4u::CommPtr start_flow(const Endpoint& src, const Endpoint& dst, std::uint64_t bytes, double rate) {
+    // The rate first: SimGrid 3.32 takes it only while the comm is INITED, which
+    // sendto_init(from, to) and set_source / set_destination already leave.
+    s4u::CommPtr comm = s4u::Comm::sendto_init();
+    if (rate > 0) comm->set_rate(rate);
+    comm->set_source(platform_.host(src))->set_destination(platform_.host(dst));
+    comm->set_payload_size(bytes);
+    comm->start();
+    return comm;
   }
 
   std::string deadlock_message(std::size_t not_run) const {

@@ -183,7 +183,8 @@ TEST(ClosedForm, TwoGpuDataParallelIsComputePlusRingAllReducePlusStep) {
   //   LL128   latency 14.0 + 2(n-1) x 1.9 us, bus bandwidth 0.92 bw
   //   Simple  latency 8.4 + 2(n-1) x 3.4 us, bus bandwidth bw
   // (algorithm bandwidth = bus bandwidth x n / 2(n-1)); the bytes then cross the link in the
-  // protocol's wire format: LL sends 16 bytes per 8 of data, LL128 128 per 120.
+  // protocol's wire format (LL sends 16 bytes per 8 of data, LL128 128 per 120), no faster
+  // than the protocol's bus bandwidth above.
   const double bw = 300e9 * profile.nvlink_efficiency;
   auto allreduce_s = [&](std::int64_t params) {
     const double bytes = double(params * 2);
@@ -197,7 +198,8 @@ TEST(ClosedForm, TwoGpuDataParallelIsComputePlusRingAllReducePlusStep) {
       const double t = p.latency_s + bytes / (p.bus_bw * n / (2 * (n - 1)));
       if (t < best_s) best_s = t, best = &p;
     }
-    return best->latency_s + best->wire * 2 * (n - 1) / n * bytes / bw;
+    const double ring = 2 * (n - 1) / n * bytes;
+    return best->latency_s + std::max(best->wire * ring / bw, ring / best->bus_bw);
   };
   const double dp_s = full_buckets * allreduce_s(bucket) + (rest > 0 ? allreduce_s(rest) : 0);
   const double compute_s = m * microbatch_compute_s(cost);
@@ -223,6 +225,23 @@ TEST(ClosedForm, TwoGpuDataParallelIsComputePlusRingAllReducePlusStep) {
               "all-reduce %.6e in %lld buckets, step %.6e)\n",
               T, expected, compute_s, dp_s, static_cast<long long>(full_buckets + (rest > 0)),
               optimizer_s(cost));
+}
+
+TEST(ClosedForm, NcclVersionReachesTheSimulatedCollectives) {
+  // The tiny TP=2 scenario's tensor-parallel all-reduces are small (LL on NVLink): NCCL
+  // v2.18.5's model gives ring LL a quarter of the bus bandwidth for all-reduce, v2.29.7 half
+  // (models/nccl_model.h), so `nccl_version: 2.18.5` must lengthen the exposed TP time and
+  // the iteration; everything else is the same.
+  const std::string file = "'" + source_path("scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml") + "'";
+  const json now = simulate_json(file);
+  const json old = simulate_json(file + " --set nccl_version=2.18.5");
+  const json same = simulate_json(file + " --set nccl_version=2.29.7");
+  EXPECT_EQ(now.at("iteration_time_s").get<double>(), same.at("iteration_time_s").get<double>());
+  EXPECT_GT(old.at("breakdown_s").at("tp_comm").get<double>(),
+            now.at("breakdown_s").at("tp_comm").get<double>());
+  EXPECT_GT(old.at("iteration_time_s").get<double>(), now.at("iteration_time_s").get<double>());
+  const double compute_s = now.at("breakdown_s").at("compute").get<double>();
+  EXPECT_NEAR(old.at("breakdown_s").at("compute").get<double>(), compute_s, 1e-9 * compute_s);
 }
 
 }  // namespace

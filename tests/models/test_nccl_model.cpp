@@ -1,5 +1,6 @@
 // Tests of models/nccl_model: NCCL's algorithm/protocol choice and latency, each expected
-// number worked out here from the constants of NVIDIA/nccl v2.29.7 src/graph/tuning.cc.
+// number worked out here from the constants of NVIDIA/nccl src/graph/tuning.cc (v2.29.7-1,
+// the default, and v2.18.5-1 where named).
 #include "models/nccl_model.h"
 
 #include <gtest/gtest.h>
@@ -111,6 +112,109 @@ TEST(NcclModel, TreeWinsMidSizeAllReduceOnManyNodesRingWinsHuge) {
   EXPECT_LT(mid.latency_s, ring_lat / 10);
 }
 
+TEST(NcclModel, RingLLBandwidthPerRelease) {
+  // One A100 node, bus bandwidth 200 GB/s. v2.29.7: half of it, capped at llMaxBws[Ampere][1
+  // node] = 87.7 GB/s. v2.18.5: a quarter for all-reduce (50 GB/s), a third for all-gather
+  // (66.7 GB/s), the same cap.
+  double bus = 0;
+  NcclGroup g = a100(OpKind::AllReduce, 8, 1);
+  nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::LL, 1e6, nullptr, &bus);
+  EXPECT_NEAR(bus, 87.7e9, 1e-3);
+  g.version = NcclVersion::V2_18_5;
+  nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::LL, 1e6, nullptr, &bus);
+  EXPECT_NEAR(bus, 50e9, 1e-3);
+  g.kind = OpKind::AllGather;
+  nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::LL, 1e6, nullptr, &bus);
+  EXPECT_NEAR(bus, 200e9 / 3, 1e-3);
+  // Across nodes a quarter for every collective (v2.18.5), capped at llMaxBws[AMD][2 nodes].
+  NcclGroup two = a100(OpKind::AllGather, 16, 2, 400e9);
+  two.version = NcclVersion::V2_18_5;
+  nccl_predicted_time_s(two, NcclAlgo::Ring, NcclProto::LL, 1e6, nullptr, &bus);
+  EXPECT_NEAR(bus, 22.5e9, 1e-3);
+  // Hopper: v2.18.5 keeps Ampere's 87.7 GB/s cap, v2.29.7 raises it to 141.
+  NcclGroup h = a100(OpKind::AllReduce, 8, 1, 900e9);
+  h.compute_capability = 90;
+  nccl_predicted_time_s(h, NcclAlgo::Ring, NcclProto::LL, 1e6, nullptr, &bus);
+  EXPECT_NEAR(bus, 141e9, 1e-3);
+  h.version = NcclVersion::V2_18_5;
+  nccl_predicted_time_s(h, NcclAlgo::Ring, NcclProto::LL, 1e6, nullptr, &bus);
+  EXPECT_NEAR(bus, 87.7e9, 1e-3);
+  // LL128 with one rank per node: 0.7 of the bus bandwidth in v2.18.5, 0.92 in v2.29.7.
+  NcclGroup ppn1 = a100(OpKind::AllReduce, 4, 4, 20e9);
+  nccl_predicted_time_s(ppn1, NcclAlgo::Ring, NcclProto::LL128, 1e6, nullptr, &bus);
+  EXPECT_NEAR(bus, 0.92 * 20e9, 1e-3);
+  ppn1.version = NcclVersion::V2_18_5;
+  nccl_predicted_time_s(ppn1, NcclAlgo::Ring, NcclProto::LL128, 1e6, nullptr, &bus);
+  EXPECT_NEAR(bus, 0.7 * 20e9, 1e-3);
+  EXPECT_STREQ(to_string(NcclVersion::V2_18_5), "2.18.5");
+  EXPECT_STREQ(to_string(NcclVersion::V2_29_7), "2.29.7");
+}
+
+TEST(NcclModel, LatencyTermsThatDifferBetweenReleases) {
+  double lat = 0;
+  // Ring all-reduce on 8 nodes of 8: v2.18.5 counts 2 x 8 inter-node steps, v2.29.7 2 x 7.
+  NcclGroup g = a100(OpKind::AllReduce, 64, 8);
+  g.version = NcclVersion::V2_18_5;
+  nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::LL, 0, &lat);
+  EXPECT_NEAR(lat, (6.6 + 110 * 2.0 + 16 * 2.7) * kUs, 1e-12);
+  // Tree/Simple base latency: 0 in v2.18.5, 8.4 us in v2.29.7.
+  NcclGroup t = a100(OpKind::AllReduce, 1024, 128);
+  nccl_predicted_time_s(t, NcclAlgo::Tree, NcclProto::Simple, 0, &lat);
+  const double tree_steps = 2 * (7 * 4.0 + 7 * 14.0);
+  EXPECT_NEAR(lat, (8.4 + tree_steps) * kUs, 1e-12);
+  t.version = NcclVersion::V2_18_5;
+  nccl_predicted_time_s(t, NcclAlgo::Tree, NcclProto::Simple, 0, &lat);
+  EXPECT_NEAR(lat, tree_steps * kUs, 1e-12);
+}
+
+TEST(NcclModel, RingPlateauRaisesTheLatencyOfLargeMultiNodeSimpleAllReduces) {
+  // 64 ranks on 8 nodes: from 64 B x 64 channels (MAXCHANNELS, v2.29.7) x 64 ranks = 256 KiB
+  // on, the Simple ring all-reduce's latency is 1.4x (Ampere); 1.9x before Ampere.
+  NcclGroup g = a100(OpKind::AllReduce, 64, 8);
+  const double base = (8.4 + 112 * 6.0 + 14 * 14.0) * kUs;
+  double lat = 0;
+  nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::Simple, 262143, &lat);
+  EXPECT_NEAR(lat, base, 1e-12);
+  nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::Simple, 262144, &lat);
+  EXPECT_NEAR(lat, 1.4 * base, 1e-12);
+  g.compute_capability = 70;
+  nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::Simple, 262144, &lat);
+  EXPECT_NEAR(lat, 1.9 * base, 1e-12);
+  // v2.18.5's MAXCHANNELS is 32: from 128 KiB on.
+  g.compute_capability = 80;
+  g.version = NcclVersion::V2_18_5;
+  const double base_18 = (8.4 + 110 * 6.0 + 16 * 14.0) * kUs;
+  nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::Simple, 131072, &lat);
+  EXPECT_NEAR(lat, 1.4 * base_18, 1e-12);
+  // Not inside a node, not for LL, not for all-gather.
+  nccl_predicted_time_s(a100(OpKind::AllReduce, 8, 1), NcclAlgo::Ring, NcclProto::Simple, 1e9,
+                        &lat);
+  EXPECT_NEAR(lat, (8.4 + 14 * 3.4) * kUs, 1e-12);
+  nccl_predicted_time_s(a100(OpKind::AllGather, 64, 8), NcclAlgo::Ring, NcclProto::Simple, 1e9,
+                        &lat);
+  EXPECT_NEAR(lat, (8.4 + 56 * 6.0 + 7 * 14.0) * kUs, 1e-12);
+}
+
+TEST(NcclModel, TreeBusBandwidthCarriesTheSizeCorrection) {
+  // 1 MiB: log2(1 MiB / 64) = 14, the Simple correction there is 0.5; 4 GiB: none.
+  const NcclGroup g = a100(OpKind::AllReduce, 1024, 128);
+  double bus = 0;
+  nccl_predicted_time_s(g, NcclAlgo::Tree, NcclProto::Simple, 1 << 20, nullptr, &bus);
+  EXPECT_NEAR(bus, 0.5 * 0.92 * 200e9, 1e-3);
+  nccl_predicted_time_s(g, NcclAlgo::Tree, NcclProto::Simple, 4.0 * (1 << 30), nullptr, &bus);
+  EXPECT_NEAR(bus, 0.92 * 200e9, 1e-3);
+}
+
+TEST(NcclModel, TransferIsTheSlowerOfWireBytesOnTheLinkAndPayloadAtNcclsRate) {
+  NcclChoice c;
+  c.wire_factor = 2.0;
+  c.bus_bw_bytes_per_s = 50e9;
+  // 1e6 ring bytes: 2e6 wire bytes at 200 GB/s = 10 us; 1e6 at 50 GB/s = 20 us.
+  EXPECT_NEAR(c.transfer_s(1e6, 200e9), 20e-6, 1e-15);
+  // A slow link (40 GB/s): the wire bytes, 50 us.
+  EXPECT_NEAR(c.transfer_s(1e6, 40e9), 50e-6, 1e-15);
+}
+
 TEST(NcclModel, BadInputThrows) {
   NcclGroup g = a100(OpKind::SendRecv, 2, 1);
   EXPECT_THROW(nccl_choose(g, 1e6), std::logic_error);
@@ -124,11 +228,14 @@ TEST(NcclModel, CostModelUsesTheSimulatedLinksAndTheCatalogHost) {
   const SystemSpec sys = find_system("dgx-h100");
   const CalibrationProfile prof = default_calibration(sys.gpu.name);
   const CostModel cost(sys, prof);
-  // Across nodes the bus bandwidth is the GPU's NIC path: min(NIC x efficiency, PCIe Gen5 x16
-  // at the TLP data rate 256/282).
+  // Across nodes the bus bandwidth is the 8 members' NIC paths together (one ring channel
+  // per NIC), each min(NIC x efficiency, PCIe Gen5 x16 at the TLP data rate 256/282), or
+  // NVLink if that is less.
   const NcclChoice c = cost.nccl_collective(OpKind::AllReduce, 4e9, 16, 2);
   const double nic = std::min(50e9 * prof.network_efficiency, 64e9 * 256.0 / 282.0);
-  EXPECT_NEAR(c.bus_bw_bytes_per_s, std::min(nic, 450e9 * prof.nvlink_efficiency), 1e-3);
+  EXPECT_NEAR(c.bus_bw_bytes_per_s, std::min(8 * nic, 450e9 * prof.nvlink_efficiency), 1e-3);
+  // One GPU per node: its own NIC path alone.
+  EXPECT_NEAR(cost.nccl_collective(OpKind::AllReduce, 4e9, 4, 4).bus_bw_bytes_per_s, nic, 1e-3);
   // DGX H100 has Intel hosts: 1 us network overhead, so intra-node steps of a multi-node
   // Simple ring cost max(3.4, 3 x 1) = 3.4 us.
   double lat = 0;

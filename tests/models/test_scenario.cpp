@@ -239,7 +239,19 @@ TEST_F(ScenarioFiles, DefaultsAreApplied) {
   EXPECT_EQ(s.zero.stage, 0);
   EXPECT_FALSE(s.zero.offload_optimizer.enabled);
   EXPECT_EQ(s.simulation.fold, trainsim::SimulationConfig::Fold::Auto);
+  EXPECT_EQ(s.nccl_version, trainsim::NcclVersion::V2_29_7);
   EXPECT_NE(s.source_path.find("my-stem.yaml"), std::string::npos);
+}
+
+TEST_F(ScenarioFiles, NcclVersionIsReadAndBadValuesNamed) {
+  EXPECT_EQ(load_scenario(write("nccl_version: 2.18.5\n" + kBase)).nccl_version,
+            trainsim::NcclVersion::V2_18_5);
+  EXPECT_EQ(load_scenario(write("nccl_version: \"2.29.7\"\n" + kBase)).nccl_version,
+            trainsim::NcclVersion::V2_29_7);
+  // A release trainsim has no table for (2.21 changed the LL model), or a number YAML reads
+  // as a float: an error naming the line, the key and the releases there are.
+  expect_error("nccl_version: 2.21.5\n" + kBase, {":1:", "nccl_version", "'2.21.5'", "2.18.5, 2.29.7"});
+  expect_error("nccl_version: 2.18\n" + kBase, {":1:", "nccl_version", "'2.18'"});
 }
 
 TEST_F(ScenarioFiles, ExplicitValuesAreRead) {

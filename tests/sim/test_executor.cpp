@@ -234,9 +234,13 @@ TEST(Executor, DataParallelRingAllReduceAcrossNodes) {
   // GPU 3 of nodes 0..3: one rail, one leaf switch.
   const ExecutionRecord r = run_allreduce(env, {3, 11, 19, 27}, S, GroupKind::Data, ids);
   const double bw = std::min(env.nic_bw(), env.pcie_bw());
+  // NCCL's "plateau effect of ring" (tuning.cc ncclTopoGetAlgoTime): a Simple ring all-reduce
+  // across nodes with >= 64 bytes per channel and rank pays 1.4x its latency on Ampere.
+  const double expected = 2.0 * 3 / 4 * double(S) / bw +
+                          1.4 * env.cost.collective_latency_s(OpKind::AllReduce, 4, false);
   for (TaskId id : ids) {
     EXPECT_NEAR(r.start_s[id], 0, kTol);
-    EXPECT_NEAR(r.end_s[id], ring_allreduce_time(env, double(S), 4, bw, false), kTol);
+    EXPECT_NEAR(r.end_s[id], expected, 1e-9);
   }
 }
 
@@ -256,12 +260,36 @@ TEST(Executor, MultiRailRingAcrossNodesUsesEveryNic) {
   const double nic = std::min(env.nic_bw(), env.pcie_bw());
   // NCCL v2.29.7 tuning model, ring/Simple (the pair NCCL picks at 1 GiB): base 8.4 us; the
   // 2 x (2 - 1) inter-node steps at the NET latency 14 us; the other 28 steps at the NVLink
-  // latency 3.4 us raised to the AMD host's network overhead 2 us x 3 = 6 us.
-  const double latency = 8.4e-6 + 28 * 6e-6 + 2 * 14e-6;
+  // latency 3.4 us raised to the AMD host's network overhead 2 us x 3 = 6 us; all of it x 1.4,
+  // the ring's "plateau effect" (1 GiB is far above 64 B per channel and rank).
+  const double latency = 1.4 * (8.4e-6 + 28 * 6e-6 + 2 * 14e-6);
   const double expected = std::max(ring * (k - 1) / k / env.nvlink_bw(), ring / k / nic) + latency;
   for (TaskId id : ids) EXPECT_NEAR(r.end_s[id], expected, 1e-9);
   // A single ring would push all the ring bytes through one NIC: far slower.
   EXPECT_LT(expected * 4, ring / nic);
+}
+
+TEST(Executor, SmallAllReduceRunsAtNcclsLLBandwidthPerRelease) {
+  // 1 MiB over the 8 GPUs of one node: NCCL picks ring/LL. Its wire format alone (16-byte
+  // lines, half flags) would run at half the NVLink rate; NCCL's model gives LL less, and the
+  // simulated flows are held to it: v2.29.7 min(87.7 GB/s, bus / 2), v2.18.5 min(87.7 GB/s,
+  // bus / 4) for an all-reduce (tuning.cc). Latency: 6.6 + 14 x 0.6 us in both.
+  const std::int64_t S = 1 << 20;
+  const double ring = 2.0 * 7 / 8 * double(S);
+  const double latency = (6.6 + 14 * 0.6) * 1e-6;
+  std::vector<RankId> ranks = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (NcclVersion v : {NcclVersion::V2_29_7, NcclVersion::V2_18_5}) {
+    Env env;
+    env.cost = CostModel(env.system, env.profile, v);
+    ASSERT_EQ(env.cost.nccl_collective(OpKind::AllReduce, double(S), 8, 1).proto, NcclProto::LL);
+    const double bus = v == NcclVersion::V2_29_7 ? std::min(87.7e9, env.nvlink_bw() / 2)
+                                                 : std::min(87.7e9, env.nvlink_bw() / 4);
+    std::vector<TaskId> ids;
+    const ExecutionRecord r = run_allreduce(env, ranks, S, GroupKind::Tensor, ids);
+    for (TaskId id : ids) EXPECT_NEAR(r.end_s[id], latency + ring / bus, 1e-9) << to_string(v);
+    // Slower than the wire format on an idle link would allow.
+    EXPECT_GT(r.end_s[ids[0]], latency + 2 * ring / env.nvlink_bw() * 1.05);
+  }
 }
 
 TEST(Executor, TensorParallelAllReduceInsideANode) {
