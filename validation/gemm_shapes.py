@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The cost model's GEMM rate by shape next to published cuBLASLt GEMM microbenchmarks.
+
+build/bench/bench_gemm_model times one GEMM C[m x n] = A[m x k] B[k x n] as the simulator does
+(models/cost_model.cpp: tiles of the profile's 256 x 128 in either orientation, in waves over
+the SMs, each wave at the profile's gemm_max_efficiency (FP8: gemm_fp8_max_efficiency) of the
+dense peak; or the HBM time of the operands if longer; no launch overhead). The published
+figures are Azure's AI-benchmarking-guide cuBLASLt runs (superbench cublaslt_gemm, random
+initialisation, 10,000 warm-up iterations: the sustained clock under the power cap), the same
+tables the default profiles take their largest-square efficiency from:
+  A100-SXM4-80GB, FP16: Azure/AI-benchmarking-guide Azure_Results/ND_A100_v4_results.md
+    (commit 3bb66ca; CUDA 12.5)
+  H100 80GB HBM3, FP8: yosoyjay/AI-benchmarking-guide Azure_Results/ND_H100_v5_results.md
+    (commit a8263ef, a fork of the Azure repository; CUDA 12.6)
+Only the largest square of each table set a profile value; every other row is a validation
+point the model was not fitted to.
+
+What the model does not capture, as the points show (errors are model vs published):
+  * small problems: on A100 cuBLAS picks smaller tiles (and split-K) where one wave of
+    256 x 128 tiles would leave SMs idle, so 1024^3 and 2048^3 run 1.5x faster than the model
+    (-36%, -32%); on H100 FP8 the same shapes run slower than the model (+22%, +32%): a fixed
+    per-kernel cost (prologue, epilogue, scaling) that a ~10 us kernel cannot hide;
+  * skinny and odd shapes (802816 x 192 x 768, 1024 x 2145 x 1024): +12% to +71%, tile
+    shapes and epilogue costs the wave model does not have;
+  * 4096^3: the measured rate sits 7-10% below the model's (+6.7% A100, +10.1% H100), a
+    shape effect one efficiency per GPU does not carry; from 8192 on within 4%.
+Training GEMMs of the validation scenarios mostly have every dimension >= 2048; the Table 1
+rows with the smallest hidden sizes (1.7B-7.5B, h 2304-4096) are in the regime where the model
+is a few percent fast, as those rows are.
+
+--check exits 1 when a point with every dimension >= 4096 is outside +-15% (the regime of
+the training GEMMs; the small and skinny points are printed, not checked).
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BOUND = 15  # percent, for shapes with every dimension >= 4096
+
+# (system, fp8, [(m, n, k, published TFLOP/s)], source)
+TABLES = [
+    ("dgx-a100-80gb", False,
+     [(1024, 1024, 1024, 119.4), (2048, 2048, 2048, 221.8), (4096, 4096, 4096, 228.0),
+      (8192, 8192, 8192, 253.7), (16384, 16384, 16384, 256.5), (1024, 2145, 1024, 132.8),
+      (6144, 12288, 12288, 250.8), (802816, 192, 768, 157.8)],
+     "Azure ND A100 v4 (Azure/AI-benchmarking-guide 3bb66ca), cuBLASLt FP16"),
+    ("dgx-h100", True,
+     [(1024, 1024, 1024, 274.1), (2048, 2048, 2048, 1011.3), (4096, 4096, 4096, 1216.9),
+      (8192, 8192, 8192, 1290.1), (16384, 16384, 16384, 1377.3), (32768, 32768, 32768, 1382.2),
+      (1024, 2145, 1024, 410.7), (6144, 12288, 12288, 1351.4), (802816, 192, 768, 663.8)],
+     "Azure ND H100 v5 (yosoyjay/AI-benchmarking-guide a8263ef), cuBLASLt FP8"),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bench", "bench_gemm_model"))
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 when a point with every dimension >= 4096 is outside +-15%%")
+    args = ap.parse_args()
+    if not os.path.exists(args.bench):
+        sys.exit("gemm_shapes.py: %s not built" % args.bench)
+    bad = 0
+    for system, fp8, points, source in TABLES:
+        cmd = [args.bench, "--system", system] + (["--fp8"] if fp8 else [])
+        cmd += ["%d,%d,%d" % (m, n, k) for m, n, k, _ in points]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split("\n")
+        print("\n%s %s: %s" % (system, "FP8" if fp8 else "FP16", source))
+        print("%8s %8s %8s %12s %12s %8s" % ("m", "n", "k", "published", "model", "error"))
+        for (m, n, k, pub), line in zip(points, out):
+            model = float(line.split("\t")[4])
+            err = (model - pub) / pub * 100
+            checked = min(m, n, k) >= 4096
+            mark = ""
+            if checked and abs(err) > BOUND:
+                bad += 1
+                mark = "  OUTSIDE +-%d%%" % BOUND
+            print("%8d %8d %8d %12.1f %12.1f %+7.1f%%%s%s" %
+                  (m, n, k, pub, model, err, "" if checked else "  (not checked)", mark))
+    if bad:
+        print("\n%d points with every dimension >= 4096 outside +-%d%%" % (bad, BOUND))
+    return 1 if bad and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
