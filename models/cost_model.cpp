@@ -236,6 +236,7 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   g.compute_capability = system_.gpu.compute_capability;
   g.amd_cpu = system_.amd_cpu;
   g.net_overhead_s = system_.nccl_net_overhead_s;
+  g.channels = system_.nccl_channels;
   // The bus bandwidth the simulated links give a Simple ring (sim/platform.cpp scales the
   // same nominal figures by the same efficiencies): NVLink inside a node; across nodes also
   // the NICs, each GPU's own reached through its PCIe switch. The hierarchical ring of k
@@ -253,6 +254,15 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   g.simple_nvlink_step_s = profile_.nccl_step_latency_intra_node_s;
   g.simple_net_step_s = profile_.nccl_step_latency_inter_node_s;
   return nccl_choose(g, bytes);
+}
+
+double CostModel::nccl_sm_share(const NcclChoice& c) const {
+  // Each channel of a running NCCL kernel is one CTA resident on one SM for the whole
+  // collective (NCCL launches one block per channel); a compute kernel running beside it
+  // gets the other SMs. One CTA per SM is the first-order picture: NCCL's blocks (512-640
+  // threads, tens of KB of shared memory) leave room for a GEMM's CTA on few SMs.
+  if (c.channels <= 0 || !(profile_.sm_count > 0)) return 0;
+  return std::min(1.0, double(c.channels) / profile_.sm_count);
 }
 
 double CostModel::collective_time_s(OpKind kind, double bytes, std::int64_t group_size,

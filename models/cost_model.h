@@ -46,6 +46,10 @@ class CostModel {
   /// each of the k members' own NICs, as NCCL runs a ring channel per NIC).
   NcclChoice nccl_collective(OpKind kind, double bytes, std::int64_t ranks,
                              std::int64_t nodes) const;
+  /// Share of the GPU's SMs a running NCCL collective occupies: its channels (one CTA each)
+  /// over the profile's SM count; 0 when the channels are not known. The simulator slows the
+  /// rank's compute by it while the collective runs (sim/executor.cpp).
+  double nccl_sm_share(const NcclChoice& c) const;
   /// Bytes each rank sends in a ring implementation of the collective (nccl-tests
   /// doc/PERFORMANCE.md): all-reduce 2(n-1)/n * S, reduce-scatter and all-gather (n-1)/n * S.
   static double ring_bytes_per_rank(OpKind kind, double bytes, std::int64_t group_size);

@@ -165,6 +165,14 @@ NcclChoice nccl_choose(const NcclGroup& g, double bytes) {
       best.wire_factor = p == NcclProto::LL ? 2.0 : p == NcclProto::LL128 ? 128.0 / 120.0 : 1.0;
     }
   }
+  if (g.channels > 0) {
+    // enqueue.cc: while (nBytes < nc * nt * threadThreshold) nc-- (down to 1).
+    const double threads = best.proto == NcclProto::LL128 ? 640 : 512;
+    double threshold = best.proto == NcclProto::Simple ? 64 : 8;
+    if (best.proto == NcclProto::LL && best.algo == NcclAlgo::Ring) threshold *= double(g.ranks);
+    const double fit = std::floor(bytes / (threads * threshold));
+    best.channels = int(std::max(1.0, std::min(double(g.channels), fit)));
+  }
   return best;
 }
 

@@ -66,6 +66,8 @@ struct NcclGroup {
   /// NCCL's network post overhead (getNetOverhead: 1 us on Intel hosts, 2 us on AMD), the
   /// floor of every intra-node step of a ring that spans nodes (x3 for Simple).
   double net_overhead_s = 0;
+  /// The communicator's channels (SystemSpec::nccl_channels); 0: not known.
+  int channels = 0;
 };
 
 struct NcclChoice {
@@ -81,6 +83,12 @@ struct NcclChoice {
   /// A tree all-reduce moves as many bytes per NIC as the ring (2S per node, up and down the
   /// two binary trees), so the simulator carries it on the ring's flows.
   double wire_factor = 1.0;
+  /// Channels, hence CTAs, the kernel runs (enqueue.cc "Ring/Tree channel tuning": the
+  /// communicator's channels, fewer while bytes < channels x threads x threadThreshold;
+  /// threads 512 for LL and Simple, 640 for LL128; threadThreshold 8 for LL (x ranks on a
+  /// ring) and LL128, 64 for Simple; comm.h / device.h); 0 when the group's channels are not
+  /// known.
+  int channels = 0;
   /// Seconds to move `ring_bytes` (a rank's ring bytes, payload) over a link of
   /// `link_bytes_per_s` alone: the wire bytes at the link's rate, or the payload at NCCL's
   /// bus bandwidth, whichever is slower (the simulator's flows, uncontended).

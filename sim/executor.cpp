@@ -34,6 +34,10 @@ namespace s4u = simgrid::s4u;
 using Clock = std::chrono::steady_clock;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+/// Amount of the execution that holds a running collective's SMs (sim/executor.cpp, the
+/// Collective case): far more than any collective lasts (1e9 s at kHostSpeed); it is cancelled
+/// when the collective ends.
+constexpr double kSmHoldAmount = 1e18;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -62,6 +66,9 @@ struct CommPlan {
   /// bus bandwidth of the chosen algorithm/protocol, models/nccl_model.h, split between the
   /// two in proportion to their bytes); 0: no cap (the links alone set the rate).
   double rate_bytes_per_s = 0, rail_rate_bytes_per_s = 0;
+  /// Collective: share of the rank's GPU its NCCL kernel occupies while it runs (its CTAs'
+  /// SMs, CostModel::nccl_sm_share); compute on the rank gets the rest. 0: none.
+  double sm_share = 0;
 };
 
 /// Everything the child needs, computed in the parent (errors there keep their type).
@@ -297,6 +304,7 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
           const NcclChoice nccl = cost.nccl_collective(op.kind, double(op.bytes), size,
                                                        std::int64_t(by_node.size()));
           c.latency_s = nccl.latency_s;
+          c.sm_share = cost.nccl_sm_share(nccl);
           // No faster than NCCL's bus bandwidth for the pair: the ring bytes of this rank in
           // ring_bytes / bus seconds, the ring and the rail flows each carrying their share.
           const double wire_rate = nccl.bus_bw_bytes_per_s * nccl.wire_factor;
@@ -576,6 +584,17 @@ class Run {
           finish(t);
           return;
         }
+        // The NCCL kernel holds its SMs from launch to the end: an execution on this rank's
+        // GPU bounded to that share of its speed, so that compute running beside it (SimGrid
+        // shares a host max-min fairly) gets only the rest; cancelled when the collective
+        // ends.
+        s4u::ExecPtr sms;
+        if (c.sm_share > 0) {
+          ++activities_;
+          sms = s4u::Exec::init();
+          sms->set_flops_amount(kSmHoldAmount)->set_bound(c.sm_share * kHostSpeed);
+          sms->set_host(s4u::this_actor::get_host())->start();
+        }
         sleep(c.latency_s);
         ++activities_;
         s4u::CommPtr out = c.mb_out != kNone
@@ -613,6 +632,7 @@ class Run {
           rail_in->wait();
           if (c.rail_mb_in != kNone) check_match(task_of(rail_data), t);
         }
+        if (sms) sms->cancel();
         finish(t);
         return;
       }

@@ -215,6 +215,37 @@ TEST(NcclModel, TransferIsTheSlowerOfWireBytesOnTheLinkAndPayloadAtNcclsRate) {
   EXPECT_NEAR(c.transfer_s(1e6, 40e9), 50e-6, 1e-15);
 }
 
+TEST(NcclModel, ChannelsFollowNcclsPerSizeTuning) {
+  // enqueue.cc: the communicator's channels, fewer while bytes < channels x threads x
+  // threadThreshold. 8 ranks, 24 channels.
+  NcclGroup g = a100(OpKind::AllReduce, 8, 1, 231e9);
+  g.channels = 24;
+  // Simple (512 threads x 64 B = 32 KiB per channel): 1 GB keeps all 24.
+  NcclChoice c = nccl_choose(g, 1e9);
+  ASSERT_EQ(c.proto, NcclProto::Simple);
+  EXPECT_EQ(c.channels, 24);
+  // Ring LL: 512 threads x 8 B x 8 ranks = 32 KiB per channel: 64 KiB -> 2 channels,
+  // 1 MiB -> 24 (32 would fit, capped), 4 KiB -> 1.
+  c = nccl_choose(g, 65536);
+  ASSERT_EQ(c.proto, NcclProto::LL);
+  EXPECT_EQ(c.channels, 2);
+  EXPECT_EQ(nccl_choose(g, 1 << 20).channels, 24);
+  EXPECT_EQ(nccl_choose(g, 4096).channels, 1);
+  // Unknown channels: 0, and no SM share.
+  g.channels = 0;
+  EXPECT_EQ(nccl_choose(g, 1e9).channels, 0);
+  const SystemSpec sys = find_system("dgx-a100-80gb");
+  const CostModel cost(sys, default_calibration(sys.gpu.name));
+  EXPECT_EQ(cost.nccl_sm_share(nccl_choose(g, 1e9)), 0.0);
+  // The catalog's systems: A100 24 channels over 108 SMs, H100 16 over 132.
+  EXPECT_NEAR(cost.nccl_sm_share(cost.nccl_collective(OpKind::AllReduce, 1e9, 8, 1)), 24.0 / 108,
+              1e-15);
+  const SystemSpec h = find_system("dgx-h100");
+  const CostModel hc(h, default_calibration(h.gpu.name));
+  EXPECT_NEAR(hc.nccl_sm_share(hc.nccl_collective(OpKind::AllReduce, 1e9, 8, 1)), 16.0 / 132,
+              1e-15);
+}
+
 TEST(NcclModel, BadInputThrows) {
   NcclGroup g = a100(OpKind::SendRecv, 2, 1);
   EXPECT_THROW(nccl_choose(g, 1e6), std::logic_error);

@@ -306,6 +306,42 @@ TEST(Executor, TensorParallelAllReduceInsideANode) {
   EXPECT_EQ(r1.activities, 0u);
 }
 
+TEST(Executor, ComputeBesideACollectiveGetsTheSmsNcclDoesNotHold) {
+  // A 64 MiB all-reduce over the 8 GPUs of a node runs beside an MLP forward on each rank.
+  // NCCL runs it on all 24 of its channels (64 MiB >= 24 x 512 threads x 64 B), one CTA per
+  // channel on 24 of the A100's 108 SMs, so while it runs the compute gets 84/108 of the GPU:
+  // it ends f x C later than alone, C the collective's time, f = 24/108. The collective is
+  // not slowed (its time is the network's).
+  Env env;
+  ScheduleGraph g;
+  const OpDesc mlp = layer_op(OpKind::MlpFwd);
+  const auto m = g.add_op(mlp);
+  const std::int64_t S = 64 << 20;
+  const auto ar = g.add_op(comm_op(OpKind::AllReduce, GroupKind::Tensor, S, 8));
+  std::vector<RankId> ranks = {0, 1, 2, 3, 4, 5, 6, 7};
+  const auto grp = g.add_group(GroupKind::Tensor, ranks);
+  std::vector<TaskId> comp, coll;
+  for (RankId r : ranks) {
+    comp.push_back(g.add_task(task(TaskKind::Compute, r, StreamId::Compute, m)));
+    Task t = task(TaskKind::Collective, r, StreamId::TpComm, ar);
+    t.group = grp;
+    t.match = 7;
+    coll.push_back(g.add_task(t));
+  }
+  g.finalize();
+  const ExecutionRecord r = simulate(g, env.scenario, env.system, env.cost);
+  const NcclChoice c = env.cost.nccl_collective(OpKind::AllReduce, double(S), 8, 1);
+  ASSERT_EQ(c.channels, 24);
+  const double f = 24.0 / 108.0;
+  EXPECT_NEAR(env.cost.nccl_sm_share(c), f, 1e-15);
+  const double tm = env.cost.compute_time_s(mlp);
+  const double C = r.end_s[coll[0]] - r.start_s[coll[0]];
+  ASSERT_LT(C, tm);
+  EXPECT_NEAR(C, ring_allreduce_time(env, double(S), 8, env.nvlink_bw(), true), 1e-9);
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    EXPECT_NEAR(r.end_s[comp[i]], tm + f * C, 1e-9);
+}
+
 TEST(Executor, FoldedCollectiveMatchesUnfolded) {
   Env env;
   const std::int64_t S = 1LL << 28;
