@@ -34,7 +34,7 @@ namespace s4u = simgrid::s4u;
 using Clock = std::chrono::steady_clock;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-/// Amount of the execution that holds a running collective's SMs (sim/executor.cpp, the
+/// Amount of the execution that holds a running collective's SMs (Run::run_task, the
 /// Collective case): far more than any collective lasts (1e9 s at kHostSpeed); it is cancelled
 /// when the collective ends.
 constexpr double kSmHoldAmount = 1e18;
@@ -650,8 +650,8 @@ class Run {
     return comm;
   }
   s4u::CommPtr start_flow(const Endpoint& src, const Endpoint& dst, std::uint64_t bytes, double rate) {
-    // The rate first: SimGrid 3.32 takes it only while the comm is INITED, which
-    // sendto_init(from, to) and set_source / set_destination already leave.
+    // The rate first: SimGrid 3.32 accepts set_rate only on a comm still INITED, and
+    // sendto_init(from, to) already moves it past that state, so the end points come after.
     s4u::CommPtr comm = s4u::Comm::sendto_init();
     if (rate > 0) comm->set_rate(rate);
     comm->set_source(platform_.host(src))->set_destination(platform_.host(dst));
