@@ -236,7 +236,7 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   g.compute_capability = system_.gpu.compute_capability;
   g.amd_cpu = system_.amd_cpu;
   g.net_overhead_s = system_.nccl_net_overhead_s;
-  g.channels = system_.nccl_channels;
+  g.channels = nodes > 1 ? system_.nccl_channels_multi_node : system_.nccl_channels;
   // The bus bandwidth the simulated links give a Simple ring (sim/platform.cpp scales the
   // same nominal figures by the same efficiencies): NVLink inside a node; across nodes also
   // the NICs, each GPU's own reached through its PCIe switch. The hierarchical ring of k

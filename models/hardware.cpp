@@ -58,8 +58,10 @@ SystemSpec dgx_a100(const std::string& name, GpuSpec gpu, double host_memory_byt
   s.amd_cpu = true;
   s.nccl_net_overhead_s = 2e-6;  // NVIDIA/nccl v2.29.7 src/graph/tuning.cc getNetOverhead (AMD)
   // NCCL's rings on 8 A100 SXM on NVSwitch: "Channel 23/24" in the init log of an HGX A100
-  // node (NVIDIA/nccl-tests issue #100): 24 channels.
+  // node (NVIDIA/nccl-tests issue #100): 24 channels. No multi-node DGX A100 log is at hand:
+  // the same 24 across nodes (H100 drops to 16 there, below).
   s.nccl_channels = 24;
+  s.nccl_channels_multi_node = 24;
   s.host_memory_bytes = host_memory_bytes;
   // Selene (SC'21 Sec. 5): 3-level (leaf/spine/core) fat tree of HDR switches; Mellanox
   // Quantum QM8700 HDR switch: 40 ports of 200 Gb/s, 130 ns port-to-port (datasheet).
@@ -107,10 +109,12 @@ SystemSpec dgx_h100() {
   s.cpu_cores = 112;
   s.amd_cpu = false;
   s.nccl_net_overhead_s = 1e-6;  // NVIDIA/nccl v2.29.7 src/graph/tuning.cc getNetOverhead (Intel)
-  // NCCL's rings on H100 80GB HBM3 nodes: "Channel 15/16" in the init log of an 8-GPU-per-node
-  // H100 cluster (NVIDIA/nccl issue #1453); the H800's 8-GPU NVSwitch node logs the same
-  // "16 coll channels" (NVIDIA/nccl issue #892). No single-node DGX H100 log is at hand.
-  s.nccl_channels = 16;
+  // NCCL's channels on 8 H100 SXM (AWS p5.48xlarge, NVSwitch): "24 coll channels" on one node,
+  // "16 coll channels" on two (all_reduce_perf init logs, aws-samples/aws-do-eks
+  // Container-Root/eks/deployment/nccl-test/README.md, commit 701c554); a multi-node H100
+  // cluster logs "Channel 15/16" too (NVIDIA/nccl issue #1453).
+  s.nccl_channels = 24;
+  s.nccl_channels_multi_node = 16;
   s.host_memory_bytes = 2 * kTiB;
   // NVIDIA Quantum-2 QM9700 NDR switch: 64 ports of 400 Gb/s. Its datasheet gives no
   // latency; we assume the HDR figure (130 ns port-to-port), an estimate to calibrate.

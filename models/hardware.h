@@ -44,10 +44,12 @@ struct SystemSpec {
   bool amd_cpu = false;               ///< host CPU vendor AMD (NCCL tuning: LL caps, overhead)
   /// NCCL's network post overhead per ring step (tuning.cc getNetOverhead: Intel 1 us, AMD 2 us).
   double nccl_net_overhead_s = 0;
-  /// Channels of NCCL's collectives on this system, as NCCL's init log reports them (each
-  /// channel of a running collective is one CTA on one SM; NCCL runs fewer for small
-  /// messages, models/nccl_model.h). 0: no NCCL (the `local` device).
+  /// Channels of NCCL's collectives on this system, as NCCL's init log reports them ("N coll
+  /// channels"), for a communicator inside one node and for one spanning nodes (each channel
+  /// of a running collective is one CTA on one SM; NCCL runs fewer for small messages,
+  /// models/nccl_model.h). 0: no NCCL (the `local` device).
   int nccl_channels = 0;
+  int nccl_channels_multi_node = 0;
   double host_memory_bytes = 0;
   int fat_tree_levels = 3;            ///< leaf / spine / core (Selene: 3 levels)
   int switch_radix = 40;              ///< ports per IB switch (HDR QM8700: 40, NDR QM9700: 64)

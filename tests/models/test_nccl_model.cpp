@@ -237,12 +237,17 @@ TEST(NcclModel, ChannelsFollowNcclsPerSizeTuning) {
   const SystemSpec sys = find_system("dgx-a100-80gb");
   const CostModel cost(sys, default_calibration(sys.gpu.name));
   EXPECT_EQ(cost.nccl_sm_share(nccl_choose(g, 1e9)), 0.0);
-  // The catalog's systems: A100 24 channels over 108 SMs, H100 16 over 132.
+  // The catalog's systems: A100 24 channels over 108 SMs (one node and across nodes); H100
+  // 24 over 132 inside a node, 16 across nodes.
   EXPECT_NEAR(cost.nccl_sm_share(cost.nccl_collective(OpKind::AllReduce, 1e9, 8, 1)), 24.0 / 108,
               1e-15);
+  EXPECT_NEAR(cost.nccl_sm_share(cost.nccl_collective(OpKind::AllReduce, 1e9, 16, 2)),
+              24.0 / 108, 1e-15);
   const SystemSpec h = find_system("dgx-h100");
   const CostModel hc(h, default_calibration(h.gpu.name));
-  EXPECT_NEAR(hc.nccl_sm_share(hc.nccl_collective(OpKind::AllReduce, 1e9, 8, 1)), 16.0 / 132,
+  EXPECT_NEAR(hc.nccl_sm_share(hc.nccl_collective(OpKind::AllReduce, 1e9, 8, 1)), 24.0 / 132,
+              1e-15);
+  EXPECT_NEAR(hc.nccl_sm_share(hc.nccl_collective(OpKind::AllReduce, 1e9, 16, 2)), 16.0 / 132,
               1e-15);
 }
 
