@@ -92,9 +92,8 @@ int main(int argc, char** argv) {
       nodes = parse_list(argv[++i]);
     } else if (a == "--sizes" && i + 1 < argc) {
       sizes = parse_list(argv[++i]);
-    } else if (a == "--nccl-version" && i + 1 < argc &&
-               (std::string(argv[i + 1]) == "2.18.5" || std::string(argv[i + 1]) == "2.29.7")) {
-      version = std::string(argv[++i]) == "2.18.5" ? NcclVersion::V2_18_5 : NcclVersion::V2_29_7;
+    } else if (a == "--nccl-version" && i + 1 < argc && nccl_version_from_string(argv[i + 1])) {
+      version = *nccl_version_from_string(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: %s [--system NAME] [--nodes 1,2,8] [--sizes 1048576,4294967296]"

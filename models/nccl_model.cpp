@@ -110,6 +110,11 @@ double bus_bw_gbs(const NcclGroup& g, int a, int p) {
 
 const char* to_string(NcclAlgo a) { return a == NcclAlgo::Ring ? "ring" : "tree"; }
 const char* to_string(NcclVersion v) { return v == NcclVersion::V2_18_5 ? "2.18.5" : "2.29.7"; }
+std::optional<NcclVersion> nccl_version_from_string(const std::string& name) {
+  for (NcclVersion v : kNcclVersions)
+    if (name == to_string(v)) return v;
+  return std::nullopt;
+}
 const char* to_string(NcclProto p) {
   return p == NcclProto::LL ? "LL" : p == NcclProto::LL128 ? "LL128" : "Simple";
 }

@@ -31,6 +31,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "models/ops.h"
 
@@ -44,6 +46,10 @@ constexpr NcclVersion kDefaultNcclVersion = NcclVersion::V2_29_7;
 const char* to_string(NcclAlgo a);
 const char* to_string(NcclProto p);
 const char* to_string(NcclVersion v);  ///< "2.18.5", "2.29.7"
+/// Every modelled release, in enum order (the scenario key's and the benchmarks' choices).
+constexpr NcclVersion kNcclVersions[] = {NcclVersion::V2_18_5, NcclVersion::V2_29_7};
+/// The release `name` names as to_string writes it; nullopt for any other text.
+std::optional<NcclVersion> nccl_version_from_string(const std::string& name);
 
 /// What the tuning model needs to know about the group and its hardware.
 struct NcclGroup {

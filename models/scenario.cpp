@@ -1113,8 +1113,9 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   s.name = r.get_string("name", false).value_or(stem_of(source));
   if (auto rt = r.get_enum("runtime", {"megatron-2021", "megatron-core"}))
     s.runtime = *rt == 0 ? Runtime::Megatron2021 : Runtime::MegatronCore;
-  if (auto v = r.get_enum("nccl_version", {"2.18.5", "2.29.7"}))
-    s.nccl_version = *v == 0 ? NcclVersion::V2_18_5 : NcclVersion::V2_29_7;
+  std::vector<std::string> releases;
+  for (NcclVersion v : kNcclVersions) releases.push_back(to_string(v));
+  if (auto v = r.get_enum("nccl_version", releases)) s.nccl_version = kNcclVersions[*v];
   read_model(r, s);
   read_parallel(r, s);
   read_zero(r, s);

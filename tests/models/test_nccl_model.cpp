@@ -148,6 +148,9 @@ TEST(NcclModel, RingLLBandwidthPerRelease) {
   EXPECT_NEAR(bus, 0.7 * 20e9, 1e-3);
   EXPECT_STREQ(to_string(NcclVersion::V2_18_5), "2.18.5");
   EXPECT_STREQ(to_string(NcclVersion::V2_29_7), "2.29.7");
+  for (NcclVersion v : kNcclVersions) EXPECT_EQ(nccl_version_from_string(to_string(v)), v);
+  EXPECT_FALSE(nccl_version_from_string("2.18"));
+  EXPECT_FALSE(nccl_version_from_string("2.21.5"));
 }
 
 TEST(NcclModel, LatencyTermsThatDifferBetweenReleases) {
