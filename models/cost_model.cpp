@@ -19,6 +19,10 @@
 namespace trainsim {
 namespace {
 
+/// Bytes per element of a GEMM's output: FP16/BF16, also for Transformer Engine's FP8 GEMMs,
+/// whose outputs are BF16 (the next op reads them in higher precision).
+constexpr double kGemmOutputBytes = 2;
+
 void require_positive(double v, const char* what) {
   if (!(v > 0) || !std::isfinite(v))
     throw std::logic_error(std::string("CostModel: ") + what + " must be > 0, got " +
@@ -77,13 +81,24 @@ double CostModel::gemm_compute_time_s(double m, double n, double k, double batch
 double CostModel::wave_time_s(double m, double n, double k, double batch, double rate) const {
   const double sms = profile_.sm_count;
   const double per_sm_flops = rate / sms;
+  // Epilogue of a wave: after its main loop, every SM stores its finished output tile
+  // (tm x tn elements of kGemmOutputBytes) to global memory before the SM takes its next tile
+  // (CUTLASS docs/efficient_gemm.md, "Epilogue": the tile leaves the SM only after the last
+  // k-step). One tile per SM (256x128 tiles fill an SM's shared memory), so the tiles of a
+  // wave are stored together, bound by the streaming HBM rate:
+  //   epilogue_s = SMs x tm x tn x out_bytes / (HBM bw x hbm_efficiency).
+  // It is independent of k, so it weighs on short main loops: 4096^3 FP16 on A100 +4% (the
+  // published cuBLASLt rate there is 7% below the main-loop-only model), FP8 at 4096^3 on
+  // H100 +11% (published: 10%), <= 1% from 16384^3 up (validation/gemm_shapes.py).
+  const double epilogue_s =
+      hbm_time_s(sms * profile_.gemm_tile_m * profile_.gemm_tile_n * kGemmOutputBytes);
   double best = INFINITY;
   for (int orient = 0; orient < 2; ++orient) {
     const double tm = orient == 0 ? profile_.gemm_tile_m : profile_.gemm_tile_n;
     const double tn = orient == 0 ? profile_.gemm_tile_n : profile_.gemm_tile_m;
     const double tiles = std::ceil(m / tm) * std::ceil(n / tn) * batch;
     const double waves = std::ceil(tiles / sms);
-    best = std::min(best, waves * 2.0 * tm * tn * k / per_sm_flops);
+    best = std::min(best, waves * (2.0 * tm * tn * k / per_sm_flops + epilogue_s));
   }
   return best;
 }

@@ -84,8 +84,8 @@ def main():
     print("\nthe data-parallel stream's collectives at each size (simulated, NCCL's choice):")
     fc_bytes = 2 * 4 * H * H          # fc1 / fc2 weight, fp16
     bucket_bytes = 2 * 500_000_000    # reduce_bucket_size elements, fp16
-    # The fc1 forward GEMM it overlaps, at the shipped A100 profile's GEMM rate (roughly: no
-    # wave quantization) and the datasheet peak 312 TFLOP/s.
+    # The fc1 forward GEMM it overlaps, at the shipped A100 profile's GEMM main-loop rate (roughly: no
+    # wave quantization, no epilogue) and the datasheet peak 312 TFLOP/s.
     with open(os.path.join(ROOT, "calibration", "a100-sxm4-80gb.json")) as f:
         eff = json.load(f)["parameters"]["gemm_max_efficiency"]["value"]
     gemm_s = 2 * 2048 * H * 4 * H / (312e12 * eff)
