@@ -14,19 +14,48 @@ constexpr double kUs = 1e-6;
 constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
 constexpr int kTree = 0, kRing = 1;
 
-// baseLat (v2.18.5) / ncclTunerConstantsDefaults.baseLatencies (v2.29.7) [Tree, Ring][LL,
-// LL128, Simple], us. They differ only in the tree's Simple entry.
-constexpr double kBaseLat[2][2][3] = {{{6.8, 14.0, 0.0}, {6.6, 14.0, 8.4}},
-                                      {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}}};
+// What differs between the two releases, for what is modelled here: one entry per
+// NcclVersion, in enum order. Every other constant below is the same in both.
+struct Release {
+  const char* name;
+  /// baseLat (v2.18.5) / ncclTunerConstantsDefaults.baseLatencies (v2.29.7) [Tree, Ring][LL,
+  /// LL128, Simple], us: they differ only in the tree's Simple entry.
+  double base_lat_us[2][3];
+  /// llMaxBws [Volta or Intel host, Ampere or AMD host, Hopper][1 node, 2 nodes, > 2 nodes],
+  /// GB/s; v2.18.5 gives Hopper Ampere's row.
+  double ll_max_bw_gbs[3][3];
+  /// Ring LL bus bandwidth as a fraction of the link's: v2.18.5 1/4 for an all-reduce or across
+  /// nodes and 1/3 otherwise; v2.29.7 (since 2.21) 1/2 always.
+  double ring_ll_fraction_quarter_case, ring_ll_fraction_other;
+  /// Ring LL128 with one rank per node (ppn < 2): v2.18.5 0.7 of the bus bandwidth, v2.29.7
+  /// the usual 0.92.
+  double ring_ll128_one_per_node;
+  /// Inter-node steps of a ring all-reduce spanning N nodes: 2 N (v2.18.5) or 2 (N - 1).
+  bool all_reduce_inter_steps_2n;
+  /// MAXCHANNELS (src/include/device.h / devcomm.h), for the ring's plateau factor.
+  double max_channels;
+};
+constexpr Release kReleases[] = {
+    {"2.18.5",
+     {{6.8, 14.0, 0.0}, {6.6, 14.0, 8.4}},
+     {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {87.7, 22.5, 19.0}},
+     1.0 / 4.0, 1.0 / 3.0, 0.7, true, 32},
+    {"2.29.7",
+     {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}},
+     {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}},
+     0.5, 0.5, 0.92, false, 64},
+};
+static_assert(sizeof(kReleases) / sizeof(kReleases[0]) ==
+                  sizeof(kNcclVersions) / sizeof(kNcclVersions[0]),
+              "one Release per NcclVersion");
+
+const Release& release(NcclVersion v) { return kReleases[static_cast<int>(v)]; }
+const Release& release(const NcclGroup& g) { return release(g.version); }
+
 // hwLat / hwLatencies [NVLINK] and [NET], [Tree, Ring][LL, LL128, Simple], us per step (the
 // same in both releases).
 constexpr double kNvlinkLat[2][3] = {{0.6, 1.25, 4.0}, {0.6, 1.9, 3.4}};
 constexpr double kNetLat[2][3] = {{5.0, 8.5, 14.0}, {2.7, 4.0, 14.0}};
-// llMaxBws [Volta or Intel host, Ampere or AMD host, Hopper][1 node, 2 nodes, > 2 nodes], GB/s;
-// v2.18.5 gives Hopper Ampere's row.
-constexpr double kLlMaxBw[2][3][3] = {
-    {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {87.7, 22.5, 19.0}},
-    {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}}};
 // treeCorrectionFactor[protocol][log2(bytes / 64)], all-reduce on the tree.
 constexpr double kTreeCorrection[3][24] = {
     {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0,
@@ -37,9 +66,6 @@ constexpr double kTreeCorrection[3][24] = {
      .9}};
 
 int log2i(double x) { return x < 1 ? -1 : static_cast<int>(std::floor(std::log2(x))); }
-
-/// Index of the release in the tables above.
-int vi(const NcclGroup& g) { return g.version == NcclVersion::V2_18_5 ? 0 : 1; }
 
 /// A latency of NCCL's table: the Ring/Simple entry from the calibration profile (NCCL's value
 /// by default), every other entry the table's.
@@ -54,7 +80,7 @@ double net_step_s(const NcclGroup& g, int a, int p) {
   return table_latency_s(a, p, g.simple_net_step_s, kNetLat);
 }
 double base_s(const NcclGroup& g, int a, int p) {
-  return table_latency_s(a, p, g.simple_base_latency_s, kBaseLat[vi(g)]);
+  return table_latency_s(a, p, g.simple_base_latency_s, release(g).base_lat_us);
 }
 
 double ring_latency_s(const NcclGroup& g, int p) {
@@ -69,9 +95,9 @@ double ring_latency_s(const NcclGroup& g, int p) {
   if (g.nodes > 1) {
     // "Inter-node rings still have to launch nsteps * net overhead" (x3 for Simple).
     intra = std::max(intra, g.net_overhead_s * (p == kSimple ? 3 : 1));
-    // v2.18.5 counts 2 x nodes inter-node steps for an all-reduce, v2.29.7 2 x (nodes - 1).
-    inter_steps = !all_reduce ? nodes - 1 : g.version == NcclVersion::V2_18_5 ? 2 * nodes
-                                                                               : 2 * (nodes - 1);
+    inter_steps = !all_reduce                              ? nodes - 1
+                  : release(g).all_reduce_inter_steps_2n ? 2 * nodes
+                                                         : 2 * (nodes - 1);
   }
   return base_s(g, kRing, p) + (nsteps - inter_steps) * intra + inter_steps * inter;
 }
@@ -89,15 +115,16 @@ double bus_bw_gbs(const NcclGroup& g, int a, int p) {
   const int cc = g.compute_capability >= 90 ? 2 : g.compute_capability >= 80 ? 1 : 0;
   const int index1 = g.nodes == 1 ? cc : (g.amd_cpu ? 1 : 0);
   const int index2 = g.nodes <= 2 ? int(g.nodes) - 1 : 2;
-  const double ll_max = kLlMaxBw[vi(g)][index1][index2];
-  const bool v2_18 = g.version == NcclVersion::V2_18_5;
+  const Release& r = release(g);
+  const double ll_max = r.ll_max_bw_gbs[index1][index2];
   if (a == kRing) {
     if (p == kLL) {
       const bool quarter = g.nodes > 1 || g.kind == OpKind::AllReduce;
-      return std::min(ll_max, bw * (!v2_18 ? .5 : quarter ? 1.0 / 4.0 : 1.0 / 3.0));
+      return std::min(ll_max,
+                      bw * (quarter ? r.ring_ll_fraction_quarter_case : r.ring_ll_fraction_other));
     }
     const bool one_per_node = g.ranks == g.nodes;  // ppn < 2
-    if (p == kLL128) return bw * (v2_18 && one_per_node ? 0.7 : 0.92);
+    if (p == kLL128) return bw * (one_per_node ? r.ring_ll128_one_per_node : 0.92);
     return bw;
   }
   double bus = bw * .92;  // tree all-reduce
@@ -109,7 +136,7 @@ double bus_bw_gbs(const NcclGroup& g, int a, int p) {
 }  // namespace
 
 const char* to_string(NcclAlgo a) { return a == NcclAlgo::Ring ? "ring" : "tree"; }
-const char* to_string(NcclVersion v) { return v == NcclVersion::V2_18_5 ? "2.18.5" : "2.29.7"; }
+const char* to_string(NcclVersion v) { return release(v).name; }
 std::optional<NcclVersion> nccl_version_from_string(const std::string& name) {
   for (NcclVersion v : kNcclVersions)
     if (name == to_string(v)) return v;
@@ -142,7 +169,7 @@ double nccl_predicted_time_s(const NcclGroup& g, NcclAlgo algo, NcclProto proto,
   // ... and the ring's "plateau effect": a multi-node Simple all-reduce of at least 64 bytes
   // per channel and rank pays 1.4x its latency (1.9x before Ampere). The channel count is
   // taken at MAXCHANNELS (v2.18.5 32, v2.29.7 64; src/include/device.h / devcomm.h).
-  const double max_channels = g.version == NcclVersion::V2_18_5 ? 32 : 64;
+  const double max_channels = release(g).max_channels;
   if (a == kRing && p == kSimple && g.nodes > 1 && g.kind == OpKind::AllReduce &&
       bytes / (max_channels * n) >= 64)
     lat *= g.compute_capability < 80 ? 1.9 : 1.4;
