@@ -1,7 +1,7 @@
 // The simulator's GEMM time for given shapes, as a GEMM microbenchmark reports it: one
 // kernel of C[m x n] = A[m x k] * B[k x n] on one GPU of a catalog system, timed by the cost
-// model (models/cost_model.h: the wave-quantized tile time at the profile's GEMM efficiency,
-// or the HBM time of its operands, whichever is longer), without the launch overhead (a
+// model (models/cost_model.h: the wave-quantized tile time at the profile's GEMM efficiency
+// with each wave's epilogue, or the HBM time of its operands, whichever is longer), without the launch overhead (a
 // benchmark loop launches back to back). validation/gemm_shapes.py prints it next to
 // published cuBLASLt figures.
 //

@@ -2,7 +2,8 @@
 //  * GEMM: roofline max(compute, memory) per kernel, with wave quantization as in NVIDIA's
 //    "Matrix Multiplication Background User's Guide" (docs.nvidia.com/deeplearning/performance/
 //    dl-performance-matrix-multiplication): the output is cut into tile_m x tile_n tiles, the
-//    tiles run in waves of one tile per SM, and the last partial wave costs a full wave.
+//    tiles run in waves of one tile per SM, and the last partial wave costs a full wave; each
+//    wave ends with its epilogue, the SMs storing their output tiles at the HBM rate.
 //  * Memory-bound kernels: bytes / (HBM bandwidth x achieved fraction) (roofline).
 //  * Every kernel pays kernel_launch_overhead_s.
 //  * Ring collectives: alpha-beta, bytes per rank from NVIDIA/nccl-tests doc/PERFORMANCE.md,
@@ -72,9 +73,10 @@ double CostModel::gemm_compute_time_s(double m, double n, double k, double batch
   // Wave quantization (NVIDIA Matrix Multiplication Background User's Guide, "Dimension
   // Quantization Effects"): tiles = ceil(m/tm) * ceil(n/tn) per product; waves =
   // ceil(batch * tiles / SMs); each wave takes the time of one full tile on every SM, i.e.
-  // 2 * tm * tn * k FLOPs at the per-SM rate peak / SMs * gemm_max_efficiency. This also
-  // charges tile quantization (partial tiles cost full tiles). cuBLAS has kernels in both
-  // orientations (tm x tn and tn x tm); the faster one is taken.
+  // 2 * tm * tn * k FLOPs at the per-SM rate peak / SMs * gemm_max_efficiency, then the
+  // wave's epilogue (wave_time_s). This also charges tile quantization (partial tiles cost
+  // full tiles). cuBLAS has kernels in both orientations (tm x tn and tn x tm); the faster
+  // one is taken.
   return wave_time_s(m, n, k, batch, system_.gpu.peak_dense_fp16_flops * profile_.gemm_max_efficiency);
 }
 

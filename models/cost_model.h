@@ -85,7 +85,8 @@ class CostModel {
   /// The GEMM role of a kernel (CalibrationProfile::GemmPoint::role) from its name
   /// (models/flops.cpp): "*dgrad*" -> dgrad, "*wgrad*" -> wgrad, batch > 1 -> bmm, else fwd.
   static const char* gemm_role(const char* kernel_name, double batch);
-  /// Wave-quantized tile time of a GEMM at `rate` FLOP/s for a full wave of tiles.
+  /// Wave-quantized tile time of a GEMM at `rate` FLOP/s for a full wave of tiles, each wave
+  /// followed by its epilogue (SMs x tile x 2 bytes stored at the HBM rate).
   double wave_time_s(double m, double n, double k, double batch, double rate) const;
   /// bytes / (HBM bandwidth x hbm_efficiency), no launch overhead.
   double hbm_time_s(double bytes) const;
