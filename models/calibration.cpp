@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -66,7 +68,8 @@ const std::vector<ParamSpec>& param_specs() {
 const char* const kTopLevelKeys[] = {"version",      "device",        "source",
                                      "date",         "notes",         "parameters",
                                      "precision",    "local_device",  "gemm_efficiency",
-                                     "memory_bound_bytes_per_s",      "measurements"};
+                                     "memory_bound_bytes_per_s",      "measurements",
+                                     "flash_attention_efficiency"};
 
 // The optional measured-profile fields (CalibrationProfile::local_device), in file order.
 struct LocalSpec {
@@ -135,7 +138,7 @@ void read_header(const json& root, const std::string& file, CalibrationProfile& 
       fail(file, it.key(), dump(it.value()),
            "unknown key (expected version, device, source, date, notes, parameters, "
            "precision, local_device, gemm_efficiency, memory_bound_bytes_per_s, "
-           "measurements)");
+           "measurements, flash_attention_efficiency)");
   }
   auto v = root.find("version");
   if (v == root.end()) fail(file, "version", "(missing)", "required");
@@ -237,6 +240,44 @@ void read_gemm_table(const json& root, const std::string& file, CalibrationProfi
   }
 }
 
+/// `flash_attention_efficiency`: {"source": text, "points": [[head_dim, seq_length, fwd, bwd],
+/// ...]}, every entry > 0, efficiencies <= 1, no (head_dim, seq_length) twice.
+void read_attention_table(const json& root, const std::string& file, CalibrationProfile& p) {
+  auto fa = root.find("flash_attention_efficiency");
+  if (fa == root.end()) return;
+  const std::string key = "flash_attention_efficiency";
+  if (!fa->is_object()) fail(file, key, dump(*fa), "expected an object {source, points}");
+  for (auto it = fa->begin(); it != fa->end(); ++it)
+    if (it.key() != "source" && it.key() != "points")
+      fail(file, key + "." + it.key(), dump(it.value()), "unknown key (expected source, points)");
+  auto src = fa->find("source");
+  if (src == fa->end()) fail(file, key + ".source", "(missing)", "required");
+  if (!src->is_string()) fail(file, key + ".source", dump(*src), "expected a string");
+  p.flash_attention_efficiency_source = src->get<std::string>();
+  auto pts = fa->find("points");
+  if (pts == fa->end()) fail(file, key + ".points", "(missing)", "required");
+  if (!pts->is_array() || pts->empty())
+    fail(file, key + ".points", dump(*pts), "expected a non-empty array");
+  for (std::size_t i = 0; i < pts->size(); ++i) {
+    const json& row = (*pts)[i];
+    const std::string field = key + ".points[" + std::to_string(i) + "]";
+    if (!row.is_array() || row.size() != 4)
+      fail(file, field, dump(row), "expected [head_dim, seq_length, fwd_efficiency, bwd_efficiency]");
+    double v[4];
+    for (int c = 0; c < 4; ++c) {
+      if (!row[c].is_number()) fail(file, field, dump(row), "expected numbers");
+      v[c] = row[c].get<double>();
+      if (!std::isfinite(v[c]) || v[c] <= 0)
+        fail(file, field, dump(row), "every entry must be a finite number > 0");
+    }
+    if (v[2] > 1 || v[3] > 1) fail(file, field, dump(row), "efficiencies must be in (0, 1]");
+    for (const auto& q : p.flash_attention_efficiency)
+      if (q.head_dim == v[0] && q.seq_length == v[1])
+        fail(file, field, dump(row), "a second point for this head_dim and seq_length");
+    p.flash_attention_efficiency.push_back({v[0], v[1], v[2], v[3]});
+  }
+}
+
 /// `memory_bound_bytes_per_s` by kernel class, and the opaque `measurements`.
 void read_measured_rates(const json& root, const std::string& file, CalibrationProfile& p) {
   if (auto mb = root.find("memory_bound_bytes_per_s"); mb != root.end()) {
@@ -268,7 +309,40 @@ CalibrationProfile parse_calibration(const std::string& text, const std::string&
   read_local_device(root, file, p);
   read_gemm_table(root, file, p);
   read_measured_rates(root, file, p);
+  read_attention_table(root, file, p);
   return p;
+}
+
+double interpolate_attention_efficiency(
+    const std::vector<CalibrationProfile::AttentionPoint>& table, double head_dim,
+    double seq_length, bool backward) {
+  if (table.empty()) throw std::logic_error("interpolate_attention_efficiency: empty table");
+  if (!(head_dim > 0) || !(seq_length > 0))
+    throw std::logic_error("interpolate_attention_efficiency: arguments must be > 0");
+  // The nearest head dimension (log2 distance; a tie takes the smaller).
+  double best_hd = 0, best_d = INFINITY;
+  for (const auto& q : table) {
+    const double d = std::fabs(std::log2(q.head_dim / head_dim));
+    if (d < best_d || (d == best_d && q.head_dim < best_hd)) {
+      best_d = d;
+      best_hd = q.head_dim;
+    }
+  }
+  std::vector<std::pair<double, double>> row;  // (log2 seq, efficiency), sorted
+  for (const auto& q : table)
+    if (q.head_dim == best_hd)
+      row.emplace_back(std::log2(q.seq_length), backward ? q.bwd_efficiency : q.fwd_efficiency);
+  std::sort(row.begin(), row.end());
+  const double x = std::log2(seq_length);
+  if (x <= row.front().first) return row.front().second;
+  if (x >= row.back().first) return row.back().second;
+  for (std::size_t i = 1; i < row.size(); ++i) {
+    if (x <= row[i].first) {
+      const double f = (x - row[i - 1].first) / (row[i].first - row[i - 1].first);
+      return row[i - 1].second + f * (row[i].second - row[i - 1].second);
+    }
+  }
+  return row.back().second;
 }
 
 double interpolate_gemm_efficiency(const std::vector<CalibrationProfile::GemmPoint>& table,
@@ -339,6 +413,13 @@ std::string calibration_to_json(const CalibrationProfile& p) {
     root["gemm_efficiency"] = rows;
   }
   if (!p.memory_bound_bytes_per_s.empty()) root["memory_bound_bytes_per_s"] = p.memory_bound_bytes_per_s;
+  if (!p.flash_attention_efficiency.empty()) {
+    json rows = json::array();
+    for (const auto& q : p.flash_attention_efficiency)
+      rows.push_back({q.head_dim, q.seq_length, q.fwd_efficiency, q.bwd_efficiency});
+    root["flash_attention_efficiency"] = {{"source", p.flash_attention_efficiency_source},
+                                          {"points", rows}};
+  }
   if (!p.measurements_json.empty()) root["measurements"] = json::parse(p.measurements_json);
   return root.dump(2) + "\n";
 }
@@ -378,6 +459,8 @@ bool operator==(const CalibrationProfile& a, const CalibrationProfile& b) {
     if (a.local_device.*(s.member) != b.local_device.*(s.member)) return false;
   return a.precision == b.precision && a.gemm_efficiency == b.gemm_efficiency &&
          a.memory_bound_bytes_per_s == b.memory_bound_bytes_per_s &&
+         a.flash_attention_efficiency == b.flash_attention_efficiency &&
+         a.flash_attention_efficiency_source == b.flash_attention_efficiency_source &&
          a.measurements_json == b.measurements_json;
 }
 

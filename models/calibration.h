@@ -127,6 +127,21 @@ struct CalibrationProfile {
     }
   };
   std::vector<GemmPoint> gemm_efficiency;
+  /// Fused (flash) attention rate by shape, as fractions of the dense FP16/BF16 peak: one point
+  /// per (head dimension, sequence length) of a published or measured attention benchmark.
+  /// When non-empty, CostModel times a fused attention kernel by
+  /// interpolate_attention_efficiency instead of flash_attention_{fwd,bwd}_efficiency. JSON:
+  /// top-level "flash_attention_efficiency": {"source": "...", "points": [[head_dim,
+  /// seq_length, fwd, bwd], ...]}.
+  struct AttentionPoint {
+    double head_dim = 0, seq_length = 0, fwd_efficiency = 0, bwd_efficiency = 0;
+    bool operator==(const AttentionPoint& o) const {
+      return head_dim == o.head_dim && seq_length == o.seq_length &&
+             fwd_efficiency == o.fwd_efficiency && bwd_efficiency == o.bwd_efficiency;
+    }
+  };
+  std::vector<AttentionPoint> flash_attention_efficiency;
+  std::string flash_attention_efficiency_source;  ///< where the points come from
   /// Measured rate (bytes / s, bytes counted as models/flops.cpp counts them) of each class of
   /// memory-bound kernel (CostModel::memory_bound_class: "elementwise", "layernorm",
   /// "softmax", "gelu", "dropout"). When non-empty, CostModel times a memory-bound kernel of
@@ -146,6 +161,15 @@ struct CalibrationProfile {
 double interpolate_gemm_efficiency(const std::vector<CalibrationProfile::GemmPoint>& table,
                                    double m, double n, double k, double batch,
                                    const std::string& role = "");
+
+/// The fused attention efficiency of a kernel with `head_dim` and `seq_length` (the keys each
+/// query block runs over) from CalibrationProfile::flash_attention_efficiency: the points of
+/// the nearest head dimension (log2 distance; a tie takes the smaller), then piecewise linear in
+/// log2(seq_length) between their sequence lengths, held at the end values outside them.
+/// Throws std::logic_error for an empty table or a non-positive argument.
+double interpolate_attention_efficiency(
+    const std::vector<CalibrationProfile::AttentionPoint>& table, double head_dim,
+    double seq_length, bool backward);
 
 /// Names of all parameters, in file order.
 std::vector<std::string> calibration_parameter_names();

@@ -105,9 +105,16 @@ double CostModel::wave_time_s(double m, double n, double k, double batch, double
   return best;
 }
 
-double CostModel::attention_compute_time_s(double flops, bool backward) const {
+double CostModel::attention_compute_time_s(double flops, bool backward, double head_dim,
+                                           double seq_length) const {
   // Fused attention runs at a measured fraction of the dense peak (FlashAttention-2/3 and
-  // cuDNN benchmarks, calibration/*.json); without one, the GEMM efficiency.
+  // cuDNN benchmarks, calibration/*.json): by head dimension and sequence length where the
+  // profile has a table of them, else one value per direction; without either, the GEMM
+  // efficiency.
+  if (!profile_.flash_attention_efficiency.empty() && head_dim > 0 && seq_length > 0)
+    return flops / (system_.gpu.peak_dense_fp16_flops *
+                    interpolate_attention_efficiency(profile_.flash_attention_efficiency,
+                                                     head_dim, seq_length, backward));
   const double eff = backward ? profile_.flash_attention_bwd_efficiency
                               : profile_.flash_attention_fwd_efficiency;
   return flops / (system_.gpu.peak_dense_fp16_flops * (eff > 0 ? eff : profile_.gemm_max_efficiency));
@@ -140,7 +147,8 @@ double CostModel::kernel_time_s(const KernelWork& k) const {
                       hbm_time_s(k.bytes)) +
              profile_.kernel_launch_overhead_s;
     case KernelClass::Attention:
-      return std::max(attention_compute_time_s(k.flops, k.backward), hbm_time_s(k.bytes)) +
+      return std::max(attention_compute_time_s(k.flops, k.backward, k.head_dim, k.seq_length),
+                      hbm_time_s(k.bytes)) +
              profile_.kernel_launch_overhead_s;
     case KernelClass::MemoryBound: {
       const auto& rates = profile_.memory_bound_bytes_per_s;

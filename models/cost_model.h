@@ -80,8 +80,11 @@ class CostModel {
   double gemm_compute_time_s(double m, double n, double k, double batch = 1,
                              const std::string& role = "", bool fp8 = false) const;
   /// A fused (flash) attention kernel of `flops`: flops / (dense FP16/BF16 peak x the
-  /// profile's flash efficiency, forward or backward), no launch.
-  double attention_compute_time_s(double flops, bool backward) const;
+  /// profile's flash efficiency, forward or backward), no launch. With the profile's table by
+  /// shape (flash_attention_efficiency) and a `head_dim` and `seq_length` > 0, the table's
+  /// efficiency of that shape (interpolate_attention_efficiency).
+  double attention_compute_time_s(double flops, bool backward, double head_dim = 0,
+                                  double seq_length = 0) const;
   /// The GEMM role of a kernel (CalibrationProfile::GemmPoint::role) from its name
   /// (models/flops.cpp): "*dgrad*" -> dgrad, "*wgrad*" -> wgrad, batch > 1 -> bmm, else fwd.
   static const char* gemm_role(const char* kernel_name, double batch);

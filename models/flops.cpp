@@ -367,6 +367,11 @@ KernelWork flash(const char* name, const CoreShape& c, bool backward) {
   w.cls = KernelClass::Attention;
   w.backward = backward;
   const double fwd = 4 * c.b * c.heads * c.hd * causal_keys(c.s, c.window) / c.cp;
+  w.head_dim = c.hd;
+  // The benchmark's sequence length this kernel's blocks resemble: ring attention runs s / cp
+  // queries against s / cp keys per step; a sliding window bounds the keys per query.
+  w.seq_length = c.s / c.cp;
+  if (c.window > 0) w.seq_length = std::min(w.seq_length, c.window);
   w.flops = backward ? 2.5 * fwd : fwd;
   const double io = c.T * (2 * c.P + 2 * c.Pkv) * c.e + c.b * c.heads * (c.s / c.cp) * kFp32Bytes;
   w.bytes = backward ? 2 * io : io;

@@ -41,6 +41,9 @@ struct KernelWork {
   double bytes = 0;               ///< device-memory bytes read + written
   bool fp8 = false;               ///< GEMM with FP8 operands (Transformer Engine)
   bool backward = false;          ///< Attention: the backward kernel
+  /// Attention: head dimension, and the keys a query block runs over (the sequence, or the
+  /// sliding window, on this rank's context-parallel share), for the profile's rate by shape.
+  double head_dim = 0, seq_length = 0;
 };
 
 /// Bytes of one activation / weight element in `p` (fp16 and bf16: 2).

@@ -338,6 +338,110 @@ TEST(Calibration, ErrorsNameFileFieldAndValue) {
   EXPECT_THROW(load_calibration("/nonexistent/dir/profile.json"), InputError);
 }
 
+// A valid profile's text with a flash_attention_efficiency table (JSON text) added.
+std::string with_attention_table(const std::string& table_json) {
+  std::string text = calibration_to_json(round_profile());
+  text.replace(text.find('{') + 1, 0, "\"flash_attention_efficiency\": " + table_json + ", ");
+  return text;
+}
+
+TEST(Calibration, AttentionTableParsesRoundTripsAndNamesBadEntries) {
+  const CalibrationProfile p = parse_calibration(
+      with_attention_table("{\"source\": \"paper\", \"points\": [[64, 512, 0.3, 0.25], "
+                           "[128, 512, 0.5, 0.3]]}"),
+      "ok.json");
+  ASSERT_EQ(p.flash_attention_efficiency.size(), 2u);
+  EXPECT_EQ(p.flash_attention_efficiency[1],
+            (CalibrationProfile::AttentionPoint{128, 512, 0.5, 0.3}));
+  EXPECT_EQ(p.flash_attention_efficiency_source, "paper");
+  EXPECT_EQ(parse_calibration(calibration_to_json(p), "again.json"), p);
+  const std::string f = "flash_attention_efficiency";
+  expect_input_error(with_attention_table("[1]"), f, "[1]");
+  expect_input_error(with_attention_table("{\"points\": [[64, 512, 0.3, 0.2]]}"), f + ".source",
+                     "(missing)");
+  expect_input_error(with_attention_table("{\"source\": \"s\", \"pts\": []}"), f + ".pts",
+                     "[]");
+  expect_input_error(with_attention_table("{\"source\": \"s\", \"points\": []}"),
+                     f + ".points", "[]");
+  expect_input_error(with_attention_table("{\"source\": \"s\", \"points\": [[64, 512, 0.3]]}"),
+                     f + ".points[0]", "[64,512,0.3]");
+  expect_input_error(
+      with_attention_table("{\"source\": \"s\", \"points\": [[64, 512, 1.3, 0.2]]}"),
+      f + ".points[0]", "1.3");
+  expect_input_error(
+      with_attention_table("{\"source\": \"s\", \"points\": [[64, 0, 0.3, 0.2]]}"),
+      f + ".points[0]", "[64,0,0.3,0.2]");
+  expect_input_error(with_attention_table("{\"source\": \"s\", \"points\": [[64, 512, 0.3, "
+                                          "0.2], [64, 512, 0.4, 0.2]]}"),
+                     f + ".points[1]", "0.4");
+}
+
+TEST(Calibration, AttentionEfficiencyByHeadDimAndSequence) {
+  const std::vector<CalibrationProfile::AttentionPoint> t = {
+      {64, 1024, 0.30, 0.20}, {64, 4096, 0.40, 0.36}, {128, 1024, 0.50, 0.40},
+      {128, 4096, 0.60, 0.50}};
+  // Exact points.
+  EXPECT_DOUBLE_EQ(interpolate_attention_efficiency(t, 64, 4096, false), 0.40);
+  EXPECT_DOUBLE_EQ(interpolate_attention_efficiency(t, 128, 1024, true), 0.40);
+  // 2048 is halfway between 1024 and 4096 in log2: the mean of the two.
+  EXPECT_NEAR(interpolate_attention_efficiency(t, 128, 2048, false), 0.55, 1e-12);
+  EXPECT_NEAR(interpolate_attention_efficiency(t, 64, 2048, true), 0.28, 1e-12);
+  // Outside the measured sequences: the end values.
+  EXPECT_DOUBLE_EQ(interpolate_attention_efficiency(t, 64, 128, false), 0.30);
+  EXPECT_DOUBLE_EQ(interpolate_attention_efficiency(t, 128, 65536, true), 0.50);
+  // Head dimensions: the nearest in log2 (256 -> 128, 80 -> 64, 96 -> 128: log2 distances
+  // 0.585 to 64 and 0.415 to 128).
+  EXPECT_DOUBLE_EQ(interpolate_attention_efficiency(t, 256, 4096, false), 0.60);
+  EXPECT_DOUBLE_EQ(interpolate_attention_efficiency(t, 80, 4096, false), 0.40);
+  EXPECT_DOUBLE_EQ(interpolate_attention_efficiency(t, 96, 4096, false), 0.60);
+  EXPECT_THROW(interpolate_attention_efficiency({}, 64, 4096, false), std::logic_error);
+  EXPECT_THROW(interpolate_attention_efficiency(t, 0, 4096, false), std::logic_error);
+}
+
+TEST(CostModel, FusedAttentionTakesTheTableRateOfItsShape) {
+  CalibrationProfile p = round_profile();
+  p.flash_attention_fwd_efficiency = 0.6;
+  p.flash_attention_bwd_efficiency = 0.5;
+  const double flops = 1e12;
+  // Without a table: the scalars.
+  EXPECT_DOUBLE_EQ(CostModel(a100(), p).attention_compute_time_s(flops, false, 64, 4096),
+                   flops / (kPeak * 0.6));
+  p.flash_attention_efficiency = {{64, 4096, 0.4, 0.3}, {128, 4096, 0.6, 0.5}};
+  const CostModel cm(a100(), p);
+  EXPECT_DOUBLE_EQ(cm.attention_compute_time_s(flops, false, 64, 4096), flops / (kPeak * 0.4));
+  EXPECT_DOUBLE_EQ(cm.attention_compute_time_s(flops, true, 64, 4096), flops / (kPeak * 0.3));
+  // A kernel without a shape (0) keeps the scalar.
+  EXPECT_DOUBLE_EQ(cm.attention_compute_time_s(flops, true), flops / (kPeak * 0.5));
+  // The flash kernels of a Megatron-Core op carry their head dimension and sequence: a
+  // head-dim-64 attention forward at seq 4096 runs at the table's 0.4.
+  OpDesc op;
+  op.kind = OpKind::AttnFwd;
+  op.micro_batch = 1;
+  op.seq = 4096;
+  op.hidden = 2048;
+  op.heads = 32;
+  op.head_dim = 64;
+  op.ffn = 8192;
+  op.vocab = 1024;
+  op.tp = 1;
+  op.features.core = true;
+  op.features.attention = 2;  // AttentionBackend flash
+  op.features.kv_heads = 32;
+  op.features.hidden_dropout = false;
+  op.features.attention_dropout = false;
+  fill_work(op);
+  bool found = false;
+  for (const KernelWork& k : op_kernels(op)) {
+    if (k.cls != KernelClass::Attention) continue;
+    found = true;
+    EXPECT_EQ(k.head_dim, 64);
+    EXPECT_EQ(k.seq_length, 4096);
+    EXPECT_DOUBLE_EQ(cm.kernel_time_s(k),
+                     std::max(k.flops / (kPeak * 0.4), k.bytes / (2039e9 * 0.5)) + 1e-6);
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST(Calibration, BareNumbersAreAccepted) {
   CalibrationProfile p = parse_calibration(with_param("hbm_efficiency", "0.9"), "ok.json");
   EXPECT_DOUBLE_EQ(p.hbm_efficiency, 0.9);
