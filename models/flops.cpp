@@ -516,10 +516,11 @@ void core_logits(const CoreShape& c, bool forward, std::vector<KernelWork>& out)
 // the activation (experts.py activation_func_with_probs: it reads the fp32 weights, and its
 // backward writes their gradient); [the combine all-to-all]; unpermute, an unweighted gather
 // back to token order; the shared expert (a dense MLP) if any.
-void expert_gemms(const char* name, double tokens, double n, double k, const CoreShape& c,
+/// The GEMMs of the local experts, each C[m x n] = A[m x k] B[k x n] with the per-expert shape
+/// (m or k is the expert's tokens: the token copies on this rank / its local experts).
+void expert_gemms(const char* name, double m, double n, double k, const CoreShape& c,
                   const ModelFeatures& f, bool wgrad, std::vector<KernelWork>& out) {
   const double experts = double(f.experts_local);
-  const double m = tokens / experts;  // tokens per local expert
   if (f.grouped_gemm) {
     KernelWork w = core_gemm(name, m, n, k, c, true, wgrad);
     w.batch = experts;
@@ -535,6 +536,7 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
   const ModelFeatures& f = op.features;
   const double E = double(f.num_experts), kk = double(f.topk);
   const double tokens = c.Tsp * kk * f.imbalance;  // token copies on this rank's experts
+  const double te = tokens / double(f.experts_local);  // tokens per local expert
   const double Fe = double(f.expert_ffn), F1 = c.swiglu ? 2 * Fe : Fe;
   const double Fs = double(f.shared_ffn), Fs1 = c.swiglu ? 2 * Fs : Fs;
   if (forward) {
@@ -543,11 +545,11 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
     out.push_back(mem("router_topk", c.Tsp * E * 2 * kFp32Bytes));
     out.push_back(mem("moe_permute", c.Tsp * c.H * c.e + tokens * c.H * c.e));
     quantize("expert_fc1_input_cast", "expert_fc1_input_amax", tokens * c.H, c, out);
-    expert_gemms("expert_fc1_gemm", tokens, F1, c.H, c, f, false, out);
+    expert_gemms("expert_fc1_gemm", te, F1, c.H, c, f, false, out);
     out.push_back(mem(c.swiglu ? "expert_swiglu_fwd" : "expert_gelu_fwd",
                       tokens * ((F1 + Fe) * c.e + kFp32Bytes)));
     quantize("expert_fc2_input_cast", "expert_fc2_input_amax", tokens * Fe, c, out);
-    expert_gemms("expert_fc2_gemm", tokens, c.H, Fe, c, f, false, out);
+    expert_gemms("expert_fc2_gemm", te, c.H, Fe, c, f, false, out);
     out.push_back(mem("moe_unpermute", tokens * c.H * c.e + c.Tsp * c.H * c.e));
     if (Fs > 0) {
       out.push_back(core_gemm("shared_fc1_gemm", c.T, Fs1, c.H, c, true));
@@ -578,13 +580,13 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
              out);
   }
   quantize("expert_fc2_grad_cast", "expert_fc2_grad_amax", tokens * c.H, c, out);
-  expert_gemms("expert_fc2_dgrad", tokens, Fe, c.H, c, f, false, out);
-  expert_gemms("expert_fc2_wgrad", Fe, c.H, tokens, c, f, true, out);
+  expert_gemms("expert_fc2_dgrad", te, Fe, c.H, c, f, false, out);
+  expert_gemms("expert_fc2_wgrad", Fe, c.H, te, c, f, true, out);
   out.push_back(mem(c.swiglu ? "expert_swiglu_bwd" : "expert_gelu_bwd",
                     tokens * ((Fe + 2 * F1) * c.e + 2 * kFp32Bytes)));
   quantize("expert_fc1_grad_cast", "expert_fc1_grad_amax", tokens * F1, c, out);
-  expert_gemms("expert_fc1_dgrad", tokens, c.H, F1, c, f, false, out);
-  expert_gemms("expert_fc1_wgrad", c.H, F1, tokens, c, f, true, out);
+  expert_gemms("expert_fc1_dgrad", te, c.H, F1, c, f, false, out);
+  expert_gemms("expert_fc1_wgrad", c.H, F1, te, c, f, true, out);
   out.push_back(mem("moe_permute_bwd", c.Tsp * c.H * c.e + tokens * c.H * c.e));
   out.push_back(mem("router_topk_bwd", c.Tsp * E * 2 * kFp32Bytes));
   out.push_back(core_gemm("router_dgrad", c.Tsp, c.H, E, c, false));

@@ -5,6 +5,7 @@
 // new keys (each error names the file, the field and the value).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -216,6 +217,41 @@ TEST(ModernModels, MoeLayerActivationsTermByTerm) {
       }
   EXPECT_DOUBLE_EQ(fwd, Tk * (2 * (2 * Fe + Fe) + 4));
   EXPECT_DOUBLE_EQ(bwd, Tk * (2 * (Fe + 2 * 2 * Fe) + 8));
+}
+
+// The local experts' GEMMs with --moe-grouped-gemm: one product per expert in the batch, each
+// with the expert's own shape. Qwen3-30B-A3B at EP 8, micro batch 2, seq 4096: T = 8192
+// tokens, k = 8 copies each, 128 / 8 = 16 local experts -> 8192 x 8 / 16 = 4096 tokens per
+// expert. Forward and data gradients have the expert's tokens as m; the weight gradients
+// (dW = dY^T X, [Fe x h] and [h x 2 Fe]) have them as the reduction dimension k.
+TEST(ModernModels, ExpertGemmsHaveTheExpertsOwnShapes) {
+  const Scenario sc = core(kQwen30b, "expert_model_parallel_size: 8, micro_batch_size: 2, "
+                                     "global_batch_size: 16, precision: bf16");
+  BuildOptions opt;
+  opt.fold = true;
+  const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+  const double te = 8192.0 * 8 / 16, h = 2048, Fe = 768;
+  struct Shape { double m, n, k; };
+  const std::map<std::string, Shape> want = {
+      {"expert_fc1_gemm", {te, 2 * Fe, h}},  {"expert_fc2_gemm", {te, h, Fe}},
+      {"expert_fc2_dgrad", {te, Fe, h}},     {"expert_fc2_wgrad", {Fe, h, te}},
+      {"expert_fc1_dgrad", {te, h, 2 * Fe}}, {"expert_fc1_wgrad", {h, 2 * Fe, te}}};
+  std::map<std::string, int> seen;
+  for (const OpDesc& o : g.ops()) {
+    if ((o.kind != OpKind::MlpFwd && o.kind != OpKind::MlpBwd) || o.features.experts_local == 0)
+      continue;
+    for (const KernelWork& k : op_kernels(o)) {
+      auto it = want.find(k.name);
+      if (it == want.end()) continue;
+      ++seen[k.name];
+      EXPECT_EQ(k.m, it->second.m) << k.name;
+      EXPECT_EQ(k.n, it->second.n) << k.name;
+      EXPECT_EQ(k.k, it->second.k) << k.name;
+      EXPECT_EQ(k.batch, 16) << k.name;
+      EXPECT_DOUBLE_EQ(k.flops, 2 * k.m * k.n * k.k * 16) << k.name;
+    }
+  }
+  EXPECT_EQ(seen.size(), want.size());
 }
 
 // Megatron-Core --recompute-modules layernorm and moe_act (the GPT-OSS H100 recipe's): the
