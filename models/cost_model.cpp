@@ -89,9 +89,10 @@ double CostModel::wave_time_s(double m, double n, double k, double batch, double
   // k-step). One tile per SM (256x128 tiles fill an SM's shared memory), so the tiles of a
   // wave are stored together, bound by the streaming HBM rate:
   //   epilogue_s = SMs x tm x tn x out_bytes / (HBM bw x hbm_efficiency).
-  // It is independent of k, so it weighs on short main loops: 4096^3 FP16 on A100 +4% (the
-  // published cuBLASLt rate there is 7% below the main-loop-only model), FP8 at 4096^3 on
-  // H100 +11% (published: 10%), <= 1% from 16384^3 up (validation/gemm_shapes.py).
+  // It is independent of k, so it weighs on short main loops: at 4096^3 it adds 4% (A100
+  // FP16) and 11% (H100 FP8) to the main loops, where the published cuBLASLt rates are 7% and
+  // 10% below a main-loop-only model; from 16384^3 up it adds <= 1%
+  // (validation/gemm_shapes.py).
   const double epilogue_s =
       hbm_time_s(sms * profile_.gemm_tile_m * profile_.gemm_tile_n * kGemmOutputBytes);
   double best = INFINITY;
