@@ -463,7 +463,7 @@ void core_mlp_backward(const CoreShape& c, std::vector<KernelWork>& out) {
   core_norm_bwd("pre_mlp_norm_bwd", c, out);
 }
 
-void core_embed(const OpDesc& op, const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
+void core_embed(const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
   // LanguageModelEmbedding: word embedding gather (masked per vocab shard with TP), learned
   // positions only without RoPE, dropout only when p > 0, transpose to [s, b, h].
   const double TH = c.T * c.H;
@@ -481,10 +481,13 @@ void core_embed(const OpDesc& op, const CoreShape& c, bool forward, std::vector<
   out.push_back(mem("embedding_transpose_bwd", 2 * c.Tsp * c.H * c.e));
   if (c.hdrop) out.push_back(mem("embedding_dropout_bwd", c.Tsp * c.H * (2 * c.e + c.mk)));
   out.push_back(mem("word_embedding_bwd", (c.Vr * c.H + 3 * TH) * c.e));
-  out.push_back(grad_accumulate("embedding_grad_accumulate", c.Vr * c.H, op.precision));
+  // The distributed data-parallel hook adds the dense gradient into the parameter's main_grad
+  // (read both, write main_grad), in the main_grad's type: fp32, or bf16 with
+  // grad_reduce_in_fp32 false (c.mg, as the layers' weight-gradient GEMMs write it).
+  out.push_back(mem("embedding_grad_accumulate", c.Vr * c.H * (c.e + 2 * c.mg)));
   if (!c.rope) {
     out.push_back(mem("position_embedding_bwd", (c.s * c.H + 3 * TH) * c.e));
-    out.push_back(grad_accumulate("position_grad_accumulate", c.s * c.H, op.precision));
+    out.push_back(mem("position_grad_accumulate", c.s * c.H * (c.e + 2 * c.mg)));
   }
 }
 
@@ -610,8 +613,8 @@ std::vector<KernelWork> core_op_kernels(const OpDesc& op) {
       if (op.features.experts_local > 0) core_moe(op, c, false, out);
       else core_mlp_backward(c, out);
       break;
-    case OpKind::EmbedFwd: core_embed(op, c, true, out); break;
-    case OpKind::EmbedBwd: core_embed(op, c, false, out); break;
+    case OpKind::EmbedFwd: core_embed(c, true, out); break;
+    case OpKind::EmbedBwd: core_embed(c, false, out); break;
     case OpKind::LogitsLossFwd: core_logits(c, true, out); break;
     case OpKind::LogitsLossBwd: core_logits(c, false, out); break;
     default: break;

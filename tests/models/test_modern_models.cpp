@@ -178,6 +178,28 @@ double moe_kernel_bytes(const ScheduleGraph& g, OpKind kind, const std::string& 
   return bytes;
 }
 
+// The embedding's dense gradient [V x h] (bf16) is added into its main_grad every microbatch:
+// read both, write main_grad, in the main_grad's type (fp32 by default under Megatron-Core,
+// bf16 with grad_reduce_in_fp32: false, as the recipes of the H100 table set it).
+TEST(ModernModels, EmbeddingGradientAccumulatesInTheMainGradType) {
+  const double V = 128256, h = 4096;
+  for (const bool fp32 : {true, false}) {
+    const Scenario sc = core(kLlama8b, std::string("micro_batch_size: 1, global_batch_size: 8, "
+                                                   "precision: bf16, grad_reduce_in_fp32: ") +
+                                           (fp32 ? "true" : "false"));
+    BuildOptions opt;
+    opt.fold = true;
+    const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+    double bytes = -1;
+    for (const OpDesc& o : g.ops())
+      if (o.kind == OpKind::EmbedBwd)
+        for (const KernelWork& k : op_kernels(o))
+          if (std::string(k.name) == "embedding_grad_accumulate") bytes = k.bytes;
+    const double main_grad = fp32 ? 4 : 2;
+    EXPECT_DOUBLE_EQ(bytes, V * h * (2 + 2 * main_grad)) << fp32;
+  }
+}
+
 TEST(ModernModels, MoeLayerActivationsTermByTerm) {
   const Scenario sc = core(
       "num_layers: 48, hidden_size: 2048, num_attention_heads: 32, num_query_groups: 4, "
