@@ -319,12 +319,35 @@ KernelWork core_gemm(const char* name, double m, double n, double k, const CoreS
   return w;
 }
 
-/// TE quantization of a GEMM input of `elements` (nothing without FP8).
+/// TE quantization of a GEMM input of `elements` (nothing without FP8): with current
+/// scaling an amax pass first; the cast writes the FP8 data and its transpose (the weight
+/// gradient's operand).
 void quantize(const char* name, const char* amax_name, double elements, const CoreShape& c,
               std::vector<KernelWork>& out) {
   if (!c.fp8) return;
   if (c.current) out.push_back(mem(amax_name, elements * c.e));
   out.push_back(mem(name, elements * (c.e + 2.0)));
+}
+
+/// The input of a dense column-parallel layer (QKV, fc1) under FP8. With sequence parallelism
+/// Transformer Engine casts the local shard (Tsp rows) to FP8, row-wise only, before the
+/// all-gather, which then carries FP8 (TE v2.7 module/layernorm_linear.py: the quantizer's
+/// column-wise usage is switched off for gather_along_first_dim; builder/tensor_parallel.cpp);
+/// the backward re-gathers it and builds the transpose for the weight gradient
+/// (column_parallel_input_transpose). Without it: quantize() on all T rows.
+void quantize_column_parallel_input(const char* name, const char* amax_name, double width,
+                                    const CoreShape& c, std::vector<KernelWork>& out) {
+  if (!c.fp8) return;
+  if (c.Tsp == c.T) return quantize(name, amax_name, c.T * width, c, out);
+  if (c.current) out.push_back(mem(amax_name, c.Tsp * width * c.e));
+  out.push_back(mem(name, c.Tsp * width * (c.e + 1.0)));
+}
+
+/// Backward of a sequence-parallel FP8 column-parallel layer: the transpose of the gathered
+/// FP8 input (read and write one byte per element) for its weight-gradient GEMM.
+void column_parallel_input_transpose(const char* name, double width, const CoreShape& c,
+                                     std::vector<KernelWork>& out) {
+  if (c.fp8 && c.Tsp < c.T) out.push_back(mem(name, c.T * width * 2.0));
 }
 
 void core_norm_fwd(const char* name, const CoreShape& c, std::vector<KernelWork>& out) {
@@ -404,7 +427,7 @@ void core_attention_bwd(const OpDesc& op, const CoreShape& c, std::vector<Kernel
 void core_attn_forward(const OpDesc& op, const CoreShape& c, std::vector<KernelWork>& out) {
   const double qkv = c.P + 2 * c.Pkv;
   core_norm_fwd("input_norm_fwd", c, out);
-  quantize("qkv_input_cast", "qkv_input_amax", c.T * c.H, c, out);
+  quantize_column_parallel_input("qkv_input_cast", "qkv_input_amax", c.H, c, out);
   quantize("qkv_weight_cast", "qkv_weight_amax", c.H * qkv / c.microbatches, c, out);
   out.push_back(core_gemm("qkv_gemm", c.T, qkv, c.H, c, true));
   if (c.rope) out.push_back(mem("rope_fwd", 2 * c.T * (c.P + c.Pkv) * c.e));
@@ -432,6 +455,7 @@ void core_attn_backward(const OpDesc& op, const CoreShape& c, std::vector<Kernel
                   c, out);
   core_attention_bwd(op, c, out);
   if (c.rope) out.push_back(mem("rope_bwd", 2 * c.T * (c.P + c.Pkv) * c.e));
+  column_parallel_input_transpose("qkv_input_transpose", c.H, c, out);
   core_linear_bwd("qkv_grad_cast", "qkv_grad_amax", "qkv_dgrad", "qkv_wgrad", c.T, qkv, c.H, c,
                   out);
   core_norm_bwd("input_norm_bwd", c, out);
@@ -440,7 +464,7 @@ void core_attn_backward(const OpDesc& op, const CoreShape& c, std::vector<Kernel
 void core_mlp_forward(const CoreShape& c, std::vector<KernelWork>& out) {
   const double fc1 = c.swiglu ? 2 * c.F : c.F;
   core_norm_fwd("pre_mlp_norm_fwd", c, out);
-  quantize("fc1_input_cast", "fc1_input_amax", c.T * c.H, c, out);
+  quantize_column_parallel_input("fc1_input_cast", "fc1_input_amax", c.H, c, out);
   quantize("fc1_weight_cast", "fc1_weight_amax", c.H * fc1 / c.microbatches, c, out);
   out.push_back(core_gemm("fc1_gemm", c.T, fc1, c.H, c, true));
   // Fused bias-SwiGLU reads both halves and writes one; bias-GeLU reads and writes F.
@@ -458,6 +482,7 @@ void core_mlp_backward(const CoreShape& c, std::vector<KernelWork>& out) {
                   out);
   // Activation backward: read dy (F) and the saved input (fc1 wide), write d(input).
   out.push_back(mem(c.swiglu ? "swiglu_bwd" : "bias_gelu_bwd", c.T * (c.F + 2 * fc1) * c.e));
+  column_parallel_input_transpose("fc1_input_transpose", c.H, c, out);
   core_linear_bwd("fc1_grad_cast", "fc1_grad_amax", "fc1_dgrad", "fc1_wgrad", c.T, fc1, c.H, c,
                   out);
   core_norm_bwd("pre_mlp_norm_bwd", c, out);

@@ -1,5 +1,7 @@
 #include "models/builder/rank_context.h"
 
+#include <algorithm>
+
 namespace trainsim::builder {
 
 ModelDims::ModelDims(const Scenario& sc) {
@@ -20,6 +22,10 @@ ModelDims::ModelDims(const Scenario& sc) {
   sp = p.sequence_parallel && t > 1;
   scatter_gather = p.scatter_gather_tensors_in_pipeline && !sp && t > 1;
   act_bytes = s * b * h * e / cp;  // this rank's s / cp tokens
+  fp8_input_gather =
+      sp && sc.runtime == Runtime::MegatronCore && p.fp8 != Fp8Format::None;
+  moe = sc.model.is_moe();
+  moe_layer_freq = std::max<std::int64_t>(sc.model.moe_layer_freq, 1);
 }
 
 std::uint32_t MatchIds::collective(std::uint32_t group, std::uint64_t k) {

@@ -37,6 +37,16 @@ struct ModelDims {
   bool sp = false;              ///< sequence parallelism in effect (t > 1)
   bool scatter_gather = false;  ///< SC'21 Sec. 4.1 pipeline scatter/gather in effect
   std::int64_t act_bytes = 0;   ///< one full activation, s b h elements
+  /// Transformer Engine under FP8 with sequence parallelism (megatron-core runtime): a dense
+  /// column-parallel layer's input (QKV, fc1) is cast to FP8 on the local shard and
+  /// all-gathered as FP8, one byte per element (TE v2.7 module/layernorm_linear.py: the
+  /// quantizer passed to gather_along_first_dim; distributed.py _all_gather_fp8).
+  bool fp8_input_gather = false;
+  /// MoE layers (their MLP block keeps the activation-precision gather): every
+  /// moe_layer_freq-th layer when the model has experts.
+  bool moe = false;
+  std::int64_t moe_layer_freq = 1;
+  bool moe_layer(std::int64_t l) const { return moe && l % moe_layer_freq == 0; }
 };
 
 /// Match ids, shared by all ranks of one graph: the k-th collective any member issues on a

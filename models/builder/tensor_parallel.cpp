@@ -15,13 +15,16 @@ OpDesc tp_op(const ModelDims& d, OpKind kind, std::int64_t bytes) {
 }  // namespace
 
 TensorParallelPass::TensorParallelPass(ScheduleGraph& graph, const ModelDims& d)
-    : t_(d.t), sp_(d.sp), scatter_gather_(d.scatter_gather) {
+    : t_(d.t), sp_(d.sp), scatter_gather_(d.scatter_gather), dims_(d) {
   // On the full activation (b s h elements).
   all_reduce_ = graph.add_op(tp_op(d, OpKind::AllReduce, d.act_bytes));
   all_gather_ = graph.add_op(tp_op(d, OpKind::AllGather, d.act_bytes));
   reduce_scatter_ = graph.add_op(tp_op(d, OpKind::ReduceScatter, d.act_bytes));
   // Max, sum of exponentials and target logit per token, fp32.
   cross_entropy_ = graph.add_op(tp_op(d, OpKind::AllReduce, 3 * d.b * d.s / d.cp * 4));
+  // One byte per element of the activation.
+  if (d.fp8_input_gather)
+    all_gather_fp8_ = graph.add_op(tp_op(d, OpKind::AllGather, d.act_bytes / d.e));
 }
 
 TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Phase phase,
@@ -33,7 +36,10 @@ TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Pha
 
 void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
                                       std::uint16_t layer) const {
-  if (sp_) tp_collective(ctx, all_gather_, phase, part, mb, layer);
+  if (!sp_) return;
+  const bool fp8 = dims_.fp8_input_gather && phase == Phase::Forward &&
+                   (part == Part::Attn || (part == Part::Mlp && !dims_.moe_layer(layer)));
+  tp_collective(ctx, fp8 ? all_gather_fp8_ : all_gather_, phase, part, mb, layer);
 }
 
 void TensorParallelPass::after_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,

@@ -9,6 +9,11 @@
 //    vocab-parallel cross entropy (Megatron tensor_parallel/cross_entropy.py) all-reduces the
 //    per-token max, sum of exponentials and target logit (fp32, 3 b s elements); the logits
 //    backward reduces the input gradient (all-reduce, reduce-scatter with SP).
+//    Under FP8 (Transformer Engine, megatron-core runtime) the forward gather of a dense
+//    layer's QKV and fc1 input carries FP8, one byte per element (ModelDims::
+//    fp8_input_gather); the backward's gathers stay at the activation's size (TE gathers the
+//    output gradient and re-gathers the saved input for the weight gradient, both FP8: the
+//    same bytes as one gather of the activation).
 //  - Pipeline input: with the scatter/gather optimization (SC'21 Sec. 4.1) each TP rank
 //    receives 1/t of the activation and all-gathers the slices over NVLink
 //    (gather_split_1d_tensor).
@@ -44,7 +49,10 @@ class TensorParallelPass {
                        std::uint16_t mb, std::uint16_t layer) const;
   std::int64_t t_ = 1;
   bool sp_ = false, scatter_gather_ = false;
+  const ModelDims& dims_;
   std::uint32_t all_reduce_ = 0, all_gather_ = 0, reduce_scatter_ = 0, cross_entropy_ = 0;
+  /// The FP8 all-gather of a dense column-parallel input (ModelDims::fp8_input_gather).
+  std::uint32_t all_gather_fp8_ = 0;
 };
 
 }  // namespace trainsim::builder

@@ -178,6 +178,58 @@ double moe_kernel_bytes(const ScheduleGraph& g, OpKind kind, const std::string& 
   return bytes;
 }
 
+// Transformer Engine under FP8 with sequence parallelism (TE v2.7 layernorm_linear.py): the
+// QKV and fc1 inputs are cast on the local shard (T / tp rows, row-wise FP8 only) and the
+// forward all-gather before them carries FP8, one byte per element; the backward builds the
+// transpose of the gathered input for the weight gradient, and its gathers keep the
+// activation's size. Llama 3 8B shapes at TP 4, micro batch 1, seq 8192: T = 8192, Tsp = 2048.
+TEST(ModernModels, Fp8SequenceParallelGathersFp8AndCastsTheLocalShard) {
+  const double T = 8192, Tsp = T / 4, h = 4096;
+  const std::string par = "tensor_model_parallel_size: 4, sequence_parallel: true, "
+                          "micro_batch_size: 1, global_batch_size: 8, precision: bf16, "
+                          "fp8: hybrid, fp8_recipe: tensorwise";
+  const Scenario sc = core(kLlama8b, par);
+  BuildOptions opt;
+  opt.fold = true;
+  const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+  std::map<std::string, double> bytes;
+  for (const OpDesc& o : g.ops())
+    for (const KernelWork& k : op_kernels(o)) bytes[k.name] = k.bytes;
+  EXPECT_DOUBLE_EQ(bytes["qkv_input_amax"], Tsp * h * 2);
+  EXPECT_DOUBLE_EQ(bytes["qkv_input_cast"], Tsp * h * (2 + 1));
+  EXPECT_DOUBLE_EQ(bytes["fc1_input_cast"], Tsp * h * (2 + 1));
+  EXPECT_DOUBLE_EQ(bytes["qkv_input_transpose"], T * h * 2);
+  EXPECT_DOUBLE_EQ(bytes["fc1_input_transpose"], T * h * 2);
+  // The row-parallel inputs (projection, fc2) are local: cast on all T rows, both layouts.
+  EXPECT_DOUBLE_EQ(bytes["proj_input_cast"], T * 4096 / 4 * (2 + 2));
+  // Forward gathers before attention and MLP: T h bytes; backward ones: 2 T h.
+  int fwd = 0, bwd = 0;
+  for (const Task& t : g.tasks()) {
+    const OpDesc& o = g.ops()[t.op];
+    if (o.kind != OpKind::AllGather || o.group != GroupKind::Tensor || t.layer == kNoIndex)
+      continue;
+    if (t.phase == Phase::Forward) {
+      ++fwd;
+      EXPECT_EQ(o.bytes, std::int64_t(T * h));
+    } else {
+      ++bwd;
+      EXPECT_EQ(o.bytes, std::int64_t(2 * T * h));
+    }
+  }
+  EXPECT_GT(fwd, 0);
+  EXPECT_GT(bwd, 0);
+  // Without FP8: every gather at 2 bytes per element, casts absent.
+  const Scenario bf16 = core(kLlama8b, "tensor_model_parallel_size: 4, sequence_parallel: true, "
+                                       "micro_batch_size: 1, global_batch_size: 8, "
+                                       "precision: bf16");
+  const ScheduleGraph gb = build_schedule_graph(bf16, find_system("dgx-h100"), opt);
+  for (const Task& t : gb.tasks()) {
+    const OpDesc& o = gb.ops()[t.op];
+    if (o.kind == OpKind::AllGather && o.group == GroupKind::Tensor && t.layer != kNoIndex)
+      EXPECT_EQ(o.bytes, std::int64_t(2 * T * h));
+  }
+}
+
 // The embedding's dense gradient [V x h] (bf16) is added into its main_grad every microbatch:
 // read both, write main_grad, in the main_grad's type (fp32 by default under Megatron-Core,
 // bf16 with grad_reduce_in_fp32: false, as the recipes of the H100 table set it).
