@@ -26,6 +26,8 @@ ModelDims::ModelDims(const Scenario& sc) {
       sp && sc.runtime == Runtime::MegatronCore && p.fp8 != Fp8Format::None;
   moe = sc.model.is_moe();
   moe_layer_freq = std::max<std::int64_t>(sc.model.moe_layer_freq, 1);
+  moe_block_local = moe && sp && p.expert_tensor_parallel_size == 1 &&
+                    sc.model.moe_shared_expert_intermediate_size == 0;
 }
 
 std::uint32_t MatchIds::collective(std::uint32_t group, std::uint64_t k) {

@@ -47,6 +47,13 @@ struct ModelDims {
   bool moe = false;
   std::int64_t moe_layer_freq = 1;
   bool moe_layer(std::int64_t l) const { return moe && l % moe_layer_freq == 0; }
+  /// An MoE layer's MLP block under sequence parallelism keeps its tokens local: the router,
+  /// the token dispatcher and the experts work on the rank's s / t tokens, and the dispatcher's
+  /// tensor-parallel group is the expert-tensor-parallel one (Megatron-Core
+  /// moe/token_dispatcher.py: tp_group = pg_collection.expt_tp), so with
+  /// expert_tensor_parallel_size 1 and no shared expert (a dense MLP with its own gathers)
+  /// the block has no tensor-parallel collective.
+  bool moe_block_local = false;
 };
 
 /// Match ids, shared by all ranks of one graph: the k-th collective any member issues on a

@@ -27,6 +27,11 @@ TensorParallelPass::TensorParallelPass(ScheduleGraph& graph, const ModelDims& d)
     all_gather_fp8_ = graph.add_op(tp_op(d, OpKind::AllGather, d.act_bytes / d.e));
 }
 
+bool TensorParallelPass::local_moe_block(Part part, std::uint16_t layer) const {
+  return dims_.moe_block_local && part == Part::Mlp && layer != kNoIndex &&
+         dims_.moe_layer(layer);
+}
+
 TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Phase phase,
                                          Part part, std::uint16_t mb, std::uint16_t layer) const {
   ctx.last_compute = ctx.collective(op, ctx.tp_group, StreamId::TpComm, phase, part, mb, layer,
@@ -36,7 +41,7 @@ TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Pha
 
 void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
                                       std::uint16_t layer) const {
-  if (!sp_) return;
+  if (!sp_ || local_moe_block(part, layer)) return;
   const bool fp8 = dims_.fp8_input_gather && phase == Phase::Forward &&
                    (part == Part::Attn || (part == Part::Mlp && !dims_.moe_layer(layer)));
   tp_collective(ctx, fp8 ? all_gather_fp8_ : all_gather_, phase, part, mb, layer);
@@ -44,7 +49,7 @@ void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, 
 
 void TensorParallelPass::after_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
                                      std::uint16_t layer) const {
-  if (t_ > 1) tp_collective(ctx, sp_ ? reduce_scatter_ : all_reduce_, phase, part, mb, layer);
+  if (t_ > 1 && !local_moe_block(part, layer)) tp_collective(ctx, sp_ ? reduce_scatter_ : all_reduce_, phase, part, mb, layer);
 }
 
 void TensorParallelPass::after_loss(RankContext& ctx, std::uint16_t mb) const {

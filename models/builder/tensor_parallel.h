@@ -14,6 +14,8 @@
 //    fp8_input_gather); the backward's gathers stay at the activation's size (TE gathers the
 //    output gradient and re-gathers the saved input for the weight gradient, both FP8: the
 //    same bytes as one gather of the activation).
+//    An MoE layer's MLP block with expert_tensor_parallel_size 1 and no shared expert has
+//    neither (ModelDims::moe_block_local): its tokens stay on the rank.
 //  - Pipeline input: with the scatter/gather optimization (SC'21 Sec. 4.1) each TP rank
 //    receives 1/t of the activation and all-gathers the slices over NVLink
 //    (gather_split_1d_tensor).
@@ -47,6 +49,9 @@ class TensorParallelPass {
  private:
   TaskId tp_collective(RankContext& ctx, std::uint32_t op, Phase phase, Part part,
                        std::uint16_t mb, std::uint16_t layer) const;
+  /// An MoE layer's MLP block that needs no tensor-parallel collective
+  /// (ModelDims::moe_block_local).
+  bool local_moe_block(Part part, std::uint16_t layer) const;
   std::int64_t t_ = 1;
   bool sp_ = false, scatter_gather_ = false;
   const ModelDims& dims_;

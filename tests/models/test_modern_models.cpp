@@ -230,6 +230,38 @@ TEST(ModernModels, Fp8SequenceParallelGathersFp8AndCastsTheLocalShard) {
   }
 }
 
+// Under sequence parallelism an MoE layer keeps its tokens on the rank: the router and the
+// alltoall dispatcher work on the local s / t tokens, and the dispatcher's tensor-parallel
+// group is the expert-tensor-parallel one (Megatron-Core moe/token_dispatcher.py; trainsim
+// takes expert_tensor_parallel_size 1). So its MLP block has no tensor-parallel all-gather or
+// reduce-scatter, while the attention block keeps both; a shared expert (a dense MLP split
+// over TP) brings the block's pair back.
+TEST(ModernModels, MoeBlockWithoutExpertTensorParallelismHasNoTpCollective) {
+  const auto tp_collectives = [](const std::string& extra_model) {
+    const Scenario sc = core(std::string(kQwen30b) + extra_model,
+                             "tensor_model_parallel_size: 2, sequence_parallel: true, "
+                             "expert_model_parallel_size: 4, expert_tensor_parallel_size: 1, "
+                             "micro_batch_size: 1, global_batch_size: 8");
+    BuildOptions opt;
+    opt.fold = true;
+    const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+    std::map<Part, int> n;
+    for (const Task& t : g.tasks()) {
+      const OpDesc& o = g.ops()[t.op];
+      if (o.group == GroupKind::Tensor && t.layer != kNoIndex &&
+          (o.kind == OpKind::AllGather || o.kind == OpKind::ReduceScatter))
+        ++n[t.part];
+    }
+    return n;
+  };
+  std::map<Part, int> local = tp_collectives("");
+  EXPECT_EQ(local[Part::Mlp], 0);
+  EXPECT_GT(local[Part::Attn], 0);
+  std::map<Part, int> shared = tp_collectives(", moe_shared_expert_intermediate_size: 1536");
+  EXPECT_EQ(shared[Part::Mlp], shared[Part::Attn]);
+  EXPECT_EQ(shared[Part::Attn], local[Part::Attn]);
+}
+
 // The embedding's dense gradient [V x h] (bf16) is added into its main_grad every microbatch:
 // read both, write main_grad, in the main_grad's type (fp32 by default under Megatron-Core,
 // bf16 with grad_reduce_in_fp32: false, as the recipes of the H100 table set it).
