@@ -211,6 +211,17 @@ void read_local_device(const json& root, const std::string& file, CalibrationPro
   }
 }
 
+/// The first `n` entries of a table row (`field`), each a finite number > 0, into `out`.
+void read_positive_row(const json& row, int n, const std::string& file, const std::string& field,
+                       double* out) {
+  for (int c = 0; c < n; ++c) {
+    if (!row[c].is_number()) fail(file, field, dump(row), "expected numbers");
+    out[c] = row[c].get<double>();
+    if (!std::isfinite(out[c]) || out[c] <= 0)
+      fail(file, field, dump(row), "every entry must be a finite number > 0");
+  }
+}
+
 /// `gemm_efficiency`: rows [m, n, k, batch, efficiency] or [..., role].
 void read_gemm_table(const json& root, const std::string& file, CalibrationProfile& p) {
   auto ge = root.find("gemm_efficiency");
@@ -229,12 +240,7 @@ void read_gemm_table(const json& root, const std::string& file, CalibrationProfi
         fail(file, field, dump(row), "role must be fwd, dgrad, wgrad or bmm");
     }
     double v[5];
-    for (int c = 0; c < 5; ++c) {
-      if (!row[c].is_number()) fail(file, field, dump(row), "expected numbers");
-      v[c] = row[c].get<double>();
-      if (!std::isfinite(v[c]) || v[c] <= 0)
-        fail(file, field, dump(row), "every entry must be a finite number > 0");
-    }
+    read_positive_row(row, 5, file, field, v);
     if (v[4] > 1) fail(file, field, dump(row), "efficiency must be in (0, 1]");
     p.gemm_efficiency.push_back({v[0], v[1], v[2], v[3], v[4], role});
   }
@@ -264,12 +270,7 @@ void read_attention_table(const json& root, const std::string& file, Calibration
     if (!row.is_array() || row.size() != 4)
       fail(file, field, dump(row), "expected [head_dim, seq_length, fwd_efficiency, bwd_efficiency]");
     double v[4];
-    for (int c = 0; c < 4; ++c) {
-      if (!row[c].is_number()) fail(file, field, dump(row), "expected numbers");
-      v[c] = row[c].get<double>();
-      if (!std::isfinite(v[c]) || v[c] <= 0)
-        fail(file, field, dump(row), "every entry must be a finite number > 0");
-    }
+    read_positive_row(row, 4, file, field, v);
     if (v[2] > 1 || v[3] > 1) fail(file, field, dump(row), "efficiencies must be in (0, 1]");
     for (const auto& q : p.flash_attention_efficiency)
       if (q.head_dim == v[0] && q.seq_length == v[1])

@@ -15,7 +15,7 @@ OpDesc tp_op(const ModelDims& d, OpKind kind, std::int64_t bytes) {
 }  // namespace
 
 TensorParallelPass::TensorParallelPass(ScheduleGraph& graph, const ModelDims& d)
-    : t_(d.t), sp_(d.sp), scatter_gather_(d.scatter_gather), dims_(d) {
+    : dims_(d) {
   // On the full activation (b s h elements).
   all_reduce_ = graph.add_op(tp_op(d, OpKind::AllReduce, d.act_bytes));
   all_gather_ = graph.add_op(tp_op(d, OpKind::AllGather, d.act_bytes));
@@ -41,7 +41,7 @@ TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Pha
 
 void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
                                       std::uint16_t layer) const {
-  if (!sp_ || local_moe_block(part, layer)) return;
+  if (!dims_.sp || local_moe_block(part, layer)) return;
   const bool fp8 = dims_.fp8_input_gather && phase == Phase::Forward &&
                    (part == Part::Attn || (part == Part::Mlp && !dims_.moe_layer(layer)));
   tp_collective(ctx, fp8 ? all_gather_fp8_ : all_gather_, phase, part, mb, layer);
@@ -49,15 +49,16 @@ void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, 
 
 void TensorParallelPass::after_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
                                      std::uint16_t layer) const {
-  if (t_ > 1 && !local_moe_block(part, layer)) tp_collective(ctx, sp_ ? reduce_scatter_ : all_reduce_, phase, part, mb, layer);
+  if (dims_.t > 1 && !local_moe_block(part, layer))
+    tp_collective(ctx, dims_.sp ? reduce_scatter_ : all_reduce_, phase, part, mb, layer);
 }
 
 void TensorParallelPass::after_loss(RankContext& ctx, std::uint16_t mb) const {
-  if (t_ > 1) tp_collective(ctx, cross_entropy_, Phase::Forward, Part::Logits, mb, kNoIndex);
+  if (dims_.t > 1) tp_collective(ctx, cross_entropy_, Phase::Forward, Part::Logits, mb, kNoIndex);
 }
 
 void TensorParallelPass::after_receive(RankContext& ctx, Phase phase, std::uint16_t mb) const {
-  if (scatter_gather_) tp_collective(ctx, all_gather_, phase, Part::Pipeline, mb, kNoIndex);
+  if (dims_.scatter_gather) tp_collective(ctx, all_gather_, phase, Part::Pipeline, mb, kNoIndex);
 }
 
 }  // namespace trainsim::builder

@@ -52,9 +52,7 @@ class TensorParallelPass {
   /// An MoE layer's MLP block that needs no tensor-parallel collective
   /// (ModelDims::moe_block_local).
   bool local_moe_block(Part part, std::uint16_t layer) const;
-  std::int64_t t_ = 1;
-  bool sp_ = false, scatter_gather_ = false;
-  const ModelDims& dims_;
+  const ModelDims& dims_;  ///< GraphBuild's, which outlives the pass
   std::uint32_t all_reduce_ = 0, all_gather_ = 0, reduce_scatter_ = 0, cross_entropy_ = 0;
   /// The FP8 all-gather of a dense column-parallel input (ModelDims::fp8_input_gather).
   std::uint32_t all_gather_fp8_ = 0;
