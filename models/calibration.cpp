@@ -57,6 +57,8 @@ const std::vector<ParamSpec>& param_specs() {
       {"nccl_buffer_bytes_per_communicator", &P::nccl_buffer_bytes_per_communicator, 0, false, 1e11,
        false},
       {"gemm_fp8_max_efficiency", &P::gemm_fp8_max_efficiency, 0, true, 1, false, true},
+      {"gemm_fp8_promotion_interval_k", &P::gemm_fp8_promotion_interval_k, 1, false, 1e6, true,
+       true},
       {"flash_attention_fwd_efficiency", &P::flash_attention_fwd_efficiency, 0, true, 1, false,
        true},
       {"flash_attention_bwd_efficiency", &P::flash_attention_bwd_efficiency, 0, true, 1, false,

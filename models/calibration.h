@@ -56,6 +56,11 @@ struct CalibrationProfile {
   // Optional (0 = absent; cost_model.cpp says what it falls back to):
   /// Fraction of the datasheet dense FP8 peak a full wave of large FP8 GEMM tiles sustains.
   double gemm_fp8_max_efficiency = 0;
+  /// FP8 GEMMs with the split accumulator (Transformer Engine's dgrad and wgrad; every GEMM
+  /// of the blockwise recipe): k elements between two promotions of the tensor-core partial
+  /// sums into the FP32 accumulator on the CUDA cores (cost_model.cpp gemm_compute_time_s).
+  /// 0: not modelled (the FP8 rate as measured, with fast accumulation).
+  double gemm_fp8_promotion_interval_k = 0;
   /// Fraction of the dense FP16/BF16 peak the fused (flash) attention kernel sustains on long
   /// causal sequences, forward and backward (FlashAttention-2 on A100, FlashAttention-3/cuDNN
   /// on H100).

@@ -51,17 +51,44 @@ const char* CostModel::gemm_role(const char* kernel_name, double batch) {
   return batch > 1 ? "bmm" : "fwd";
 }
 
+double CostModel::fp8_efficiency() const {
+  return profile_.gemm_fp8_max_efficiency > 0 ? profile_.gemm_fp8_max_efficiency
+                                              : profile_.gemm_max_efficiency;
+}
+
+double CostModel::fp8_promotion_overhead() const {
+  // The split accumulator (cuBLASLt CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0) as Hopper kernels run
+  // it (CUTLASS include/cutlass/gemm/collective/fp8_accumulation.hpp, GmmaFP8Accumulation:
+  // every mma_promotion_interval MMAs, promote_core() does warpgroup_wait<0>() and then
+  // accum(i) += accum_temp(i) for every accumulator of the tile, on the CUDA cores; DeepSeek-V3
+  // technical report Sec. 3.3.2 describes the same promotion every N_C = 128 elements). Per
+  // promotion a tile of tm x tn outputs has done 2 tm tn K_p FLOPs on the tensor cores, at the
+  // main loop's rate (FP8 peak x efficiency), and then adds tm tn FP32 values at the CUDA
+  // cores' add rate (FP32 peak / 2: the datasheet counts an FMA as two FLOPs, an FADD issues
+  // at the FFMA rate). The wait makes the two serial, so the main loop grows by
+  //   (tm tn / (fp32 / 2)) / (2 tm tn K_p / (fp8 x eff)) = fp8 x eff / (K_p x fp32),
+  // independent of the tile: H100 SXM 1979e12 x 0.711 / (128 x 67e12) = 0.164, i.e. fast
+  // accumulation runs such a GEMM 1.16x faster (measured on H100-class GPUs: 1.1x to 1.2x,
+  // pytorch/ao issue #2377).
+  const double kp = profile_.gemm_fp8_promotion_interval_k;
+  if (!(kp > 0) || !(system_.gpu.peak_fp32_flops > 0)) return 0;
+  return system_.gpu.peak_dense_fp8_flops * fp8_efficiency() / (kp * system_.gpu.peak_fp32_flops);
+}
+
 double CostModel::gemm_compute_time_s(double m, double n, double k, double batch,
-                                      const std::string& role, bool fp8) const {
+                                      const std::string& role, bool fp8,
+                                      bool split_accumulator) const {
   if (fp8) {
     // FP8 GEMMs (Transformer Engine): the same wave model at the dense FP8 peak times the
-    // FP8 efficiency of the profile (without one, the FP16/BF16 efficiency).
+    // FP8 efficiency of the profile (without one, the FP16/BF16 efficiency), measured with
+    // fast accumulation; with the split accumulator the main loop also waits for its
+    // promotions (fp8_promotion_overhead).
     if (!(system_.gpu.peak_dense_fp8_flops > 0))
       throw std::logic_error("CostModel: an FP8 GEMM on " + system_.gpu.name +
                              ", which has no FP8 peak (validation refuses parallel.fp8 there)");
-    const double eff = profile_.gemm_fp8_max_efficiency > 0 ? profile_.gemm_fp8_max_efficiency
-                                                            : profile_.gemm_max_efficiency;
-    return wave_time_s(m, n, k, batch, system_.gpu.peak_dense_fp8_flops * eff);
+    const double slowdown = split_accumulator ? 1.0 + fp8_promotion_overhead() : 1.0;
+    return wave_time_s(m, n, k, batch,
+                       system_.gpu.peak_dense_fp8_flops * fp8_efficiency() / slowdown);
   }
   if (!profile_.gemm_efficiency.empty()) {
     // Measured profile (trainsim calibrate): the GEMM rate of this shape is the peak times the
@@ -144,7 +171,7 @@ double CostModel::kernel_time_s(const KernelWork& k) const {
   switch (k.cls) {
     case KernelClass::Gemm:
       return std::max(gemm_compute_time_s(k.m, k.n, k.k, k.batch, gemm_role(k.name, k.batch),
-                                          k.fp8),
+                                          k.fp8, k.split_accumulator),
                       hbm_time_s(k.bytes)) +
              profile_.kernel_launch_overhead_s;
     case KernelClass::Attention:

@@ -77,8 +77,19 @@ class CostModel {
   static const char* memory_bound_class(const char* kernel_name);
   /// Compute part of a GEMM: wave-quantized tile time at gemm_max_efficiency (no launch); with
   /// a measured GEMM table, 2mnk batch / (peak x table efficiency of the shape and `role`).
+  /// An FP8 GEMM with `split_accumulator` runs its main loop at the FP8 rate divided by
+  /// 1 + fp8_promotion_overhead().
   double gemm_compute_time_s(double m, double n, double k, double batch = 1,
-                             const std::string& role = "", bool fp8 = false) const;
+                             const std::string& role = "", bool fp8 = false,
+                             bool split_accumulator = false) const;
+  /// Main-loop time an FP8 GEMM with the split accumulator adds, as a fraction of its main
+  /// loop: every gemm_fp8_promotion_interval_k k elements the kernel waits for its tensor-core
+  /// MMAs and adds their partial sums into the FP32 accumulator on the CUDA cores, one FADD per
+  /// output element of the tile (see cost_model.cpp). 0 without the profile value.
+  double fp8_promotion_overhead() const;
+  /// The FP8 GEMM main loop's fraction of the dense FP8 peak (gemm_fp8_max_efficiency, or
+  /// gemm_max_efficiency where the profile has none).
+  double fp8_efficiency() const;
   /// A fused (flash) attention kernel of `flops`: flops / (dense FP16/BF16 peak x the
   /// profile's flash efficiency, forward or backward), no launch. With the profile's table by
   /// shape (flash_attention_efficiency) and a `head_dim` and `seq_length` > 0, the table's

@@ -10,6 +10,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace trainsim {
 namespace {
@@ -269,7 +270,7 @@ namespace {
 
 struct CoreShape {
   double b, s, cp, T, Tsp, H, heads, groups, hd, P, Pkv, F, Vr, e, tp, mk, stats, mg;
-  bool fp8, current, swiglu, rope, hdrop, adrop, flash;
+  bool fp8, current, split_fprop, swiglu, rope, hdrop, adrop, flash;
   double window, microbatches;
 };
 
@@ -297,6 +298,7 @@ CoreShape core_shape_of(const OpDesc& op) {
   c.mg = f.main_grad_bytes ? double(f.main_grad_bytes) : kFp32Bytes;
   c.fp8 = f.fp8 != 0;
   c.current = f.fp8 == 2;
+  c.split_fprop = f.fp8_split_fprop;
   c.swiglu = f.swiglu;
   c.rope = f.rope;
   c.hdrop = f.hidden_dropout;
@@ -316,6 +318,14 @@ KernelWork core_gemm(const char* name, double m, double n, double k, const CoreS
   const double in = f8 ? 1.0 : c.e;
   w.bytes = (m * k + k * n) * in + m * n * (wgrad ? 2 * c.mg : c.e);
   w.fp8 = f8;
+  // Transformer Engine's FP8 recipes (v2.7 common/recipe/__init__.py, DelayedScaling and
+  // Float8CurrentScaling: fp8_gemm_fprop use_split_accumulator=False, fp8_gemm_dgrad and
+  // fp8_gemm_wgrad True; Float8BlockScaling: True for all three; module/base.py
+  // _2X_ACC_FPROP/_DGRAD/_WGRAD) set cuBLASLt's fast accumulation off (common/gemm/
+  // cublaslt_gemm.cu: fastAccuMode = use_split_accumulator ? 0 : 1) for the gradient GEMMs.
+  const std::string_view nm(name);
+  const bool gradient = nm.find("dgrad") != nm.npos || nm.find("wgrad") != nm.npos;
+  w.split_accumulator = f8 && (gradient || c.split_fprop);
   return w;
 }
 

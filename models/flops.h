@@ -40,6 +40,9 @@ struct KernelWork {
   double flops = 0;               ///< matmul FLOPs: 2*m*n*k*batch (0 for memory-bound)
   double bytes = 0;               ///< device-memory bytes read + written
   bool fp8 = false;               ///< GEMM with FP8 operands (Transformer Engine)
+  /// FP8 GEMM with the split accumulator (CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0): Transformer
+  /// Engine's dgrad and wgrad GEMMs (and the blockwise recipe's forward ones)
+  bool split_accumulator = false;
   bool backward = false;          ///< Attention: the backward kernel
   /// Attention: head dimension, and the keys a query block runs over (the sequence, or the
   /// sliding window, on this rank's context-parallel share), for the profile's rate by shape.

@@ -30,6 +30,7 @@ GpuSpec a100(double hbm_bytes, double hbm_bw_bytes_per_s, const char* name) {
   g.name = name;
   // NVIDIA A100 datasheet: 312 TFLOP/s dense FP16/BF16 tensor core.
   g.peak_dense_fp16_flops = 312e12;
+  g.peak_fp32_flops = 19.5e12;  // same datasheet: FP32 19.5 TFLOP/s (CUDA cores)
   g.hbm_bytes = hbm_bytes;
   g.hbm_bw_bytes_per_s = hbm_bw_bytes_per_s;
   // A100 datasheet: NVLink 600 GB/s per GPU, both directions together (12 links x 25 GB/s
@@ -87,6 +88,7 @@ SystemSpec dgx_h100() {
   g.peak_dense_fp16_flops = 989e12;
   // Same datasheet: 3,958 TFLOP/s FP8 tensor core with sparsity, 1,979 dense.
   g.peak_dense_fp8_flops = 1979e12;
+  g.peak_fp32_flops = 67e12;  // same datasheet: FP32 67 TFLOP/s (CUDA cores, SXM)
   g.hbm_bytes = 80 * kGiB;  // see the HBM capacity note above
   g.hbm_bw_bytes_per_s = 3350e9;
   g.nvlink_bw_bytes_per_s = 900e9 / 2;

@@ -13,6 +13,7 @@ struct GpuSpec {
   std::string name;                     ///< e.g. "A100-SXM4-80GB"
   double peak_dense_fp16_flops = 0;     ///< dense FP16/BF16 tensor-core FLOP/s
   double peak_dense_fp8_flops = 0;      ///< dense FP8 tensor-core FLOP/s (0: no FP8)
+  double peak_fp32_flops = 0;           ///< FP32 on the CUDA cores (FMA = 2 FLOPs), not tensor
   double hbm_bytes = 0;                 ///< device memory capacity
   double hbm_bw_bytes_per_s = 0;        ///< HBM bandwidth
   double nvlink_bw_bytes_per_s = 0;     ///< NVLink per GPU, per direction (datasheet total / 2)

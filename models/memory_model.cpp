@@ -40,6 +40,7 @@ ModelFeatures model_features(const Scenario& sc) {
   f.fp8 = p.fp8 == Fp8Format::None                                                   ? 0
           : p.fp8_recipe == Fp8Recipe::Tensorwise || p.fp8_recipe == Fp8Recipe::Blockwise ? 2
                                                                                        : 1;
+  f.fp8_split_fprop = p.fp8 != Fp8Format::None && p.fp8_recipe == Fp8Recipe::Blockwise;
   f.cp = p.context_parallel_size;
   f.microbatches = p.fp8 == Fp8Format::None ? 1 : p.num_microbatches;
   f.recompute_layernorm = (p.recompute_modules & kRecomputeLayernorm) != 0;

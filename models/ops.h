@@ -59,6 +59,9 @@ struct ModelFeatures {
   std::uint8_t attention = 0;     ///< AttentionBackend: 0 unfused, 1 fused, 2 flash
   std::int64_t window = 0;        ///< sliding window (keys back per query); 0 = full causal
   std::uint8_t fp8 = 0;           ///< 0 none; 1 FP8 with delayed scaling; 2 current scaling
+  /// FP8 forward GEMMs with the split accumulator too (the blockwise recipe); the backward
+  /// GEMMs of every Transformer Engine FP8 recipe have it (KernelWork::split_accumulator).
+  bool fp8_split_fprop = false;
   std::int64_t cp = 1;            ///< context-parallel size: this rank holds s / cp tokens
   /// Microbatches per iteration: Transformer Engine casts the weights to FP8 once per
   /// iteration (the first microbatch), so each microbatch's op carries 1 / microbatches of it.

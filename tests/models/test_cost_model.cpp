@@ -11,6 +11,7 @@
 
 #include "models/calibration.h"
 #include "models/flops.h"
+#include "models/hardware.h"
 #include "tests/support/paths.h"
 
 using trainsim::test_support::source_path;
@@ -107,6 +108,35 @@ TEST(CostModel, EachWaveStoresItsTilesInTheEpilogue) {
   CostModel measured(sys, p);
   EXPECT_LT(rel(measured.gemm_compute_time_s(256, 256, 256), 2.0 * 256 * 256 * 256 / (kPeak * 0.5)),
             1e-12);
+}
+
+TEST(CostModel, SplitAccumulatorFp8GemmsWaitForTheirPromotions) {
+  // H100 SXM datasheet: FP8 1979 TFLOP/s dense, FP32 67 TFLOP/s (an FMA counted twice, so
+  // 33.5e12 FADDs/s). Per promotion every 128 k elements a 256 x 128 tile does
+  // 2 x 256 x 128 x 128 FLOPs at 1979e12 x eff / 132 per SM, then 256 x 128 FADDs at
+  // 33.5e12 / 132 per SM: the main loop grows by their ratio.
+  const SystemSpec& sys = find_system("dgx-h100");
+  const CalibrationProfile p = default_calibration("H100-SXM5-80GB");
+  ASSERT_EQ(p.gemm_fp8_promotion_interval_k, 128);
+  const double eff = p.gemm_fp8_max_efficiency;
+  const double tile = 256.0 * 128;
+  const double mma_s = 2 * tile * 128 / (1979e12 * eff / 132);
+  const double fadd_s = tile / (67e12 / 2 / 132);
+  CostModel cm(sys, p);
+  EXPECT_NEAR(cm.fp8_promotion_overhead(), fadd_s / mma_s, 1e-12);
+  EXPECT_NEAR(cm.fp8_promotion_overhead(), 0.164, 0.001);
+  // The main loop is linear in k, the epilogue is not: t(2k) - t(k) is the main loop at k.
+  const double m = 8192, n = 4096, k = 4096;
+  const double fast = cm.gemm_compute_time_s(m, n, k, 1, "dgrad", true, false);
+  const double main_loop = cm.gemm_compute_time_s(m, n, 2 * k, 1, "dgrad", true, false) - fast;
+  const double split = cm.gemm_compute_time_s(m, n, k, 1, "dgrad", true, true);
+  EXPECT_NEAR(split - fast, main_loop * fadd_s / mma_s, 1e-12 * fast);
+  // Non-FP8 GEMMs and profiles without the interval are untouched.
+  EXPECT_EQ(cm.gemm_compute_time_s(m, n, k, 1, "dgrad", false, true),
+            cm.gemm_compute_time_s(m, n, k, 1, "dgrad", false, false));
+  CalibrationProfile none = p;
+  none.gemm_fp8_promotion_interval_k = 0;
+  EXPECT_EQ(CostModel(sys, none).gemm_compute_time_s(m, n, k, 1, "dgrad", true, true), fast);
 }
 
 TEST(CostModel, MemoryBoundKernelsAndSmallGemms) {
@@ -242,12 +272,13 @@ TEST(Calibration, DefaultsAreEmbeddedForEveryCatalogGpu) {
     EXPECT_GT(p.gemm_max_efficiency, 0.5);
     EXPECT_LE(p.gemm_max_efficiency, 1.0);
     // Every parameter of a shipped profile carries its source; the optional FP8 GEMM
-    // efficiency is absent exactly where the GPU has no FP8 tensor cores (A100).
+    // parameters are absent exactly where the GPU has no FP8 tensor cores (A100).
     const bool fp8 = std::string(gpu).rfind("H100", 0) == 0;
     for (const auto& name : calibration_parameter_names())
-      if (name != "gemm_fp8_max_efficiency" || fp8)
+      if (name.rfind("gemm_fp8_", 0) != 0 || fp8)
         EXPECT_FALSE(p.sources[name].empty()) << gpu << " " << name;
     EXPECT_EQ(p.gemm_fp8_max_efficiency > 0, fp8) << gpu;
+    EXPECT_EQ(p.gemm_fp8_promotion_interval_k > 0, fp8) << gpu;
   }
   EXPECT_EQ(default_calibration("A100-SXM4-80GB").sm_count, 108);
   EXPECT_EQ(default_calibration("H100-SXM5-80GB").sm_count, 132);

@@ -183,6 +183,33 @@ double moe_kernel_bytes(const ScheduleGraph& g, OpKind kind, const std::string& 
 // forward all-gather before them carries FP8, one byte per element; the backward builds the
 // transpose of the gathered input for the weight gradient, and its gathers keep the
 // activation's size. Llama 3 8B shapes at TP 4, micro batch 1, seq 8192: T = 8192, Tsp = 2048.
+TEST(ModernModels, Fp8GradientGemmsUseTheSplitAccumulator) {
+  // Transformer Engine v2.7 recipes: delayed and current (tensorwise) scaling accumulate the
+  // forward GEMMs fast and the dgrad / wgrad GEMMs split; blockwise splits all three. The
+  // output layer stays in bf16 (no FP8, no flag), as does everything without fp8.
+  for (const char* recipe : {"delayed", "tensorwise", "blockwise", ""}) {
+    const std::string par = std::string("micro_batch_size: 1, global_batch_size: 8, "
+                                        "precision: bf16") +
+                            (*recipe ? std::string(", fp8: hybrid, fp8_recipe: ") + recipe : "");
+    BuildOptions opt;
+    opt.fold = true;
+    const ScheduleGraph g =
+        build_schedule_graph(core(kLlama8b, par), find_system("dgx-h100"), opt);
+    std::map<std::string, bool> split;
+    for (const OpDesc& o : g.ops())
+      for (const KernelWork& k : op_kernels(o))
+        if (k.cls == KernelClass::Gemm) split[k.name] = k.split_accumulator;
+    const bool fp8 = *recipe != 0, all = std::string(recipe) == "blockwise";
+    for (const char* name : {"qkv_gemm", "proj_gemm", "fc1_gemm", "fc2_gemm"})
+      EXPECT_EQ(split.at(name), all) << recipe << " " << name;
+    for (const char* name : {"qkv_dgrad", "qkv_wgrad", "proj_dgrad", "proj_wgrad", "fc1_dgrad",
+                             "fc1_wgrad", "fc2_dgrad", "fc2_wgrad"})
+      EXPECT_EQ(split.at(name), fp8) << recipe << " " << name;
+    for (const char* name : {"logits_gemm", "logits_dgrad", "logits_wgrad"})
+      EXPECT_FALSE(split.at(name)) << recipe << " " << name;
+  }
+}
+
 TEST(ModernModels, Fp8SequenceParallelGathersFp8AndCastsTheLocalShard) {
   const double T = 8192, Tsp = T / 4, h = 4096;
   const std::string par = "tensor_model_parallel_size: 4, sequence_parallel: true, "
