@@ -318,11 +318,12 @@ KernelWork core_gemm(const char* name, double m, double n, double k, const CoreS
   const double in = f8 ? 1.0 : c.e;
   w.bytes = (m * k + k * n) * in + m * n * (wgrad ? 2 * c.mg : c.e);
   w.fp8 = f8;
-  // Transformer Engine's FP8 recipes (v2.7 common/recipe/__init__.py, DelayedScaling and
-  // Float8CurrentScaling: fp8_gemm_fprop use_split_accumulator=False, fp8_gemm_dgrad and
-  // fp8_gemm_wgrad True; Float8BlockScaling: True for all three; module/base.py
-  // _2X_ACC_FPROP/_DGRAD/_WGRAD) set cuBLASLt's fast accumulation off (common/gemm/
-  // cublaslt_gemm.cu: fastAccuMode = use_split_accumulator ? 0 : 1) for the gradient GEMMs.
+  // Transformer Engine's FP8 recipes set cuBLASLt's fast accumulation off for the gradient
+  // GEMMs (v2.7 and v2.9, the releases of the NeMo 25.09 and 25.11 containers:
+  // common/recipe/__init__.py, DelayedScaling and Float8CurrentScaling fp8_gemm_fprop
+  // use_split_accumulator=False, fp8_gemm_dgrad and fp8_gemm_wgrad True, Float8BlockScaling
+  // True for all three; module/base.py _2X_ACC_FPROP/_DGRAD/_WGRAD; common/gemm/
+  // cublaslt_gemm.cu: fastAccuMode = use_split_accumulator ? 0 : 1).
   const std::string_view nm(name);
   const bool gradient = nm.find("dgrad") != nm.npos || nm.find("wgrad") != nm.npos;
   w.split_accumulator = f8 && (gradient || c.split_fprop);
