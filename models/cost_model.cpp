@@ -148,6 +148,28 @@ double CostModel::attention_compute_time_s(double flops, bool backward, double h
   return flops / (system_.gpu.peak_dense_fp16_flops * (eff > 0 ? eff : profile_.gemm_max_efficiency));
 }
 
+double CostModel::overlapped_gemm_time_s(double gemm_s, const KernelWork& k) const {
+  if (!(k.overlap_comm_bytes > 0)) return gemm_s;
+  // Transformer Engine's userbuffers move the tensor-parallel traffic peer to peer over NVLink
+  // (the TP group is inside the node): each rank sends overlap_comm_bytes at its NVLink rate
+  // times the profile's NVLink efficiency, X. With the GEMM's pieces taking G in all (on the
+  // SMs the communication leaves: x SMs / (SMs - reserved)) and c pieces:
+  //  - ring exchange: each transfer beside one piece, the first (all-gather) or last
+  //    (reduce-scatter) piece alone: max(G, X + G / c);
+  //  - pipeline: each piece's reduce-scatter beside the next piece, the last one after the
+  //    GEMM: max(G + X / c, X + G / c);
+  //  - bulk (c = 0): the collective beside the whole GEMM: max(G, X).
+  const double comm_s =
+      k.overlap_comm_bytes / (system_.gpu.nvlink_bw_bytes_per_s * nvlink_efficiency());
+  const double sms = profile_.sm_count;
+  const double g = k.overlap_sms > 0 && k.overlap_sms < sms ? gemm_s * sms / (sms - k.overlap_sms)
+                                                             : gemm_s;
+  const double c = k.overlap_chunks;
+  if (!(c > 0)) return std::max(g, comm_s);
+  if (k.overlap_pipeline) return std::max(g + comm_s / c, comm_s + g / c);
+  return std::max(g, comm_s + g / c);
+}
+
 double CostModel::hbm_time_s(double bytes) const {
   return bytes / (system_.gpu.hbm_bw_bytes_per_s * profile_.hbm_efficiency);
 }
@@ -169,11 +191,17 @@ double CostModel::memory_bound_time_s(double bytes) const {
 
 double CostModel::kernel_time_s(const KernelWork& k) const {
   switch (k.cls) {
-    case KernelClass::Gemm:
-      return std::max(gemm_compute_time_s(k.m, k.n, k.k, k.batch, gemm_role(k.name, k.batch),
-                                          k.fp8, k.split_accumulator),
-                      hbm_time_s(k.bytes)) +
-             profile_.kernel_launch_overhead_s;
+    case KernelClass::Gemm: {
+      // A split GEMM (KernelWork::overlap_chunks) runs as that many GEMMs of m / chunks rows
+      // (the token rows; each piece has its own waves).
+      const double chunks = k.overlap_chunks > 0 ? k.overlap_chunks : 1.0;
+      const double gemm_s =
+          chunks * std::max(gemm_compute_time_s(k.m / chunks, k.n, k.k, k.batch,
+                                                gemm_role(k.name, k.batch), k.fp8,
+                                                k.split_accumulator),
+                            hbm_time_s(k.bytes / chunks));
+      return overlapped_gemm_time_s(gemm_s, k) + profile_.kernel_launch_overhead_s;
+    }
     case KernelClass::Attention:
       return std::max(attention_compute_time_s(k.flops, k.backward, k.head_dim, k.seq_length),
                       hbm_time_s(k.bytes)) +

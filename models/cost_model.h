@@ -102,6 +102,9 @@ class CostModel {
   /// Wave-quantized tile time of a GEMM at `rate` FLOP/s for a full wave of tiles, each wave
   /// followed by its epilogue (SMs x tile x 2 bytes stored at the HBM rate).
   double wave_time_s(double m, double n, double k, double batch, double rate) const;
+  /// A GEMM whose pieces take `gemm_s` with a tensor-parallel collective inside it
+  /// (KernelWork::overlap_*; see cost_model.cpp for the three methods); gemm_s when none.
+  double overlapped_gemm_time_s(double gemm_s, const KernelWork& k) const;
   /// bytes / (HBM bandwidth x hbm_efficiency), no launch overhead.
   double hbm_time_s(double bytes) const;
   /// CPU Adam over `params` parameters on the host share of one GPU (OptimizerStepCpu).

@@ -635,6 +635,50 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
 
 }  // namespace
 
+/// Transformer Engine's userbuffers overlap (parallel.tp_comm_overlap): every tensor-parallel
+/// collective of a dense block runs inside one of its GEMMs. TE's default methods (v2.9
+/// pytorch/module/base.py initialize_ub, get_default_config):
+///  - ring exchange, the GEMM in t pieces with each piece's peer-to-peer transfer (copy engines)
+///    beside the previous piece: qkv_fprop / fc1_fprop all-gather the input (FP8 under FP8),
+///    proj_dgrad / fc2_dgrad all-gather the output gradient (FP8 under FP8);
+///  - pipeline, the GEMM in 4 pieces on the SMs the reduce-scatter kernels (16) leave, each
+///    piece's reduce-scatter beside the next piece: proj_fprop / fc2_fprop; Megatron-Bridge's
+///    FP8 H100 configurations run these as ring exchanges too (src/megatron/bridge/training/
+///    comm_overlap.py userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192:
+///    RingExchangeOverlapCfg), parallel.tp_comm_overlap_rs_method: ring_exchange;
+///  - bulk, the collective beside the whole GEMM: qkv_dgrad / fc1_dgrad re-gather the saved
+///    input for the weight gradient (FP8 under FP8), qkv_wgrad / fc1_wgrad reduce-scatter the
+///    input gradient. Their SMs are not reserved (Megatron-Bridge's H100 configurations:
+///    BulkOverlapCfg set_sm_margin=False).
+/// Per rank each collective moves the other ranks' T - Tsp rows of an h-wide tensor.
+void tp_overlap(const CoreShape& c, bool rs_ring, std::vector<KernelWork>& out) {
+  const double rows = c.T - c.Tsp, quantized = c.fp8 ? 1.0 : c.e;
+  enum class Method { Ring, Pipeline, Bulk };
+  const Method rs = rs_ring ? Method::Ring : Method::Pipeline;
+  struct Pair {
+    const char* gemm;
+    double bytes_per_element;
+    Method method;
+  };
+  const Pair pairs[] = {
+      {"qkv_gemm", quantized, Method::Ring},   {"fc1_gemm", quantized, Method::Ring},
+      {"proj_gemm", c.e, rs},                  {"fc2_gemm", c.e, rs},
+      {"proj_dgrad", quantized, Method::Ring}, {"fc2_dgrad", quantized, Method::Ring},
+      {"qkv_dgrad", quantized, Method::Bulk},  {"fc1_dgrad", quantized, Method::Bulk},
+      {"qkv_wgrad", c.e, Method::Bulk},        {"fc1_wgrad", c.e, Method::Bulk}};
+  constexpr double kPipelineSplits = 4, kPipelineSms = 16;  // TE get_default_config
+  for (KernelWork& k : out)
+    for (const Pair& p : pairs) {
+      if (std::string_view(k.name) != p.gemm) continue;
+      k.overlap_comm_bytes = rows * c.H * p.bytes_per_element;
+      k.overlap_chunks = p.method == Method::Ring       ? c.tp
+                         : p.method == Method::Pipeline ? kPipelineSplits
+                                                        : 0;
+      k.overlap_pipeline = p.method == Method::Pipeline;
+      k.overlap_sms = p.method == Method::Pipeline ? kPipelineSms : 0;
+    }
+}
+
 std::vector<KernelWork> core_op_kernels(const OpDesc& op) {
   std::vector<KernelWork> out;
   const CoreShape c = core_shape_of(op);
@@ -655,6 +699,10 @@ std::vector<KernelWork> core_op_kernels(const OpDesc& op) {
     case OpKind::LogitsLossBwd: core_logits(c, false, out); break;
     default: break;
   }
+  const bool dense_block = op.kind == OpKind::AttnFwd || op.kind == OpKind::AttnBwd ||
+                           ((op.kind == OpKind::MlpFwd || op.kind == OpKind::MlpBwd) &&
+                            op.features.experts_local == 0);
+  if (op.features.tp_overlap && dense_block) tp_overlap(c, op.features.tp_overlap_rs_ring, out);
   return out;
 }
 

@@ -43,6 +43,16 @@ struct KernelWork {
   /// FP8 GEMM with the split accumulator (CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0): Transformer
   /// Engine's dgrad and wgrad GEMMs (and the blockwise recipe's forward ones)
   bool split_accumulator = false;
+  /// Transformer Engine's userbuffers overlap of a tensor-parallel all-gather or
+  /// reduce-scatter with this GEMM (CostModel::overlapped_gemm_time_s): the bytes this rank
+  /// sends over NVLink while the GEMM runs; the pieces the GEMM is split into (t for a ring
+  /// exchange, 4 for a pipelined reduce-scatter, 0 for a bulk overlap beside the whole GEMM);
+  /// whether the last piece's reduce-scatter follows the GEMM (pipeline); the SMs the
+  /// communication kernels reserve (the GEMM runs on the others).
+  double overlap_comm_bytes = 0;
+  double overlap_chunks = 0;
+  bool overlap_pipeline = false;
+  double overlap_sms = 0;
   bool backward = false;          ///< Attention: the backward kernel
   /// Attention: head dimension, and the keys a query block runs over (the sequence, or the
   /// sliding window, on this rank's context-parallel share), for the profile's rate by shape.

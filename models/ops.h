@@ -62,6 +62,13 @@ struct ModelFeatures {
   /// FP8 forward GEMMs with the split accumulator too (the blockwise recipe); the backward
   /// GEMMs of every Transformer Engine FP8 recipe have it (KernelWork::split_accumulator).
   bool fp8_split_fprop = false;
+  /// Transformer Engine's userbuffers overlap of the tensor-parallel collectives with the
+  /// dense layers' GEMMs (parallel.tp_comm_overlap with sequence parallelism):
+  /// KernelWork::overlap_comm_bytes.
+  bool tp_overlap = false;
+  /// ... with the forward reduce-scatters (proj, fc2) as ring exchanges instead of TE's
+  /// default pipelined ones (parallel.tp_comm_overlap_rs_method).
+  bool tp_overlap_rs_ring = false;
   std::int64_t cp = 1;            ///< context-parallel size: this rank holds s / cp tokens
   /// Microbatches per iteration: Transformer Engine casts the weights to FP8 once per
   /// iteration (the first microbatch), so each microbatch's op carries 1 / microbatches of it.

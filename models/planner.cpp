@@ -340,6 +340,12 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                         // The scenario's recompute_modules apply to its selective candidates.
                         if (rc != Recompute::Selective) set("parallel.recompute_modules", "null");
                         set("parallel.sequence_parallel", sp ? "true" : "false");
+                        // The scenario's TP communication overlap applies where it can
+                        // (sequence parallelism on; Megatron-LM refuses it otherwise).
+                        if (base.parallel.tp_comm_overlap && !(sp && tp > 1)) {
+                          set("parallel.tp_comm_overlap", "false");
+                          set("parallel.tp_comm_overlap_rs_method", "null");
+                        }
                         set("parallel.use_distributed_optimizer", distopt ? "true" : "false");
                         set("deepspeed.zero_optimization.stage", std::to_string(zero));
                         set("deepspeed.zero_optimization.offload_optimizer."

@@ -64,7 +64,8 @@ const std::vector<std::string>& leaf_paths() {
       "parallel.decoder_last_pipeline_num_layers",
       "parallel.account_for_embedding_in_pipeline_split",
       "parallel.account_for_loss_in_pipeline_split", "parallel.use_distributed_optimizer",
-      "parallel.overlap_param_gather", "parallel.use_megatron_fsdp", "parallel.use_torch_fsdp2",
+      "parallel.overlap_param_gather", "parallel.tp_comm_overlap",
+      "parallel.tp_comm_overlap_rs_method", "parallel.use_megatron_fsdp", "parallel.use_torch_fsdp2",
       "parallel.fsdp_sharding_group_size", "parallel.fp8", "parallel.fp8_recipe", "parallel.fp8_param_gather",
       "parallel.grad_reduce_in_fp32",
       // DeepSpeed config keys
@@ -900,6 +901,13 @@ void read_parallel_core(const Reader& r, ParallelConfig& p) {
       r.get_bool(f + "account_for_loss_in_pipeline_split").value_or(false);
   p.use_distributed_optimizer = r.get_bool(f + "use_distributed_optimizer").value_or(false);
   p.overlap_param_gather = r.get_bool(f + "overlap_param_gather").value_or(false);
+  p.tp_comm_overlap = r.get_bool(f + "tp_comm_overlap").value_or(false);
+  if (auto m = r.get_enum(f + "tp_comm_overlap_rs_method", {"pipeline", "ring_exchange"})) {
+    p.tp_comm_overlap_rs_ring = *m == 1;
+    if (!p.tp_comm_overlap)
+      r.fail(f + "tp_comm_overlap_rs_method", r.at(f + "tp_comm_overlap_rs_method"),
+             "is set, but parallel.tp_comm_overlap is not");
+  }
   p.use_megatron_fsdp = r.get_bool(f + "use_megatron_fsdp").value_or(false);
   p.use_torch_fsdp2 = r.get_bool(f + "use_torch_fsdp2").value_or(false);
   p.fsdp_sharding_group_size = r.get_int(f + "fsdp_sharding_group_size", 1, false).value_or(0);
@@ -1269,6 +1277,10 @@ void check_tp_and_batch(Scenario& s, const Fail& fail) {
          kv("model.num_query_groups", m.num_query_groups));
   if (m.num_query_groups % tp != 0)
     fail(kv("model.num_query_groups", m.num_query_groups) + " is not divisible by " + tps);
+  if (p.tp_comm_overlap && !p.sequence_parallel)
+    fail("parallel.tp_comm_overlap (true) needs parallel.sequence_parallel: true (Megatron-LM "
+         "arguments.py: the tensor-parallel communication/GEMM overlap happens only with "
+         "sequence parallelism)");
   if (p.sequence_parallel) {
     if (tp == 1)
       fail("parallel.sequence_parallel (true) needs " + tps +
@@ -1448,6 +1460,7 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {p.context_parallel_size > 1, kv("parallel.context_parallel_size", p.context_parallel_size)},
       {p.fp8 != Fp8Format::None, std::string("parallel.fp8 (") + to_string(p.fp8) + ")"},
       {p.use_distributed_optimizer, "parallel.use_distributed_optimizer (true)"},
+      {p.tp_comm_overlap, "parallel.tp_comm_overlap (true)"},
       {p.uses_fsdp(), "FSDP (parallel.use_megatron_fsdp / use_torch_fsdp2)"},
       {p.recompute_modules != 0 && p.recompute_modules != kRecomputeCoreAttn,
        "parallel.recompute_modules (layernorm / moe_act)"},

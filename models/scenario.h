@@ -132,6 +132,13 @@ struct ParallelConfig {
   bool account_for_loss_in_pipeline_split = false;
   bool use_distributed_optimizer = false;
   bool overlap_param_gather = false;
+  /// Transformer Engine's userbuffers overlap of the tensor-parallel all-gathers and
+  /// reduce-scatters with the GEMMs of the dense layers (Megatron --tp-comm-overlap).
+  bool tp_comm_overlap = false;
+  /// How that overlap runs the forward reduce-scatters after proj and fc2: false = pipelined
+  /// (Transformer Engine's default), true = ring exchange (Megatron-Bridge's FP8 H100
+  /// configurations). Scenario key tp_comm_overlap_rs_method: pipeline | ring_exchange.
+  bool tp_comm_overlap_rs_ring = false;
   bool use_megatron_fsdp = false;
   bool use_torch_fsdp2 = false;
   /// FSDP sharding group (the Megatron-Bridge table's fsdp column); filled with dp x cp.

@@ -54,6 +54,10 @@ struct ModelDims {
   /// expert_tensor_parallel_size 1 and no shared expert (a dense MLP with its own gathers)
   /// the block has no tensor-parallel collective.
   bool moe_block_local = false;
+  /// Transformer Engine's userbuffers overlap (parallel.tp_comm_overlap): the all-gathers and
+  /// reduce-scatters of a dense block run inside its GEMMs (models/flops.cpp
+  /// tp_overlap_bytes), so the pass emits no collective task for them.
+  bool tp_overlap = false;
 };
 
 /// Match ids, shared by all ranks of one graph: the k-th collective any member issues on a

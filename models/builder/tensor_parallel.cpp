@@ -32,6 +32,11 @@ bool TensorParallelPass::local_moe_block(Part part, std::uint16_t layer) const {
          dims_.moe_layer(layer);
 }
 
+bool TensorParallelPass::overlapped_block(Part part, std::uint16_t layer) const {
+  return dims_.tp_overlap && layer != kNoIndex &&
+         (part == Part::Attn || (part == Part::Mlp && !dims_.moe_layer(layer)));
+}
+
 TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Phase phase,
                                          Part part, std::uint16_t mb, std::uint16_t layer) const {
   ctx.last_compute = ctx.collective(op, ctx.tp_group, StreamId::TpComm, phase, part, mb, layer,
@@ -41,7 +46,7 @@ TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Pha
 
 void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
                                       std::uint16_t layer) const {
-  if (!dims_.sp || local_moe_block(part, layer)) return;
+  if (!dims_.sp || local_moe_block(part, layer) || overlapped_block(part, layer)) return;
   const bool fp8 = dims_.fp8_input_gather && phase == Phase::Forward &&
                    (part == Part::Attn || (part == Part::Mlp && !dims_.moe_layer(layer)));
   tp_collective(ctx, fp8 ? all_gather_fp8_ : all_gather_, phase, part, mb, layer);
@@ -49,7 +54,7 @@ void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, 
 
 void TensorParallelPass::after_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
                                      std::uint16_t layer) const {
-  if (dims_.t > 1 && !local_moe_block(part, layer))
+  if (dims_.t > 1 && !local_moe_block(part, layer) && !overlapped_block(part, layer))
     tp_collective(ctx, dims_.sp ? reduce_scatter_ : all_reduce_, phase, part, mb, layer);
 }
 

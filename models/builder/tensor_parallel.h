@@ -20,7 +20,10 @@
 //    receives 1/t of the activation and all-gathers the slices over NVLink
 //    (gather_split_1d_tensor).
 // All of them are synchronous with compute: each waits for the compute path and becomes its
-// new tail (RankContext::last_compute).
+// new tail (RankContext::last_compute). With Transformer Engine's userbuffers overlap
+// (parallel.tp_comm_overlap) a dense block's gathers and reduce-scatters run inside its GEMMs
+// instead (ModelDims::tp_overlap; the GEMM kernels carry the bytes, models/flops.cpp), and
+// the pass emits none for the attention and dense MLP blocks.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +55,9 @@ class TensorParallelPass {
   /// An MoE layer's MLP block that needs no tensor-parallel collective
   /// (ModelDims::moe_block_local).
   bool local_moe_block(Part part, std::uint16_t layer) const;
+  /// A block whose collectives run inside its GEMMs (ModelDims::tp_overlap): attention, and
+  /// the MLP of a dense layer.
+  bool overlapped_block(Part part, std::uint16_t layer) const;
   const ModelDims& dims_;  ///< GraphBuild's, which outlives the pass
   std::uint32_t all_reduce_ = 0, all_gather_ = 0, reduce_scatter_ = 0, cross_entropy_ = 0;
   /// The FP8 all-gather of a dense column-parallel input (ModelDims::fp8_input_gather).

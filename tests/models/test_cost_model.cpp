@@ -139,6 +139,39 @@ TEST(CostModel, SplitAccumulatorFp8GemmsWaitForTheirPromotions) {
   EXPECT_EQ(CostModel(sys, none).gemm_compute_time_s(m, n, k, 1, "dgrad", true, true), fast);
 }
 
+TEST(CostModel, OverlappedTensorParallelGemms) {
+  // H100: NVLink 450 GB/s per direction x the profile's efficiency carries the bytes a rank
+  // sends; the GEMM's pieces G (pieces of m / c rows each, with their own waves).
+  const SystemSpec& sys = find_system("dgx-h100");
+  const CalibrationProfile p = default_calibration("H100-SXM5-80GB");
+  CostModel cm(sys, p);
+  const double link = 450e9 * p.nvlink_efficiency, launch = p.kernel_launch_overhead_s;
+  KernelWork k;
+  k.name = "qkv_gemm";
+  k.cls = KernelClass::Gemm;
+  k.m = 8192;
+  k.n = 1536;
+  k.k = 4096;
+  k.fp8 = true;
+  const double G = 4 * cm.gemm_compute_time_s(2048, 1536, 4096, 1, "fwd", true);
+  for (double X : {0.1 * G, 3 * G}) {  // GEMM-bound, then communication-bound
+    k.overlap_comm_bytes = X * link;
+    k.overlap_chunks = 4;  // ring exchange: max(G, X + G / 4)
+    k.overlap_pipeline = false;
+    k.overlap_sms = 0;
+    EXPECT_NEAR(cm.kernel_time_s(k), std::max(G, X + G / 4) + launch, 1e-12) << X;
+    k.overlap_pipeline = true;  // pipelined reduce-scatter on 132 - 16 SMs
+    k.overlap_sms = 16;
+    const double Gp = G * 132 / 116;
+    EXPECT_NEAR(cm.kernel_time_s(k), std::max(Gp + X / 4, X + Gp / 4) + launch, 1e-12) << X;
+    k.overlap_chunks = 0;  // bulk: the unsplit GEMM beside the collective
+    k.overlap_pipeline = false;
+    k.overlap_sms = 0;
+    const double whole = cm.gemm_compute_time_s(8192, 1536, 4096, 1, "fwd", true);
+    EXPECT_NEAR(cm.kernel_time_s(k), std::max(whole, X) + launch, 1e-12) << X;
+  }
+}
+
 TEST(CostModel, MemoryBoundKernelsAndSmallGemms) {
   CostModel cm(a100(), round_profile());
   const double bw = 2039e9 * 0.5;

@@ -210,6 +210,65 @@ TEST(ModernModels, Fp8GradientGemmsUseTheSplitAccumulator) {
   }
 }
 
+TEST(ModernModels, TpCommOverlapRunsTheDenseBlocksCollectivesInsideTheirGemms) {
+  // Llama 3 8B shape, TP 4 with sequence parallelism, FP8: T = 8192 tokens, each rank holds
+  // Tsp = 2048 and receives (or sends) the other T - Tsp = 6144 rows of h = 4096 per collective.
+  const double T = 8192, h = 4096, rows = T - T / 4;
+  const std::string par = "tensor_model_parallel_size: 4, sequence_parallel: true, "
+                          "micro_batch_size: 1, global_batch_size: 8, precision: bf16, "
+                          "fp8: hybrid, fp8_recipe: tensorwise, tp_comm_overlap: true";
+  BuildOptions opt;
+  opt.fold = true;
+  for (const char* rs : {"pipeline", "ring_exchange"}) {
+    const ScheduleGraph g =
+        build_schedule_graph(core(kLlama8b, par + ", tp_comm_overlap_rs_method: " + rs),
+                             find_system("dgx-h100"), opt);
+    const bool ring_rs = std::string(rs) == "ring_exchange";
+    std::map<std::string, KernelWork> gemm;
+    for (const OpDesc& o : g.ops())
+      for (const KernelWork& k : op_kernels(o))
+        if (k.cls == KernelClass::Gemm) gemm[k.name] = k;
+    struct Want {
+      const char* name;
+      double bytes, chunks;
+      bool pipeline;
+      double sms;
+    };
+    const Want want[] = {
+        {"qkv_gemm", rows * h * 1, 4, false, 0},  // FP8 input, ring exchange
+        {"fc1_gemm", rows * h * 1, 4, false, 0},
+        {"proj_gemm", rows * h * 2, 4, !ring_rs, ring_rs ? 0.0 : 16.0},  // BF16 output
+        {"fc2_gemm", rows * h * 2, 4, !ring_rs, ring_rs ? 0.0 : 16.0},
+        {"proj_dgrad", rows * h * 1, 4, false, 0},  // FP8 output gradient
+        {"fc2_dgrad", rows * h * 1, 4, false, 0},
+        {"qkv_dgrad", rows * h * 1, 0, false, 0},  // bulk: the saved input re-gathered
+        {"fc1_dgrad", rows * h * 1, 0, false, 0},
+        {"qkv_wgrad", rows * h * 2, 0, false, 0},  // bulk: the input gradient scattered
+        {"fc1_wgrad", rows * h * 2, 0, false, 0},
+        {"proj_wgrad", 0, 0, false, 0},
+        {"fc2_wgrad", 0, 0, false, 0},
+        {"logits_gemm", 0, 0, false, 0}};
+    for (const Want& w : want) {
+      const KernelWork& k = gemm.at(w.name);
+      EXPECT_DOUBLE_EQ(k.overlap_comm_bytes, w.bytes) << rs << " " << w.name;
+      EXPECT_DOUBLE_EQ(k.overlap_chunks, w.chunks) << rs << " " << w.name;
+      EXPECT_EQ(k.overlap_pipeline, w.pipeline) << rs << " " << w.name;
+      EXPECT_DOUBLE_EQ(k.overlap_sms, w.sms) << rs << " " << w.name;
+    }
+    // No tensor-parallel collective is left around the attention and MLP blocks; the output
+    // layer keeps its gather and its cross-entropy all-reduce.
+    int layer_collectives = 0, logits_collectives = 0;
+    for (const Task& t : g.tasks()) {
+      const OpDesc& o = g.ops()[t.op];
+      if (o.group != GroupKind::Tensor) continue;
+      if (t.layer != kNoIndex) ++layer_collectives;
+      if (t.part == Part::Logits) ++logits_collectives;
+    }
+    EXPECT_EQ(layer_collectives, 0) << rs;
+    EXPECT_GT(logits_collectives, 0) << rs;
+  }
+}
+
 TEST(ModernModels, Fp8SequenceParallelGathersFp8AndCastsTheLocalShard) {
   const double T = 8192, Tsp = T / 4, h = 4096;
   const std::string par = "tensor_model_parallel_size: 4, sequence_parallel: true, "
@@ -561,7 +620,20 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
        "module 'mlp' is a Megatron-Core recompute module that trainsim does not model yet"},
       {base, "recompute_granularity: selective, recompute_modules: moe_act, "
        "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
-       "expected a list of module names"}};
+       "expected a list of module names"},
+      {base, "tensor_model_parallel_size: 2, tp_comm_overlap: true, micro_batch_size: 1, "
+       "global_batch_size: 8", "dgx-h100",
+       "parallel.tp_comm_overlap (true) needs parallel.sequence_parallel: true"},
+      {base, "tensor_model_parallel_size: 2, sequence_parallel: true, tp_comm_overlap: yes2, "
+       "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "field 'parallel.tp_comm_overlap' = 'yes2'"},
+      {base, "tensor_model_parallel_size: 2, sequence_parallel: true, tp_comm_overlap: true, "
+       "tp_comm_overlap_rs_method: bulk, micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "field 'parallel.tp_comm_overlap_rs_method' = 'bulk': expected one of: pipeline, "
+       "ring_exchange"},
+      {base, "tensor_model_parallel_size: 2, sequence_parallel: true, "
+       "tp_comm_overlap_rs_method: ring_exchange, micro_batch_size: 1, global_batch_size: 8",
+       "dgx-h100", "is set, but parallel.tp_comm_overlap is not"}};
   for (const Case& c : cases) {
     const std::string path =
         dir.write("s.yaml", "runtime: megatron-core\nmodel: {" + c.model + "}\nparallel: {" +
@@ -588,7 +660,10 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
        "model.swiglu (true) needs `runtime: megatron-core`"},
       {"model: {" + base + "}\nparallel: {micro_batch_size: 1, global_batch_size: 8, "
        "recompute_granularity: selective, recompute_modules: [core_attn, layernorm]}\n",
-       "parallel.recompute_modules (layernorm / moe_act) needs `runtime: megatron-core`"}};
+       "parallel.recompute_modules (layernorm / moe_act) needs `runtime: megatron-core`"},
+      {"model: {" + base + "}\nparallel: {tensor_model_parallel_size: 2, sequence_parallel: "
+       "true, tp_comm_overlap: true, micro_batch_size: 1, global_batch_size: 8}\n",
+       "parallel.tp_comm_overlap (true) needs `runtime: megatron-core`"}};
   for (const auto& [yaml, expect] : whole) {
     const std::string path =
         dir.write("s.yaml", yaml + "cluster: {system: dgx-h100, nodes: 1}\n");
