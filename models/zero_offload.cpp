@@ -87,6 +87,31 @@ int communicators_of_rank(const Scenario& sc, std::int64_t pp_stage) {
   return n;
 }
 
+/// Transformer Engine's userbuffers (parallel.tp_comm_overlap): one registered buffer per
+/// overlapped GEMM of a layer, allocated once. Megatron-Core (megatron/training/initialize.py
+/// _initialize_tp_communicators) gives TE (v2.9 pytorch/module/base.py initialize_ub) the shape
+/// [seq_length x micro_batch_size / context_parallel_size, hidden_size]; the twelve buffers
+/// (qkv/proj/fc1/fc2 x fprop/dgrad/wgrad) are 1 byte per element under FP8 for the eight
+/// all-gather ones (layers_all_gather_overlap: qkv_fprop, qkv_dgrad, proj_dgrad, proj_wgrad,
+/// fc1_fprop, fc1_dgrad, fc2_dgrad, fc2_wgrad), the training precision otherwise; a ring
+/// exchange reduce-scatter (proj_fprop / fc2_fprop with tp_comm_overlap_rs_method ring_exchange)
+/// holds 2t - 1 chunks of 1/t of it (common/comm_gemm_overlap/comm_gemm_overlap.cpp
+/// CommOverlapP2PBase).
+std::int64_t userbuffers_bytes(const Scenario& sc) {
+  const auto& p = sc.parallel;
+  if (sc.runtime != Runtime::MegatronCore || !p.tp_comm_overlap || !p.sequence_parallel ||
+      p.tensor_model_parallel_size < 2)
+    return 0;
+  const std::int64_t t = p.tensor_model_parallel_size;
+  const std::int64_t elements = sc.model.seq_length * p.micro_batch_size /
+                                p.context_parallel_size * sc.model.hidden_size;
+  const std::int64_t e = precision_bytes(p.precision);
+  const std::int64_t gather = p.fp8 != Fp8Format::None ? 1 : e;
+  const std::int64_t rs_fprop =
+      p.tp_comm_overlap_rs_ring ? elements / t * (2 * t - 1) * e : elements * e;
+  return 8 * elements * gather + 2 * rs_fprop + 2 * elements * e;
+}
+
 RankStateBytes rank_state_bytes(const Scenario& sc, const CalibrationProfile& profile,
                                 std::int64_t pp_stage) {
   const std::int64_t params = params_per_rank(sc, pp_stage);
@@ -123,8 +148,10 @@ RankStateBytes rank_state_bytes(const Scenario& sc, const CalibrationProfile& pr
     // pinned host memory.
     g[int(MemCategory::Gradients)] = gpu * 4;
   g[int(MemCategory::OptimizerStates)] = (stage == 0 ? params : gpu) * 12;
-  g[int(MemCategory::CommBuffers)] = static_cast<std::int64_t>(
-      communicators_of_rank(sc, pp_stage) * profile.nccl_buffer_bytes_per_communicator);
+  g[int(MemCategory::CommBuffers)] =
+      static_cast<std::int64_t>(communicators_of_rank(sc, pp_stage) *
+                                profile.nccl_buffer_bytes_per_communicator) +
+      userbuffers_bytes(sc);
   g[int(MemCategory::Framework)] = static_cast<std::int64_t>(profile.framework_overhead_bytes);
   // Host: fp32 master/momentum/variance (12 B) and the fp32 gradient buffer (4 B, pinned) of
   // the CPU-stepped part.

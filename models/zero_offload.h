@@ -86,6 +86,9 @@ std::int64_t offload_staging_bytes(const Scenario& sc, std::int64_t pp_stage);
 /// Communicators a rank at `pp_stage` belongs to (TP if tp > 1, DP if dp > 1, pipeline
 /// neighbours if pp > 1, the tied-embedding group on the first and last stage).
 int communicators_of_rank(const Scenario& sc, std::int64_t pp_stage);
+/// GPU bytes of Transformer Engine's userbuffers when the scenario overlaps its
+/// tensor-parallel communication (parallel.tp_comm_overlap), else 0 (zero_offload.cpp).
+std::int64_t userbuffers_bytes(const Scenario& sc);
 
 /// Memory a rank holds before the iteration starts (model states, NCCL buffers, framework), on
 /// the GPU and in host memory (its share of the node's host memory).

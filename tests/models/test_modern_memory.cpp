@@ -99,5 +99,29 @@ TEST(ModernMemory, Llama8bTp2Pp2Fp8MatchesClosedForm) {
   expect_peak({32, 4096, 32, 8, 128, 14336, 128256, 8192, 2, 2, 2, 2, 1, 8, true}, "");
 }
 
+// Transformer Engine's userbuffers (tp_comm_overlap) for the 70B layout: 12 buffers of
+// [s b / cp, h] = 8192 x 8192 elements, the 8 all-gather ones in FP8, the reduce-scatter ones
+// in bf16, a ring-exchange reduce-scatter holding 2t - 1 = 7 quarter-chunks.
+TEST(ModernMemory, UserbuffersOfTheTpCommOverlap) {
+  const Dense m{80, 8192, 64, 8, 128, 28672, 128256, 8192, 1, 4, 8, 2, 5, 64, true};
+  const std::string vpl = "num_layers_per_virtual_pipeline_stage: 2, ";
+  const double elements = 8192.0 * 8192, MiB = 1 << 20;
+  EXPECT_EQ(userbuffers_bytes(scenario(m, vpl, true)), 0);  // no overlap asked for
+  Scenario sc = scenario(m, vpl, true);
+  sc.parallel.tp_comm_overlap = true;
+  EXPECT_EQ(userbuffers_bytes(sc), 8 * elements + 2 * elements * 2 + 2 * elements * 2);
+  sc.parallel.tp_comm_overlap_rs_ring = true;
+  EXPECT_EQ(userbuffers_bytes(sc), 8 * elements + 2 * (elements / 4 * 7 * 2) + 2 * elements * 2);
+  EXPECT_EQ(userbuffers_bytes(sc) / MiB, 1216);
+  Scenario bf16 = scenario(m, vpl, false);
+  bf16.parallel.tp_comm_overlap = true;
+  EXPECT_EQ(userbuffers_bytes(bf16), 12 * elements * 2);
+  // They sit in the rank's communication buffers from the start.
+  const CalibrationProfile prof = default_calibration("H100-SXM5-80GB");
+  EXPECT_EQ(rank_state_bytes(sc, prof, 0).gpu[int(MemCategory::CommBuffers)] -
+                rank_state_bytes(scenario(m, vpl, true), prof, 0).gpu[int(MemCategory::CommBuffers)],
+            userbuffers_bytes(sc));
+}
+
 }  // namespace
 }  // namespace trainsim
