@@ -334,6 +334,7 @@ class RankProgram {
   void output_backward(const StepAt& s) {
     const std::int64_t logits = logits_activation_bytes(ctx_.scenario());
     const std::int64_t grad = logits_gradient_bytes(ctx_.scenario());
+    tp_.before_output_backward(ctx_, s.mb);  // the input, re-gathered for the weight gradient
     unit_block(ops_.logits_bwd, Phase::Backward, Part::Logits, s, UnitKind::Output,
                {{grad, MemCategory::Activations},
                 {-logits - grad, MemCategory::Activations, true}});

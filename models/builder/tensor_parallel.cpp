@@ -25,6 +25,8 @@ TensorParallelPass::TensorParallelPass(ScheduleGraph& graph, const ModelDims& d)
   // One byte per element of the activation.
   if (d.fp8_input_gather)
     all_gather_fp8_ = graph.add_op(tp_op(d, OpKind::AllGather, d.act_bytes / d.e));
+  else if (d.sp)
+    all_gather_bwd_ = graph.add_op(tp_op(d, OpKind::AllGather, 2 * d.act_bytes));
 }
 
 bool TensorParallelPass::local_moe_block(Part part, std::uint16_t layer) const {
@@ -47,9 +49,16 @@ TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Pha
 void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
                                       std::uint16_t layer) const {
   if (!dims_.sp || local_moe_block(part, layer) || overlapped_block(part, layer)) return;
-  const bool fp8 = dims_.fp8_input_gather && phase == Phase::Forward &&
-                   (part == Part::Attn || (part == Part::Mlp && !dims_.moe_layer(layer)));
-  tp_collective(ctx, fp8 ? all_gather_fp8_ : all_gather_, phase, part, mb, layer);
+  const bool dense = part == Part::Attn || (part == Part::Mlp && !dims_.moe_layer(layer));
+  std::uint32_t op = all_gather_;
+  if (dense && dims_.fp8_input_gather && phase == Phase::Forward) op = all_gather_fp8_;
+  // The backward's two gathers: FP8 (one activation's bytes, all_gather_) or not (two).
+  if (dense && !dims_.fp8_input_gather && phase == Phase::Backward) op = all_gather_bwd_;
+  tp_collective(ctx, op, phase, part, mb, layer);
+}
+
+void TensorParallelPass::before_output_backward(RankContext& ctx, std::uint16_t mb) const {
+  if (dims_.sp) tp_collective(ctx, all_gather_, Phase::Backward, Part::Logits, mb, kNoIndex);
 }
 
 void TensorParallelPass::after_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,

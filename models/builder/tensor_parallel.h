@@ -9,11 +9,16 @@
 //    vocab-parallel cross entropy (Megatron tensor_parallel/cross_entropy.py) all-reduces the
 //    per-token max, sum of exponentials and target logit (fp32, 3 b s elements); the logits
 //    backward reduces the input gradient (all-reduce, reduce-scatter with SP).
+//    A block's backward gathers twice before its reduce-scatter: the output gradient (the
+//    forward reduce-scatter's adjoint) and, for the weight gradient, the input it kept only
+//    as its sequence shard (Megatron-Core tensor_parallel/layers.py
+//    LinearWithGradAccumulationAndAsyncCommunication.backward: all_gather of `input` when
+//    sequence_parallel; TE's layers likewise): one gather task of both, 2 activations. The
+//    output layer's backward re-gathers its input before the logits' weight gradient too.
 //    Under FP8 (Transformer Engine, megatron-core runtime) the forward gather of a dense
 //    layer's QKV and fc1 input carries FP8, one byte per element (ModelDims::
-//    fp8_input_gather); the backward's gathers stay at the activation's size (TE gathers the
-//    output gradient and re-gathers the saved input for the weight gradient, both FP8: the
-//    same bytes as one gather of the activation).
+//    fp8_input_gather), and the backward's two gathers are FP8 as well: the bytes of one
+//    activation.
 //    An MoE layer's MLP block with expert_tensor_parallel_size 1 and no shared expert has
 //    neither (ModelDims::moe_block_local): its tokens stay on the rank.
 //  - Pipeline input: with the scatter/gather optimization (SC'21 Sec. 4.1) each TP rank
@@ -46,6 +51,9 @@ class TensorParallelPass {
                    std::uint16_t layer) const;
   /// After the logits forward: the vocab-parallel cross entropy's all-reduce (t > 1).
   void after_loss(RankContext& ctx, std::uint16_t mb) const;
+  /// Before the output layer's backward: the re-gather of its sequence-parallel input for the
+  /// logits' weight gradient (SP).
+  void before_output_backward(RankContext& ctx, std::uint16_t mb) const;
   /// After a pipeline receive: the scatter/gather all-gather of the t slices.
   void after_receive(RankContext& ctx, Phase phase, std::uint16_t mb) const;
 
@@ -62,6 +70,8 @@ class TensorParallelPass {
   std::uint32_t all_reduce_ = 0, all_gather_ = 0, reduce_scatter_ = 0, cross_entropy_ = 0;
   /// The FP8 all-gather of a dense column-parallel input (ModelDims::fp8_input_gather).
   std::uint32_t all_gather_fp8_ = 0;
+  /// A block's backward gathers (output gradient and input) in the training precision.
+  std::uint32_t all_gather_bwd_ = 0;
 };
 
 }  // namespace trainsim::builder

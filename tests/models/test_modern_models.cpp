@@ -304,16 +304,26 @@ TEST(ModernModels, Fp8SequenceParallelGathersFp8AndCastsTheLocalShard) {
   }
   EXPECT_GT(fwd, 0);
   EXPECT_GT(bwd, 0);
-  // Without FP8: every gather at 2 bytes per element, casts absent.
+  // Without FP8: every gather at 2 bytes per element; a block's backward gathers the output
+  // gradient and re-gathers the input for the weight gradient (Megatron-Core layers.py
+  // LinearWithGradAccumulationAndAsyncCommunication.backward): two activations. The output
+  // layer re-gathers its input once per microbatch in the backward.
   const Scenario bf16 = core(kLlama8b, "tensor_model_parallel_size: 4, sequence_parallel: true, "
                                        "micro_batch_size: 1, global_batch_size: 8, "
                                        "precision: bf16");
   const ScheduleGraph gb = build_schedule_graph(bf16, find_system("dgx-h100"), opt);
+  int logits_bwd = 0;
   for (const Task& t : gb.tasks()) {
     const OpDesc& o = gb.ops()[t.op];
-    if (o.kind == OpKind::AllGather && o.group == GroupKind::Tensor && t.layer != kNoIndex)
+    if (o.kind != OpKind::AllGather || o.group != GroupKind::Tensor) continue;
+    if (t.layer != kNoIndex)
+      EXPECT_EQ(o.bytes, std::int64_t((t.phase == Phase::Backward ? 2 : 1) * 2 * T * h));
+    else if (t.part == Part::Logits && t.phase == Phase::Backward && t.rank == 0) {
+      ++logits_bwd;
       EXPECT_EQ(o.bytes, std::int64_t(2 * T * h));
+    }
   }
+  EXPECT_EQ(logits_bwd, bf16.parallel.num_microbatches);  // one per microbatch
 }
 
 // Under sequence parallelism an MoE layer keeps its tokens on the rank: the router and the
