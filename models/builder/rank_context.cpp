@@ -24,6 +24,7 @@ ModelDims::ModelDims(const Scenario& sc) {
   act_bytes = s * b * h * e / cp;  // this rank's s / cp tokens
   fp8_input_gather =
       sp && sc.runtime == Runtime::MegatronCore && p.fp8 != Fp8Format::None;
+  fp8_amax_reduce = fp8_input_gather && p.fp8_recipe == Fp8Recipe::Tensorwise;
   moe = sc.model.is_moe();
   moe_layer_freq = std::max<std::int64_t>(sc.model.moe_layer_freq, 1);
   moe_block_local = moe && sp && p.expert_tensor_parallel_size == 1 &&

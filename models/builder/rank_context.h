@@ -42,6 +42,12 @@ struct ModelDims {
   /// all-gathered as FP8, one byte per element (TE v2.7 module/layernorm_linear.py: the
   /// quantizer passed to gather_along_first_dim; distributed.py _all_gather_fp8).
   bool fp8_input_gather = false;
+  /// ... with current scaling (fp8_recipe tensorwise): the cast's amax is all-reduced over
+  /// the TP group first, for the column-parallel inputs in the forward and the row-parallel
+  /// output gradients in the backward (TE v2.9 module/layernorm_linear.py, linear.py,
+  /// layernorm_mlp.py _customize_quantizers_float8_current_scaling: with_amax_reduction,
+  /// amax_reduction_group = tp_group under sequence parallelism).
+  bool fp8_amax_reduce = false;
   /// MoE layers (their MLP block keeps the activation-precision gather): every
   /// moe_layer_freq-th layer when the model has experts.
   bool moe = false;

@@ -23,6 +23,7 @@ TensorParallelPass::TensorParallelPass(ScheduleGraph& graph, const ModelDims& d)
   // Max, sum of exponentials and target logit per token, fp32.
   cross_entropy_ = graph.add_op(tp_op(d, OpKind::AllReduce, 3 * d.b * d.s / d.cp * 4));
   // One byte per element of the activation.
+  if (d.fp8_amax_reduce) amax_reduce_ = graph.add_op(tp_op(d, OpKind::AllReduce, 4));
   if (d.fp8_input_gather)
     all_gather_fp8_ = graph.add_op(tp_op(d, OpKind::AllGather, d.act_bytes / d.e));
   else if (d.sp)
@@ -48,8 +49,13 @@ TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Pha
 
 void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
                                       std::uint16_t layer) const {
-  if (!dims_.sp || local_moe_block(part, layer) || overlapped_block(part, layer)) return;
+  if (!dims_.sp || local_moe_block(part, layer)) return;
   const bool dense = part == Part::Attn || (part == Part::Mlp && !dims_.moe_layer(layer));
+  // Current scaling: the cast before the gather reduces its amax first (also when the gather
+  // itself runs inside the GEMM).
+  if (dense && dims_.fp8_amax_reduce && layer != kNoIndex)
+    tp_collective(ctx, amax_reduce_, phase, part, mb, layer);
+  if (overlapped_block(part, layer)) return;
   std::uint32_t op = all_gather_;
   if (dense && dims_.fp8_input_gather && phase == Phase::Forward) op = all_gather_fp8_;
   // The backward's two gathers: FP8 (one activation's bytes, all_gather_) or not (two).

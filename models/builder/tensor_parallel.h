@@ -18,7 +18,9 @@
 //    Under FP8 (Transformer Engine, megatron-core runtime) the forward gather of a dense
 //    layer's QKV and fc1 input carries FP8, one byte per element (ModelDims::
 //    fp8_input_gather), and the backward's two gathers are FP8 as well: the bytes of one
-//    activation.
+//    activation. With current scaling each of those casts first all-reduces its amax (one
+//    fp32) over the TP group: the QKV and fc1 inputs in the forward, the proj and fc2 output
+//    gradients in the backward (ModelDims::fp8_amax_reduce), one before each gather.
 //    An MoE layer's MLP block with expert_tensor_parallel_size 1 and no shared expert has
 //    neither (ModelDims::moe_block_local): its tokens stay on the rank.
 //  - Pipeline input: with the scatter/gather optimization (SC'21 Sec. 4.1) each TP rank
@@ -72,6 +74,8 @@ class TensorParallelPass {
   std::uint32_t all_gather_fp8_ = 0;
   /// A block's backward gathers (output gradient and input) in the training precision.
   std::uint32_t all_gather_bwd_ = 0;
+  /// The amax all-reduce of an FP8 current-scaling cast (one fp32; ModelDims::fp8_amax_reduce).
+  std::uint32_t amax_reduce_ = 0;
 };
 
 }  // namespace trainsim::builder

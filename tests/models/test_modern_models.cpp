@@ -255,18 +255,49 @@ TEST(ModernModels, TpCommOverlapRunsTheDenseBlocksCollectivesInsideTheirGemms) {
       EXPECT_EQ(k.overlap_pipeline, w.pipeline) << rs << " " << w.name;
       EXPECT_DOUBLE_EQ(k.overlap_sms, w.sms) << rs << " " << w.name;
     }
-    // No tensor-parallel collective is left around the attention and MLP blocks; the output
-    // layer keeps its gather and its cross-entropy all-reduce.
+    // No tensor-parallel gather or reduce-scatter is left around the attention and MLP blocks
+    // (the current-scaling amax all-reduces stay); the output layer keeps its gathers and its
+    // cross-entropy all-reduce.
     int layer_collectives = 0, logits_collectives = 0;
     for (const Task& t : g.tasks()) {
       const OpDesc& o = g.ops()[t.op];
-      if (o.group != GroupKind::Tensor) continue;
+      if (o.group != GroupKind::Tensor || (o.kind == OpKind::AllReduce && o.bytes == 4)) continue;
       if (t.layer != kNoIndex) ++layer_collectives;
       if (t.part == Part::Logits) ++logits_collectives;
     }
     EXPECT_EQ(layer_collectives, 0) << rs;
     EXPECT_GT(logits_collectives, 0) << rs;
   }
+}
+
+TEST(ModernModels, CurrentScalingReducesTheAmaxOfEachGatheredCastOverTp) {
+  // TE v2.9 current scaling under sequence parallelism: the QKV and fc1 input casts (forward)
+  // and the proj and fc2 output-gradient casts (backward) all-reduce their amax, one fp32,
+  // over the TP group: 2 per layer and microbatch each way. Delayed scaling uses its amax
+  // history instead; with the userbuffers overlap the reductions stay.
+  const auto amax_reductions = [](const std::string& recipe, const std::string& extra) {
+    const Scenario sc = core(kLlama8b, "tensor_model_parallel_size: 4, sequence_parallel: true, "
+                                       "micro_batch_size: 1, global_batch_size: 8, precision: "
+                                       "bf16, fp8: hybrid, fp8_recipe: " + recipe + extra);
+    BuildOptions opt;
+    opt.fold = true;
+    const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+    std::map<Phase, int> n;
+    for (const Task& t : g.tasks()) {
+      const OpDesc& o = g.ops()[t.op];
+      if (t.rank == 0 && o.kind == OpKind::AllReduce && o.group == GroupKind::Tensor &&
+          o.bytes == 4) {
+        EXPECT_NE(t.layer, kNoIndex);
+        ++n[t.phase];
+      }
+    }
+    return std::make_pair(n[Phase::Forward], n[Phase::Backward]);
+  };
+  const int per_phase = 2 * 32 * 4;  // 2 casts x 32 layers x 4 microbatches (GBS 8 over DP 2)
+  EXPECT_EQ(amax_reductions("tensorwise", ""), std::make_pair(per_phase, per_phase));
+  EXPECT_EQ(amax_reductions("tensorwise", ", tp_comm_overlap: true"),
+            std::make_pair(per_phase, per_phase));
+  EXPECT_EQ(amax_reductions("delayed", ""), std::make_pair(0, 0));
 }
 
 TEST(ModernModels, Fp8SequenceParallelGathersFp8AndCastsTheLocalShard) {
