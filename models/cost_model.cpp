@@ -45,9 +45,11 @@ CostModel::CostModel(const SystemSpec& system, const CalibrationProfile& profile
 }
 
 const char* CostModel::gemm_role(const char* kernel_name, double batch) {
-  const std::string n = kernel_name ? kernel_name : "";
-  if (n.find("dgrad") != std::string::npos) return batch > 1 ? "bmm" : "dgrad";
-  if (n.find("wgrad") != std::string::npos) return "wgrad";
+  switch (gemm_pass(kernel_name)) {
+    case GemmPass::Dgrad: return batch > 1 ? "bmm" : "dgrad";
+    case GemmPass::Wgrad: return "wgrad";
+    case GemmPass::Forward: break;
+  }
   return batch > 1 ? "bmm" : "fwd";
 }
 

@@ -324,9 +324,7 @@ KernelWork core_gemm(const char* name, double m, double n, double k, const CoreS
   // use_split_accumulator=False, fp8_gemm_dgrad and fp8_gemm_wgrad True, Float8BlockScaling
   // True for all three; module/base.py _2X_ACC_FPROP/_DGRAD/_WGRAD; common/gemm/
   // cublaslt_gemm.cu: fastAccuMode = use_split_accumulator ? 0 : 1).
-  const std::string_view nm(name);
-  const bool gradient = nm.find("dgrad") != nm.npos || nm.find("wgrad") != nm.npos;
-  w.split_accumulator = f8 && (gradient || c.split_fprop);
+  w.split_accumulator = f8 && (gemm_pass(name) != GemmPass::Forward || c.split_fprop);
   return w;
 }
 
@@ -704,6 +702,13 @@ std::vector<KernelWork> core_op_kernels(const OpDesc& op) {
                             op.features.experts_local == 0);
   if (op.features.tp_overlap && dense_block) tp_overlap(c, op.features.tp_overlap_rs_ring, out);
   return out;
+}
+
+GemmPass gemm_pass(const char* kernel_name) {
+  const std::string_view n = kernel_name ? kernel_name : "";
+  if (n.find("dgrad") != n.npos) return GemmPass::Dgrad;
+  if (n.find("wgrad") != n.npos) return GemmPass::Wgrad;
+  return GemmPass::Forward;
 }
 
 double element_bytes(Precision p) {

@@ -62,6 +62,11 @@ struct KernelWork {
 /// Bytes of one activation / weight element in `p` (fp16 and bf16: 2).
 double element_bytes(Precision p);
 
+/// The pass a GEMM kernel computes, from its name in the kernel lists: "*dgrad*" (data
+/// gradient), "*wgrad*" (weight gradient), anything else forward.
+enum class GemmPass : std::uint8_t { Forward, Dgrad, Wgrad };
+GemmPass gemm_pass(const char* kernel_name);
+
 /// The kernels of a compute op (AttnFwd .. LogitsLossBwd, OptimizerStepGpu/Cpu), in launch
 /// order. Communication and copy ops have no kernels here (empty list). Throws
 /// std::logic_error when a compute op's shape fields are missing (zero).

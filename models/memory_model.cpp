@@ -41,8 +41,7 @@ ModelFeatures model_features(const Scenario& sc) {
           : p.fp8_recipe == Fp8Recipe::Tensorwise || p.fp8_recipe == Fp8Recipe::Blockwise ? 2
                                                                                        : 1;
   f.fp8_split_fprop = p.fp8 != Fp8Format::None && p.fp8_recipe == Fp8Recipe::Blockwise;
-  f.tp_overlap =
-      p.tp_comm_overlap && p.sequence_parallel && p.tensor_model_parallel_size > 1;
+  f.tp_overlap = p.uses_tp_comm_overlap();
   f.tp_overlap_rs_ring = f.tp_overlap && p.tp_comm_overlap_rs_ring;
   f.cp = p.context_parallel_size;
   f.microbatches = p.fp8 == Fp8Format::None ? 1 : p.num_microbatches;

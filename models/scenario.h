@@ -156,6 +156,11 @@ struct ParallelConfig {
   std::optional<bool> grad_reduce_in_fp32;
 
   bool uses_fsdp() const { return use_megatron_fsdp || use_torch_fsdp2; }
+  /// tp_comm_overlap in effect: it needs sequence parallelism with t > 1 (validation says so
+  /// for a loaded scenario; the megatron-core runtime is the callers' to check).
+  bool uses_tp_comm_overlap() const {
+    return tp_comm_overlap && sequence_parallel && tensor_model_parallel_size > 1;
+  }
 
   // ---- derived by validate_scenario() ----
   std::int64_t data_parallel_size = 1;          ///< gpus / (tp * cp * pp)

@@ -99,9 +99,7 @@ int communicators_of_rank(const Scenario& sc, std::int64_t pp_stage) {
 /// CommOverlapP2PBase).
 std::int64_t userbuffers_bytes(const Scenario& sc) {
   const auto& p = sc.parallel;
-  if (sc.runtime != Runtime::MegatronCore || !p.tp_comm_overlap || !p.sequence_parallel ||
-      p.tensor_model_parallel_size < 2)
-    return 0;
+  if (sc.runtime != Runtime::MegatronCore || !p.uses_tp_comm_overlap()) return 0;
   const std::int64_t t = p.tensor_model_parallel_size;
   const std::int64_t elements = sc.model.seq_length * p.micro_batch_size /
                                 p.context_parallel_size * sc.model.hidden_size;

@@ -29,7 +29,7 @@ ModelDims::ModelDims(const Scenario& sc) {
   moe_layer_freq = std::max<std::int64_t>(sc.model.moe_layer_freq, 1);
   moe_block_local = moe && sp && p.expert_tensor_parallel_size == 1 &&
                     sc.model.moe_shared_expert_intermediate_size == 0;
-  tp_overlap = sp && sc.runtime == Runtime::MegatronCore && p.tp_comm_overlap;
+  tp_overlap = sc.runtime == Runtime::MegatronCore && p.uses_tp_comm_overlap();
 }
 
 std::uint32_t MatchIds::collective(std::uint32_t group, std::uint64_t k) {

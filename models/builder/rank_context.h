@@ -61,8 +61,8 @@ struct ModelDims {
   /// the block has no tensor-parallel collective.
   bool moe_block_local = false;
   /// Transformer Engine's userbuffers overlap (parallel.tp_comm_overlap): the all-gathers and
-  /// reduce-scatters of a dense block run inside its GEMMs (models/flops.cpp
-  /// tp_overlap_bytes), so the pass emits no collective task for them.
+  /// reduce-scatters of a dense block run inside its GEMMs (models/flops.cpp tp_overlap),
+  /// so the pass emits no gather or reduce-scatter task for them.
   bool tp_overlap = false;
 };
 

@@ -22,7 +22,8 @@ TensorParallelPass::TensorParallelPass(ScheduleGraph& graph, const ModelDims& d)
   reduce_scatter_ = graph.add_op(tp_op(d, OpKind::ReduceScatter, d.act_bytes));
   // Max, sum of exponentials and target logit per token, fp32.
   cross_entropy_ = graph.add_op(tp_op(d, OpKind::AllReduce, 3 * d.b * d.s / d.cp * 4));
-  // One byte per element of the activation.
+  // One fp32 amax; the FP8 gather moves one byte per element of the activation; the bf16
+  // backward gathers two activations.
   if (d.fp8_amax_reduce) amax_reduce_ = graph.add_op(tp_op(d, OpKind::AllReduce, 4));
   if (d.fp8_input_gather)
     all_gather_fp8_ = graph.add_op(tp_op(d, OpKind::AllGather, d.act_bytes / d.e));
@@ -35,9 +36,13 @@ bool TensorParallelPass::local_moe_block(Part part, std::uint16_t layer) const {
          dims_.moe_layer(layer);
 }
 
-bool TensorParallelPass::overlapped_block(Part part, std::uint16_t layer) const {
-  return dims_.tp_overlap && layer != kNoIndex &&
+bool TensorParallelPass::dense_block(Part part, std::uint16_t layer) const {
+  return layer != kNoIndex &&
          (part == Part::Attn || (part == Part::Mlp && !dims_.moe_layer(layer)));
+}
+
+bool TensorParallelPass::overlapped_block(Part part, std::uint16_t layer) const {
+  return dims_.tp_overlap && dense_block(part, layer);
 }
 
 TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Phase phase,
@@ -50,11 +55,10 @@ TaskId TensorParallelPass::tp_collective(RankContext& ctx, std::uint32_t op, Pha
 void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, std::uint16_t mb,
                                       std::uint16_t layer) const {
   if (!dims_.sp || local_moe_block(part, layer)) return;
-  const bool dense = part == Part::Attn || (part == Part::Mlp && !dims_.moe_layer(layer));
+  const bool dense = dense_block(part, layer);
   // Current scaling: the cast before the gather reduces its amax first (also when the gather
   // itself runs inside the GEMM).
-  if (dense && dims_.fp8_amax_reduce && layer != kNoIndex)
-    tp_collective(ctx, amax_reduce_, phase, part, mb, layer);
+  if (dense && dims_.fp8_amax_reduce) tp_collective(ctx, amax_reduce_, phase, part, mb, layer);
   if (overlapped_block(part, layer)) return;
   std::uint32_t op = all_gather_;
   if (dense && dims_.fp8_input_gather && phase == Phase::Forward) op = all_gather_fp8_;

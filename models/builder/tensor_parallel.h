@@ -65,8 +65,9 @@ class TensorParallelPass {
   /// An MoE layer's MLP block that needs no tensor-parallel collective
   /// (ModelDims::moe_block_local).
   bool local_moe_block(Part part, std::uint16_t layer) const;
-  /// A block whose collectives run inside its GEMMs (ModelDims::tp_overlap): attention, and
-  /// the MLP of a dense layer.
+  /// A transformer layer's attention block, or the MLP block of a dense (non-MoE) layer.
+  bool dense_block(Part part, std::uint16_t layer) const;
+  /// A dense block whose collectives run inside its GEMMs (ModelDims::tp_overlap).
   bool overlapped_block(Part part, std::uint16_t layer) const;
   const ModelDims& dims_;  ///< GraphBuild's, which outlives the pass
   std::uint32_t all_reduce_ = 0, all_gather_ = 0, reduce_scatter_ = 0, cross_entropy_ = 0;
