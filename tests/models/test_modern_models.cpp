@@ -38,6 +38,14 @@ Scenario core(const std::string& model, const std::string& parallel, std::int64_
                         "modern.yaml");
 }
 
+/// The scenario's schedule graph, folded (one representative rank per TP/DP class), on the
+/// system the scenario names.
+ScheduleGraph folded_graph(const Scenario& sc) {
+  BuildOptions opt;
+  opt.fold = true;
+  return build_schedule_graph(sc, find_system(sc.cluster.system), opt);
+}
+
 TEST(ModernModels, Llama3_8bHas8_03BillionParameters) {
   const Scenario sc = core(kLlama8b, "micro_batch_size: 1, global_batch_size: 8");
   // Per layer: QKV 4096 x (32 + 2 x 8) x 128 = 25,165,824; projection 4096^2 = 16,777,216;
@@ -191,10 +199,8 @@ TEST(ModernModels, Fp8GradientGemmsUseTheSplitAccumulator) {
     const std::string par = std::string("micro_batch_size: 1, global_batch_size: 8, "
                                         "precision: bf16") +
                             (*recipe ? std::string(", fp8: hybrid, fp8_recipe: ") + recipe : "");
-    BuildOptions opt;
-    opt.fold = true;
     const ScheduleGraph g =
-        build_schedule_graph(core(kLlama8b, par), find_system("dgx-h100"), opt);
+        folded_graph(core(kLlama8b, par));
     std::map<std::string, bool> split;
     for (const OpDesc& o : g.ops())
       for (const KernelWork& k : op_kernels(o))
@@ -217,12 +223,9 @@ TEST(ModernModels, TpCommOverlapRunsTheDenseBlocksCollectivesInsideTheirGemms) {
   const std::string par = "tensor_model_parallel_size: 4, sequence_parallel: true, "
                           "micro_batch_size: 1, global_batch_size: 8, precision: bf16, "
                           "fp8: hybrid, fp8_recipe: tensorwise, tp_comm_overlap: true";
-  BuildOptions opt;
-  opt.fold = true;
   for (const char* rs : {"pipeline", "ring_exchange"}) {
     const ScheduleGraph g =
-        build_schedule_graph(core(kLlama8b, par + ", tp_comm_overlap_rs_method: " + rs),
-                             find_system("dgx-h100"), opt);
+        folded_graph(core(kLlama8b, par + ", tp_comm_overlap_rs_method: " + rs));
     const bool ring_rs = std::string(rs) == "ring_exchange";
     std::map<std::string, KernelWork> gemm;
     for (const OpDesc& o : g.ops())
@@ -279,9 +282,7 @@ TEST(ModernModels, CurrentScalingReducesTheAmaxOfEachGatheredCastOverTp) {
     const Scenario sc = core(kLlama8b, "tensor_model_parallel_size: 4, sequence_parallel: true, "
                                        "micro_batch_size: 1, global_batch_size: 8, precision: "
                                        "bf16, fp8: hybrid, fp8_recipe: " + recipe + extra);
-    BuildOptions opt;
-    opt.fold = true;
-    const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+    const ScheduleGraph g = folded_graph(sc);
     std::map<Phase, int> n;
     for (const Task& t : g.tasks()) {
       const OpDesc& o = g.ops()[t.op];
@@ -306,9 +307,7 @@ TEST(ModernModels, Fp8SequenceParallelGathersFp8AndCastsTheLocalShard) {
                           "micro_batch_size: 1, global_batch_size: 8, precision: bf16, "
                           "fp8: hybrid, fp8_recipe: tensorwise";
   const Scenario sc = core(kLlama8b, par);
-  BuildOptions opt;
-  opt.fold = true;
-  const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+  const ScheduleGraph g = folded_graph(sc);
   std::map<std::string, double> bytes;
   for (const OpDesc& o : g.ops())
     for (const KernelWork& k : op_kernels(o)) bytes[k.name] = k.bytes;
@@ -342,7 +341,7 @@ TEST(ModernModels, Fp8SequenceParallelGathersFp8AndCastsTheLocalShard) {
   const Scenario bf16 = core(kLlama8b, "tensor_model_parallel_size: 4, sequence_parallel: true, "
                                        "micro_batch_size: 1, global_batch_size: 8, "
                                        "precision: bf16");
-  const ScheduleGraph gb = build_schedule_graph(bf16, find_system("dgx-h100"), opt);
+  const ScheduleGraph gb = folded_graph(bf16);
   int logits_bwd = 0;
   for (const Task& t : gb.tasks()) {
     const OpDesc& o = gb.ops()[t.op];
@@ -369,9 +368,7 @@ TEST(ModernModels, MoeBlockWithoutExpertTensorParallelismHasNoTpCollective) {
                              "tensor_model_parallel_size: 2, sequence_parallel: true, "
                              "expert_model_parallel_size: 4, expert_tensor_parallel_size: 1, "
                              "micro_batch_size: 1, global_batch_size: 8");
-    BuildOptions opt;
-    opt.fold = true;
-    const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+    const ScheduleGraph g = folded_graph(sc);
     std::map<Part, int> n;
     for (const Task& t : g.tasks()) {
       const OpDesc& o = g.ops()[t.op];
@@ -398,9 +395,7 @@ TEST(ModernModels, EmbeddingGradientAccumulatesInTheMainGradType) {
     const Scenario sc = core(kLlama8b, std::string("micro_batch_size: 1, global_batch_size: 8, "
                                                    "precision: bf16, grad_reduce_in_fp32: ") +
                                            (fp32 ? "true" : "false"));
-    BuildOptions opt;
-    opt.fold = true;
-    const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+    const ScheduleGraph g = folded_graph(sc);
     double bytes = -1;
     for (const OpDesc& o : g.ops())
       if (o.kind == OpKind::EmbedBwd)
@@ -438,9 +433,7 @@ TEST(ModernModels, MoeLayerActivationsTermByTerm) {
   // backward reads the output gradient, fc1's output and the weights, and writes fc1's
   // gradient and the weights' gradient (the local experts' Tk tokens: EP 8 sends and receives
   // as many as it routes when balanced).
-  BuildOptions opt;
-  opt.fold = true;
-  const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+  const ScheduleGraph g = folded_graph(sc);
   double fwd = 0, bwd = 0;
   for (const OpDesc& o : g.ops())
     if ((o.kind == OpKind::MlpFwd || o.kind == OpKind::MlpBwd) && o.features.experts_local > 0)
@@ -460,9 +453,7 @@ TEST(ModernModels, MoeLayerActivationsTermByTerm) {
 TEST(ModernModels, ExpertGemmsHaveTheExpertsOwnShapes) {
   const Scenario sc = core(kQwen30b, "expert_model_parallel_size: 8, micro_batch_size: 2, "
                                      "global_batch_size: 16, precision: bf16");
-  BuildOptions opt;
-  opt.fold = true;
-  const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+  const ScheduleGraph g = folded_graph(sc);
   const double te = 8192.0 * 8 / 16, h = 2048, Fe = 768;
   struct Shape { double m, n, k; };
   const std::map<std::string, Shape> want = {
@@ -502,11 +493,8 @@ TEST(ModernModels, MoeRecomputeModulesTradeMemoryForKernels) {
   EXPECT_EQ(double(layer_activation_bytes_no_recompute(keep).mlp -
                    layer_activation_bytes_no_recompute(rec).mlp),
             2 * T * h + 1 * Tk * Fe);
-  BuildOptions opt;
-  opt.fold = true;
-  const SystemSpec& sys = find_system("dgx-h100");
-  const ScheduleGraph gk = build_schedule_graph(keep, sys, opt);
-  const ScheduleGraph gr = build_schedule_graph(rec, sys, opt);
+  const ScheduleGraph gk = folded_graph(keep);
+  const ScheduleGraph gr = folded_graph(rec);
   EXPECT_EQ(moe_kernel_bytes(gk, OpKind::MlpBwd, "pre_mlp_norm_recompute"), -1);
   EXPECT_EQ(moe_kernel_bytes(gk, OpKind::MlpBwd, "expert_swiglu_recompute"), -1);
   EXPECT_DOUBLE_EQ(moe_kernel_bytes(gr, OpKind::MlpBwd, "pre_mlp_norm_recompute"),
@@ -529,15 +517,12 @@ TEST(ModernModels, MoeRecomputeModulesTradeMemoryForKernels) {
 // travel in FP8 (1 byte per element), the embedding and output tables (not FP8 layers) in bf16.
 // Llama 3 8B: 218,112,000 parameters per layer, 128256 x 4096 per table.
 TEST(ModernModels, FsdpGathersLayersInFp8WithFp8ParamGather) {
-  const SystemSpec& sys = find_system("dgx-h100");
-  BuildOptions opt;
-  opt.fold = true;
   for (const bool fp8_gather : {false, true}) {
     const Scenario sc = core(kLlama8b, std::string("use_megatron_fsdp: true, precision: bf16, fp8: hybrid, "
                                                    "fp8_recipe: tensorwise, micro_batch_size: 1, "
                                                    "global_batch_size: 8, fp8_param_gather: ") +
                                            (fp8_gather ? "true" : "false"));
-    const ScheduleGraph g = build_schedule_graph(sc, sys, opt);
+    const ScheduleGraph g = folded_graph(sc);
     std::set<std::int64_t> sizes;
     for (const OpDesc& o : g.ops())
       if (o.kind == OpKind::AllGather && o.group == GroupKind::Data) sizes.insert(o.bytes);
@@ -551,10 +536,7 @@ TEST(ModernModels, ContextParallelRingExchangeBytesAndGroups) {
                      "tensor_model_parallel_size: 8, context_parallel_size: 2, "
                      "sequence_parallel: true, micro_batch_size: 1, global_batch_size: 4",
                      2);
-  const SystemSpec& sys = find_system("dgx-h100");
-  BuildOptions opt;
-  opt.fold = true;
-  const ScheduleGraph g = build_schedule_graph(sc, sys, opt);
+  const ScheduleGraph g = folded_graph(sc);
   // Each of the 2 CP ranks holds K and V of s / cp = 4096 tokens for 8 / 8 = 1 group of 128:
   // 2 x 4096 x 1 x 128 x 2 bytes = 2 MiB; the forward gathers cp of them, the backward moves
   // them again and returns dK, dV (an all-reduce's traffic on the same buffer).
@@ -582,9 +564,7 @@ TEST(ModernModels, MoeAllToAllBytesAndExpertGroups) {
       "expert_model_parallel_size: 8, expert_tensor_parallel_size: 1, micro_batch_size: 2, "
       "global_batch_size: 32",
       2);
-  BuildOptions opt;
-  opt.fold = true;
-  const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+  const ScheduleGraph g = folded_graph(sc);
   const OpDesc* a2a = find_op(g, OpKind::AllToAll, GroupKind::Expert);
   ASSERT_NE(a2a, nullptr);
   // Each rank dispatches its 2 x 4096 tokens x top-8 copies of 2048 bf16 elements.
@@ -599,7 +579,7 @@ TEST(ModernModels, MoeAllToAllBytesAndExpertGroups) {
   // and reduce-scatters the outputs back.
   Scenario ag = sc;
   ag.model.moe_token_dispatcher_type = MoeDispatcher::AllGather;
-  const ScheduleGraph g2 = build_schedule_graph(ag, find_system("dgx-h100"), opt);
+  const ScheduleGraph g2 = folded_graph(ag);
   const OpDesc* gather = find_op(g2, OpKind::AllGather, GroupKind::Expert);
   const OpDesc* scatter = find_op(g2, OpKind::ReduceScatter, GroupKind::Expert);
   ASSERT_NE(gather, nullptr);
