@@ -196,8 +196,9 @@ int replay_main(const ReplayArgs& args) {
     json_file.commit();
   }
   if (trace_file) {
+    const CostModel cost = run.cost_model();
     write_chrome_trace(trace_file.stream(), run.graph, record, out.memory, out.selection,
-                       TraceInfo{run.scenario.name, run.scenario.cluster.gpus_per_node});
+                       TraceInfo{run.scenario.name, run.scenario.cluster.gpus_per_node, &cost});
     trace_file.commit();
   }
   if (me > 0) {  // a worker of a multi-process replay: report to rank 0, print nothing

@@ -73,8 +73,9 @@ int simulate_main(const SimulateArgs& args) {
   }
   if (trace_file) {
     say("writing the trace of ranks " + out.summary.trace_ranks + " to " + args.trace);
+    const CostModel cost = run.cost_model();
     write_chrome_trace(trace_file.stream(), run.graph, record, out.memory, out.selection,
-                       TraceInfo{run.scenario.name, run.scenario.cluster.gpus_per_node});
+                       TraceInfo{run.scenario.name, run.scenario.cluster.gpus_per_node, &cost});
     trace_file.commit();
   }
   if (csv_file) {

@@ -7,7 +7,7 @@
 //
 // A plain program (validation/nccl_busbw.py prints it next to published nccl-tests figures):
 //   bench_collectives [--system dgx-a100-80gb|dgx-h100] [--nodes 1,2,8] [--sizes 1e6,4e9]
-//                     [--nccl-version 2.18.5|2.29.7]
+//                     [--nccl-version 2.18.5|2.29.7] [--no-nvls]
 // Prints one tab-separated line per (collective, nodes, size):
 //   system  collective  nodes  gpus  bytes  time_s  algbw_GBps  busbw_GBps  algo  proto
 #include <cstdio>
@@ -81,6 +81,7 @@ double simulate_one(const SystemSpec& sys, const CostModel& cost, OpKind kind, d
 int main(int argc, char** argv) {
   std::string system = "dgx-a100-80gb";
   NcclVersion version = kDefaultNcclVersion;
+  bool nvls = true;
   std::vector<double> nodes = {1, 2, 4, 8, 16, 32, 64};
   std::vector<double> sizes = {1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30,
                                4.0 * (1 << 30)};
@@ -94,16 +95,19 @@ int main(int argc, char** argv) {
       sizes = parse_list(argv[++i]);
     } else if (a == "--nccl-version" && i + 1 < argc && nccl_version_from_string(argv[i + 1])) {
       version = *nccl_version_from_string(argv[++i]);
+    } else if (a == "--no-nvls") {
+      nvls = false;  // NCCL_NVLS_ENABLE=0: the ring and the tree only
     } else {
       std::fprintf(stderr,
                    "usage: %s [--system NAME] [--nodes 1,2,8] [--sizes 1048576,4294967296]"
-                   " [--nccl-version 2.18.5|2.29.7]\n",
+                   " [--nccl-version 2.18.5|2.29.7] [--no-nvls]\n",
                    argv[0]);
       return a == "-h" || a == "--help" ? 0 : 1;
     }
   }
   try {
-    const SystemSpec& sys = find_system(system);
+    SystemSpec sys = find_system(system);
+    sys.nvlink_sharp = sys.nvlink_sharp && nvls;
     const CalibrationProfile prof = default_calibration(sys.gpu.name);
     const CostModel cost(sys, prof, version);
     const OpKind kinds[] = {OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -176,7 +177,8 @@ const char* to_string(Link l) {
   return "none";
 }
 
-LinkUse link_use(const ScheduleGraph& graph, TaskId id, std::int64_t gpus_per_node) {
+LinkUse link_use(const ScheduleGraph& graph, TaskId id, std::int64_t gpus_per_node,
+                 const CostModel* cost) {
   if (gpus_per_node <= 0) throw std::logic_error("link_use: gpus_per_node must be positive");
   const Task& t = graph.task(id);
   const OpDesc& op = graph.op(id);
@@ -196,6 +198,20 @@ LinkUse link_use(const ScheduleGraph& graph, TaskId id, std::int64_t gpus_per_no
         for (RankId r : graph.group(t.group).ranks) intra = intra && r / gpus_per_node == node;
       else
         intra = op.group == GroupKind::Tensor;
+      if (cost && t.group != kNone && op.group_size > 1 &&
+          (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter ||
+           op.kind == OpKind::AllGather)) {
+        std::set<std::int64_t> nodes;
+        for (RankId r : graph.group(t.group).ranks) nodes.insert(r / gpus_per_node);
+        const std::int64_t n_nodes = std::int64_t(nodes.size());
+        const NcclChoice c =
+            cost->nccl_collective(op.kind, static_cast<double>(op.bytes), op.group_size, n_nodes);
+        if (c.algo == NcclAlgo::Nvls || c.algo == NcclAlgo::NvlsTree) {
+          const NcclTraffic tr =
+              nccl_traffic(c, op.kind, static_cast<double>(op.bytes), op.group_size, n_nodes);
+          return intra ? LinkUse{Link::NvLink, tr.nvlink_bytes} : LinkUse{Link::Nic, tr.nic_bytes};
+        }
+      }
       return {
           intra ? Link::NvLink : Link::Nic,
           CostModel::ring_bytes_per_rank(op.kind, static_cast<double>(op.bytes), op.group_size)};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/execution_record.h"
+#include "models/cost_model.h"
 #include "models/schedule_graph.h"
 
 namespace trainsim {
@@ -82,9 +83,13 @@ struct LinkUse {
   double bytes = 0;  ///< bytes this rank puts on the link (egress)
 };
 /// Copies: their bytes on PCIe in their direction. Collectives: the bytes each rank sends in a
-/// ring implementation (CostModel::ring_bytes_per_rank, nccl-tests doc/PERFORMANCE.md).
-/// Sends: the message. Receives count nothing (their bytes are the sender's egress).
-LinkUse link_use(const ScheduleGraph& graph, TaskId id, std::int64_t gpus_per_node);
+/// ring implementation (CostModel::ring_bytes_per_rank, nccl-tests doc/PERFORMANCE.md); with
+/// `cost`, an all-reduce, reduce-scatter or all-gather that NCCL runs on NVLS / NVLS-Tree
+/// (CostModel::nccl_collective) puts its NVLS traffic there instead (nccl_traffic: NVLink
+/// inside a node, the NIC across nodes). Sends: the message. Receives count nothing (their
+/// bytes are the sender's egress).
+LinkUse link_use(const ScheduleGraph& graph, TaskId id, std::int64_t gpus_per_node,
+                 const CostModel* cost = nullptr);
 
 // ---------------------------------------------------------------------------------------
 // Rank lists ("0-7,3064-3071")

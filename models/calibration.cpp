@@ -50,6 +50,7 @@ const std::vector<ParamSpec>& param_specs() {
       {"nccl_launch_latency_s", &P::nccl_launch_latency_s, 0, false, 1e-1, false},
       {"nccl_step_latency_intra_node_s", &P::nccl_step_latency_intra_node_s, 0, false, 1e-2, false},
       {"nccl_step_latency_inter_node_s", &P::nccl_step_latency_inter_node_s, 0, false, 1e-2, false},
+      {"nccl_nvls_latency_s", &P::nccl_nvls_latency_s, 0, false, 1e-2, false, true},
       {"host_memory_bw_bytes_per_s", &P::host_memory_bw_bytes_per_s, 0, true, kInf, false},
       {"host_memory_efficiency", &P::host_memory_efficiency, 0, true, 1, false},
       {"cpu_flops_per_core_per_s", &P::cpu_flops_per_core_per_s, 0, true, kInf, false},

@@ -77,6 +77,11 @@ struct CalibrationProfile {
   /// Per ring step latency inside a node (NVLink) and between nodes (IB).
   double nccl_step_latency_intra_node_s = 0;
   double nccl_step_latency_inter_node_s = 0;
+  /// Latency of one NVLS round inside a node (NVLink SHARP all-reduce: every NVLS channel's
+  /// multimem reduce, multicast and barriers), measured; it replaces NCCL's own NVLS entry
+  /// (hwLatencies 25 us, 23 in v2.18.5) in the simulated time, while the algorithm is still
+  /// chosen with NCCL's table, as NCCL chooses it. 0 (absent): NCCL's entry.
+  double nccl_nvls_latency_s = 0;
 
   // ---- host CPU (OptimizerStepCpu)
   /// Host memory bandwidth of one node (all sockets), nominal.

@@ -337,7 +337,19 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   g.simple_base_latency_s = profile_.nccl_launch_latency_s;
   g.simple_nvlink_step_s = profile_.nccl_step_latency_intra_node_s;
   g.simple_net_step_s = profile_.nccl_step_latency_inter_node_s;
-  return nccl_choose(g, bytes);
+  // NVLS: NCCL's topology figures (src/graph/topo.h SM80/SM90_NVLINK_BW 20.0 / 20.6 GB/s per
+  // link; the NIC at its port speed / 8), on which NCCL's NVLS search runs.
+  g.nvls = system_.nvlink_sharp;
+  g.topo_nvlink_bw_gbs =
+      system_.gpu.nvlinks * (system_.gpu.compute_capability >= 90 ? 20.6 : 20.0);
+  g.topo_nic_bw_gbs = system_.nic_bw_bytes_per_s / 1e9;
+  NcclChoice c = nccl_choose(g, bytes);
+  // NVLS: chosen with NCCL's table, as NCCL chooses; run with the measured NVLS round in place
+  // of the table's (profile nccl_nvls_latency_s, when the profile has one).
+  if ((c.algo == NcclAlgo::Nvls || c.algo == NcclAlgo::NvlsTree) &&
+      profile_.nccl_nvls_latency_s > 0)
+    c.latency_s += profile_.nccl_nvls_latency_s - nccl_nvls_table_latency_s(nccl_version_);
+  return c;
 }
 
 double CostModel::nccl_sm_share(const NcclChoice& c) const {

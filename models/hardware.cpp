@@ -38,6 +38,7 @@ GpuSpec a100(double hbm_bytes, double hbm_bw_bytes_per_s, const char* name) {
   g.nvlink_bw_bytes_per_s = 600e9 / 2;
   g.pcie_bw_bytes_per_s = kPcieGen4x16_bytes_per_s;  // A100 SXM: PCIe Gen4 x16
   g.compute_capability = 80;  // sm_80
+  g.nvlinks = 12;             // third-generation NVLink, 12 links (same datasheet)
   return g;
 }
 
@@ -94,6 +95,7 @@ SystemSpec dgx_h100() {
   g.nvlink_bw_bytes_per_s = 900e9 / 2;
   g.pcie_bw_bytes_per_s = kPcieGen5x16_bytes_per_s;
   g.compute_capability = 90;  // sm_90
+  g.nvlinks = 18;             // fourth-generation NVLink: 18 links x 50 GB/s = 900 GB/s
 
   SystemSpec s;
   s.name = "dgx-h100";
@@ -117,6 +119,9 @@ SystemSpec dgx_h100() {
   // cluster logs "Channel 15/16" too (NVIDIA/nccl issue #1453).
   s.nccl_channels = 24;
   s.nccl_channels_multi_node = 16;
+  // DGX H100 datasheet / H100 architecture whitepaper: four third-generation NVSwitches with
+  // NVLink SHARP (in-switch reduction and multicast), which NCCL 2.17+ runs as NVLS.
+  s.nvlink_sharp = true;
   s.host_memory_bytes = 2 * kTiB;
   // NVIDIA Quantum-2 QM9700 NDR switch: 64 ports of 400 Gb/s. Its datasheet gives no
   // latency; we assume the HDR figure (130 ns port-to-port), an estimate to calibrate.

@@ -19,6 +19,7 @@ struct GpuSpec {
   double nvlink_bw_bytes_per_s = 0;     ///< NVLink per GPU, per direction (datasheet total / 2)
   double pcie_bw_bytes_per_s = 0;       ///< PCIe per direction (x16 link)
   int compute_capability = 0;           ///< x10 (A100 80, H100 90): NCCL's per-generation tables
+  int nvlinks = 0;                      ///< NVLink links per GPU (A100 12, H100 18)
 };
 
 /// Share of a PCIe link's signalling rate that carries data for large DMA transfers: each
@@ -51,6 +52,9 @@ struct SystemSpec {
   /// models/nccl_model.h). 0: no NCCL (the `local` device).
   int nccl_channels = 0;
   int nccl_channels_multi_node = 0;
+  /// The NVSwitches reduce and multicast in the switch (NVLink SHARP, third-generation
+  /// NVSwitch of DGX H100): NCCL's NVLS algorithms (models/nccl_model.h).
+  bool nvlink_sharp = false;
   double host_memory_bytes = 0;
   int fat_tree_levels = 3;            ///< leaf / spine / core (Selene: 3 levels)
   int switch_radix = 40;              ///< ports per IB switch (HDR QM8700: 40, NDR QM9700: 64)

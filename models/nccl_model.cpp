@@ -34,16 +34,29 @@ struct Release {
   bool all_reduce_inter_steps_2n;
   /// MAXCHANNELS (src/include/device.h / devcomm.h), for the ring's plateau factor.
   double max_channels;
+  /// NVLS (search.cc, tuning.cc). v2.18.5: sm90SpeedArrayIntra / Inter; NVLS all-reduce only,
+  /// busBw = nChannels x bwIntra at 5/6 of it as the algorithm bandwidth, NVLS-Tree at
+  /// 0.70 N / (2 (N - 1)) of nChannels x (bwIntra on <= 2 nodes, else bwInter); latencies
+  /// baseLat 23 us (both), NVLS-Tree + 2 (N - 1) x 19 us. v2.29.7: the formulas of
+  /// nvls_time_s below (nvlsEfficiency, perChMaxNVLSTreeBws, hwLatencies).
+  bool nvls_v2_29;
+  double sm90_speed_intra[11];  ///< GB/s per channel, 0-terminated when shorter
+  double sm90_speed_inter[17];
 };
 constexpr Release kReleases[] = {
     {"2.18.5",
      {{6.8, 14.0, 0.0}, {6.6, 14.0, 8.4}},
      {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {87.7, 22.5, 19.0}},
-     1.0 / 4.0, 1.0 / 3.0, 0.7, true, 32},
+     1.0 / 4.0, 1.0 / 3.0, 0.7, true, 32, false,
+     {60.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0},
+     {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12}},
     {"2.29.7",
      {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}},
      {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}},
-     0.5, 0.5, 0.92, false, 64},
+     0.5, 0.5, 0.92, false, 64, true,
+     {60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0},
+     {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24,
+      0.12}},
 };
 static_assert(sizeof(kReleases) / sizeof(kReleases[0]) ==
                   sizeof(kNcclVersions) / sizeof(kNcclVersions[0]),
@@ -133,9 +146,106 @@ double bus_bw_gbs(const NcclGroup& g, int a, int p) {
   return bus;
 }
 
+/// NVLS's channels per CTA count on SM90 (src/transport/nvls.cc NVLS_NCHANNELS_SM90, both
+/// releases): the CTAs an NVLS kernel runs.
+constexpr int kNvlsChannelsSm90 = 16;
+
+/// NCCL's predicted time of NVLS (tree = false) or NVLS-Tree for the group; negative where
+/// NCCL would not run it. `lat_s` and `bus_gbs` receive the latency and the bus bandwidth.
+double nvls_time_s(const NcclGroup& g, bool tree, double bytes, double* lat_s, double* bus_gbs) {
+  const bool all_reduce = g.kind == OpKind::AllReduce;
+  if (!g.nvls || g.compute_capability < 90) return -1;
+  const Release& r = release(g);
+  // tuning.cc: NVLS-Tree is disabled on one node; multi-node NVLS needs CollNet (not
+  // modelled: disabled); all-gather / reduce-scatter run NVLS only from v2.19 on, and only on
+  // one node (a multi-node one needs CollNet heads).
+  if (tree != (g.nodes > 1)) return -1;
+  if (tree && !all_reduce) return -1;
+  if (!all_reduce && !r.nvls_v2_29) return -1;
+  const NvlsGraph graph = nvls_graph(g);
+  if (graph.channels < 2) return -1;  // "NVLS/NVLStree needs at least 2 channels"
+  const double n = double(g.ranks), nodes = double(g.nodes), nch = double(graph.channels);
+  const double ppn = n / nodes;
+  double bus = 0, alg = 0, lat_us = 0;
+  if (r.nvls_v2_29) {
+    // nvlsEfficiency[Hopper] 0.85, one channel of nChannels lost; all-reduce pipelines its
+    // reduce and its broadcast (x2), the others move (ppn - 1) / ppn.
+    double intra = graph.bw_intra_gbs * 0.85 * (nch - 1) / nch;
+    intra *= all_reduce ? 2.0 : (ppn - 1) / ppn;
+    double bw = intra;
+    if (tree) {
+      const double inter = graph.bw_inter_gbs * (g.nodes <= 2 ? 2.0 : 1.0);
+      const double per_ch_max = g.nodes <= 2 ? 57.7 : 45.5;  // perChMaxNVLSTreeBws[Hopper]
+      bw = std::min({intra, inter, per_ch_max});
+    }
+    bus = nch * bw;
+    // Bus -> algorithm bandwidth: all-reduce n / nsteps; all-gather / reduce-scatter off the
+    // ring are not converted.
+    alg = all_reduce ? bus * n / (2 * (n - 1)) : bus;
+    // hwLatencies: NVLS 25 us on NVLink; NVLS-Tree + 2 log2(nodes) x 20.9 us on the network
+    // (graphs' latencyInter 0 on IB); baseLatencies 0.
+    lat_us = 25.0 + (tree ? 2 * log2i(nodes) * 20.9 : 0.0);
+  } else {
+    bus = nch * (tree && g.nodes > 2 ? graph.bw_inter_gbs : graph.bw_intra_gbs);
+    alg = tree ? bus * .70 * nodes / (2 * (nodes - 1)) : bus * 5.0 / 6.0;
+    lat_us = 23.0 + (tree ? 2 * (nodes - 1) * 19.0 : 0.0);
+  }
+  if (lat_s) *lat_s = lat_us * kUs;
+  // Reported as nccl-tests' bus bandwidth of that algorithm bandwidth, so that the simulated
+  // flows and transfer_s read it as they read the ring's.
+  const double nsteps = all_reduce ? 2 * (n - 1) : n - 1;
+  if (bus_gbs) *bus_gbs = alg * nsteps / n;
+  return lat_us * kUs + bytes / (alg * 1e9);
+}
+
 }  // namespace
 
-const char* to_string(NcclAlgo a) { return a == NcclAlgo::Ring ? "ring" : "tree"; }
+double nccl_nvls_table_latency_s(NcclVersion v) {
+  return (release(v).nvls_v2_29 ? 25.0 : 23.0) * kUs;
+}
+
+NvlsGraph nvls_graph(const NcclGroup& g) {
+  NvlsGraph out;
+  if (g.nodes < 1 || g.ranks % g.nodes != 0) return out;
+  const std::int64_t ppn = g.ranks / g.nodes;
+  if (ppn < 2 || !(g.topo_nvlink_bw_gbs > 0)) return out;
+  const Release& r = release(g);
+  // One channel per local GPU (single node: minChannels = maxChannels = ngpus; across nodes
+  // "the more the better" up to ngpus). Over the ppn channels every GPU heads one: its NVLink
+  // carries 2 x bw for its own channel and bw for each other (ncclTopoSearchTryNvls), (ppn +
+  // 1) x bw in all, both directions. The search runs the intra-node speed array on one node,
+  // the inter-node one across nodes (the NICs are trimmed from a single-node system).
+  const double* speeds = g.nodes == 1 ? r.sm90_speed_intra : r.sm90_speed_inter;
+  const int count = g.nodes == 1 ? 11 : 17;
+  for (int i = 0; i < count && speeds[i] > 0; ++i) {
+    if (double(ppn + 1) * speeds[i] <= g.topo_nvlink_bw_gbs + 1e-9) {
+      out.bw_intra_gbs = out.bw_inter_gbs = speeds[i];
+      out.channels = int(ppn);
+      break;
+    }
+  }
+  if (out.channels == 0 || g.nodes == 1 || !r.nvls_v2_29) return out;
+  // v2.29.7's second pass raises bwInter alone while it stays under 2 x bwIntra and the NIC
+  // (each channel's head sends on its own NIC) carries it.
+  for (int i = 0; i < count && speeds[i] > 0; ++i) {
+    if (speeds[i] <= out.bw_inter_gbs) break;
+    if (speeds[i] <= g.topo_nic_bw_gbs + 1e-9 && speeds[i] < 2 * out.bw_intra_gbs) {
+      out.bw_inter_gbs = speeds[i];
+      break;
+    }
+  }
+  return out;
+}
+
+const char* to_string(NcclAlgo a) {
+  switch (a) {
+    case NcclAlgo::Ring: return "ring";
+    case NcclAlgo::Tree: return "tree";
+    case NcclAlgo::Nvls: return "nvls";
+    case NcclAlgo::NvlsTree: return "nvls_tree";
+  }
+  return "?";
+}
 const char* to_string(NcclVersion v) { return release(v).name; }
 std::optional<NcclVersion> nccl_version_from_string(const std::string& name) {
   for (NcclVersion v : kNcclVersions)
@@ -155,8 +265,15 @@ double nccl_predicted_time_s(const NcclGroup& g, NcclAlgo algo, NcclProto proto,
   if (g.ranks < 2 || g.nodes < 1 || g.ranks < g.nodes || !(g.bus_bw_bytes_per_s > 0) || bytes < 0)
     throw std::logic_error("nccl_predicted_time_s: bad group (ranks " + std::to_string(g.ranks) +
                            ", nodes " + std::to_string(g.nodes) + ")");
-  const int a = algo == NcclAlgo::Ring ? kRing : kTree;
   const int p = proto == NcclProto::LL ? kLL : proto == NcclProto::LL128 ? kLL128 : kSimple;
+  if (algo == NcclAlgo::Nvls || algo == NcclAlgo::NvlsTree) {
+    if (p != kSimple) return -1;  // NVLS runs Simple only
+    double bus = 0;
+    const double t = nvls_time_s(g, algo == NcclAlgo::NvlsTree, bytes, latency_s, &bus);
+    if (t >= 0 && bus_bw) *bus_bw = bus * 1e9;
+    return t;
+  }
+  const int a = algo == NcclAlgo::Ring ? kRing : kTree;
   // The tree serves all-reduce only; NCCL enables it across nodes (inside one node the ring
   // and, on H100, NVLS serve; trainsim does not offer the single-node chain).
   if (a == kTree && (g.kind != OpKind::AllReduce || g.nodes < 2)) return -1;
@@ -184,7 +301,7 @@ double nccl_predicted_time_s(const NcclGroup& g, NcclAlgo algo, NcclProto proto,
 NcclChoice nccl_choose(const NcclGroup& g, double bytes) {
   NcclChoice best;
   best.time_s = INFINITY;
-  for (NcclAlgo a : {NcclAlgo::Ring, NcclAlgo::Tree}) {
+  for (NcclAlgo a : {NcclAlgo::Ring, NcclAlgo::Tree, NcclAlgo::Nvls, NcclAlgo::NvlsTree}) {
     for (NcclProto p : {NcclProto::LL, NcclProto::LL128, NcclProto::Simple}) {
       double lat = 0, bus = 0;
       const double t = nccl_predicted_time_s(g, a, p, bytes, &lat, &bus);
@@ -197,7 +314,11 @@ NcclChoice nccl_choose(const NcclGroup& g, double bytes) {
       best.wire_factor = p == NcclProto::LL ? 2.0 : p == NcclProto::LL128 ? 128.0 / 120.0 : 1.0;
     }
   }
-  if (g.channels > 0) {
+  const bool nvls = best.algo == NcclAlgo::Nvls || best.algo == NcclAlgo::NvlsTree;
+  if (nvls) {
+    best.channels = kNvlsChannelsSm90;  // enqueue.cc: nc = comm->nvlsChannels
+    best.nvls_nvlink_bytes = nccl_traffic(best, g.kind, bytes, g.ranks, g.nodes).nvlink_bytes;
+  } else if (g.channels > 0) {
     // enqueue.cc: while (nBytes < nc * nt * threadThreshold) nc-- (down to 1).
     const double threads = best.proto == NcclProto::LL128 ? 640 : 512;
     double threshold = best.proto == NcclProto::Simple ? 64 : 8;
@@ -209,7 +330,34 @@ NcclChoice nccl_choose(const NcclGroup& g, double bytes) {
 }
 
 double NcclChoice::transfer_s(double ring_bytes, double link_bytes_per_s) const {
-  return std::max(ring_bytes * wire_factor / link_bytes_per_s, ring_bytes / bus_bw_bytes_per_s);
+  const bool nvls = algo == NcclAlgo::Nvls || algo == NcclAlgo::NvlsTree;
+  const double link_bytes = nvls ? nvls_nvlink_bytes : ring_bytes * wire_factor;
+  return std::max(link_bytes / link_bytes_per_s, ring_bytes / bus_bw_bytes_per_s);
+}
+
+NcclTraffic nccl_traffic(const NcclChoice& c, OpKind kind, double bytes, std::int64_t ranks,
+                         std::int64_t nodes) {
+  NcclTraffic t;
+  if (ranks < 2 || nodes < 1) return t;
+  const double n = double(ranks);
+  const double k = double(std::max<std::int64_t>(ranks / nodes, 1));
+  if (c.algo == NcclAlgo::Nvls || c.algo == NcclAlgo::NvlsTree) {
+    // All-gather / reduce-scatter (one node): each GPU multicasts or reduce-reads its own
+    // shard and takes in the other k - 1: the ring's (n - 1) / n S.
+    t.nvlink_bytes = kind == OpKind::AllReduce ? bytes * (k + 1) / k : bytes * (n - 1) / n;
+    if (nodes > 1) t.nic_bytes = bytes / k * (nodes == 2 ? 1.0 : 2.0);
+    return t;
+  }
+  const double ring = kind == OpKind::AllReduce ? 2 * (n - 1) / n * bytes : (n - 1) / n * bytes;
+  if (nodes == 1) {
+    t.nvlink_bytes = ring;
+  } else if (k > 1) {
+    t.nvlink_bytes = ring * (k - 1) / k;
+    t.nic_bytes = ring / k;
+  } else {
+    t.nic_bytes = ring;
+  }
+  return t;
 }
 
 }  // namespace trainsim

@@ -19,12 +19,15 @@
 // Simple base latency (0 and 8.4 us); the inter-node steps of a ring all-reduce (2 x nodes
 // and 2 x (nodes - 1)).
 //
-// Modelled: algorithms Ring (every collective) and Tree (all-reduce across nodes); protocols
+// Modelled: algorithms Ring (every collective), Tree (all-reduce across nodes), and on an
+// NVSwitch with NVLink SHARP multicast (DGX H100) NVLS (inside one node: all-reduce, and in
+// v2.29.7 also all-gather / reduce-scatter) and NVLS-Tree (all-reduce across nodes); protocols
 // LL, LL128, Simple (LL128 on, as NCCL enables it on NVLink-connected x86 DGX nodes with the
-// NIC behind the GPU's PCIe switch). Not modelled: NVLS / NVLS-Tree (NVLink SHARP on
-// H100), CollNet (in-network reduction), PAT; the per-channel bandwidth caps (they need the
-// channel count of NCCL's topology search) and NCCL's aggregation of several operations into
-// one launch. The ring "plateau" factor (Simple all-reduce across nodes: latency x 1.4 on
+// NIC behind the GPU's PCIe switch; NVLS and NVLS-Tree run Simple only). NVLS's channel count
+// and per-channel bandwidths come from NCCL's topology search in closed form (nvls_graph()
+// in nccl_model.cpp). Not modelled: CollNet (in-network reduction over the IB fabric), PAT;
+// the per-channel bandwidth caps of Ring/Tree (they need the channel count of NCCL's ring
+// search) and NCCL's aggregation of several operations into one launch. The ring "plateau" factor (Simple all-reduce across nodes: latency x 1.4 on
 // Ampere and later, x 1.9 before, once bytes / (channels x ranks) >= 64) is modelled with the
 // channel count at its maximum (MAXCHANNELS: 32 in v2.18.5, 64 in v2.29.7), so it starts at
 // the largest size NCCL could start it.
@@ -38,7 +41,7 @@
 
 namespace trainsim {
 
-enum class NcclAlgo { Ring, Tree };
+enum class NcclAlgo { Ring, Tree, Nvls, NvlsTree };
 enum class NcclProto { LL, LL128, Simple };
 /// The NCCL release whose tuning model is followed (scenario key `nccl_version`).
 enum class NcclVersion { V2_18_5, V2_29_7 };
@@ -74,7 +77,29 @@ struct NcclGroup {
   double net_overhead_s = 0;
   /// The communicator's channels (SystemSpec::nccl_channels); 0: not known.
   int channels = 0;
+  /// NVLS is available: an NVSwitch with NVLink SHARP multicast (NCCL's
+  /// CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, SystemSpec::nvlink_sharp), compute capability
+  /// >= 90, and NCCL_NVLS_ENABLE not 0 (scenario key `nccl_nvls_enable`).
+  bool nvls = false;
+  /// The GPU's NVLink bandwidth to the NVSwitch in NCCL's topology, GB/s per direction: links x
+  /// SM90_NVLINK_BW 20.6 (src/graph/topo.h), 370.8 on H100; and the NIC's (port speed / 8:
+  /// 50 for NDR 400 Gb/s). NVLS's search works on these nominal figures, as NCCL's does.
+  double topo_nvlink_bw_gbs = 0;
+  double topo_nic_bw_gbs = 0;
 };
+
+/// NCCL's NVLS graph for a group of `ppn` GPUs per node (src/graph/search.cc,
+/// ncclTopoCompute with NCCL_TOPO_PATTERN_NVLS): one channel per local GPU, each headed by
+/// one GPU; the largest speed of the SM90 array whose channels fit every GPU's NVLink.
+struct NvlsGraph {
+  int channels = 0;
+  double bw_intra_gbs = 0;  ///< graphs[NVLS]->bwIntra
+  double bw_inter_gbs = 0;  ///< graphs[NVLS]->bwInter (multi-node: the NIC side)
+};
+NvlsGraph nvls_graph(const NcclGroup& g);
+/// NCCL's latency of one NVLS round inside a node in the release's table: v2.18.5 baseLat
+/// 23 us, v2.29.7 hwLatencies[NVLINK][NVLS] 25 us.
+double nccl_nvls_table_latency_s(NcclVersion v);
 
 struct NcclChoice {
   NcclAlgo algo = NcclAlgo::Ring;
@@ -93,13 +118,36 @@ struct NcclChoice {
   /// communicator's channels, fewer while bytes < channels x threads x threadThreshold;
   /// threads 512 for LL and Simple, 640 for LL128; threadThreshold 8 for LL (x ranks on a
   /// ring) and LL128, 64 for Simple; comm.h / device.h); 0 when the group's channels are not
-  /// known.
+  /// known. NVLS / NVLS-Tree: the NVLS channels (NVLS_NCHANNELS, 16 on SM90).
   int channels = 0;
   /// Seconds to move `ring_bytes` (a rank's ring bytes, payload) over a link of
   /// `link_bytes_per_s` alone: the wire bytes at the link's rate, or the payload at NCCL's
-  /// bus bandwidth, whichever is slower (the simulator's flows, uncontended).
+  /// bus bandwidth, whichever is slower (the simulator's flows, uncontended). NVLS: its own
+  /// traffic (nccl_traffic) at the link's rate, or the ring bytes at the bus bandwidth.
   double transfer_s(double ring_bytes, double link_bytes_per_s) const;
+  /// NVLS / NVLS-Tree: a rank's NVLink bytes for this collective (nccl_traffic).
+  double nvls_nvlink_bytes = 0;
 };
+
+/// What one rank moves for a collective of `bytes` (nccl-tests' buffer) that `c` runs over
+/// `ranks` GPUs on `nodes` nodes: payload bytes on its NVLink and on its NIC (one direction;
+/// the other carries as much).
+///   Ring / Tree: the ring's 2(n-1)/n S (all-reduce) or (n-1)/n S, hierarchical across nodes
+///     ((k-1)/k of it on NVLink, 1/k on the rank's NIC, k ranks per node); the tree moves as
+///     many bytes per NIC as the ring.
+///   NVLS (NVLink SHARP, all-reduce): the switch reduces what multimem.ld_reduce reads (every
+///     GPU's memory gives S: S/k for each of the k shards) and multicasts what multimem.st
+///     writes (every GPU receives S), plus its own shard each way: S (k+1)/k.
+///     All-gather / reduce-scatter (one node): the ring's (n-1)/n S.
+///   NVLS-Tree across nodes: that inside the node, and the node's reduced buffer over its k
+///     heads' NICs, up and down the tree: S/k per NIC on 2 nodes (a single up/down exchange,
+///     NCCL's x2 on bwInter), 2S/k beyond.
+struct NcclTraffic {
+  double nvlink_bytes = 0;
+  double nic_bytes = 0;
+};
+NcclTraffic nccl_traffic(const NcclChoice& c, OpKind kind, double bytes, std::int64_t ranks,
+                         std::int64_t nodes);
 
 /// NCCL's predicted time of one (algorithm, protocol) for `bytes` (the collective's buffer as
 /// nccl-tests counts it); negative when the pair is not available for this collective/group.

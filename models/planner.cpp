@@ -519,7 +519,10 @@ CandidateEstimate estimate_candidate(
     e.reason = o.str();
     return e;
   }
-  const CostModel cm(sys, profile);
+  // The collectives as the simulation runs them: the scenario's NCCL release and NVLS switch.
+  SystemSpec cost_sys = sys;
+  cost_sys.nvlink_sharp = sys.nvlink_sharp && sc.nccl_nvls_enable;
+  const CostModel cm(cost_sys, profile, sc.nccl_version);
   // The reduced graph has the full run's per-microbatch work; scale the
   // microbatch count.
   e.estimate_iteration_s = estimate_from_graph(g, sc, cm, sys);

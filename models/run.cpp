@@ -296,6 +296,7 @@ void choose_system(const RunRequest& req, PreparedRun& run) {
     }
   }
   run.cost_system = run.system;
+  run.cost_system.nvlink_sharp = run.system.nvlink_sharp && sc.nccl_nvls_enable;
   if (sc.cluster.gpus_per_node > 0) run.cost_system.gpus_per_node = int(sc.cluster.gpus_per_node);
 }
 

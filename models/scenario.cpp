@@ -37,7 +37,7 @@ const std::vector<std::string>& section_paths() {
 
 const std::vector<std::string>& leaf_paths() {
   static const std::vector<std::string> v = {
-      "name", "runtime", "nccl_version",
+      "name", "runtime", "nccl_version", "nccl_nvls_enable",
       // Megatron-LM argument names
       "model.num_layers", "model.hidden_size", "model.num_attention_heads",
       "model.seq_length", "model.padded_vocab_size", "model.ffn_hidden_size",
@@ -1124,6 +1124,7 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   std::vector<std::string> releases;
   for (NcclVersion v : kNcclVersions) releases.push_back(to_string(v));
   if (auto v = r.get_enum("nccl_version", releases)) s.nccl_version = kNcclVersions[*v];
+  s.nccl_nvls_enable = r.get_bool("nccl_nvls_enable").value_or(true);
   read_model(r, s);
   read_parallel(r, s);
   read_zero(r, s);

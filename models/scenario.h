@@ -254,6 +254,9 @@ struct Scenario {
   /// Top-level `nccl_version`: the NCCL release whose tuning model the collectives follow
   /// (models/nccl_model.h); 2.29.7 when absent.
   NcclVersion nccl_version = kDefaultNcclVersion;
+  /// Top-level `nccl_nvls_enable` (NCCL_NVLS_ENABLE): false keeps NCCL off NVLS / NVLS-Tree
+  /// on an NVLink SHARP system; true (NCCL's default) when absent.
+  bool nccl_nvls_enable = true;
   std::string source_path;  ///< the file it was read from (for error messages)
   ModelConfig model;
   ParallelConfig parallel;

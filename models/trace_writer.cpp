@@ -127,7 +127,7 @@ std::string memory_args(const MemVector& v) {
 void write_link_counters(EventWriter& w, const ScheduleGraph& graph,
                          const ExecutionRecord& record, const std::vector<double>& active,
                          const std::vector<TaskId>& tasks, RankId rank, double start_s,
-                         std::int64_t gpus_per_node) {
+                         std::int64_t gpus_per_node, const CostModel* cost) {
   struct Change {
     double time_s;
     int link;
@@ -137,7 +137,7 @@ void write_link_counters(EventWriter& w, const ScheduleGraph& graph,
   std::vector<Change> changes;
   for (TaskId id : tasks) {
     if (!task_ran(record, id)) continue;
-    const LinkUse use = link_use(graph, id, gpus_per_node);
+    const LinkUse use = link_use(graph, id, gpus_per_node, cost);
     const double a = active[id], e = record.end_s[id];
     if (use.link == Link::None || use.bytes <= 0 || !(e > a)) continue;
     const double rate = use.bytes / (e - a);
@@ -347,7 +347,7 @@ void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
     memory.gpu_of(rank).for_each_step(memory.start_s, [&](double time_s, const MemVector& v) {
       w.counter(rank, "memory", time_s, memory_args(v));
     });
-    write_link_counters(w, graph, record, active, tasks, rank, memory.start_s, gpn);
+    write_link_counters(w, graph, record, active, tasks, rank, memory.start_s, gpn, info.cost);
     write_allocator_counter(w, record, tasks, rank);
   }
   write_hosts(w, graph, memory, selection, gpn);

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "models/cost_model.h"
 #include "models/execution_record.h"
 #include "models/memory_timeline.h"
 #include "models/schedule_graph.h"
@@ -53,6 +54,9 @@ TraceSelection select_trace_ranks(const ScheduleGraph& graph, const std::string&
 struct TraceInfo {
   std::string scenario_name;
   std::int64_t gpus_per_node = 1;
+  /// The run's cost model: the link counters put NVLS collectives' own traffic on the links
+  /// (activity.h link_use). nullptr: every collective as a ring.
+  const CostModel* cost = nullptr;
 };
 
 /// Writes the trace of `selection.ranks` (see the schema above).

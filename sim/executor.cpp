@@ -313,6 +313,21 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
           if (c.has_rail) c.rail_rate_bytes_per_s = wire_rate / double(k);
           c.bytes = std::uint64_t(std::llround(double(c.bytes) * nccl.wire_factor));
           c.rail_bytes = std::uint64_t(std::llround(double(c.rail_bytes) * nccl.wire_factor));
+          if (nccl.algo == NcclAlgo::Nvls || nccl.algo == NcclAlgo::NvlsTree) {
+            // NVLink SHARP: the switch reduces and multicasts, so a rank moves its NVLS
+            // traffic (nccl_traffic), not the ring's; each flow paced to end when NCCL's
+            // algorithm bandwidth would (the ring bytes at its bus bandwidth).
+            const NcclTraffic tr = nccl_traffic(nccl, op.kind, double(op.bytes), size,
+                                                std::int64_t(by_node.size()));
+            const double bw_s = ring_bytes / nccl.bus_bw_bytes_per_s;
+            const double nvlink_bytes = c.has_rail ? tr.nvlink_bytes : tr.nvlink_bytes + tr.nic_bytes;
+            c.bytes = std::uint64_t(std::llround(nvlink_bytes));
+            c.rate_bytes_per_s = nvlink_bytes / bw_s;
+            if (c.has_rail) {
+              c.rail_bytes = std::uint64_t(std::llround(tr.nic_bytes));
+              c.rail_rate_bytes_per_s = tr.nic_bytes / bw_s;
+            }
+          }
         }
         const std::uint32_t stream = std::uint32_t(t.stream);
         if (simulated(succ_r)) c.mb_out = mailbox(1, t.group, stream, succ_r);

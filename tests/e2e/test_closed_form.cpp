@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "models/calibration.h"
 #include "models/cost_model.h"
@@ -225,6 +226,71 @@ TEST(ClosedForm, TwoGpuDataParallelIsComputePlusRingAllReducePlusStep) {
               "all-reduce %.6e in %lld buckets, step %.6e)\n",
               T, expected, compute_s, dp_s, static_cast<long long>(full_buckets + (rest > 0)),
               optimizer_s(cost));
+}
+
+TEST(ClosedForm, EightH100DataParallelAllReducesOnNvls) {
+  // Eight GPUs of one DGX H100 node, data parallel only, gradient reduction after the
+  // backward: as the two-GPU case, with each bucket's all-reduce on the algorithm NCCL's
+  // tuning model picks among the ring's protocols and NVLS (NVLink SHARP; NVIDIA/nccl v2.29.7
+  // src/graph/tuning.cc, src/graph/search.cc), written out here:
+  //   ring LL / LL128 / Simple as above, n = 8, bw = 450 GB/s x nvlink_efficiency, Hopper's
+  //     LL cap 141 GB/s;
+  //   NVLS  NCCL's search: 8 channels of 40 GB/s (9 x 40 <= 18 links x 20.6 GB/s), bus
+  //     bandwidth 8 x 40 x 0.85 x 7/8 x 2 = 476 GB/s, chosen with NCCL's 25 us and run with
+  //     the profile's measured NVLS round (nccl_nvls_latency_s); a rank's link carries
+  //     S x 9/8 each way, far below the link.
+  // With nccl_nvls_enable false the same run is all ring.
+  const std::int64_t bucket = 1'000'000;
+  const std::string args = "'" + source_path(kTinyFile) +
+                           "' --set cluster.system=dgx-h100 --set cluster.gpus_per_node=8"
+                           " --set parallel.global_batch_size=16"
+                           " --set parallel.overlap_grad_reduce=false"
+                           " --set parallel.ddp_bucket_size=" + std::to_string(bucket);
+  const SystemSpec& system = find_system("dgx-h100");
+  const CalibrationProfile profile = default_calibration(system.gpu.name);
+  const CostModel cost(system, profile);
+  ASSERT_GT(profile.nccl_nvls_latency_s, 0);
+  const double n = 8, bw = 450e9 * profile.nvlink_efficiency;
+  auto allreduce_s = [&](std::int64_t params, bool nvls) {
+    const double bytes = double(params * 2);
+    struct Algo { double latency_s, bus_bw, wire, run_latency_s; };
+    std::vector<Algo> algos = {
+        {(6.6 + 2 * (n - 1) * 0.6) * 1e-6, std::min(141e9, bw / 2), 2.0, 0},
+        {(14.0 + 2 * (n - 1) * 1.9) * 1e-6, 0.92 * bw, 128.0 / 120.0, 0},
+        {(8.4 + 2 * (n - 1) * 3.4) * 1e-6, bw, 1.0, 0}};
+    for (Algo& a : algos) a.run_latency_s = a.latency_s;
+    if (nvls) algos.push_back({25e-6, 8 * 40 * 0.85 * 7.0 / 8 * 2 * 1e9, 0, profile.nccl_nvls_latency_s});
+    const Algo* best = nullptr;
+    double best_s = 1e30;
+    for (const Algo& a : algos) {
+      const double t = a.latency_s + bytes / (a.bus_bw * n / (2 * (n - 1)));
+      if (t < best_s) best_s = t, best = &a;
+    }
+    const double ring = 2 * (n - 1) / n * bytes;
+    if (best->wire == 0) return best->run_latency_s + ring / best->bus_bw;  // NVLS
+    return best->run_latency_s + std::max(best->wire * ring / bw, ring / best->bus_bw);
+  };
+  const std::int64_t full_buckets = kParams / bucket, rest = kParams % bucket;
+  auto dp_s = [&](bool nvls) {
+    return full_buckets * allreduce_s(bucket, nvls) + (rest > 0 ? allreduce_s(rest, nvls) : 0);
+  };
+  // The full 2 MB buckets run NVLS, the 0.9 MB rest the ring's LL: both paths are exercised.
+  // (NCCL picks NVLS at 2 MB on its 25 us estimate; run with the measured 42 us round it is
+  // slower there than the ring would have been, as the published NVLS table shows.)
+  ASSERT_NE(dp_s(true), dp_s(false));
+  const double compute_s = microbatch_compute_s(cost);  // 16 / (2 x 8) = 1 microbatch
+  const json on = simulate_json(args);
+  const json off = simulate_json(args + " --set nccl_nvls_enable=false");
+  ASSERT_EQ(on.at("world_size").get<int>(), 8);
+  for (bool nvls : {true, false}) {
+    const json& s = nvls ? on : off;
+    const double expected = compute_s + dp_s(nvls) + optimizer_s(cost);
+    const double T = s.at("iteration_time_s").get<double>();
+    EXPECT_NEAR(T, expected, 1e-9 * expected) << (nvls ? "NVLS" : "ring");
+    EXPECT_NEAR(s.at("breakdown_s").at("dp_comm").get<double>(), dp_s(nvls), 1e-9 * expected);
+    std::printf("[closed-form] 8 H100 DP, NVLS %s: simulated %.9e s, by hand %.9e s "
+                "(all-reduce %.6e)\n", nvls ? "on" : "off", T, expected, dp_s(nvls));
+  }
 }
 
 TEST(ClosedForm, NcclVersionReachesTheSimulatedCollectives) {

@@ -305,13 +305,15 @@ TEST(Calibration, DefaultsAreEmbeddedForEveryCatalogGpu) {
     EXPECT_GT(p.gemm_max_efficiency, 0.5);
     EXPECT_LE(p.gemm_max_efficiency, 1.0);
     // Every parameter of a shipped profile carries its source; the optional FP8 GEMM
-    // parameters are absent exactly where the GPU has no FP8 tensor cores (A100).
+    // parameters are absent exactly where the GPU has no FP8 tensor cores (A100), the NVLS
+    // latency where its NVSwitch has no NVLink SHARP (A100).
     const bool fp8 = std::string(gpu).rfind("H100", 0) == 0;
     for (const auto& name : calibration_parameter_names())
-      if (name.rfind("gemm_fp8_", 0) != 0 || fp8)
+      if ((name.rfind("gemm_fp8_", 0) != 0 && name != "nccl_nvls_latency_s") || fp8)
         EXPECT_FALSE(p.sources[name].empty()) << gpu << " " << name;
     EXPECT_EQ(p.gemm_fp8_max_efficiency > 0, fp8) << gpu;
     EXPECT_EQ(p.gemm_fp8_promotion_interval_k > 0, fp8) << gpu;
+    EXPECT_EQ(p.nccl_nvls_latency_s > 0, fp8) << gpu;
   }
   EXPECT_EQ(default_calibration("A100-SXM4-80GB").sm_count, 108);
   EXPECT_EQ(default_calibration("H100-SXM5-80GB").sm_count, 132);

@@ -246,11 +246,18 @@ TEST(NcclModel, ChannelsFollowNcclsPerSizeTuning) {
               1e-15);
   EXPECT_NEAR(cost.nccl_sm_share(cost.nccl_collective(OpKind::AllReduce, 1e9, 16, 2)),
               24.0 / 108, 1e-15);
-  const SystemSpec h = find_system("dgx-h100");
+  // DGX H100 with NVLS off (NCCL_NVLS_ENABLE=0): 24 over 132 SMs inside a node, 16 across
+  // nodes; with NVLS on, its all-reduce runs NVLS_NCHANNELS_SM90 = 16 CTAs.
+  SystemSpec h = find_system("dgx-h100");
+  h.nvlink_sharp = false;
   const CostModel hc(h, default_calibration(h.gpu.name));
   EXPECT_NEAR(hc.nccl_sm_share(hc.nccl_collective(OpKind::AllReduce, 1e9, 8, 1)), 24.0 / 132,
               1e-15);
   EXPECT_NEAR(hc.nccl_sm_share(hc.nccl_collective(OpKind::AllReduce, 1e9, 16, 2)), 16.0 / 132,
+              1e-15);
+  const SystemSpec hn = find_system("dgx-h100");
+  const CostModel hnc(hn, default_calibration(hn.gpu.name));
+  EXPECT_NEAR(hnc.nccl_sm_share(hnc.nccl_collective(OpKind::AllReduce, 1e9, 8, 1)), 16.0 / 132,
               1e-15);
 }
 
@@ -264,7 +271,8 @@ TEST(NcclModel, BadInputThrows) {
 }
 
 TEST(NcclModel, CostModelUsesTheSimulatedLinksAndTheCatalogHost) {
-  const SystemSpec sys = find_system("dgx-h100");
+  SystemSpec sys = find_system("dgx-h100");
+  sys.nvlink_sharp = false;  // the ring and the tree (NVLS: NcclModel.Nvls*)
   const CalibrationProfile prof = default_calibration(sys.gpu.name);
   const CostModel cost(sys, prof);
   // Across nodes the bus bandwidth is the 8 members' NIC paths together (one ring channel
@@ -290,6 +298,142 @@ TEST(NcclModel, CostModelUsesTheSimulatedLinksAndTheCatalogHost) {
   g.simple_net_step_s = prof.nccl_step_latency_inter_node_s;
   nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::Simple, 0, &lat);
   EXPECT_NEAR(lat, (8.4 + 28 * 3.4 + 2 * 14.0) * kUs, 1e-12);
+}
+
+/// A DGX H100 group as CostModel builds it: NVLink SHARP, NCCL's topology 18 x 20.6 GB/s NVLink
+/// and 50 GB/s NDR NICs.
+NcclGroup h100(OpKind kind, std::int64_t ranks, std::int64_t nodes,
+               NcclVersion v = NcclVersion::V2_29_7) {
+  NcclGroup g;
+  g.kind = kind;
+  g.version = v;
+  g.ranks = ranks;
+  g.nodes = nodes;
+  g.compute_capability = 90;
+  g.net_overhead_s = 1 * kUs;
+  g.bus_bw_bytes_per_s = 369e9;
+  g.simple_base_latency_s = 8.4 * kUs;
+  g.simple_nvlink_step_s = 3.4 * kUs;
+  g.simple_net_step_s = 14.0 * kUs;
+  g.nvls = true;
+  g.topo_nvlink_bw_gbs = 18 * 20.6;
+  g.topo_nic_bw_gbs = 50;
+  return g;
+}
+
+TEST(NcclModel, NvlsGraphIsNcclsSearchInClosedForm) {
+  // 8 GPUs on one node: every GPU heads one of 8 channels, its NVLink carries 9 x bw: 60 and
+  // 50 GB/s do not fit 370.8 (540, 450), 40 does (360).
+  NvlsGraph g8 = nvls_graph(h100(OpKind::AllReduce, 8, 1));
+  EXPECT_EQ(g8.channels, 8);
+  EXPECT_DOUBLE_EQ(g8.bw_intra_gbs, 40.0);
+  // 4 GPUs: 5 x 60 = 300 fits.
+  NvlsGraph g4 = nvls_graph(h100(OpKind::AllReduce, 4, 1));
+  EXPECT_EQ(g4.channels, 4);
+  EXPECT_DOUBLE_EQ(g4.bw_intra_gbs, 60.0);
+  // Across nodes the inter-node array (48, 45, 42, 40, ...): 40 by NVLink; v2.29.7 then
+  // raises bwInter alone to the NIC's 48 (< 2 x 40, <= 50); v2.18.5 keeps 40.
+  NvlsGraph m = nvls_graph(h100(OpKind::AllReduce, 16, 2));
+  EXPECT_EQ(m.channels, 8);
+  EXPECT_DOUBLE_EQ(m.bw_intra_gbs, 40.0);
+  EXPECT_DOUBLE_EQ(m.bw_inter_gbs, 48.0);
+  NvlsGraph m18 = nvls_graph(h100(OpKind::AllReduce, 16, 2, NcclVersion::V2_18_5));
+  EXPECT_DOUBLE_EQ(m18.bw_inter_gbs, 40.0);
+  // One GPU per node: no NVLS graph.
+  EXPECT_EQ(nvls_graph(h100(OpKind::AllReduce, 4, 4)).channels, 0);
+}
+
+TEST(NcclModel, NvlsAllReduceFollowsTuningCc) {
+  // v2.29.7, 8 GPUs: bus = 8 x 40 x 0.85 x 7/8 x 2 = 476 GB/s; algorithm = bus x 8 / 14;
+  // latency hwLatencies[NVLINK][NVLS][Simple] = 25 us.
+  const double bytes = 1 << 30;
+  double lat = 0, bus = 0;
+  const NcclGroup g = h100(OpKind::AllReduce, 8, 1);
+  const double t = nccl_predicted_time_s(g, NcclAlgo::Nvls, NcclProto::Simple, bytes, &lat, &bus);
+  const double alg = 8 * 40 * 0.85 * 7.0 / 8 * 2 * 8 / 14;
+  EXPECT_NEAR(lat, 25 * kUs, 1e-12);
+  EXPECT_NEAR(t, 25 * kUs + bytes / (alg * 1e9), 1e-12);
+  EXPECT_NEAR(bus, 476e9, 1e3);  // nccl-tests' bus bandwidth of that algorithm bandwidth
+  // Simple only; never on A100 or with NVLS off.
+  EXPECT_LT(nccl_predicted_time_s(g, NcclAlgo::Nvls, NcclProto::LL, bytes), 0);
+  NcclGroup off = g;
+  off.nvls = false;
+  EXPECT_LT(nccl_predicted_time_s(off, NcclAlgo::Nvls, NcclProto::Simple, bytes), 0);
+  // Large all-reduces run NVLS (ring: 369 GB/s bus), small ones the ring's LL.
+  EXPECT_EQ(nccl_choose(g, bytes).algo, NcclAlgo::Nvls);
+  EXPECT_EQ(nccl_choose(g, 64 * 1024).algo, NcclAlgo::Ring);
+  EXPECT_EQ(nccl_choose(off, bytes).algo, NcclAlgo::Ring);
+  // v2.18.5: bus = nChannels x bwIntra = 320, algorithm bandwidth 5/6 of it, 23 us.
+  const NcclGroup o = h100(OpKind::AllReduce, 8, 1, NcclVersion::V2_18_5);
+  const double t18 = nccl_predicted_time_s(o, NcclAlgo::Nvls, NcclProto::Simple, bytes, &lat);
+  EXPECT_NEAR(t18, 23 * kUs + bytes / (320e9 * 5 / 6), 1e-12);
+  // All-gather on NVLS: v2.29.7 only, bus x (ppn-1)/ppn unconverted: 8 x 40 x 0.85 x 7/8 x 7/8.
+  const NcclGroup ag = h100(OpKind::AllGather, 8, 1);
+  EXPECT_NEAR(nccl_predicted_time_s(ag, NcclAlgo::Nvls, NcclProto::Simple, bytes),
+              25 * kUs + bytes / (8 * 40 * 0.85 * 7.0 / 8 * 7.0 / 8 * 1e9), 1e-12);
+  EXPECT_LT(nccl_predicted_time_s(h100(OpKind::AllGather, 8, 1, NcclVersion::V2_18_5),
+                                  NcclAlgo::Nvls, NcclProto::Simple, bytes),
+            0);
+  // ... where the ring's 8/7 x 369 GB/s beats it.
+  EXPECT_EQ(nccl_choose(ag, bytes).algo, NcclAlgo::Ring);
+  // NVLS inside one node only (multi-node NVLS needs CollNet).
+  EXPECT_LT(nccl_predicted_time_s(h100(OpKind::AllReduce, 16, 2), NcclAlgo::Nvls,
+                                  NcclProto::Simple, bytes),
+            0);
+}
+
+TEST(NcclModel, NvlsTreeAllReduceAcrossNodes) {
+  // v2.29.7, 2 nodes: min(intra 40 x 0.85 x 7/8 x 2 = 59.5, inter 48 x 2, perChMaxNVLSTreeBw
+  // 57.7) = 57.7 per channel, 8 channels; algorithm = bus x 16 / 30; latency 25 + 2 x 1 x 20.9.
+  const double bytes = 4.0 * (1 << 30);
+  double lat = 0, bus = 0;
+  const NcclGroup g = h100(OpKind::AllReduce, 16, 2);
+  const double t =
+      nccl_predicted_time_s(g, NcclAlgo::NvlsTree, NcclProto::Simple, bytes, &lat, &bus);
+  EXPECT_NEAR(lat, (25 + 2 * 20.9) * kUs, 1e-12);
+  EXPECT_NEAR(t, lat + bytes / (8 * 57.7e9 * 16 / 30), 1e-9);
+  EXPECT_NEAR(bus, 8 * 57.7e9, 1e3);
+  EXPECT_EQ(nccl_choose(g, bytes).algo, NcclAlgo::NvlsTree);
+  // 4 nodes: min(59.5, 48, 45.5) = 45.5; latency 25 + 2 x 2 x 20.9.
+  const NcclGroup g4 = h100(OpKind::AllReduce, 32, 4);
+  EXPECT_NEAR(nccl_predicted_time_s(g4, NcclAlgo::NvlsTree, NcclProto::Simple, bytes, &lat),
+              (25 + 4 * 20.9) * kUs + bytes / (8 * 45.5e9 * 32 / 62), 1e-9);
+  // v2.18.5, 2 nodes: nChannels x bwIntra x 0.70 x N / (2 (N - 1)) = 320 x 0.7; 23 + 2 x 19 us.
+  const NcclGroup o = h100(OpKind::AllReduce, 16, 2, NcclVersion::V2_18_5);
+  EXPECT_NEAR(nccl_predicted_time_s(o, NcclAlgo::NvlsTree, NcclProto::Simple, bytes),
+              (23 + 38) * kUs + bytes / (320e9 * 0.7), 1e-9);
+  // Not on one node, not for all-gather.
+  EXPECT_LT(nccl_predicted_time_s(h100(OpKind::AllReduce, 8, 1), NcclAlgo::NvlsTree,
+                                  NcclProto::Simple, bytes),
+            0);
+  EXPECT_LT(nccl_predicted_time_s(h100(OpKind::AllGather, 16, 2), NcclAlgo::NvlsTree,
+                                  NcclProto::Simple, bytes),
+            0);
+}
+
+TEST(NcclModel, NvlsTrafficIsTheSwitchsNotTheRings) {
+  NcclChoice c;
+  c.algo = NcclAlgo::Nvls;
+  // One node of 8: S (k + 1) / k on NVLink (the switch reduces and multicasts).
+  NcclTraffic t = nccl_traffic(c, OpKind::AllReduce, 8e6, 8, 1);
+  EXPECT_DOUBLE_EQ(t.nvlink_bytes, 9e6);
+  EXPECT_DOUBLE_EQ(t.nic_bytes, 0);
+  // NVLS-Tree: S / k per NIC on 2 nodes, 2 S / k beyond.
+  c.algo = NcclAlgo::NvlsTree;
+  EXPECT_DOUBLE_EQ(nccl_traffic(c, OpKind::AllReduce, 8e6, 16, 2).nic_bytes, 1e6);
+  EXPECT_DOUBLE_EQ(nccl_traffic(c, OpKind::AllReduce, 8e6, 32, 4).nic_bytes, 2e6);
+  // The ring: 2 (n - 1) / n S, (k - 1) / k of it on NVLink and 1 / k on the NIC across nodes.
+  c.algo = NcclAlgo::Ring;
+  t = nccl_traffic(c, OpKind::AllReduce, 16e6, 16, 2);
+  EXPECT_DOUBLE_EQ(t.nvlink_bytes, 30e6 * 7 / 8);
+  EXPECT_DOUBLE_EQ(t.nic_bytes, 30e6 / 8);
+  // transfer_s: NVLS's own NVLink bytes at the link, or the ring bytes at the bus bandwidth.
+  const NcclChoice n = nccl_choose(h100(OpKind::AllReduce, 8, 1), 1 << 30);
+  ASSERT_EQ(n.algo, NcclAlgo::Nvls);
+  EXPECT_DOUBLE_EQ(n.nvls_nvlink_bytes, double(1 << 30) * 9 / 8);
+  const double ring = double(1 << 30) * 14 / 8;
+  EXPECT_DOUBLE_EQ(n.transfer_s(ring, 1e15), ring / n.bus_bw_bytes_per_s);
+  EXPECT_DOUBLE_EQ(n.transfer_s(ring, 1e9), n.nvls_nvlink_bytes / 1e9);
 }
 
 }  // namespace

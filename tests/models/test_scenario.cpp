@@ -254,6 +254,12 @@ TEST_F(ScenarioFiles, NcclVersionIsReadAndBadValuesNamed) {
   expect_error("nccl_version: 2.18\n" + kBase, {":1:", "nccl_version", "'2.18'"});
 }
 
+TEST_F(ScenarioFiles, NcclNvlsEnableIsReadAndBadValuesNamed) {
+  EXPECT_TRUE(load_scenario(write(kBase)).nccl_nvls_enable);  // NCCL's default
+  EXPECT_FALSE(load_scenario(write("nccl_nvls_enable: false\n" + kBase)).nccl_nvls_enable);
+  expect_error("nccl_nvls_enable: 2\n" + kBase, {":1:", "nccl_nvls_enable", "'2'", "boolean"});
+}
+
 TEST_F(ScenarioFiles, ExplicitValuesAreRead) {
   std::string text = kBase;
   text = replace(text, "  seq_length: 128\n",
