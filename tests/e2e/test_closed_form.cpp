@@ -111,6 +111,41 @@ double model_tflops_per_gpu(double B, double T, double N) {
   return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)) / T / N / 1e12;
 }
 
+/// One (algorithm, protocol) of a one-node all-reduce as NCCL's tuning model rates it: its
+/// predicted latency and bus bandwidth, the wire bytes per payload byte (0: NVLS, which moves
+/// its own traffic), and the latency the simulation runs it with.
+struct HandAlgo {
+  double latency_s, bus_bw, wire, run_latency_s;
+};
+
+/// The ring's three protocols on one node of n GPUs over links of `bw` (NVIDIA/nccl v2.29.7
+/// src/graph/tuning.cc):
+///   LL      latency 6.6 + 2(n-1) x 0.6 us, bus bandwidth min(llMaxBw, bw / 2)
+///   LL128   latency 14.0 + 2(n-1) x 1.9 us, bus bandwidth 0.92 bw
+///   Simple  latency 8.4 + 2(n-1) x 3.4 us, bus bandwidth bw
+std::vector<HandAlgo> ring_protocols(double n, double bw, double ll_max_bw) {
+  return {{(6.6 + 2 * (n - 1) * 0.6) * 1e-6, std::min(ll_max_bw, bw / 2), 2.0, 0},
+          {(14.0 + 2 * (n - 1) * 1.9) * 1e-6, 0.92 * bw, 128.0 / 120.0, 0},
+          {(8.4 + 2 * (n - 1) * 3.4) * 1e-6, bw, 1.0, 0}};
+}
+
+/// The all-reduce of `bytes` on the cheapest of `algos` by NCCL's prediction (algorithm
+/// bandwidth = bus bandwidth x n / 2(n-1)), run as the simulator runs it: the ring bytes in the
+/// protocol's wire format over the link, no faster than the bus bandwidth (NVLS: at its bus
+/// bandwidth); its run latency, or the predicted one when that is 0.
+double by_hand_allreduce_s(double bytes, double n, double bw, const std::vector<HandAlgo>& algos) {
+  const HandAlgo* best = nullptr;
+  double best_s = 1e30;
+  for (const HandAlgo& a : algos) {
+    const double t = a.latency_s + bytes / (a.bus_bw * n / (2 * (n - 1)));
+    if (t < best_s) best_s = t, best = &a;
+  }
+  const double ring = 2 * (n - 1) / n * bytes;
+  const double lat = best->run_latency_s > 0 ? best->run_latency_s : best->latency_s;
+  if (best->wire == 0) return lat + ring / best->bus_bw;
+  return lat + std::max(best->wire * ring / bw, ring / best->bus_bw);
+}
+
 const char* kTinyFile = "scenarios/small/gpt-tiny_tp1_pp1_dp1.yaml";
 
 TEST(ClosedForm, SingleGpuIterationIsTheSumOfComputeTimes) {
@@ -179,28 +214,12 @@ TEST(ClosedForm, TwoGpuDataParallelIsComputePlusRingAllReducePlusStep) {
   ASSERT_EQ(full_buckets, 3);  // 3,454,464 parameters
   // Ring all-reduce over NVLink: A100 NVLink 3 = 600 GB/s total, 300 GB/s per direction
   // (hardware.md), at the calibrated NCCL efficiency. NCCL picks the protocol with the least
-  // predicted time (NVIDIA/nccl v2.29.7 src/graph/tuning.cc, one node, ring, n = 2):
-  //   LL      latency 6.6 + 2(n-1) x 0.6 us, bus bandwidth min(87.7 GB/s, bw / 2)
-  //   LL128   latency 14.0 + 2(n-1) x 1.9 us, bus bandwidth 0.92 bw
-  //   Simple  latency 8.4 + 2(n-1) x 3.4 us, bus bandwidth bw
-  // (algorithm bandwidth = bus bandwidth x n / 2(n-1)); the bytes then cross the link in the
-  // protocol's wire format (LL sends 16 bytes per 8 of data, LL128 128 per 120), no faster
-  // than the protocol's bus bandwidth above.
+  // predicted time (ring_protocols, one node, n = 2, Ampere's LL cap 87.7 GB/s); the bytes then
+  // cross the link in the protocol's wire format (LL sends 16 bytes per 8 of data, LL128 128
+  // per 120), no faster than the protocol's bus bandwidth.
   const double bw = 300e9 * profile.nvlink_efficiency;
   auto allreduce_s = [&](std::int64_t params) {
-    const double bytes = double(params * 2);
-    struct Proto { double latency_s, bus_bw, wire; };
-    const Proto protos[] = {{(6.6 + 2 * (n - 1) * 0.6) * 1e-6, std::min(87.7e9, bw / 2), 2.0},
-                            {(14.0 + 2 * (n - 1) * 1.9) * 1e-6, 0.92 * bw, 128.0 / 120.0},
-                            {(8.4 + 2 * (n - 1) * 3.4) * 1e-6, bw, 1.0}};
-    const Proto* best = nullptr;
-    double best_s = 1e30;
-    for (const Proto& p : protos) {
-      const double t = p.latency_s + bytes / (p.bus_bw * n / (2 * (n - 1)));
-      if (t < best_s) best_s = t, best = &p;
-    }
-    const double ring = 2 * (n - 1) / n * bytes;
-    return best->latency_s + std::max(best->wire * ring / bw, ring / best->bus_bw);
+    return by_hand_allreduce_s(double(params * 2), n, bw, ring_protocols(n, bw, 87.7e9));
   };
   const double dp_s = full_buckets * allreduce_s(bucket) + (rest > 0 ? allreduce_s(rest) : 0);
   const double compute_s = m * microbatch_compute_s(cost);
@@ -252,23 +271,10 @@ TEST(ClosedForm, EightH100DataParallelAllReducesOnNvls) {
   ASSERT_GT(profile.nccl_nvls_latency_s, 0);
   const double n = 8, bw = 450e9 * profile.nvlink_efficiency;
   auto allreduce_s = [&](std::int64_t params, bool nvls) {
-    const double bytes = double(params * 2);
-    struct Algo { double latency_s, bus_bw, wire, run_latency_s; };
-    std::vector<Algo> algos = {
-        {(6.6 + 2 * (n - 1) * 0.6) * 1e-6, std::min(141e9, bw / 2), 2.0, 0},
-        {(14.0 + 2 * (n - 1) * 1.9) * 1e-6, 0.92 * bw, 128.0 / 120.0, 0},
-        {(8.4 + 2 * (n - 1) * 3.4) * 1e-6, bw, 1.0, 0}};
-    for (Algo& a : algos) a.run_latency_s = a.latency_s;
-    if (nvls) algos.push_back({25e-6, 8 * 40 * 0.85 * 7.0 / 8 * 2 * 1e9, 0, profile.nccl_nvls_latency_s});
-    const Algo* best = nullptr;
-    double best_s = 1e30;
-    for (const Algo& a : algos) {
-      const double t = a.latency_s + bytes / (a.bus_bw * n / (2 * (n - 1)));
-      if (t < best_s) best_s = t, best = &a;
-    }
-    const double ring = 2 * (n - 1) / n * bytes;
-    if (best->wire == 0) return best->run_latency_s + ring / best->bus_bw;  // NVLS
-    return best->run_latency_s + std::max(best->wire * ring / bw, ring / best->bus_bw);
+    std::vector<HandAlgo> algos = ring_protocols(n, bw, 141e9);
+    if (nvls)
+      algos.push_back({25e-6, 8 * 40 * 0.85 * 7.0 / 8 * 2 * 1e9, 0, profile.nccl_nvls_latency_s});
+    return by_hand_allreduce_s(double(params * 2), n, bw, algos);
   };
   const std::int64_t full_buckets = kParams / bucket, rest = kParams % bucket;
   auto dp_s = [&](bool nvls) {
