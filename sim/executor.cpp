@@ -611,6 +611,17 @@ class Run {
           sms->set_host(s4u::this_actor::get_host())->start();
         }
         sleep(c.latency_s);
+        // SimGrid bounds a mailbox comm's rate (set_rate), but a host-to-host comm
+        // (sendto_init, the flows into and out of non-simulated peers of a folded rank) starts
+        // without it: such a flow runs at what its links give. Its rate bound is kept by
+        // ending the collective no earlier than its slowest flow would at that rate.
+        const double flows_start_s = s4u::Engine::get_clock();
+        double paced_s = 0;
+        if (c.rate_bytes_per_s > 0 && (c.mb_out == kNone || c.flow_in))
+          paced_s = double(c.bytes) / c.rate_bytes_per_s;
+        if (c.has_rail && c.rail_rate_bytes_per_s > 0 &&
+            (c.rail_mb_out == kNone || c.rail_flow_in))
+          paced_s = std::max(paced_s, double(c.rail_bytes) / c.rail_rate_bytes_per_s);
         ++activities_;
         s4u::CommPtr out = c.mb_out != kNone
                                ? start_put(c.mb_out, t, c.bytes, c.rate_bytes_per_s)
@@ -647,6 +658,7 @@ class Run {
           rail_in->wait();
           if (c.rail_mb_in != kNone) check_match(task_of(rail_data), t);
         }
+        sleep(flows_start_s + paced_s - s4u::Engine::get_clock());
         if (sms) sms->cancel();
         finish(t);
         return;
@@ -656,8 +668,10 @@ class Run {
     }
   }
 
-  /// A collective's flow started into a mailbox or between two hosts, no faster than
-  /// `rate` wire bytes/s when rate > 0 (SimGrid's Comm::set_rate bounds the flow's share).
+  /// A collective's flow started into a mailbox, no faster than `rate` wire bytes/s when
+  /// rate > 0 (SimGrid's Comm::set_rate bounds the flow's share); or between two hosts, where
+  /// SimGrid ignores the rate (s4u_Comm.cpp do_start passes it to mailbox comms only) and the
+  /// collective paces itself (run_task).
   s4u::CommPtr start_put(std::uint32_t mb, TaskId t, std::uint64_t bytes, double rate) {
     s4u::CommPtr comm = mailboxes_[mb]->put_init(payload_of(t), bytes);
     if (rate > 0) comm->set_rate(rate);

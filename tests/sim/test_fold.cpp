@@ -176,5 +176,32 @@ TEST(Fold, Tp2Dp8HierarchicalRing) {
   expect_fold_agrees(sc);
 }
 
+// A collective whose NCCL bus bandwidth is below its links' (here NVLS: NVLink SHARP, 476 GB/s
+// bus but 9/8 S on each NVLink; ring LL under Hopper's cap) must take as long folded as
+// unfolded: SimGrid drops the rate bound of host-to-host flows, which the folded
+// representative uses toward its non-simulated peers, so the executor paces them itself.
+// Llama 3 70B's layer on DGX H100, TP 8 without sequence parallelism (its 128 MiB activation
+// all-reduces run NVLS), 2 layers, DP 2 over 2 nodes.
+TEST(Fold, H100Tp8NvlsAllReduces) {
+  const Scenario sc =
+      load_scenario(source_path("scenarios/h100/llama3-70b_fp8-cs_tp4_pp8_vp5_dp2_r25.11.yaml"),
+                    Overrides{{"model.num_layers", "2"},
+                              {"parallel.tensor_model_parallel_size", "8"},
+                              {"parallel.pipeline_model_parallel_size", "1"},
+                              {"parallel.num_layers_per_virtual_pipeline_stage", "null"},
+                              {"parallel.sequence_parallel", "false"},
+                              {"parallel.tp_comm_overlap", "false"},
+                              {"parallel.tp_comm_overlap_rs_method", "null"},
+                              {"cluster.nodes", "2"},
+                              {"parallel.global_batch_size", "4"}});
+  ASSERT_EQ(sc.parallel.tensor_model_parallel_size, 8);
+  ASSERT_EQ(sc.parallel.data_parallel_size, 2);
+  const SystemSpec& system = find_system(sc.cluster.system);
+  const CostModel cost(system, default_calibration(system.gpu.name));
+  const double activations = 8192.0 * 8192 * 2;  // s x b x h bf16
+  ASSERT_EQ(cost.nccl_collective(OpKind::AllReduce, activations, 8, 1).algo, NcclAlgo::Nvls);
+  expect_fold_agrees(sc);
+}
+
 }  // namespace
 }  // namespace trainsim
