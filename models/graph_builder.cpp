@@ -11,14 +11,74 @@
 //  - models/builder/optimizer_step.h and offload.h: the optimizer step, GPU and CPU (Twin-Flow).
 #include "models/graph_builder.h"
 
+#include <map>
+#include <set>
+#include <utility>
+
 #include "models/builder/pipeline_pass.h"
 #include "models/builder/rank_context.h"
+#include "models/cost_model.h"
 #include "models/memory_model.h"
 #include "models/zero_offload.h"
 
 namespace trainsim {
 
 namespace {
+
+/// GPU memory NCCL allocates for NVLS on a communicator with `local_ranks` GPUs in the node
+/// (src/transport/nvls.cc): nvlsTotalSize = nChannels x 2 x buffSize x nHeads, with the 16
+/// NVLS channels of SM90 and one head per local GPU. buffSize: v2.29.7 nvlsChunkSize 128 KiB x
+/// NCCL_STEPS 8 (ncclNvlsBufferSetup); v2.18.5 the Simple protocol buffer 4 MiB +
+/// NVLS_MEM_ALIGN_SIZE 2 MiB (ncclNvlsSetup).
+std::int64_t nvls_buffer_bytes(NcclVersion v, std::int64_t local_ranks) {
+  const std::int64_t buff =
+      v == NcclVersion::V2_18_5 ? (std::int64_t(4) << 20) + (std::int64_t(2) << 20) : 128 * 1024 * 8;
+  return 16 * 2 * buff * local_ranks;
+}
+
+/// NVLS buffers in each simulated rank's comm_buffers: v2.29.7 sets them up at a
+/// communicator's first NVLS or NVLS-Tree collective (runtime connect, NCCL_RUNTIME_CONNECT 1:
+/// group.cc ncclNvlsBufferSetup), so for each group of the rank that has one by NCCL's choice
+/// (CostModel::nccl_collective); v2.18.5 at init, for every communicator of the rank with two
+/// or more GPUs in its node. Nothing without NVLink SHARP or with nccl_nvls_enable false.
+void add_nvls_buffers(ScheduleGraph& g, const Scenario& sc, const SystemSpec& system,
+                      const CalibrationProfile& profile) {
+  if (!system.nvlink_sharp || !sc.nccl_nvls_enable || system.gpu.compute_capability < 90) return;
+  SystemSpec cost_system = system;
+  const std::int64_t gpn =
+      sc.cluster.gpus_per_node > 0 ? sc.cluster.gpus_per_node : system.gpus_per_node;
+  cost_system.gpus_per_node = int(gpn);
+  const CostModel cost(cost_system, profile, sc.nccl_version);
+  std::set<std::pair<RankId, std::uint32_t>> nvls;  // (rank, group) that allocate
+  for (TaskId id = 0; id < g.num_tasks(); ++id) {
+    const Task& t = g.task(id);
+    if (t.kind != TaskKind::Collective || t.group == kNone) continue;
+    const OpDesc& op = g.op(id);
+    const CommGroup& grp = g.group(t.group);
+    if (grp.ranks.size() < 2 || nvls.count({t.rank, t.group})) continue;
+    std::int64_t local = 0;
+    std::set<std::int64_t> nodes;
+    for (RankId r : grp.ranks) {
+      nodes.insert(r / gpn);
+      local += (r / gpn == t.rank / gpn) ? 1 : 0;
+    }
+    if (local < 2) continue;
+    bool allocates = sc.nccl_version == NcclVersion::V2_18_5;
+    if (!allocates && (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter ||
+                       op.kind == OpKind::AllGather)) {
+      const NcclAlgo a = cost.nccl_collective(op.kind, double(op.bytes),
+                                              std::int64_t(grp.ranks.size()),
+                                              std::int64_t(nodes.size()))
+                             .algo;
+      allocates = a == NcclAlgo::Nvls || a == NcclAlgo::NvlsTree;
+    }
+    if (allocates && nvls.insert({t.rank, t.group}).second) {
+      const std::uint32_t index = g.rank_index(t.rank);
+      g.initial_gpu_memory[index][int(MemCategory::CommBuffers)] +=
+          nvls_buffer_bytes(sc.nccl_version, local);
+    }
+  }
+}
 
 /// FSDP (Megatron-FSDP's optim_grads_params sharding, torch FSDP2's fully_shard) runs the
 /// schedule of ZeRO-3: each layer's parameters all-gathered before its forward and again
@@ -77,6 +137,7 @@ ScheduleGraph build_schedule_graph(const Scenario& scenario_in, const SystemSpec
     g.initial_gpu_memory[index] = mem.gpu;
     g.initial_host_memory[index] = mem.host;
   }
+  add_nvls_buffers(g, scenario, system, profile);
   // What the replay (hw_backend/) reads besides the tasks: it needs no Scenario.
   ReplayModel& rm = g.replay_model;
   rm.num_layers = scenario.model.num_layers;

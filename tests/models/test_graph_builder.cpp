@@ -356,3 +356,56 @@ TEST(GraphBuilder, Megatron2021InterleavedExchangesAreSynchronisedBatches) {
     if (tp == "2") EXPECT_EQ(gathers, 2 * 16 * 7 * 2);  // every received tensor, both TP ranks
   }
 }
+
+// NCCL's NVLS buffers (src/transport/nvls.cc) in comm_buffers: v2.29.7 sets them up for a
+// communicator at its first NVLS collective, 16 channels x 2 x (128 KiB x 8 steps) x the 8
+// local ranks = 256 MiB; v2.18.5 at init for every communicator with 2+ GPUs in the node,
+// 16 x 2 x (4 MiB + 2 MiB) x local ranks. Llama 3 70B's layer, TP 8 without sequence
+// parallelism (its 128 MiB all-reduces run NVLS), DP 2 over 2 nodes (one GPU per node each).
+TEST(GraphBuilder, NvlsBuffersOfTheCommunicatorsThatRunNvls) {
+  const std::vector<std::pair<std::string, std::string>> base = {
+      {"model.num_layers", "2"},
+      {"parallel.tensor_model_parallel_size", "8"},
+      {"parallel.pipeline_model_parallel_size", "1"},
+      {"parallel.num_layers_per_virtual_pipeline_stage", "null"},
+      {"parallel.sequence_parallel", "false"},
+      {"parallel.tp_comm_overlap", "false"},
+      {"parallel.tp_comm_overlap_rs_method", "null"},
+      {"cluster.nodes", "2"},
+      {"parallel.global_batch_size", "4"}};
+  auto comm_buffers = [&](std::vector<std::pair<std::string, std::string>> extra) {
+    auto o = base;
+    o.insert(o.end(), extra.begin(), extra.end());
+    const Scenario sc = load_scenario(scen("h100/llama3-70b_fp8-cs_tp4_pp8_vp5_dp2_r25.11.yaml"), o);
+    BuildOptions opt;
+    opt.fold = true;
+    const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+    return g.initial_gpu_memory.at(0)[int(MemCategory::CommBuffers)];
+  };
+  const std::int64_t off = comm_buffers({{"nccl_nvls_enable", "false"}});
+  const std::int64_t on = comm_buffers({});
+  EXPECT_EQ(on - off, std::int64_t(16) * 2 * (128 * 1024 * 8) * 8);  // the TP group only
+  // v2.18.5: every group of rank 0 with collectives and 2+ GPUs in its node (the TP group
+  // at least; the DP group, one GPU per node, none): counted here from the graph's groups.
+  const Scenario sc18 = load_scenario(scen("h100/llama3-70b_fp8-cs_tp4_pp8_vp5_dp2_r25.11.yaml"),
+                                      [&] {
+                                        auto o = base;
+                                        o.push_back({"nccl_version", "2.18.5"});
+                                        return o;
+                                      }());
+  BuildOptions opt;
+  opt.fold = true;
+  const ScheduleGraph g = build_schedule_graph(sc18, find_system("dgx-h100"), opt);
+  std::int64_t expected = 0;
+  std::set<std::uint32_t> seen;
+  for (TaskId id = 0; id < g.num_tasks(); ++id) {
+    const Task& t = g.task(id);
+    if (t.rank != 0 || t.kind != TaskKind::Collective || t.group == kNone) continue;
+    if (!seen.insert(t.group).second) continue;
+    std::int64_t local = 0;
+    for (RankId r : g.group(t.group).ranks) local += r / 8 == 0 ? 1 : 0;
+    if (local >= 2) expected += std::int64_t(16) * 2 * ((4 << 20) + (2 << 20)) * local;
+  }
+  EXPECT_GE(expected, std::int64_t(16) * 2 * (6 << 20) * 8);  // at least the TP group
+  EXPECT_EQ(comm_buffers({{"nccl_version", "2.18.5"}}) - off, expected);
+}
