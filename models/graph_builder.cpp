@@ -11,7 +11,6 @@
 //  - models/builder/optimizer_step.h and offload.h: the optimizer step, GPU and CPU (Twin-Flow).
 #include "models/graph_builder.h"
 
-#include <map>
 #include <set>
 #include <utility>
 

@@ -17,7 +17,8 @@
 // Hopper's LL caps (v2.18.5 Ampere's 87.7 / 22.5 / 19.0 GB/s; v2.29.7 141 / 45 / 35);
 // LL128 on one rank per node (v2.18.5 0.7 of the bus bandwidth, v2.29.7 0.92); the tree's
 // Simple base latency (0 and 8.4 us); the inter-node steps of a ring all-reduce (2 x nodes
-// and 2 x (nodes - 1)).
+// and 2 x (nodes - 1)); NVLS's bandwidth formulas and latencies (nvls_time_s in
+// nccl_model.cpp), and NVLS for all-gather / reduce-scatter (v2.29.7 only).
 //
 // Modelled: algorithms Ring (every collective), Tree (all-reduce across nodes), and on an
 // NVSwitch with NVLink SHARP multicast (DGX H100) NVLS (inside one node: all-reduce, and in
@@ -27,10 +28,11 @@
 // and per-channel bandwidths come from NCCL's topology search in closed form (nvls_graph()
 // in nccl_model.cpp). Not modelled: CollNet (in-network reduction over the IB fabric), PAT;
 // the per-channel bandwidth caps of Ring/Tree (they need the channel count of NCCL's ring
-// search) and NCCL's aggregation of several operations into one launch. The ring "plateau" factor (Simple all-reduce across nodes: latency x 1.4 on
-// Ampere and later, x 1.9 before, once bytes / (channels x ranks) >= 64) is modelled with the
-// channel count at its maximum (MAXCHANNELS: 32 in v2.18.5, 64 in v2.29.7), so it starts at
-// the largest size NCCL could start it.
+// search) and NCCL's aggregation of several operations into one launch. The ring "plateau"
+// factor (Simple all-reduce across nodes: latency x 1.4 on Ampere and later, x 1.9 before,
+// once bytes / (channels x ranks) >= 64) is modelled with the channel count at its maximum
+// (MAXCHANNELS: 32 in v2.18.5, 64 in v2.29.7), so it starts at the largest size NCCL could
+// start it.
 #pragma once
 
 #include <cstdint>
