@@ -206,7 +206,7 @@ LinkUse link_use(const ScheduleGraph& graph, TaskId id, std::int64_t gpus_per_no
         const std::int64_t n_nodes = std::int64_t(nodes.size());
         const NcclChoice c =
             cost->nccl_collective(op.kind, static_cast<double>(op.bytes), op.group_size, n_nodes);
-        if (c.algo == NcclAlgo::Nvls || c.algo == NcclAlgo::NvlsTree) {
+        if (is_nvls(c.algo)) {
           const NcclTraffic tr =
               nccl_traffic(c, op.kind, static_cast<double>(op.bytes), op.group_size, n_nodes);
           return intra ? LinkUse{Link::NvLink, tr.nvlink_bytes} : LinkUse{Link::Nic, tr.nic_bytes};

@@ -346,8 +346,7 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   NcclChoice c = nccl_choose(g, bytes);
   // NVLS: chosen with NCCL's table, as NCCL chooses; run with the measured NVLS round in place
   // of the table's (profile nccl_nvls_latency_s, when the profile has one).
-  if ((c.algo == NcclAlgo::Nvls || c.algo == NcclAlgo::NvlsTree) &&
-      profile_.nccl_nvls_latency_s > 0)
+  if (is_nvls(c.algo) && profile_.nccl_nvls_latency_s > 0)
     c.latency_s += profile_.nccl_nvls_latency_s - nccl_nvls_table_latency_s(nccl_version_);
   return c;
 }

@@ -24,18 +24,7 @@ namespace trainsim {
 
 namespace {
 
-/// GPU memory NCCL allocates for NVLS on a communicator with `local_ranks` GPUs in the node
-/// (src/transport/nvls.cc): nvlsTotalSize = nChannels x 2 x buffSize x nHeads, with the 16
-/// NVLS channels of SM90 and one head per local GPU. buffSize: v2.29.7 nvlsChunkSize 128 KiB x
-/// NCCL_STEPS 8 (ncclNvlsBufferSetup); v2.18.5 the Simple protocol buffer 4 MiB +
-/// NVLS_MEM_ALIGN_SIZE 2 MiB (ncclNvlsSetup).
-std::int64_t nvls_buffer_bytes(NcclVersion v, std::int64_t local_ranks) {
-  const std::int64_t buff =
-      v == NcclVersion::V2_18_5 ? (std::int64_t(4) << 20) + (std::int64_t(2) << 20) : 128 * 1024 * 8;
-  return 16 * 2 * buff * local_ranks;
-}
-
-/// NVLS buffers in each simulated rank's comm_buffers: v2.29.7 sets them up at a
+/// NVLS buffers (nccl_nvls_buffer_bytes) in each simulated rank's comm_buffers: v2.29.7 sets them up at a
 /// communicator's first NVLS or NVLS-Tree collective (runtime connect, NCCL_RUNTIME_CONNECT 1:
 /// group.cc ncclNvlsBufferSetup), so for each group of the rank that has one by NCCL's choice
 /// (CostModel::nccl_collective); v2.18.5 at init, for every communicator of the rank with two
@@ -64,17 +53,15 @@ void add_nvls_buffers(ScheduleGraph& g, const Scenario& sc, const SystemSpec& sy
     if (local < 2) continue;
     bool allocates = sc.nccl_version == NcclVersion::V2_18_5;
     if (!allocates && (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter ||
-                       op.kind == OpKind::AllGather)) {
-      const NcclAlgo a = cost.nccl_collective(op.kind, double(op.bytes),
-                                              std::int64_t(grp.ranks.size()),
-                                              std::int64_t(nodes.size()))
-                             .algo;
-      allocates = a == NcclAlgo::Nvls || a == NcclAlgo::NvlsTree;
-    }
+                       op.kind == OpKind::AllGather))
+      allocates = is_nvls(cost.nccl_collective(op.kind, double(op.bytes),
+                                               std::int64_t(grp.ranks.size()),
+                                               std::int64_t(nodes.size()))
+                              .algo);
     if (allocates && nvls.insert({t.rank, t.group}).second) {
       const std::uint32_t index = g.rank_index(t.rank);
       g.initial_gpu_memory[index][int(MemCategory::CommBuffers)] +=
-          nvls_buffer_bytes(sc.nccl_version, local);
+          nccl_nvls_buffer_bytes(sc.nccl_version, local);
     }
   }
 }

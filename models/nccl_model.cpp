@@ -204,6 +204,12 @@ double nccl_nvls_table_latency_s(NcclVersion v) {
   return (release(v).nvls_v2_29 ? 25.0 : 23.0) * kUs;
 }
 
+std::int64_t nccl_nvls_buffer_bytes(NcclVersion v, std::int64_t local_ranks) {
+  const std::int64_t buff = release(v).nvls_v2_29 ? std::int64_t(128 * 1024) * 8
+                                                  : (std::int64_t(4) << 20) + (std::int64_t(2) << 20);
+  return kNvlsChannelsSm90 * 2 * buff * local_ranks;
+}
+
 NvlsGraph nvls_graph(const NcclGroup& g) {
   NvlsGraph out;
   if (g.nodes < 1 || g.ranks % g.nodes != 0) return out;
@@ -266,7 +272,7 @@ double nccl_predicted_time_s(const NcclGroup& g, NcclAlgo algo, NcclProto proto,
     throw std::logic_error("nccl_predicted_time_s: bad group (ranks " + std::to_string(g.ranks) +
                            ", nodes " + std::to_string(g.nodes) + ")");
   const int p = proto == NcclProto::LL ? kLL : proto == NcclProto::LL128 ? kLL128 : kSimple;
-  if (algo == NcclAlgo::Nvls || algo == NcclAlgo::NvlsTree) {
+  if (is_nvls(algo)) {
     if (p != kSimple) return -1;  // NVLS runs Simple only
     double bus = 0;
     const double t = nvls_time_s(g, algo == NcclAlgo::NvlsTree, bytes, latency_s, &bus);
@@ -314,8 +320,7 @@ NcclChoice nccl_choose(const NcclGroup& g, double bytes) {
       best.wire_factor = p == NcclProto::LL ? 2.0 : p == NcclProto::LL128 ? 128.0 / 120.0 : 1.0;
     }
   }
-  const bool nvls = best.algo == NcclAlgo::Nvls || best.algo == NcclAlgo::NvlsTree;
-  if (nvls) {
+  if (is_nvls(best.algo)) {
     best.channels = kNvlsChannelsSm90;  // enqueue.cc: nc = comm->nvlsChannels
     best.nvls_nvlink_bytes = nccl_traffic(best, g.kind, bytes, g.ranks, g.nodes).nvlink_bytes;
   } else if (g.channels > 0) {
@@ -330,8 +335,7 @@ NcclChoice nccl_choose(const NcclGroup& g, double bytes) {
 }
 
 double NcclChoice::transfer_s(double ring_bytes, double link_bytes_per_s) const {
-  const bool nvls = algo == NcclAlgo::Nvls || algo == NcclAlgo::NvlsTree;
-  const double link_bytes = nvls ? nvls_nvlink_bytes : ring_bytes * wire_factor;
+  const double link_bytes = is_nvls(algo) ? nvls_nvlink_bytes : ring_bytes * wire_factor;
   return std::max(link_bytes / link_bytes_per_s, ring_bytes / bus_bw_bytes_per_s);
 }
 
@@ -341,7 +345,7 @@ NcclTraffic nccl_traffic(const NcclChoice& c, OpKind kind, double bytes, std::in
   if (ranks < 2 || nodes < 1) return t;
   const double n = double(ranks);
   const double k = double(std::max<std::int64_t>(ranks / nodes, 1));
-  if (c.algo == NcclAlgo::Nvls || c.algo == NcclAlgo::NvlsTree) {
+  if (is_nvls(c.algo)) {
     // All-gather / reduce-scatter (one node): each GPU multicasts or reduce-reads its own
     // shard and takes in the other k - 1: the ring's (n - 1) / n S.
     t.nvlink_bytes = kind == OpKind::AllReduce ? bytes * (k + 1) / k : bytes * (n - 1) / n;

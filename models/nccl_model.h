@@ -44,6 +44,8 @@
 namespace trainsim {
 
 enum class NcclAlgo { Ring, Tree, Nvls, NvlsTree };
+/// NVLS or NVLS-Tree: the algorithms that reduce and multicast in the NVSwitch.
+inline bool is_nvls(NcclAlgo a) { return a == NcclAlgo::Nvls || a == NcclAlgo::NvlsTree; }
 enum class NcclProto { LL, LL128, Simple };
 /// The NCCL release whose tuning model is followed (scenario key `nccl_version`).
 enum class NcclVersion { V2_18_5, V2_29_7 };
@@ -102,6 +104,12 @@ NvlsGraph nvls_graph(const NcclGroup& g);
 /// NCCL's latency of one NVLS round inside a node in the release's table: v2.18.5 baseLat
 /// 23 us, v2.29.7 hwLatencies[NVLINK][NVLS] 25 us.
 double nccl_nvls_table_latency_s(NcclVersion v);
+/// GPU memory NCCL allocates for NVLS on a communicator with `local_ranks` GPUs in the node
+/// (src/transport/nvls.cc): nvlsTotalSize = nChannels x 2 x buffSize x nHeads, with the 16
+/// NVLS channels of SM90 and one head per local GPU. buffSize: v2.29.7 nvlsChunkSize 128 KiB x
+/// NCCL_STEPS 8 (ncclNvlsBufferSetup); v2.18.5 the Simple protocol buffer 4 MiB +
+/// NVLS_MEM_ALIGN_SIZE 2 MiB (ncclNvlsSetup).
+std::int64_t nccl_nvls_buffer_bytes(NcclVersion v, std::int64_t local_ranks);
 
 struct NcclChoice {
   NcclAlgo algo = NcclAlgo::Ring;

@@ -313,7 +313,7 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
           if (c.has_rail) c.rail_rate_bytes_per_s = wire_rate / double(k);
           c.bytes = std::uint64_t(std::llround(double(c.bytes) * nccl.wire_factor));
           c.rail_bytes = std::uint64_t(std::llround(double(c.rail_bytes) * nccl.wire_factor));
-          if (nccl.algo == NcclAlgo::Nvls || nccl.algo == NcclAlgo::NvlsTree) {
+          if (is_nvls(nccl.algo)) {
             // NVLink SHARP: the switch reduces and multicasts, so a rank moves its NVLS
             // traffic (nccl_traffic), not the ring's; each flow paced to end when NCCL's
             // algorithm bandwidth would (the ring bytes at its bus bandwidth).

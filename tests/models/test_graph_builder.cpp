@@ -11,6 +11,7 @@
 #include "models/hardware.h"
 #include "models/memory_model.h"
 #include "models/scenario.h"
+#include "tests/support/h100_nvls_scenario.h"
 #include "tests/support/paths.h"
 
 using trainsim::test_support::source_path;
@@ -361,22 +362,12 @@ TEST(GraphBuilder, Megatron2021InterleavedExchangesAreSynchronisedBatches) {
 // communicator at its first NVLS collective, 16 channels x 2 x (128 KiB x 8 steps) x the 8
 // local ranks = 256 MiB; v2.18.5 at init for every communicator with 2+ GPUs in the node,
 // 16 x 2 x (4 MiB + 2 MiB) x local ranks. Llama 3 70B's layer, TP 8 without sequence
-// parallelism (its 128 MiB all-reduces run NVLS), DP 2 over 2 nodes (one GPU per node each).
+// parallelism (its 128 MiB all-reduces run NVLS), DP 2 over 2 nodes: tests/support/h100_nvls_scenario.h.
 TEST(GraphBuilder, NvlsBuffersOfTheCommunicatorsThatRunNvls) {
-  const std::vector<std::pair<std::string, std::string>> base = {
-      {"model.num_layers", "2"},
-      {"parallel.tensor_model_parallel_size", "8"},
-      {"parallel.pipeline_model_parallel_size", "1"},
-      {"parallel.num_layers_per_virtual_pipeline_stage", "null"},
-      {"parallel.sequence_parallel", "false"},
-      {"parallel.tp_comm_overlap", "false"},
-      {"parallel.tp_comm_overlap_rs_method", "null"},
-      {"cluster.nodes", "2"},
-      {"parallel.global_batch_size", "4"}};
+  using test_support::h100_tp8_nvls_overrides;
+  const std::string file = source_path(test_support::kH100Tp8NvlsFile);
   auto comm_buffers = [&](std::vector<std::pair<std::string, std::string>> extra) {
-    auto o = base;
-    o.insert(o.end(), extra.begin(), extra.end());
-    const Scenario sc = load_scenario(scen("h100/llama3-70b_fp8-cs_tp4_pp8_vp5_dp2_r25.11.yaml"), o);
+    const Scenario sc = load_scenario(file, h100_tp8_nvls_overrides(std::move(extra)));
     BuildOptions opt;
     opt.fold = true;
     const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
@@ -387,12 +378,7 @@ TEST(GraphBuilder, NvlsBuffersOfTheCommunicatorsThatRunNvls) {
   EXPECT_EQ(on - off, std::int64_t(16) * 2 * (128 * 1024 * 8) * 8);  // the TP group only
   // v2.18.5: every group of rank 0 with collectives and 2+ GPUs in its node (the TP group
   // at least; the DP group, one GPU per node, none): counted here from the graph's groups.
-  const Scenario sc18 = load_scenario(scen("h100/llama3-70b_fp8-cs_tp4_pp8_vp5_dp2_r25.11.yaml"),
-                                      [&] {
-                                        auto o = base;
-                                        o.push_back({"nccl_version", "2.18.5"});
-                                        return o;
-                                      }());
+  const Scenario sc18 = load_scenario(file, h100_tp8_nvls_overrides({{"nccl_version", "2.18.5"}}));
   BuildOptions opt;
   opt.fold = true;
   const ScheduleGraph g = build_schedule_graph(sc18, find_system("dgx-h100"), opt);

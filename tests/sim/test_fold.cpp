@@ -31,6 +31,7 @@
 #include "models/scenario.h"
 #include "models/summary.h"
 #include "sim/executor.h"
+#include "tests/support/h100_nvls_scenario.h"
 #include "tests/support/paths.h"
 
 using trainsim::test_support::source_path;
@@ -180,20 +181,10 @@ TEST(Fold, Tp2Dp8HierarchicalRing) {
 // bus but 9/8 S on each NVLink; ring LL under Hopper's cap) must take as long folded as
 // unfolded: SimGrid drops the rate bound of host-to-host flows, which the folded
 // representative uses toward its non-simulated peers, so the executor paces them itself.
-// Llama 3 70B's layer on DGX H100, TP 8 without sequence parallelism (its 128 MiB activation
-// all-reduces run NVLS), 2 layers, DP 2 over 2 nodes.
+// The shape of tests/support/h100_nvls_scenario.h.
 TEST(Fold, H100Tp8NvlsAllReduces) {
-  const Scenario sc =
-      load_scenario(source_path("scenarios/h100/llama3-70b_fp8-cs_tp4_pp8_vp5_dp2_r25.11.yaml"),
-                    Overrides{{"model.num_layers", "2"},
-                              {"parallel.tensor_model_parallel_size", "8"},
-                              {"parallel.pipeline_model_parallel_size", "1"},
-                              {"parallel.num_layers_per_virtual_pipeline_stage", "null"},
-                              {"parallel.sequence_parallel", "false"},
-                              {"parallel.tp_comm_overlap", "false"},
-                              {"parallel.tp_comm_overlap_rs_method", "null"},
-                              {"cluster.nodes", "2"},
-                              {"parallel.global_batch_size", "4"}});
+  const Scenario sc = load_scenario(source_path(test_support::kH100Tp8NvlsFile),
+                                    test_support::h100_tp8_nvls_overrides());
   ASSERT_EQ(sc.parallel.tensor_model_parallel_size, 8);
   ASSERT_EQ(sc.parallel.data_parallel_size, 2);
   const SystemSpec& system = find_system(sc.cluster.system);
