@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -201,9 +200,7 @@ LinkUse link_use(const ScheduleGraph& graph, TaskId id, std::int64_t gpus_per_no
       if (cost && t.group != kNone && op.group_size > 1 &&
           (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter ||
            op.kind == OpKind::AllGather)) {
-        std::set<std::int64_t> nodes;
-        for (RankId r : graph.group(t.group).ranks) nodes.insert(r / gpus_per_node);
-        const std::int64_t n_nodes = std::int64_t(nodes.size());
+        const std::int64_t n_nodes = graph.group(t.group).nodes(gpus_per_node);
         const NcclChoice c =
             cost->nccl_collective(op.kind, static_cast<double>(op.bytes), op.group_size, n_nodes);
         if (is_nvls(c.algo)) {

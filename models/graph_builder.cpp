@@ -44,19 +44,14 @@ void add_nvls_buffers(ScheduleGraph& g, const Scenario& sc, const SystemSpec& sy
     const OpDesc& op = g.op(id);
     const CommGroup& grp = g.group(t.group);
     if (grp.ranks.size() < 2 || nvls.count({t.rank, t.group})) continue;
-    std::int64_t local = 0;
-    std::set<std::int64_t> nodes;
-    for (RankId r : grp.ranks) {
-      nodes.insert(r / gpn);
-      local += (r / gpn == t.rank / gpn) ? 1 : 0;
-    }
+    const std::int64_t local = grp.ranks_on_node_of(t.rank, gpn);
     if (local < 2) continue;
     bool allocates = sc.nccl_version == NcclVersion::V2_18_5;
     if (!allocates && (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter ||
                        op.kind == OpKind::AllGather))
       allocates = is_nvls(cost.nccl_collective(op.kind, double(op.bytes),
                                                std::int64_t(grp.ranks.size()),
-                                               std::int64_t(nodes.size()))
+                                               grp.nodes(gpn))
                               .algo);
     if (allocates && nvls.insert({t.rank, t.group}).second) {
       const std::uint32_t index = g.rank_index(t.rank);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -10,6 +11,19 @@
 #include <boost/graph/topological_sort.hpp>
 
 namespace trainsim {
+
+std::int64_t CommGroup::nodes(std::int64_t gpus_per_node) const {
+  std::set<std::int64_t> n;
+  for (RankId r : ranks) n.insert(std::int64_t(r) / gpus_per_node);
+  return std::int64_t(n.size());
+}
+
+std::int64_t CommGroup::ranks_on_node_of(RankId rank, std::int64_t gpus_per_node) const {
+  const std::int64_t node = std::int64_t(rank) / gpus_per_node;
+  return std::int64_t(std::count_if(ranks.begin(), ranks.end(), [&](RankId r) {
+    return std::int64_t(r) / gpus_per_node == node;
+  }));
+}
 
 namespace {
 

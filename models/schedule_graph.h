@@ -95,6 +95,9 @@ struct Task {
 struct CommGroup {
   GroupKind kind = GroupKind::None;
   std::vector<RankId> ranks;
+  /// Nodes of `gpus_per_node` GPUs its ranks span; and its ranks on the node of `rank`.
+  std::int64_t nodes(std::int64_t gpus_per_node) const;
+  std::int64_t ranks_on_node_of(RankId rank, std::int64_t gpus_per_node) const;
 };
 
 using DependencyGraph =
