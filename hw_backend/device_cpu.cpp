@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <c10/core/CPUAllocator.h>
@@ -19,7 +20,22 @@ class CountingCpuAllocator final : public c10::Allocator {
  public:
   explicit CountingCpuAllocator(c10::Allocator* base) : base_(base) {}
 
-  c10::DataPtr allocate(std::size_t n) const override {
+  // LibTorch changed this interface at 2.3: allocate() lost its const and copy_data() became
+  // pure virtual. Both spellings are defined, without `override`: whichever the release
+  // declares is overridden, the other is an ordinary member.
+  c10::DataPtr allocate(std::size_t n) { return allocate_counted(n); }
+  c10::DataPtr allocate(std::size_t n) const { return allocate_counted(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const {
+    if (count > 0) std::memcpy(dest, src, count);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  std::int64_t in_use() const { return in_use_.load(); }
+  std::int64_t peak() const { return peak_.load(); }
+  void reset_peak() { peak_.store(in_use_.load()); }
+
+ private:
+  c10::DataPtr allocate_counted(std::size_t n) const {
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
     const c10::Device device = inner.device();
@@ -31,13 +47,7 @@ class CountingCpuAllocator final : public c10::Allocator {
     }
     return {data, ctx, &release, device};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 
-  std::int64_t in_use() const { return in_use_.load(); }
-  std::int64_t peak() const { return peak_.load(); }
-  void reset_peak() { peak_.store(in_use_.load()); }
-
- private:
   struct Context {
     c10::DataPtr inner;
     std::int64_t bytes;
