@@ -98,6 +98,10 @@ int replay_main(const ReplayArgs& args) {
     std::string why;
     if (!hw::multiprocess_available(&why) || !hw::cuda_available(&why))
       throw InputError("replay: --nprocs " + std::to_string(args.nprocs) + ": " + why);
+    if (args.nprocs > hw::cuda_device_count())
+      throw InputError("replay: --nprocs " + std::to_string(args.nprocs) +
+                       " runs one process per GPU: " + std::to_string(hw::cuda_device_count()) +
+                       " CUDA device(s) visible on this machine");
     return hw::launch_local_workers(static_cast<int>(args.nprocs));
   }
   const bool multi = nprocs > 1;
@@ -110,6 +114,11 @@ int replay_main(const ReplayArgs& args) {
       throw InputError("replay: --rank with several processes: each process replays its own "
                        "RANK (" + std::to_string(env.rank) + ")");
     opts.device = "cuda:" + std::to_string(worker_device(env));
+    if (worker_device(env) >= hw::cuda_device_count())
+      throw InputError("replay: rank " + std::to_string(env.rank) + " (" + env.launcher +
+                       ") would run on " + opts.device + ", and " +
+                       std::to_string(hw::cuda_device_count()) +
+                       " CUDA device(s) are visible (LOCAL_RANK, CUDA_VISIBLE_DEVICES)");
     opts.nprocs = nprocs;
     opts.nccl_dir = env.nccl_dir;
     opts.nccl_run_id = env.run_id;

@@ -28,6 +28,10 @@ bool cuda_available(std::string* why) {
   return false;
 }
 
+int cuda_device_count() {
+  return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+}
+
 std::int64_t cuda_free_memory_bytes(int index) {
   std::string why;
   if (!cuda_available(&why)) throw InputError("replay: free memory of cuda:" + std::to_string(index) + ": " + why);
@@ -72,14 +76,19 @@ class CudaLoop final : public DeviceLoop {
     rec.device = "cuda:" + std::to_string(index_) + " (" + prop->name + ")";
     for (int s = 0; s < kNumStreams; ++s)
       streams_.push_back(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index_));
-    const c10::cuda::CUDAStream marker = c10::cuda::getStreamFromPool(false, index_);
+    // The stream on which host tasks mark their spans; kept in extra_, so that find() (and
+    // record_event() at the end of the iteration) knows it.
+    extra_.push_back(c10::cuda::getStreamFromPool(false, index_));
+    const c10::cuda::CUDAStream marker = extra_.back();
     torch::cuda::synchronize(index_);
     comm.connect(streams_[0].stream());  // NCCL: communicators, then a barrier on streams_[0]
     cca::resetPeakStats(index_);
     const auto stat = [&](bool reserved) {
       const auto st = cca::getDeviceStats(index_);
       const auto& s = reserved ? st.reserved_bytes : st.allocated_bytes;
-      return s[static_cast<std::size_t>(cca::StatType::AGGREGATE)];
+      // Index 0 is StatType::AGGREGATE (all pools). The enum has moved between releases
+      // (CUDACachingAllocator, then c10::CachingAllocator), its value has not.
+      return s[0];
     };
     const CudaEvent base(streams_[0]);
     std::vector<std::unique_ptr<CudaEvent>> start_ev(g.num_tasks()), end_ev(g.num_tasks());

@@ -21,6 +21,8 @@ bool cuda_available(std::string* why) {
   return false;
 }
 
+int cuda_device_count() { return 0; }
+
 std::int64_t cuda_free_memory_bytes(int index) {
   std::string why;
   cuda_available(&why);

@@ -140,6 +140,9 @@ std::int64_t device_free_memory_bytes(const std::string& device);
 /// device visible").
 bool cuda_available(std::string* why = nullptr);
 
+/// CUDA devices this process sees (0 when cuda_available() is false).
+int cuda_device_count();
+
 /// Whether this build can replay with several processes (ReplayOptions::nprocs > 1): a CUDA
 /// LibTorch, kernels/nccl_comm.h built, and the NCCL library loadable; `why` (if non-null)
 /// receives the reason when it returns false.

@@ -90,9 +90,11 @@ TEST(ReplayNprocsCli, TwoProcessesThroughNcclWhereTwoGpusExist) {
                      log, "env TRAINSIM_NCCL_TIMEOUT_S=120");
   const std::string out = slurp(log);
   if (rc != 0) {
-    // Only the documented reasons a machine cannot run it: no CUDA LibTorch, no NCCL, no GPUs.
+    // Only the documented reasons a machine cannot run it: no CUDA LibTorch, no NCCL, fewer
+    // than two GPUs.
     const bool known = out.find("built without CUDA") != std::string::npos ||
                        out.find("no CUDA device") != std::string::npos ||
+                       out.find("CUDA device(s) visible") != std::string::npos ||
                        out.find("has no NCCL") != std::string::npos ||
                        out.find("NCCL library cannot be loaded") != std::string::npos;
     ASSERT_TRUE(known) << "exit " << rc << ": " << out;
