@@ -39,8 +39,10 @@ struct MicrobenchOptions {
   bool quick = false;
   /// Intra-op threads; 0 keeps LibTorch's default (the replay's default too).
   int threads = 0;
-  /// Element type, as the replay runs it on the CPU (hw_backend ReplayOptions::cpu_dtype).
-  std::string dtype = "fp32";
+  /// Element type: empty is the replay's on that device, fp32 on the CPU
+  /// (hw_backend ReplayOptions::cpu_dtype) and bf16 on a GPU (the training precision whose
+  /// tensor-core rate a GPU profile describes); or fp32, bf16, fp16.
+  std::string dtype;
   /// Progress lines on stderr.
   bool progress = false;
 };

@@ -113,11 +113,12 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
     throw InputError("calibrate: --device cuda: LibTorch " + std::string(TORCH_VERSION) +
                      " has no CUDA or no GPU is visible");
   torch::Dtype dtype;
-  if (o.dtype == "fp32")
+  const std::string dtype_name = !o.dtype.empty() ? o.dtype : cuda ? "bf16" : "fp32";
+  if (dtype_name == "fp32")
     dtype = torch::kFloat32;
-  else if (o.dtype == "bf16")
+  else if (dtype_name == "bf16")
     dtype = torch::kBFloat16;
-  else if (o.dtype == "fp16")
+  else if (dtype_name == "fp16")
     dtype = torch::kHalf;
   else
     throw InputError("calibrate: dtype " + o.dtype + ": expected fp32, bf16 or fp16");
@@ -126,7 +127,7 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const torch::Device dev = cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
   const auto opts = torch::TensorOptions().dtype(dtype).device(dev);
-  const double e = o.dtype == "fp32" ? 4 : 2;
+  const double e = dtype_name == "fp32" ? 4 : 2;
   Timer timer;
   timer.cuda = cuda;
   timer.budget_s = o.quick ? 0.05 : 0.2;
@@ -144,11 +145,17 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
     std::string op, role;
   };
   std::vector<Point> points;
-  const std::vector<std::int64_t> hidden =
-      o.quick ? std::vector<std::int64_t>{128, 256} : std::vector<std::int64_t>{128, 256, 512, 1024};
-  const std::vector<std::int64_t> tokens =
-      o.quick ? std::vector<std::int64_t>{128, 256} : std::vector<std::int64_t>{128, 256, 512, 1024};
-  const double flop_cap = o.quick ? 3e8 : 4e9;
+  // A GPU's grid is the transformer shapes it trains (hidden and tokens to 8192, a GEMM of up to
+  // 2 TFLOP): at a CPU's sizes (to 1024) an H100's GEMMs are launch-bound and say nothing of
+  // its main loop.
+  using Sizes = std::vector<std::int64_t>;
+  const Sizes hidden = o.quick ? Sizes{128, 256}
+                       : cuda  ? Sizes{1024, 2048, 4096, 8192}
+                               : Sizes{128, 256, 512, 1024};
+  const Sizes tokens = o.quick ? Sizes{128, 256}
+                       : cuda  ? Sizes{1024, 4096, 8192}
+                               : Sizes{128, 256, 512, 1024};
+  const double flop_cap = o.quick ? 3e8 : cuda ? 2e12 : 4e9;
   auto add = [&](double m, double n, double k, double batch, const std::string& op, double t) {
     const std::string role = op.rfind("addmm", 0) == 0 ? "fwd"
                              : op == "mm(dY, W)"        ? "dgrad"
@@ -178,10 +185,9 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
       }
     }
   // Core attention: batch = b * heads products of [s x hd] x [hd x s] and [s x s] x [s x hd].
-  const std::vector<std::int64_t> seqs = o.quick ? std::vector<std::int64_t>{64, 128}
-                                                 : std::vector<std::int64_t>{64, 128, 256, 512};
-  const std::vector<std::int64_t> head_dims = o.quick ? std::vector<std::int64_t>{16, 32}
-                                                      : std::vector<std::int64_t>{32, 64, 128};
+  const Sizes seqs = o.quick ? Sizes{64, 128} : cuda ? Sizes{512, 1024, 2048, 4096}
+                                                   : Sizes{64, 128, 256, 512};
+  const Sizes head_dims = o.quick ? Sizes{16, 32} : cuda ? Sizes{64, 128} : Sizes{32, 64, 128};
   const std::int64_t batch = 16;
   for (std::int64_t s : seqs)
     for (std::int64_t hd : head_dims) {
@@ -211,16 +217,18 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
 
   // ---------------------------------------------------------------- memory-bound
   say("streaming copy and memory-bound operators");
-  const std::int64_t big = o.quick ? (1 << 22) : (1 << 24);
+  // The copy must miss the cache: 2^24 elements (32-64 MiB) is past a CPU's last level, an
+  // H100's L2 is 50 MB, so a GPU copies 2^27 (256 MiB at 16 bits).
+  const std::int64_t big = o.quick ? (1 << 22) : cuda ? (1 << 27) : (1 << 24);
   const torch::Tensor src = torch::randn({big}, opts), dst = torch::empty({big}, opts);
   const double copy_s = timer.best([&] { dst.copy_(src); });
   const double stream_bw = 2.0 * big * e / copy_s;  // read + write
   meas["stream_copy"] = {{"elements", big}, {"bytes_moved", 2.0 * big * e}, {"seconds", copy_s},
                          {"bytes_per_s", stream_bw}};
   json mem_rows = json::array();
-  const std::vector<std::int64_t> sizes =
-      o.quick ? std::vector<std::int64_t>{1 << 14, 1 << 16, 1 << 18, 1 << 20}
-              : std::vector<std::int64_t>{1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22};
+  Sizes sizes = o.quick ? Sizes{1 << 14, 1 << 16, 1 << 18, 1 << 20}
+                        : Sizes{1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22};
+  if (cuda && !o.quick) sizes.insert(sizes.end(), {1 << 24, 1 << 26});  // past the L2
   const std::int64_t row = 128;  // softmax / LayerNorm row length
   for (std::int64_t n : sizes) {
     const torch::Tensor a = torch::randn({n / row, row}, opts), b = torch::randn({n / row, row}, opts);
@@ -339,16 +347,16 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
 
   // ---------------------------------------------------------------- the profile
   const std::string dev_name =
-      cuda ? "cuda (LibTorch " + std::string(TORCH_VERSION) + ", " + o.dtype + ")"
+      cuda ? "cuda (LibTorch " + std::string(TORCH_VERSION) + ", " + dtype_name + ")"
            : "cpu: " + cpu_model_name() + " (" + std::to_string(cores) + " cores, LibTorch " +
-                 TORCH_VERSION + " " + o.dtype + ", " + std::to_string(threads) + " threads)";
+                 TORCH_VERSION + " " + dtype_name + ", " + std::to_string(threads) + " threads)";
   p.version = 1;
   p.device = dev_name;
   p.source = std::string("measured: trainsim calibrate") + (o.quick ? " --quick" : "");
   p.date = today_utc();
   p.notes = "Microbenchmarks of validation/microbench_torch.cpp; every timing is the fastest of "
             "its repetitions. Raw results under 'measurements'.";
-  p.precision = o.dtype;
+  p.precision = dtype_name;
   p.local_device.peak_flops = best_rate;
   p.local_device.memory_bw_bytes_per_s = stream_bw;
   p.local_device.memory_bytes = cuda ? 0 : host_memory_bytes();
