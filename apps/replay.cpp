@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iostream>
 #include <sstream>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -205,9 +206,13 @@ int replay_main(const ReplayArgs& args) {
     json_file.commit();
   }
   if (trace_file) {
-    const CostModel cost = run.cost_model();
+    // A replay on the `local` system without a profile has no FLOP/s figure and so no cost
+    // model; its links run no NVLS, so the link counters need none (every collective a ring).
+    std::optional<CostModel> cost;
+    if (run.cost_system.gpu.peak_dense_fp16_flops > 0) cost.emplace(run.cost_model());
     write_chrome_trace(trace_file.stream(), run.graph, record, out.memory, out.selection,
-                       TraceInfo{run.scenario.name, run.scenario.cluster.gpus_per_node, &cost});
+                       TraceInfo{run.scenario.name, run.scenario.cluster.gpus_per_node,
+                                 cost ? &*cost : nullptr});
     trace_file.commit();
   }
   if (me > 0) {  // a worker of a multi-process replay: report to rank 0, print nothing
