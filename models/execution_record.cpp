@@ -19,4 +19,21 @@ double ExecutionRecord::iteration_time_s() const {
   return last >= first ? last - first : 0.0;
 }
 
+namespace {
+
+std::int64_t largest(std::int64_t v, const std::vector<std::pair<double, std::int64_t>>& samples) {
+  for (const auto& x : samples) v = std::max(v, x.second);
+  return v;
+}
+
+}  // namespace
+
+std::int64_t ExecutionRecord::measured_peak_allocated_bytes() const {
+  return largest(peak_allocated_bytes, allocated_bytes_samples);
+}
+
+std::int64_t ExecutionRecord::measured_peak_reserved_bytes() const {
+  return largest(peak_reserved_bytes, reserved_bytes_samples);
+}
+
 }  // namespace trainsim

@@ -34,6 +34,10 @@ struct ExecutionRecord {
   std::vector<std::string> replayed_as;
 
   double iteration_time_s() const;  ///< latest end over all tasks minus earliest start (0)
+  /// Measured: the allocator's peak, the larger of its recorded peak and the samples (-1 when
+  /// neither was measured). The summary and the trace both report these.
+  std::int64_t measured_peak_allocated_bytes() const;
+  std::int64_t measured_peak_reserved_bytes() const;
 };
 
 }  // namespace trainsim

@@ -148,14 +148,8 @@ void fill_memory(Summary& s, const ScheduleGraph& graph, const ExecutionRecord& 
   s.peak_memory_by_category = peak_series.peak_by_category;
   if (s.oom()) s.oom_dominant_category = to_string(dominant_category(peak_series.peak_by_category));
   // Measured runs: the allocator's figures (the larger of its recorded peak and the samples).
-  auto measured_peak = [](std::int64_t v, const std::vector<std::pair<double, std::int64_t>>& xs) {
-    for (const auto& x : xs) v = std::max(v, x.second);
-    return v;
-  };
-  s.record_peak_allocated_bytes =
-      measured_peak(record.peak_allocated_bytes, record.allocated_bytes_samples);
-  s.record_peak_reserved_bytes =
-      measured_peak(record.peak_reserved_bytes, record.reserved_bytes_samples);
+  s.record_peak_allocated_bytes = record.measured_peak_allocated_bytes();
+  s.record_peak_reserved_bytes = record.measured_peak_reserved_bytes();
   s.host_peak_memory_bytes = std::numeric_limits<std::int64_t>::min();
   for (std::int64_t node = 0; node < memory.num_nodes(); ++node)
     if (memory.host(node).peak_bytes > s.host_peak_memory_bytes) {

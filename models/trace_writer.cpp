@@ -242,6 +242,11 @@ void write_header(std::ostream& out, const ScheduleGraph& graph, const Execution
       << ",\"world_size\":" << graph.world_size << ",\"fold_factor\":" << graph.fold_factor
       << ",\"trace_ranks\":" << json_quote(format_rank_list(selection.ranks))
       << ",\"trace_ranks_note\":" << json_quote(selection.note);
+  // A replay's allocator peaks (including peaks inside a task, which the "allocator" counter's
+  // per-task samples miss), so that `validate --measured-trace` compares the true peak.
+  if (record.measured && record.measured_peak_allocated_bytes() >= 0)
+    out << ",\"peak_allocated_bytes\":" << record.measured_peak_allocated_bytes()
+        << ",\"peak_reserved_bytes\":" << record.measured_peak_reserved_bytes();
   if (!record.notes.empty()) {  // what a replay substituted (ExecutionRecord::notes)
     out << ",\"notes\":[";
     for (std::size_t i = 0; i < record.notes.size(); ++i)
