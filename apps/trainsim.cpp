@@ -131,6 +131,8 @@ int run(int argc, char** argv) {
   add_sets(validate, validate_sets);
   validate->add_option("--device", val.device, "cuda or cpu")->check(CLI::IsMember(devices));
   validate->add_option("--calibration", val.calibration, "calibration profile JSON");
+  validate->add_option("--measured-trace", val.measured_trace,
+                       "compare this replay trace (trainsim replay --trace) instead of replaying");
   validate->add_option("--json", val.json, "write the comparison JSON");
   validate->add_option("--report", val.report, "write an HTML report");
   validate->add_option("--repeat", val.repeat,
@@ -193,8 +195,8 @@ namespace {
 
 /// The LibTorch verbs run in trainsim-torch, next to this program (apps/CMakeLists.txt): this
 /// process execs it with the same arguments, so that `simulate` never loads LibTorch. Returns
-/// only when the verb is not a LibTorch one or trainsim-torch is not there (the verb then
-/// answers "not built").
+/// only when the verb is not a LibTorch one (validate --measured-trace is not: it reads a
+/// trace) or trainsim-torch is not there (the verb then answers "not built").
 void exec_torch_verb(char** argv) {
   const char* verb = nullptr;
   for (char** a = argv + 1; *a; ++a)
@@ -205,6 +207,10 @@ void exec_torch_verb(char** argv) {
   if (!verb || (std::strcmp(verb, "replay") != 0 && std::strcmp(verb, "validate") != 0 &&
                 std::strcmp(verb, "calibrate") != 0))
     return;
+  // validate --measured-trace compares a recorded replay: no LibTorch, it runs here.
+  if (std::strcmp(verb, "validate") == 0)
+    for (char** a = argv + 1; *a; ++a)
+      if (std::strncmp(*a, "--measured-trace", 16) == 0) return;
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return;

@@ -1,6 +1,7 @@
 // trainsim validate: simulate a scenario with a calibration profile, replay the same schedule
-// graph on the local device, align the two executions task by task and report the errors
-// (validation/compare.h) as JSON and as a self-contained HTML report.
+// graph on the local device (apps/validate_replay.h) or read a replay recorded elsewhere
+// (--measured-trace, validation/measured_trace.h), align the two executions task by task and
+// report the errors (validation/compare.h) as JSON and as a self-contained HTML report.
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -11,37 +12,28 @@
 #include <thread>
 
 #include "apps/output_file.h"
+#include "apps/validate_replay.h"
 #include "apps/verbs.h"
 #include "models/run.h"
-#include "hw_backend/replay.h"
 #include "models/memory_timeline.h"
 #include "sim/executor.h"
 #include "validation/compare.h"
+#include "validation/measured_trace.h"
 
 namespace trainsim::cli {
 
-namespace {
-
-/// The 1-minute load average (/proc/loadavg), or -1 where unavailable.
-double load_average() {
-  std::ifstream f("/proc/loadavg");
-  double v = -1;
-  return (f >> v) ? v : -1;
-}
-
-/// Span of the rank's tasks in a record.
-double rank_span_s(const ExecutionRecord& r, const std::vector<TaskId>& ids) {
-  double lo = INFINITY, hi = -INFINITY;
-  for (TaskId id : ids) lo = std::min(lo, r.start_s[id]), hi = std::max(hi, r.end_s[id]);
-  return hi - lo;
-}
-
-}  // namespace
-
 int validate_main(const ValidateArgs& args) {
-  const std::string device = args.device.empty() ? (hw::cuda_available() ? "cuda" : "cpu") : args.device;
+  const bool from_trace = !args.measured_trace.empty();
+  if (from_trace && !args.device.empty())
+    throw InputError("validate --measured-trace " + args.measured_trace + " --device " +
+                     args.device + ": --device chooses where to replay; the trace already ran "
+                     "(its otherData.executor says where)");
+  const std::string device =
+      from_trace ? validation::measured_trace_device(args.measured_trace)
+                 : args.device.empty() ? default_replay_device() : args.device;
   const bool cpu = device == "cpu";
-  check_distinct_paths({{"scenario", args.scenario}, {"--calibration", args.calibration}},
+  check_distinct_paths({{"scenario", args.scenario}, {"--calibration", args.calibration},
+                        {"--measured-trace", args.measured_trace}},
                        {{"--json", args.json}, {"--report", args.report}});
   OutputFile json_file(args.json, "--json"), report_file(args.report, "--report");
 
@@ -63,36 +55,30 @@ int validate_main(const ValidateArgs& args) {
                     "simulated iteration includes waiting for the other ranks (pipeline bubble, "
                     "collectives over the modelled links), the replay does not; compare the "
                     "per-kind task times rather than the iteration time");
-  hw::ReplayOptions ro;
-  ro.device = device;
-  if (cpu) ro.cpu_dtype = run.replay_dtype;
-  ro.rank = hw::representative_rank(graph, sc, 0);
-  const RankId rank = static_cast<RankId>(ro.rank);
-  const std::vector<TaskId> ids = graph.tasks_of_rank(rank);
 
-  const ExecutionRecord simulated = sim::simulate(graph, sc, system, run.cost_model());
-
-  std::cerr << "trainsim validate: replaying rank " << rank << " on " << device << " ("
-            << args.repeat << " measured replays after a warm-up)\n";
-  const double load_before = load_average();
-  (void)hw::replay(graph, sc, ro);  // warm-up: thread pools, allocator, first-call costs
+  // Measured first: a trace that does not fit the graph is refused before simulating.
   ExecutionRecord measured;
-  std::vector<double> replay_times;
-  for (int i = 0; i < args.repeat; ++i) {
-    ExecutionRecord r = hw::replay(graph, sc, ro);
-    replay_times.push_back(rank_span_s(r, ids));
-    if (i == 0 || replay_times.back() < rank_span_s(measured, ids)) measured = std::move(r);
+  RankId rank = 0;
+  nlohmann::json replay_context = nlohmann::json::object();
+  if (from_trace) {
+    validation::MeasuredTrace mt =
+        validation::load_measured_trace(args.measured_trace, graph, sc.name);
+    measured = std::move(mt.record);
+    rank = mt.rank;
+    notes.push_back("measured: the replay recorded in " + args.measured_trace + " (" +
+                    mt.executor + "), not replayed again");
+    replay_context["measured_trace"] = args.measured_trace;
+  } else {
+    ReplayMeasurement m = replay_for_validate(run, device, args.repeat);
+    measured = std::move(m.record);
+    rank = m.rank;
+    notes.insert(notes.end(), m.notes.begin(), m.notes.end());
+    replay_context["replay_iteration_times_s"] = m.iteration_times_s;
+    replay_context["load_average_1min"] = {{"before", m.load_before}, {"after", m.load_after}};
+    replay_context["cores"] = std::max(1u, std::thread::hardware_concurrency());
   }
-  const double load_after = load_average();
-  notes.push_back("measured: the fastest of " + std::to_string(args.repeat) +
-                  " replays after one warm-up replay");
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  if (std::max(load_before, load_after) > double(cores))
-    notes.push_back("warning: the machine was busy during the replays (1-minute load average " +
-                    std::to_string(std::max(load_before, load_after)) + " on " +
-                    std::to_string(cores) + " cores): measured times include other processes' "
-                    "load, and the calibration's microbenchmarks may have seen a different one");
   for (const std::string& n : measured.notes) notes.push_back("replay: " + n);
+  const ExecutionRecord simulated = sim::simulate(graph, sc, system, run.cost_model());
 
   // ---- memory: the model's peak of the rank vs the allocator's measured peak
   const MemoryTimeline memory =
@@ -101,7 +87,7 @@ int validate_main(const ValidateArgs& args) {
   const MemorySeries& series = memory.gpu_of(rank);
   mem.simulated_peak_bytes = series.peak_bytes;
   mem.simulated_by_category = series.peak_by_category;
-  mem.measured_peak_bytes = measured.peak_allocated_bytes;
+  mem.measured_peak_bytes = measured.measured_peak_allocated_bytes();
   if (mem.measured_peak_bytes <= 0)
     throw std::runtime_error("validate: the replay reported no memory peak");
   if (cpu && sc.zero.offload_optimizer.enabled)
@@ -121,9 +107,7 @@ int validate_main(const ValidateArgs& args) {
                             {"precision", to_string(sc.parallel.precision)}};
   nlohmann::json out = validation::comparison_json(cmp);
   for (auto it = context.begin(); it != context.end(); ++it) out[it.key()] = *it;
-  out["replay_iteration_times_s"] = replay_times;
-  out["load_average_1min"] = {{"before", load_before}, {"after", load_after}};
-  out["cores"] = cores;
+  for (auto it = replay_context.begin(); it != replay_context.end(); ++it) out[it.key()] = *it;
   out["notes"] = notes;
 
   if (json_file) {

@@ -53,12 +53,15 @@ struct ReplayArgs {
   bool force = false;  ///< --force: replay even when the predicted memory does not fit
 };
 
-/// trainsim validate SCENARIO.yaml [--set k=v]... [--device cuda|cpu]
+/// trainsim validate SCENARIO.yaml [--set k=v]... [--device cuda|cpu | --measured-trace T.json]
 ///   [--calibration profile.json] [--json result.json] [--report report.html]
 struct ValidateArgs {
   std::string scenario;
   Overrides overrides;
   std::string device;
+  /// A replay's trace recorded elsewhere (`trainsim replay --trace`): compared instead of
+  /// replaying here (validation/measured_trace.h); runs in trainsim itself, no LibTorch.
+  std::string measured_trace;
   std::string calibration;
   std::string json;
   std::string report;

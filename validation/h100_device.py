@@ -85,6 +85,21 @@ def replay_vs_sim(trainsim):
           f"{'simulated ms':>13s} {'error':>8s}")
     for k, (m, s, c) in sorted(agg.items(), key=lambda kv: -kv[1][0]):
         print(f"   {k[:44]:44s} {c:4d} {m * 1e3:12.2f} {s * 1e3:13.2f} {100 * (s / m - 1):+7.1f}%")
+    summary = json.load(open(os.path.join(DATA, "replay_gpt-1.7b.summary.json")))
+    print(f"   peak memory: modelled {summary['modelled_peak_memory_bytes'] / 2**30:.2f} GiB, "
+          f"allocator peak {summary['measured_peak_allocated_bytes'] / 2**30:.2f} GiB (the "
+          "replay's unfused intermediates)")
+    # The same comparison through the product: validate reads the recorded trace.
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "v.json")
+        subprocess.run([trainsim, "validate", SCENARIO, "--set", "cluster.system=dgx-h100",
+                        "--measured-trace", os.path.join(DATA, "replay_gpt-1.7b.trace.json"),
+                        "--json", out], check=True, capture_output=True)
+        v = json.load(open(out))
+    c = v["per_kind"]["compute"]
+    print(f"   trainsim validate --measured-trace: {v['tasks_compared']} tasks; compute "
+          f"{c['simulated_sum_s']:.3f} s simulated against {c['measured_sum_s']:.3f} s measured "
+          f"(median task error {100 * c['error_median']:+.1f}%, layer 0's warm-up included)")
     return len(paired) / max(1, len(meas))
 
 

@@ -110,3 +110,120 @@ TEST(ValidateCli, AMultiRankScenarioValidatesOnTheCpu) {
   EXPECT_NE(notes.find("each of the 8 ranks is a one-device node"), std::string::npos) << notes;
   EXPECT_NE(notes.find("replayed as device-local copies"), std::string::npos) << notes;
 }
+
+// ---------------------------------------------------------------- --measured-trace
+namespace {
+
+const std::string kH100Dir = source_path("validation/data/h100_2026-11-26");
+const std::string kH100Trace = kH100Dir + "/replay_gpt-1.7b.trace.json";
+const std::string k17b = source_path("scenarios/gpt-1.7b_tp1_pp1_dp32.yaml");
+
+}  // namespace
+
+// A replay recorded on a real H100 (validation/gpu_check.sh) is compared here without replaying:
+// every task of the trace pairs with the graph, the measured iteration is the trace's own span
+// and the memory peak its largest allocator sample (the trace predates otherData's peaks), both
+// read from the file by this test, and the simulated side is what `simulate` prints.
+TEST(ValidateCli, AReplayRecordedOnAnH100ComparesWithoutReplaying) {
+#ifndef TRAINSIM_HAVE_VALIDATE_TRACE
+  GTEST_SKIP() << "validate --measured-trace needs the simulator in this build";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  const std::string result = kOut + "/h100.json", sim_json = kOut + "/h100_sim.json";
+  ASSERT_EQ(run("validate " + k17b + " --set cluster.system=dgx-h100 --measured-trace " +
+                    kH100Trace + " --json " + result,
+                kOut + "/h100.log"),
+            0)
+      << slurp(kOut + "/h100.log");
+  ASSERT_EQ(run("simulate " + k17b + " --set cluster.system=dgx-h100 --json " + sim_json,
+                kOut + "/h100_sim.log"),
+            0);
+  const auto trace = nlohmann::json::parse(slurp(kH100Trace));
+  double lo = INFINITY, hi = -INFINITY;
+  std::int64_t spans = 0, peak = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") {
+      ++spans;
+      lo = std::min(lo, e["ts"].get<double>());
+      hi = std::max(hi, e["ts"].get<double>() + e["dur"].get<double>());
+    } else if (e["ph"] == "C" && e["name"] == "allocator") {
+      peak = std::max(peak, e["args"]["allocated"].get<std::int64_t>());
+    }
+  }
+  const auto r = nlohmann::json::parse(slurp(result));
+  EXPECT_EQ(r["tasks_compared"].get<std::int64_t>(), spans);
+  EXPECT_NEAR(r["iteration_time_s"]["measured"].get<double>(), (hi - lo) * 1e-6, 1e-9);
+  EXPECT_EQ(r["peak_memory_bytes"]["measured"].get<std::int64_t>(), peak);
+  const auto sim = nlohmann::json::parse(slurp(sim_json));
+  EXPECT_DOUBLE_EQ(r["iteration_time_s"]["simulated"].get<double>(),
+                   sim["iteration_time_s"].get<double>());
+  EXPECT_EQ(r["device"], "libtorch-2.11.0-cuda");
+  EXPECT_EQ(r["measured_trace"], kH100Trace);
+  EXPECT_FALSE(r.contains("replay_iteration_times_s"));
+  std::string notes;
+  for (const auto& n : r["notes"]) notes += n.get<std::string>() + "\n";
+  EXPECT_NE(notes.find("not replayed again"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("largest 'allocator' sample"), std::string::npos) << notes;
+}
+
+// A trace that does not belong to the scenario's graph is refused, naming the file and what
+// differs; so is a simulated trace, and --device beside --measured-trace.
+TEST(ValidateCli, AMeasuredTraceOfAnotherGraphIsRefused) {
+#ifndef TRAINSIM_HAVE_VALIDATE_TRACE
+  GTEST_SKIP() << "validate --measured-trace needs the simulator in this build";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  const std::string h100 = " --set cluster.system=dgx-h100 --measured-trace " + kH100Trace;
+  // Same scenario name, another graph: micro batch 8 makes two microbatches.
+  const std::string mb = kOut + "/refuse_mb.log";
+  EXPECT_EQ(run("validate " + k17b + h100 + " --set parallel.micro_batch_size=8", mb), 1);
+  EXPECT_NE(slurp(mb).find(kH100Trace), std::string::npos) << slurp(mb);
+  EXPECT_NE(slurp(mb).find("recorded from another graph"), std::string::npos) << slurp(mb);
+  // Another scenario.
+  const std::string other = kOut + "/refuse_other.log";
+  EXPECT_EQ(run("validate " + source_path("scenarios/gpt-3.6b_tp2_pp1_dp32.yaml") + h100, other),
+            1);
+  EXPECT_NE(slurp(other).find("'otherData.scenario' = 'gpt-1.7b_tp1_pp1_dp32'"),
+            std::string::npos)
+      << slurp(other);
+  // A simulated trace.
+  const std::string simulated = kOut + "/simulated_trace.json", sim_log = kOut + "/refuse_sim.log";
+  ASSERT_EQ(run("simulate " + k17b + " --trace " + simulated + " --trace-ranks 0",
+                kOut + "/simulated_trace.log"),
+            0);
+  EXPECT_EQ(run("validate " + k17b + " --measured-trace " + simulated, sim_log), 1);
+  EXPECT_NE(slurp(sim_log).find("'otherData.measured' = false"), std::string::npos)
+      << slurp(sim_log);
+  // --device chooses where to replay, which a recorded trace already did.
+  const std::string dev = kOut + "/refuse_device.log";
+  EXPECT_EQ(run("validate " + k17b + h100 + " --device cpu", dev), 1);
+  EXPECT_NE(slurp(dev).find("--device chooses where to replay"), std::string::npos) << slurp(dev);
+}
+
+// A replay's trace carries the allocator's true peaks (otherData.peak_*_bytes), which
+// --measured-trace compares: the same figure the replay's own summary reports.
+TEST(ValidateCli, AReplayTraceCarriesItsPeakIntoValidate) {
+#if !defined(TRAINSIM_HAVE_REPLAY) || !defined(TRAINSIM_HAVE_VALIDATE_TRACE)
+  GTEST_SKIP() << "needs the replay verb (LibTorch) and the simulator";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  const std::string profile = std::string(TRAINSIM_SOURCE_DIR) + "/tests/golden/cpu_profile.json";
+  const std::string trace = kOut + "/cpu_replay.json", summary = kOut + "/cpu_replay_summary.json";
+  ASSERT_EQ(run("replay " + kScenario + " --device cpu --trace " + trace + " --json " + summary,
+                kOut + "/cpu_replay.log"),
+            0)
+      << slurp(kOut + "/cpu_replay.log");
+  const auto t = nlohmann::json::parse(slurp(trace));
+  const auto s = nlohmann::json::parse(slurp(summary));
+  EXPECT_EQ(t["otherData"]["peak_allocated_bytes"], s["measured_peak_allocated_bytes"]);
+  const std::string result = kOut + "/cpu_from_trace.json";
+  ASSERT_EQ(run("validate " + kScenario + " --calibration " + profile + " --measured-trace " +
+                    trace + " --json " + result,
+                kOut + "/cpu_from_trace.log"),
+            0)
+      << slurp(kOut + "/cpu_from_trace.log");
+  const auto r = nlohmann::json::parse(slurp(result));
+  EXPECT_EQ(r["peak_memory_bytes"]["measured"], s["measured_peak_allocated_bytes"]);
+  EXPECT_NEAR(r["iteration_time_s"]["measured"].get<double>(), s["iteration_time_s"].get<double>(),
+              1e-9);
+}

@@ -1,0 +1,176 @@
+#include "validation/measured_trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "models/errors.h"
+
+namespace trainsim::validation {
+
+namespace {
+
+using json = nlohmann::json;
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw InputError(path + ": " + what);
+}
+
+/// A number field of an event, or a failure naming the event.
+double number(const std::string& path, const json& e, const char* key, std::size_t index) {
+  const auto it = e.find(key);
+  if (it == e.end() || !it->is_number())
+    fail(path, "traceEvents[" + std::to_string(index) + "]: field '" + key +
+                   "' is missing or not a number");
+  return it->get<double>();
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(path, "cannot read the measured trace");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    fail(path, std::string("not JSON: ") + e.what());
+  }
+}
+
+/// The trace's otherData, after checking that it is a replay's trace.
+json measured_header(const std::string& path, const json& root) {
+  if (!root.is_object() || !root.contains("traceEvents") || !root["traceEvents"].is_array())
+    fail(path, "field 'traceEvents': missing; not a trace that trainsim replay --trace wrote");
+  const json other = root.value("otherData", json::object());
+  if (!other.is_object() || !other.contains("measured"))
+    fail(path, "field 'otherData.measured': missing; not a trace that trainsim replay --trace "
+               "wrote");
+  if (other["measured"] != true)
+    fail(path, "field 'otherData.measured' = " + other["measured"].dump() +
+                   ": a simulated trace; --measured-trace takes what `trainsim replay --trace` "
+                   "recorded");
+  return other;
+}
+
+}  // namespace
+
+std::string measured_trace_device(const std::string& path) {
+  const json other = measured_header(path, read_json(path));
+  const std::string executor = other.contains("executor") && other["executor"].is_string()
+                                   ? other["executor"].get<std::string>() : "";
+  return executor.find("cuda") != std::string::npos ? "cuda" : "cpu";
+}
+
+MeasuredTrace load_measured_trace(const std::string& path, const ScheduleGraph& graph,
+                                  const std::string& scenario_name) {
+  const json root = read_json(path);
+  const json other = measured_header(path, root);
+  const std::string scenario = other.value("scenario", std::string());
+  if (scenario != scenario_name)
+    fail(path, "field 'otherData.scenario' = '" + scenario + "': recorded from another scenario "
+               "than '" + scenario_name + "'");
+
+  MeasuredTrace out;
+  out.executor = other.value("executor", std::string());
+  out.cuda = out.executor.find("cuda") != std::string::npos;
+  const std::size_t n = graph.num_tasks();
+  ExecutionRecord& r = out.record;
+  r.start_s.assign(n, std::numeric_limits<double>::quiet_NaN());
+  r.end_s.assign(n, std::numeric_limits<double>::quiet_NaN());
+  r.measured = true;
+  r.executor = out.executor;
+  r.device = out.executor;
+  if (other.contains("notes") && other["notes"].is_array())
+    for (const json& note : other["notes"])
+      if (note.is_string()) r.notes.push_back(note.get<std::string>());
+
+  // The rank: the one pid of the complete events.
+  const json& events = root["traceEvents"];
+  std::set<std::int64_t> pids;
+  for (const json& e : events)
+    if (e.is_object() && e.value("ph", "") == "X" && e.contains("pid") && e["pid"].is_number_integer())
+      pids.insert(e["pid"].get<std::int64_t>());
+  if (pids.empty()) fail(path, "no task spans (complete events, ph 'X') in 'traceEvents'");
+  if (pids.size() > 1)
+    fail(path, "task spans of " + std::to_string(pids.size()) + " ranks (pids " +
+                   std::to_string(*pids.begin()) + ", " + std::to_string(*std::next(pids.begin())) +
+                   ", ...): a replay records one rank per file");
+  const std::int64_t pid = *pids.begin();
+  if (pid < 0 || pid >= graph.world_size || graph.tasks_of_rank(RankId(pid)).empty())
+    fail(path, "its tasks are those of rank " + std::to_string(pid) +
+                   ", which the scenario's graph does not simulate");
+  out.rank = RankId(pid);
+
+  std::int64_t peak_allocated = -1, peak_reserved = -1;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const json& e = events[i];
+    if (!e.is_object() || e.value("pid", std::int64_t(-1)) != pid) continue;
+    const std::string ph = e.value("ph", "");
+    if (ph == "C" && e.value("name", "") == "allocator" && e.contains("args")) {
+      const json& a = e["args"];
+      const double t = number(path, e, "ts", i) * 1e-6;
+      if (a.contains("allocated") && a["allocated"].is_number()) {
+        const auto v = a["allocated"].get<std::int64_t>();
+        peak_allocated = std::max(peak_allocated, v);
+        r.allocated_bytes_samples.emplace_back(t, v);
+      }
+      if (a.contains("reserved") && a["reserved"].is_number()) {
+        const auto v = a["reserved"].get<std::int64_t>();
+        peak_reserved = std::max(peak_reserved, v);
+        r.reserved_bytes_samples.emplace_back(t, v);
+      }
+      continue;
+    }
+    if (ph != "X") continue;
+    const json args = e.value("args", json::object());
+    if (!args.is_object() || !args.contains("task") || !args["task"].is_number_integer())
+      fail(path, "traceEvents[" + std::to_string(i) + "]: field 'args.task' is missing or not an "
+                 "integer task id");
+    const std::int64_t id = args["task"].get<std::int64_t>();
+    const std::string name = e.value("name", "");
+    if (id < 0 || std::size_t(id) >= n || graph.task(TaskId(id)).rank != out.rank)
+      fail(path, "traceEvents[" + std::to_string(i) + "]: task " + std::to_string(id) + " ('" +
+                     name + "') is not a task of rank " + std::to_string(pid) +
+                     " in the scenario's graph: recorded from another graph (other --set "
+                     "values or another trainsim version)");
+    if (graph.label(TaskId(id)) != name)
+      fail(path, "traceEvents[" + std::to_string(i) + "]: task " + std::to_string(id) + " is '" +
+                     name + "' in the trace and '" + graph.label(TaskId(id)) +
+                     "' in the scenario's graph: recorded from another graph (other --set "
+                     "values or another trainsim version)");
+    const double ts = number(path, e, "ts", i) * 1e-6, dur = number(path, e, "dur", i) * 1e-6;
+    if (!(dur >= 0) || !std::isfinite(ts))
+      fail(path, "traceEvents[" + std::to_string(i) + "]: task " + std::to_string(id) +
+                     ": 'ts' / 'dur' must be finite and dur >= 0");
+    if (!std::isnan(r.start_s[id]))
+      fail(path, "traceEvents[" + std::to_string(i) + "]: task " + std::to_string(id) + " ('" +
+                     name + "') appears twice");
+    r.start_s[id] = ts;
+    r.end_s[id] = ts + dur;
+  }
+  for (TaskId id : graph.tasks_of_rank(out.rank))
+    if (std::isnan(r.start_s[id]))
+      fail(path, "task " + std::to_string(id) + " ('" + graph.label(id) + "') of rank " +
+                     std::to_string(pid) + " is not in the trace: recorded from another graph, "
+                     "or a replay that did not finish");
+  if (other.contains("peak_allocated_bytes") && other["peak_allocated_bytes"].is_number()) {
+    r.peak_allocated_bytes = other["peak_allocated_bytes"].get<std::int64_t>();
+    r.peak_reserved_bytes = other.value("peak_reserved_bytes", std::int64_t(-1));
+  } else {
+    // Traces written before otherData carried the peaks: the largest sample, which misses
+    // peaks inside a task.
+    if (peak_allocated < 0)
+      fail(path, "no 'otherData.peak_allocated_bytes' and no 'allocator' counter for rank " +
+                     std::to_string(pid) + ": the measured memory peak is unknown");
+    r.peak_allocated_bytes = peak_allocated;
+    r.peak_reserved_bytes = peak_reserved;
+    r.notes.push_back("measured peak memory: the largest 'allocator' sample of the trace (it has "
+                      "no otherData.peak_allocated_bytes), which misses peaks inside a task");
+  }
+  return out;
+}
+
+}  // namespace trainsim::validation
