@@ -43,6 +43,11 @@ OutputFile::OutputFile(std::string path, std::string flag)
     if (fd < 0)
       throw InputError(flag_ + " '" + path_ + "': cannot create a file in " + folder_of(path_) +
                        " (" + std::strerror(errno) + ")");
+    // mkstemp creates the file 0600; the output gets the mode any new file would (0666 less
+    // the umask), as a plain open() would have given it.
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    (void)::fchmod(fd, 0666 & ~mask);
     ::close(fd);
     tmp_ = templ;
     out_.open(tmp_, std::ios::binary | std::ios::trunc);

@@ -68,6 +68,24 @@ TEST_F(OutputsCli, ASuccessfulRunReplacesThemWhole) {
   EXPECT_EQ(leftovers({"s.json", "log"}), std::vector<std::string>{});
 }
 
+// Outputs are written through a temporary file (mkstemp: mode 0600) and renamed into place;
+// they get the mode a new file would: 0666 less the umask.
+TEST_F(OutputsCli, OutputsGetTheModeOfANewFile) {
+  const auto mode = [&](const std::string& name) {
+    return fs::status(path(name)).permissions() & fs::perms::mask;
+  };
+  ASSERT_EQ(run("simulate " + kTiny + " --json " + path("a.json") + " --trace " + path("a.trace"),
+                path("log"), "umask 022;"),
+            0)
+      << slurp(path("log"));
+  using P = fs::perms;
+  const P rw_r_r = P::owner_read | P::owner_write | P::group_read | P::others_read;
+  EXPECT_EQ(mode("a.json"), rw_r_r);
+  EXPECT_EQ(mode("a.trace"), rw_r_r);
+  ASSERT_EQ(run("simulate " + kTiny + " --json " + path("b.json"), path("log"), "umask 077;"), 0);
+  EXPECT_EQ(mode("b.json"), P::owner_read | P::owner_write);
+}
+
 TEST_F(OutputsCli, DiskFullIsAnErrorNamingTheFlag) {
   EXPECT_EQ(run("simulate " + kTiny + " --json /dev/full", path("log")), 1);
   const std::string log = slurp(path("log"));
