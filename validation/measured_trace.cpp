@@ -21,6 +21,23 @@ using json = nlohmann::json;
   throw InputError(path + ": " + what);
 }
 
+/// A string field, or "" when it is absent or not a string.
+std::string str_field(const json& o, const char* key) {
+  const auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+/// An integer field that fits std::int64_t (JSON's unsigned numbers above it do not).
+bool int_field(const json& o, const char* key, std::int64_t* v) {
+  const auto it = o.find(key);
+  if (it == o.end() || !it->is_number_integer()) return false;
+  if (it->is_number_unsigned() &&
+      it->get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+    return false;
+  *v = it->get<std::int64_t>();
+  return true;
+}
+
 /// A number field of an event, or a failure naming the event.
 double number(const std::string& path, const json& e, const char* key, std::size_t index) {
   const auto it = e.find(key);
@@ -30,13 +47,19 @@ double number(const std::string& path, const json& e, const char* key, std::size
   return it->get<double>();
 }
 
-json read_json(const std::string& path) {
-  std::ifstream in(path);
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot read the measured trace");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+json parse_json(const std::string& text, const std::string& path) {
   try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    fail(path, std::string("not JSON: ") + e.what());
+    return json::parse(text);
+  } catch (const json::exception&) {
+    fail(path, "not JSON (a trace that trainsim replay --trace wrote is a JSON object)");
   }
 }
 
@@ -58,23 +81,27 @@ json measured_header(const std::string& path, const json& root) {
 }  // namespace
 
 std::string measured_trace_device(const std::string& path) {
-  const json other = measured_header(path, read_json(path));
-  const std::string executor = other.contains("executor") && other["executor"].is_string()
-                                   ? other["executor"].get<std::string>() : "";
+  const json other = measured_header(path, parse_json(read_text(path), path));
+  const std::string executor = str_field(other, "executor");
   return executor.find("cuda") != std::string::npos ? "cuda" : "cpu";
 }
 
 MeasuredTrace load_measured_trace(const std::string& path, const ScheduleGraph& graph,
                                   const std::string& scenario_name) {
-  const json root = read_json(path);
+  return parse_measured_trace(read_text(path), path, graph, scenario_name);
+}
+
+MeasuredTrace parse_measured_trace(const std::string& text, const std::string& path,
+                                   const ScheduleGraph& graph, const std::string& scenario_name) {
+  const json root = parse_json(text, path);
   const json other = measured_header(path, root);
-  const std::string scenario = other.value("scenario", std::string());
+  const std::string scenario = str_field(other, "scenario");
   if (scenario != scenario_name)
     fail(path, "field 'otherData.scenario' = '" + scenario + "': recorded from another scenario "
                "than '" + scenario_name + "'");
 
   MeasuredTrace out;
-  out.executor = other.value("executor", std::string());
+  out.executor = str_field(other, "executor");
   out.cuda = out.executor.find("cuda") != std::string::npos;
   const std::size_t n = graph.num_tasks();
   ExecutionRecord& r = out.record;
@@ -83,16 +110,17 @@ MeasuredTrace load_measured_trace(const std::string& path, const ScheduleGraph& 
   r.measured = true;
   r.executor = out.executor;
   r.device = out.executor;
-  if (other.contains("notes") && other["notes"].is_array())
+  if (other.contains("notes") && other["notes"].is_array())  // strings only
     for (const json& note : other["notes"])
       if (note.is_string()) r.notes.push_back(note.get<std::string>());
 
   // The rank: the one pid of the complete events.
   const json& events = root["traceEvents"];
   std::set<std::int64_t> pids;
-  for (const json& e : events)
-    if (e.is_object() && e.value("ph", "") == "X" && e.contains("pid") && e["pid"].is_number_integer())
-      pids.insert(e["pid"].get<std::int64_t>());
+  for (const json& e : events) {
+    std::int64_t p = 0;
+    if (e.is_object() && str_field(e, "ph") == "X" && int_field(e, "pid", &p)) pids.insert(p);
+  }
   if (pids.empty()) fail(path, "no task spans (complete events, ph 'X') in 'traceEvents'");
   if (pids.size() > 1)
     fail(path, "task spans of " + std::to_string(pids.size()) + " ranks (pids " +
@@ -107,30 +135,30 @@ MeasuredTrace load_measured_trace(const std::string& path, const ScheduleGraph& 
   std::int64_t peak_allocated = -1, peak_reserved = -1;
   for (std::size_t i = 0; i < events.size(); ++i) {
     const json& e = events[i];
-    if (!e.is_object() || e.value("pid", std::int64_t(-1)) != pid) continue;
-    const std::string ph = e.value("ph", "");
-    if (ph == "C" && e.value("name", "") == "allocator" && e.contains("args")) {
+    std::int64_t event_pid = -1;
+    if (!e.is_object() || !int_field(e, "pid", &event_pid) || event_pid != pid) continue;
+    const std::string ph = str_field(e, "ph");
+    if (ph == "C" && str_field(e, "name") == "allocator" && e.contains("args") &&
+        e["args"].is_object()) {
       const json& a = e["args"];
       const double t = number(path, e, "ts", i) * 1e-6;
-      if (a.contains("allocated") && a["allocated"].is_number()) {
-        const auto v = a["allocated"].get<std::int64_t>();
+      std::int64_t v = 0;
+      if (int_field(a, "allocated", &v)) {
         peak_allocated = std::max(peak_allocated, v);
         r.allocated_bytes_samples.emplace_back(t, v);
       }
-      if (a.contains("reserved") && a["reserved"].is_number()) {
-        const auto v = a["reserved"].get<std::int64_t>();
+      if (int_field(a, "reserved", &v)) {
         peak_reserved = std::max(peak_reserved, v);
         r.reserved_bytes_samples.emplace_back(t, v);
       }
       continue;
     }
     if (ph != "X") continue;
-    const json args = e.value("args", json::object());
-    if (!args.is_object() || !args.contains("task") || !args["task"].is_number_integer())
+    std::int64_t id = -1;
+    if (!e.contains("args") || !e["args"].is_object() || !int_field(e["args"], "task", &id))
       fail(path, "traceEvents[" + std::to_string(i) + "]: field 'args.task' is missing or not an "
                  "integer task id");
-    const std::int64_t id = args["task"].get<std::int64_t>();
-    const std::string name = e.value("name", "");
+    const std::string name = str_field(e, "name");
     if (id < 0 || std::size_t(id) >= n || graph.task(TaskId(id)).rank != out.rank)
       fail(path, "traceEvents[" + std::to_string(i) + "]: task " + std::to_string(id) + " ('" +
                      name + "') is not a task of rank " + std::to_string(pid) +
@@ -142,7 +170,7 @@ MeasuredTrace load_measured_trace(const std::string& path, const ScheduleGraph& 
                      "' in the scenario's graph: recorded from another graph (other --set "
                      "values or another trainsim version)");
     const double ts = number(path, e, "ts", i) * 1e-6, dur = number(path, e, "dur", i) * 1e-6;
-    if (!(dur >= 0) || !std::isfinite(ts))
+    if (!(dur >= 0) || !std::isfinite(ts) || !std::isfinite(dur) || !std::isfinite(ts + dur))
       fail(path, "traceEvents[" + std::to_string(i) + "]: task " + std::to_string(id) +
                      ": 'ts' / 'dur' must be finite and dur >= 0");
     if (!std::isnan(r.start_s[id]))
@@ -156,9 +184,11 @@ MeasuredTrace load_measured_trace(const std::string& path, const ScheduleGraph& 
       fail(path, "task " + std::to_string(id) + " ('" + graph.label(id) + "') of rank " +
                      std::to_string(pid) + " is not in the trace: recorded from another graph, "
                      "or a replay that did not finish");
-  if (other.contains("peak_allocated_bytes") && other["peak_allocated_bytes"].is_number()) {
-    r.peak_allocated_bytes = other["peak_allocated_bytes"].get<std::int64_t>();
-    r.peak_reserved_bytes = other.value("peak_reserved_bytes", std::int64_t(-1));
+  std::int64_t peak = -1;
+  if (int_field(other, "peak_allocated_bytes", &peak) && peak >= 0) {
+    r.peak_allocated_bytes = peak;
+    std::int64_t reserved = -1;
+    r.peak_reserved_bytes = int_field(other, "peak_reserved_bytes", &reserved) ? reserved : -1;
   } else {
     // Traces written before otherData carried the peaks: the largest sample, which misses
     // peaks inside a task.

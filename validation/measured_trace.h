@@ -34,5 +34,8 @@ std::string measured_trace_device(const std::string& path);
 /// the file, the field and the value for anything that does not fit.
 MeasuredTrace load_measured_trace(const std::string& path, const ScheduleGraph& graph,
                                   const std::string& scenario_name);
+/// The same, from the file's text (`source` names it in messages; fuzz/fuzz_measured_trace).
+MeasuredTrace parse_measured_trace(const std::string& text, const std::string& source,
+                                   const ScheduleGraph& graph, const std::string& scenario_name);
 
 }  // namespace trainsim::validation
