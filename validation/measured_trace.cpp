@@ -200,6 +200,10 @@ MeasuredTrace parse_measured_trace(const std::string& text, const std::string& p
     r.notes.push_back("measured peak memory: the largest 'allocator' sample of the trace (it has "
                       "no otherData.peak_allocated_bytes), which misses peaks inside a task");
   }
+  if (r.measured_peak_allocated_bytes() <= 0)
+    fail(path, "measured peak memory " + std::to_string(r.measured_peak_allocated_bytes()) +
+                   " bytes (otherData.peak_allocated_bytes or the 'allocator' counter): a replay "
+                   "allocates; not a replay's trace");
   return out;
 }
 
