@@ -12,6 +12,10 @@
 # or, on a machine without a package registry, from Debian packages in .debs/ (fetched where
 # apt works: `cd .debs && apt-get download libyaml-cpp-dev libyaml-cpp0.7 nlohmann-json3-dev
 # libboost1.74-dev libcli11-dev libgtest-dev libgmock-dev`), unpacked under /tmp/trainsim-deps.
+# Back on a machine with the simulator, compare the replay with the simulation of the same graph:
+#   trainsim validate scenarios/gpt-1.7b_tp1_pp1_dp32.yaml --set cluster.system=dgx-h100 \
+#     --measured-trace OUT_DIR/replay_h100_gpt1.7b.trace.json --report report.html
+# (validation/h100_device.py does so for the run recorded in validation/data/h100_2026-11-26/).
 # Every step logs to OUT_DIR/gpu_check.log and goes on after a failure; the exit status is the
 # number of failed steps. GPU_CHECK_SKIP="host-dispatch calibrate-cuda" skips steps by name.
 set -u
