@@ -31,11 +31,44 @@ SystemSpec system_of_profile(const CalibrationProfile& p, const std::string& nam
 
 int calibrate_main(const CalibrateArgs& args) {
   CalibrationProfile profile;
-  if (args.from_trace.empty() && !args.base.empty())
+  if (!args.from_trace.empty() && !args.from_microbench.empty())
+    throw InputError("calibrate --from-trace and --from-microbench: one source per fit");
+  if (args.from_trace.empty() && args.from_microbench.empty() && !args.base.empty())
     throw InputError("calibrate --base " + args.base +
-                     ": --base is the profile that --from-trace refines, and no --from-trace "
-                     "was given (microbenchmarks measure a new profile; drop --base or add "
-                     "--from-trace TRACE.json)");
+                     ": --base is the profile that --from-trace or --from-microbench refines, "
+                     "and neither was given (microbenchmarks measure a new profile; drop --base "
+                     "or add --from-trace TRACE.json / --from-microbench MEASURED.json)");
+  if (!args.from_microbench.empty()) {
+    if (args.base.empty())
+      throw InputError("calibrate --from-microbench needs --base PROFILE.json (the catalog GPU's "
+                       "profile to refine, e.g. calibration/h100-sxm5-80gb.json)");
+    if (!args.device.empty() || args.quick)
+      throw InputError(std::string("calibrate --from-microbench: ") +
+                       (args.quick ? "--quick" : "--device " + args.device) +
+                       " applies to measuring, not to a fit from measurements");
+    const CalibrationProfile base = load_calibration(args.base);
+    const SystemSpec system = system_of_profile(base, args.base);
+    const CalibrationProfile measured = load_calibration(args.from_microbench);
+    if (measured.device.find(system.gpu.name) == std::string::npos)
+      std::cerr << "trainsim calibrate: note: " << args.from_microbench << " says its device is '"
+                << measured.device << "', which does not name " << system.gpu.name
+                << " (calibrate --device cuda records LibTorch and the precision); its rates are "
+                   "taken as that GPU's (a rate above its peak is refused)\n";
+    validation::FitReport report;
+    profile = validation::fit_from_microbenchmarks(measured, args.from_microbench, base, system,
+                                                   &report);
+    std::cerr << "trainsim calibrate: fitted from " << args.from_microbench << ": "
+              << report.to_json().dump() << "\n";
+    for (const validation::FitChange& c :
+         validation::large_fit_changes(base, profile, validation::kFitWarningFactor))
+      std::cerr << "trainsim calibrate: warning: the fit moves " << c.field << " from "
+                << c.before << " to " << c.after << " (" << c.factor << "x)\n";
+    if (args.out.empty())
+      std::cout << calibration_to_json(profile);
+    else
+      save_calibration(profile, args.out);
+    return 0;
+  }
   if (args.from_trace.empty() && args.allow_device_mismatch)
     throw InputError("calibrate --allow-device-mismatch applies only with --from-trace");
   if (!args.from_trace.empty()) {

@@ -150,7 +150,10 @@ int run(int argc, char** argv) {
   calibrate->add_option("--from-trace", cal.from_trace,
                         "fit --base from a PyTorch profiler (Kineto) trace instead of running "
                         "microbenchmarks");
-  calibrate->add_option("--base", cal.base, "the profile --from-trace refines");
+  calibrate->add_option("--from-microbench", cal.from_microbench,
+                        "fit --base from the measurements of a profile calibrate --device cuda "
+                        "wrote on that GPU");
+  calibrate->add_option("--base", cal.base, "the profile --from-trace / --from-microbench refines");
   calibrate->add_flag("--allow-device-mismatch", cal.allow_device_mismatch,
                       "fit a --from-trace trace recorded on another device than --base's");
 

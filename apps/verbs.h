@@ -80,6 +80,10 @@ struct CalibrateArgs {
   /// Instead of microbenchmarks: fit `base` from the operators of a PyTorch profiler trace
   /// (validation/fit.h fit_from_operator_samples).
   std::string from_trace;
+  /// Instead of microbenchmarks: fit `base` (a catalog GPU's profile) from the measurements of
+  /// a profile `calibrate --device cuda` wrote on that GPU (validation/fit.h
+  /// fit_from_microbenchmarks).
+  std::string from_microbench;
   std::string base;
   /// Fit a trace recorded on another device than `base` describes (refused otherwise).
   bool allow_device_mismatch = false;

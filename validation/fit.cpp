@@ -9,6 +9,7 @@
 
 #include "models/cost_model.h"
 #include "models/flops.h"
+#include "models/local_device.h"
 #include "models/scenario.h"  // InputError
 
 namespace trainsim::validation {
@@ -181,6 +182,120 @@ CalibrationProfile fit_from_task_durations(const ScheduleGraph& graph,
   }
   rep.notes.push_back("GEMM rate scaled by " + std::to_string(alpha) + " from " +
                       std::to_string(used) + " compute tasks");
+  if (report) *report = rep;
+  return p;
+}
+
+CalibrationProfile fit_from_microbenchmarks(const CalibrationProfile& measured,
+                                            const std::string& name,
+                                            const CalibrationProfile& base,
+                                            const SystemSpec& system, FitReport* report) {
+  if (has_local_device(base) || base.local_device.peak_flops > 0 || !base.gemm_efficiency.empty())
+    throw InputError("calibrate --from-microbench: --base is a measured profile (it has measured "
+                     "figures or a GEMM table); the fit refines a datasheet profile of a catalog "
+                     "GPU (calibration/*.json)");
+  if (measured.device.rfind("cuda", 0) != 0)
+    throw InputError(name + ": field 'device' = '" + measured.device + "': microbenchmarks of a "
+                     "CPU; a GPU's profile is fitted from `trainsim calibrate --device cuda` on it");
+  if (measured.precision != "bf16" && measured.precision != "fp16")
+    throw InputError(name + ": field 'precision' = '" + measured.precision + "': the GEMM table "
+                     "holds the 16-bit tensor-core rate (bf16 or fp16)");
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(measured.measurements_json);
+  } catch (const nlohmann::json::exception&) {
+  }
+  if (!m.is_object() || !m.contains("gemm") || !m["gemm"].is_array() || m["gemm"].empty())
+    throw InputError(name + ": field 'measurements.gemm': missing or empty (a profile written by "
+                     "`trainsim calibrate --device cuda` carries its raw measurements)");
+  const double peak = system.gpu.peak_dense_fp16_flops;
+  if (!(peak > 0)) throw std::logic_error("fit: the system has no peak FLOP/s");
+  FitReport rep;
+  CalibrationProfile p = base;
+
+  // ---- GEMMs: one table point per shape and layout, the mean of repeated measurements.
+  std::map<std::tuple<double, double, double, double, std::string>, std::vector<double>> points;
+  for (std::size_t i = 0; i < m["gemm"].size(); ++i) {
+    const nlohmann::json& r = m["gemm"][i];
+    const auto num = [&](const char* key) {
+      if (!r.is_object() || !r.contains(key) || !r[key].is_number() || !(r[key].get<double>() > 0))
+        throw InputError(name + ": measurements.gemm[" + std::to_string(i) + "]: field '" + key +
+                         "' is missing or not a positive number");
+      return r[key].get<double>();
+    };
+    const double rate = num("flops_per_s");
+    const std::string role = r.contains("role") && r["role"].is_string() ? r["role"].get<std::string>() : "";
+    const double eff = rate / peak;
+    if (eff > 1) {
+      std::ostringstream o;
+      o << name << ": measurements.gemm[" << i << "] ran at " << rate / 1e12
+        << " TFLOP/s, above the " << peak / 1e12 << " TFLOP/s dense peak of " << system.gpu.name
+        << " (--base " << base.device << "): measured on another GPU";
+      throw InputError(o.str());
+    }
+    points[{num("m"), num("n"), num("k"), num("batch"), role}].push_back(eff);
+    ++rep.gemm_samples;
+  }
+  p.gemm_efficiency.clear();
+  for (const auto& [key, effs] : points) {
+    double sum = 0;
+    for (double e : effs) sum += e;
+    p.gemm_efficiency.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key),
+                                 std::get<3>(key), sum / double(effs.size()), std::get<4>(key)});
+  }
+  rep.gemm_shapes = p.gemm_efficiency.size();
+  rep.notes.push_back("the cost model now interpolates the " + std::to_string(rep.gemm_shapes) +
+                      " measured GEMM points (shape and layout) instead of wave quantization at "
+                      "gemm_max_efficiency; FP8 GEMMs keep gemm_fp8_max_efficiency");
+
+  // ---- HBM: the streaming copy, as the shipped profiles' STREAM Copy.
+  const std::string from = " (trainsim calibrate --from-microbench " + name + ", " +
+                           measured.device + ", " + measured.date + ")";
+  if (m.contains("stream_copy") && m["stream_copy"].is_object() &&
+      m["stream_copy"].contains("bytes_per_s") && m["stream_copy"]["bytes_per_s"].is_number()) {
+    const double bw = m["stream_copy"]["bytes_per_s"].get<double>();
+    const double eff = bw / system.gpu.hbm_bw_bytes_per_s;
+    if (eff > 0 && eff <= 1) {
+      p.hbm_efficiency = eff;
+      std::ostringstream o;
+      o << "streaming copy " << bw / 1e12 << " TB/s (bytes read + written) / "
+        << system.gpu.hbm_bw_bytes_per_s / 1e12 << " TB/s datasheet" << from;
+      p.sources["hbm_efficiency"] = o.str();
+    } else {
+      rep.notes.push_back("hbm_efficiency not fitted: the streaming copy is " +
+                          std::to_string(eff) + " of the datasheet bandwidth (needs (0, 1])");
+    }
+  } else {
+    rep.notes.push_back("hbm_efficiency not fitted: no measurements.stream_copy.bytes_per_s");
+  }
+
+  // ---- PCIe: pinned copies at the largest size, per direction.
+  double largest = 0, both = 0;
+  if (m.contains("copies") && m["copies"].is_array())
+    for (const nlohmann::json& r : m["copies"]) {
+      if (!r.is_object() || !r.contains("bytes") || !r["bytes"].is_number() ||
+          !r.contains("h2d_bytes_per_s") || !r["h2d_bytes_per_s"].is_number() ||
+          !r.contains("d2h_bytes_per_s") || !r["d2h_bytes_per_s"].is_number())
+        continue;
+      if (r["bytes"].get<double>() > largest) {
+        largest = r["bytes"].get<double>();
+        both = 0.5 * (r["h2d_bytes_per_s"].get<double>() + r["d2h_bytes_per_s"].get<double>());
+      }
+    }
+  const double pcie = both / system.gpu.pcie_bw_bytes_per_s;
+  if (pcie > 0 && pcie <= 1) {
+    p.pcie_efficiency = pcie;
+    std::ostringstream o;
+    o << "pinned host-to-device and device-to-host copies of " << largest / 1048576.0
+      << " MiB, mean " << both / 1e9 << " GB/s / " << system.gpu.pcie_bw_bytes_per_s / 1e9
+      << " GB/s per direction" << from;
+    p.sources["pcie_efficiency"] = o.str();
+  } else {
+    rep.notes.push_back("pcie_efficiency not fitted: no pinned copy measurement in (0, 1] of the "
+                        "PCIe bandwidth");
+  }
+  p.source = base.source + "; GEMM table, hbm_efficiency and pcie_efficiency fitted from the "
+             "microbenchmarks in " + name + " (" + measured.device + ", " + measured.date + ")";
   if (report) *report = rep;
   return p;
 }

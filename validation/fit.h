@@ -65,6 +65,27 @@ CalibrationProfile fit_from_task_durations(const ScheduleGraph& graph,
                                            const CalibrationProfile& profile,
                                            const SystemSpec& system, FitReport* report);
 
+/// Fits a datasheet profile of a catalog GPU (`base`, for `system`) from the microbenchmarks
+/// that `trainsim calibrate --device cuda` measured on that GPU (`measured`: its
+/// "measurements"; `measured_name` names the file in messages):
+///   GEMMs: every measured point (m, n, k, batch, layout role) enters the gemm_efficiency table
+///     at rate / the GPU's dense FP16/BF16 peak (points of one shape and role measured twice:
+///     their mean), which CostModel::gemm_compute_time_s then interpolates instead of the wave
+///     model. A rate above the datasheet peak is an InputError (measured on another GPU).
+///   hbm_efficiency: the streaming copy's bytes (read + written) per second / the HBM
+///     bandwidth, as the shipped profiles define it (a STREAM Copy).
+///   pcie_efficiency: the mean of the host-to-device and device-to-host pinned copies at the
+///     largest size / the system's PCIe bandwidth per direction.
+/// Left as they are: the memory-bound class rates (calibrate measures them at one row length,
+/// 128, which says little about a transformer's LayerNorm), kernel_launch_overhead_s (the
+/// element-wise intercept measures host dispatch of back-to-back tiny operators), FP8,
+/// attention, NCCL and network figures. Throws InputError for a CPU's measurements, a 32-bit
+/// precision, or a file without measurements.
+CalibrationProfile fit_from_microbenchmarks(const CalibrationProfile& measured,
+                                            const std::string& measured_name,
+                                            const CalibrationProfile& base,
+                                            const SystemSpec& system, FitReport* report);
+
 /// A calibration figure that a fit moved by more than a factor (large_fit_changes).
 struct FitChange {
   std::string field;  ///< e.g. "parameters.hbm_efficiency", "gemm_efficiency[m=64 n=128 k=128 batch=1]"

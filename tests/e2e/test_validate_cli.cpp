@@ -227,3 +227,44 @@ TEST(ValidateCli, AReplayTraceCarriesItsPeakIntoValidate) {
   EXPECT_NEAR(r["iteration_time_s"]["measured"].get<double>(), s["iteration_time_s"].get<double>(),
               1e-9);
 }
+
+// calibrate --from-microbench: the shipped H100 profile fitted from what calibrate measured on
+// a lent H100; simulate takes the result for the catalog system. The fitted GEMM table runs
+// slower than the wave model (every measured big shape ran below the model's rate:
+// validation/gemm_shapes.py), so the same run simulates longer.
+TEST(CalibrateCli, FromMicrobenchFitsACatalogProfileThatSimulateUses) {
+#ifndef TRAINSIM_HAVE_VALIDATE
+  GTEST_SKIP() << "the calibrate verb is not in this build (LibTorch was not found)";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  const std::string measured = kH100Dir + "/calibrate_cuda.json";
+  const std::string base = source_path("calibration/h100-sxm5-80gb.json");
+  const std::string fitted = kOut + "/h100_fitted.json";
+  ASSERT_EQ(run("calibrate --from-microbench " + measured + " --base " + base + " --out " + fitted,
+                kOut + "/fit.log"),
+            0)
+      << slurp(kOut + "/fit.log");
+  EXPECT_NE(slurp(kOut + "/fit.log").find("fitted from " + measured), std::string::npos);
+  const trainsim::CalibrationProfile p = trainsim::load_calibration(fitted);
+  EXPECT_FALSE(p.gemm_efficiency.empty());
+  EXPECT_NE(p.source.find("calibrate_cuda.json"), std::string::npos);
+
+  const std::string h100 = " --set cluster.system=dgx-h100 --format json";
+  ASSERT_EQ(run("simulate " + k17b + h100 + " --calibration " + fitted, kOut + "/fit_sim.json"), 0)
+      << slurp(kOut + "/fit_sim.json");
+  ASSERT_EQ(run("simulate " + k17b + h100, kOut + "/default_sim.json"), 0);
+  const auto with_fit = nlohmann::json::parse(slurp(kOut + "/fit_sim.json"));
+  const auto with_default = nlohmann::json::parse(slurp(kOut + "/default_sim.json"));
+  EXPECT_GT(with_fit["iteration_time_s"].get<double>(),
+            with_default["iteration_time_s"].get<double>());
+
+  // A fit needs its base, and measures nothing.
+  EXPECT_EQ(run("calibrate --from-microbench " + measured, kOut + "/fit_nobase.log"), 1);
+  EXPECT_NE(slurp(kOut + "/fit_nobase.log").find("needs --base"), std::string::npos);
+  EXPECT_EQ(run("calibrate --from-microbench " + measured + " --base " + base + " --device cpu",
+                kOut + "/fit_device.log"),
+            1);
+  EXPECT_NE(slurp(kOut + "/fit_device.log").find("--device cpu applies to measuring"),
+            std::string::npos)
+      << slurp(kOut + "/fit_device.log");
+}

@@ -1,0 +1,114 @@
+// `calibrate --from-microbench`: the shipped H100 profile fitted from the microbenchmarks that
+// `trainsim calibrate --device cuda` measured on a lent H100 (validation/data/h100_2026-11-26/).
+// The expected numbers are computed here straight from the measurement JSON and the hardware
+// catalog, not through the fit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "models/calibration.h"
+#include "models/cost_model.h"
+#include "models/hardware.h"
+#include "models/scenario.h"
+#include "validation/fit.h"
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
+
+using namespace trainsim;
+using namespace trainsim::validation;
+
+namespace {
+
+const std::string kMeasured = source_path("validation/data/h100_2026-11-26/calibrate_cuda.json");
+
+nlohmann::json measurements() {
+  std::ifstream f(kMeasured);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return nlohmann::json::parse(ss.str())["measurements"];
+}
+
+}  // namespace
+
+TEST(MicrobenchFit, H100MeasurementsBecomeTheH100ProfilesTables) {
+  const SystemSpec h100 = find_system("dgx-h100");
+  const CalibrationProfile base = default_calibration(h100.gpu.name);
+  const CalibrationProfile measured = load_calibration(kMeasured);
+  FitReport rep;
+  const CalibrationProfile p = fit_from_microbenchmarks(measured, kMeasured, base, h100, &rep);
+  const nlohmann::json m = measurements();
+
+  // One table point per (m, n, k, batch, role), the mean of its measurements, as a fraction of
+  // the datasheet's dense 16-bit peak.
+  std::map<std::tuple<double, double, double, double, std::string>, std::vector<double>> want;
+  for (const auto& r : m["gemm"])
+    want[{r["m"], r["n"], r["k"], r["batch"], r["role"]}].push_back(
+        r["flops_per_s"].get<double>() / h100.gpu.peak_dense_fp16_flops);
+  ASSERT_EQ(p.gemm_efficiency.size(), want.size());
+  for (const auto& pt : p.gemm_efficiency) {
+    const auto& effs = want.at({pt.m, pt.n, pt.k, pt.batch, pt.role});
+    double mean = 0;
+    for (double e : effs) mean += e / double(effs.size());
+    EXPECT_DOUBLE_EQ(pt.efficiency, mean) << pt.m << "x" << pt.n << "x" << pt.k << " " << pt.role;
+  }
+  EXPECT_EQ(rep.gemm_shapes, want.size());
+
+  // HBM: the streaming copy over the datasheet bandwidth; PCIe: the mean of both directions at
+  // the largest pinned copy over the x16 link.
+  EXPECT_DOUBLE_EQ(p.hbm_efficiency,
+                   m["stream_copy"]["bytes_per_s"].get<double>() / h100.gpu.hbm_bw_bytes_per_s);
+  double largest = 0, both = 0;
+  for (const auto& r : m["copies"])
+    if (r["bytes"].get<double>() > largest) {
+      largest = r["bytes"];
+      both = 0.5 * (r["h2d_bytes_per_s"].get<double>() + r["d2h_bytes_per_s"].get<double>());
+    }
+  EXPECT_DOUBLE_EQ(p.pcie_efficiency, both / h100.gpu.pcie_bw_bytes_per_s);
+  EXPECT_NE(p.sources.at("hbm_efficiency").find("calibrate_cuda.json"), std::string::npos);
+  // What the fit leaves alone.
+  EXPECT_EQ(p.kernel_launch_overhead_s, base.kernel_launch_overhead_s);
+  EXPECT_EQ(p.gemm_fp8_max_efficiency, base.gemm_fp8_max_efficiency);
+  EXPECT_EQ(p.memory_bound_bytes_per_s, base.memory_bound_bytes_per_s);
+
+  // The cost model then times a measured shape at its measured rate: 8192^3 forward.
+  double rate = 0;
+  for (const auto& r : m["gemm"])
+    if (r["m"] == 8192 && r["n"] == 8192 && r["k"] == 8192 && r["role"] == "fwd") rate = r["flops_per_s"];
+  ASSERT_GT(rate, 0);
+  const CostModel cost(h100, p);
+  EXPECT_NEAR(cost.gemm_compute_time_s(8192, 8192, 8192, 1, "fwd", false, false),
+              2.0 * 8192 * 8192 * 8192 / rate, 1e-12);
+}
+
+TEST(MicrobenchFit, MeasurementsOfAnotherDeviceAreRefused) {
+  const CalibrationProfile measured = load_calibration(kMeasured);
+  // H100 rates above an A100's peak: measured on another GPU.
+  const SystemSpec a100 = find_system("dgx-a100-80gb");
+  try {
+    (void)fit_from_microbenchmarks(measured, kMeasured, default_calibration(a100.gpu.name), a100,
+                                   nullptr);
+    FAIL() << "H100 measurements fitted onto an A100";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("above the"), std::string::npos) << e.what();
+  }
+  // A CPU's measurements.
+  const std::string cpu_path = source_path("tests/golden/cpu_profile.json");
+  const SystemSpec h100 = find_system("dgx-h100");
+  const CalibrationProfile base = default_calibration(h100.gpu.name);
+  try {
+    (void)fit_from_microbenchmarks(load_calibration(cpu_path), cpu_path, base, h100, nullptr);
+    FAIL() << "a CPU profile fitted onto an H100";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("microbenchmarks of a CPU"), std::string::npos) << e.what();
+  }
+  // A measured (local) profile as the base.
+  EXPECT_THROW((void)fit_from_microbenchmarks(measured, kMeasured, measured, h100, nullptr),
+               InputError);
+}
