@@ -10,6 +10,7 @@
 #include "models/local_device.h"
 #include "models/scenario.h"
 #include "validation/fit.h"
+#include "validation/gpu_info.h"
 #include "validation/microbench.h"
 #include "validation/trace_import.h"
 
@@ -49,11 +50,11 @@ int calibrate_main(const CalibrateArgs& args) {
     const CalibrationProfile base = load_calibration(args.base);
     const SystemSpec system = system_of_profile(base, args.base);
     const CalibrationProfile measured = load_calibration(args.from_microbench);
-    if (measured.device.find(system.gpu.name) == std::string::npos)
+    if (validation::gpu_name_of_profile_device(measured.device).empty())
       std::cerr << "trainsim calibrate: note: " << args.from_microbench << " says its device is '"
-                << measured.device << "', which does not name " << system.gpu.name
-                << " (calibrate --device cuda records LibTorch and the precision); its rates are "
-                   "taken as that GPU's (a rate above its peak is refused)\n";
+                << measured.device << "', which names no GPU (written by a calibrate that did "
+                << "not record it); its rates are taken as the " << system.gpu.name
+                << "'s (a rate above its peak is refused)\n";
     validation::FitReport report;
     profile = validation::fit_from_microbenchmarks(measured, args.from_microbench, base, system,
                                                    &report);

@@ -59,6 +59,12 @@ std::string device_name(int device) {
   return prop.name;
 }
 
+std::uint64_t device_memory_bytes(int device) {
+  cudaDeviceProp prop{};
+  CUDACHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.totalGlobalMem;
+}
+
 CopyBandwidth measure_copy_bandwidth(std::size_t buffer_bytes, int iterations) {
   if (buffer_bytes < 16 || iterations < 1)
     throw std::invalid_argument("measure_copy_bandwidth: buffer_bytes = " + std::to_string(buffer_bytes) +

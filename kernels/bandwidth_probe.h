@@ -33,4 +33,7 @@ double device_peak_bandwidth_bytes_per_s(int device);
 /// cudaDeviceProp::name of `device`.
 std::string device_name(int device);
 
+/// cudaDeviceProp::totalGlobalMem of `device`: its memory capacity in bytes.
+std::uint64_t device_memory_bytes(int device);
+
 }  // namespace trainsim::kernels::cuda

@@ -10,6 +10,7 @@
 #include "models/cost_model.h"
 #include "models/flops.h"
 #include "models/local_device.h"
+#include "validation/gpu_info.h"
 #include "models/scenario.h"  // InputError
 
 namespace trainsim::validation {
@@ -197,6 +198,11 @@ CalibrationProfile fit_from_microbenchmarks(const CalibrationProfile& measured,
   if (measured.device.rfind("cuda", 0) != 0)
     throw InputError(name + ": field 'device' = '" + measured.device + "': microbenchmarks of a "
                      "CPU; a GPU's profile is fitted from `trainsim calibrate --device cuda` on it");
+  const std::string gpu = gpu_name_of_profile_device(measured.device);
+  if (!gpu.empty() && !gpu_name_matches(gpu, system.gpu.name))
+    throw InputError(name + ": field 'device' = '" + measured.device + "': measured on " + gpu +
+                     ", not on the " + system.gpu.name + " of --base " + base.device +
+                     ": one GPU's rates would stand for another's");
   if (measured.precision != "bf16" && measured.precision != "fp16")
     throw InputError(name + ": field 'precision' = '" + measured.precision + "': the GEMM table "
                      "holds the 16-bit tensor-core rate (bf16 or fp16)");

@@ -79,7 +79,8 @@ CalibrationProfile fit_from_task_durations(const ScheduleGraph& graph,
 /// Left as they are: the memory-bound class rates (calibrate measures them at one row length,
 /// 128, which says little about a transformer's LayerNorm), kernel_launch_overhead_s (the
 /// element-wise intercept measures host dispatch of back-to-back tiny operators), FP8,
-/// attention, NCCL and network figures. Throws InputError for a CPU's measurements, a 32-bit
+/// attention, NCCL and network figures. Throws InputError for a CPU's measurements, another
+/// GPU's (the device string names a GPU that is not `system`'s: gpu_name_matches), a 32-bit
 /// precision, or a file without measurements.
 CalibrationProfile fit_from_microbenchmarks(const CalibrationProfile& measured,
                                             const std::string& measured_name,

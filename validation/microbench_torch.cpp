@@ -18,6 +18,7 @@
 #include "kernels/cpu_adam.h"
 #include "models/flops.h"
 #include "models/scenario.h"  // InputError
+#include "validation/gpu_info.h"
 #include "validation/microbench.h"
 
 namespace trainsim::validation {
@@ -346,8 +347,9 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
   meas["nccl"] = "not measured: needs more than one GPU and a CUDA/NCCL build of LibTorch";
 
   // ---------------------------------------------------------------- the profile
+  const GpuInfo gpu = cuda ? gpu_info(0) : GpuInfo{};
   const std::string dev_name =
-      cuda ? "cuda (LibTorch " + std::string(TORCH_VERSION) + ", " + dtype_name + ")"
+      cuda ? cuda_profile_device(gpu, TORCH_VERSION, dtype_name)
            : "cpu: " + cpu_model_name() + " (" + std::to_string(cores) + " cores, LibTorch " +
                  TORCH_VERSION + " " + dtype_name + ", " + std::to_string(threads) + " threads)";
   p.version = 1;
@@ -359,7 +361,9 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
   p.precision = dtype_name;
   p.local_device.peak_flops = best_rate;
   p.local_device.memory_bw_bytes_per_s = stream_bw;
-  p.local_device.memory_bytes = cuda ? 0 : host_memory_bytes();
+  // A GPU's capacity from the CUDA runtime (0 where this build cannot tell: the profile then
+  // cannot stand for the `local` system, whose memory model needs it).
+  p.local_device.memory_bytes = cuda ? double(gpu.memory_bytes) : host_memory_bytes();
   p.local_device.copy_bw_bytes_per_s = copy_bw_large;
   p.local_device.cores = cores;
   p.local_device.threads = threads;

@@ -17,6 +17,7 @@
 #include "models/hardware.h"
 #include "models/scenario.h"
 #include "validation/fit.h"
+#include "validation/gpu_info.h"
 #include "tests/support/paths.h"
 
 using trainsim::test_support::source_path;
@@ -111,4 +112,42 @@ TEST(MicrobenchFit, MeasurementsOfAnotherDeviceAreRefused) {
   // A measured (local) profile as the base.
   EXPECT_THROW((void)fit_from_microbenchmarks(measured, kMeasured, measured, h100, nullptr),
                InputError);
+}
+
+TEST(GpuName, CudaNamesMatchTheirCatalogGpu) {
+  EXPECT_TRUE(gpu_name_matches("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"));
+  EXPECT_TRUE(gpu_name_matches("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"));
+  EXPECT_TRUE(gpu_name_matches("NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB"));
+  EXPECT_FALSE(gpu_name_matches("NVIDIA A100-SXM4-40GB", "A100-SXM4-80GB"));
+  EXPECT_FALSE(gpu_name_matches("NVIDIA H100 80GB HBM3", "A100-SXM4-80GB"));
+  EXPECT_FALSE(gpu_name_matches("NVIDIA H200", "H100-SXM5-80GB"));
+  EXPECT_FALSE(gpu_name_matches("", "H100-SXM5-80GB"));
+}
+
+TEST(GpuName, TheProfileDeviceStringCarriesTheName) {
+  const std::string named = cuda_profile_device({"NVIDIA H100 80GB HBM3", std::int64_t(85) << 30}, "2.11.0", "bf16");
+  EXPECT_EQ(named, "cuda: NVIDIA H100 80GB HBM3 (LibTorch 2.11.0, bf16)");
+  EXPECT_EQ(gpu_name_of_profile_device(named), "NVIDIA H100 80GB HBM3");
+  const std::string unnamed = cuda_profile_device({}, "2.11.0", "bf16");
+  EXPECT_EQ(unnamed, "cuda (LibTorch 2.11.0, bf16)");
+  EXPECT_EQ(gpu_name_of_profile_device(unnamed), "");
+  EXPECT_EQ(gpu_name_of_profile_device("cpu: AMD EPYC (2 cores, LibTorch 1.13.0 fp32, 1 threads)"), "");
+}
+
+// A profile measured on a named GPU that is not --base's is refused before any rate is read.
+TEST(MicrobenchFit, ANamedGpuMustBeTheBasesGpu) {
+  CalibrationProfile measured = load_calibration(kMeasured);
+  measured.device = "cuda: NVIDIA A100-SXM4-80GB (LibTorch 2.11.0, bf16)";
+  const SystemSpec h100 = find_system("dgx-h100");
+  try {
+    (void)fit_from_microbenchmarks(measured, kMeasured, default_calibration(h100.gpu.name), h100,
+                                   nullptr);
+    FAIL() << "an A100's measurements fitted onto an H100";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("measured on NVIDIA A100-SXM4-80GB"), std::string::npos)
+        << e.what();
+  }
+  measured.device = "cuda: NVIDIA H100 80GB HBM3 (LibTorch 2.11.0, bf16)";
+  EXPECT_NO_THROW((void)fit_from_microbenchmarks(measured, kMeasured,
+                                                 default_calibration(h100.gpu.name), h100, nullptr));
 }
