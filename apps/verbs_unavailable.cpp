@@ -20,7 +20,8 @@ int replay_main(const ReplayArgs&) {
 #endif
 #ifdef TRAINSIM_NO_VALIDATE
 int validate_main(const ValidateArgs&) {
-  return unavailable("validate", "apps/validate.cpp and the trainsim_validation library");
+  return unavailable("validate", "the simulator (SimGrid, TRAINSIM_WITH_SIM) and the "
+                                 "trainsim_validation library; to replay as well, LibTorch");
 }
 #endif
 #ifdef TRAINSIM_NO_CALIBRATE
