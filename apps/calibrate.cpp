@@ -28,6 +28,22 @@ SystemSpec system_of_profile(const CalibrationProfile& p, const std::string& nam
                    ": no catalog system has this GPU and the profile has no local_device");
 }
 
+/// The fit report on stderr, and a warning for every figure the fit moved by more than
+/// kFitWarningFactor (a refinement of the same device moves rates by tens of percent).
+void report_fit(const std::string& source, const std::string& base_path,
+                const validation::FitReport& report, const CalibrationProfile& base,
+                const CalibrationProfile& fitted) {
+  std::cerr << "trainsim calibrate: fitted from " << source << ": " << report.to_json().dump()
+            << "\n";
+  for (const validation::FitChange& c :
+       validation::large_fit_changes(base, fitted, validation::kFitWarningFactor))
+    std::cerr << "trainsim calibrate: warning: the fit moves " << c.field << " from " << c.before
+              << " to " << c.after << " (" << c.factor << "x, more than the "
+              << validation::kFitWarningFactor
+              << "x a refinement of the same device should need; check that " << source
+              << " comes from the device of " << base_path << ")\n";
+}
+
 }  // namespace
 
 int calibrate_main(const CalibrateArgs& args) {
@@ -39,6 +55,8 @@ int calibrate_main(const CalibrateArgs& args) {
                      ": --base is the profile that --from-trace or --from-microbench refines, "
                      "and neither was given (microbenchmarks measure a new profile; drop --base "
                      "or add --from-trace TRACE.json / --from-microbench MEASURED.json)");
+  if (args.from_trace.empty() && args.allow_device_mismatch)
+    throw InputError("calibrate --allow-device-mismatch applies only with --from-trace");
   if (!args.from_microbench.empty()) {
     if (args.base.empty())
       throw InputError("calibrate --from-microbench needs --base PROFILE.json (the catalog GPU's "
@@ -58,21 +76,8 @@ int calibrate_main(const CalibrateArgs& args) {
     validation::FitReport report;
     profile = validation::fit_from_microbenchmarks(measured, args.from_microbench, base, system,
                                                    &report);
-    std::cerr << "trainsim calibrate: fitted from " << args.from_microbench << ": "
-              << report.to_json().dump() << "\n";
-    for (const validation::FitChange& c :
-         validation::large_fit_changes(base, profile, validation::kFitWarningFactor))
-      std::cerr << "trainsim calibrate: warning: the fit moves " << c.field << " from "
-                << c.before << " to " << c.after << " (" << c.factor << "x)\n";
-    if (args.out.empty())
-      std::cout << calibration_to_json(profile);
-    else
-      save_calibration(profile, args.out);
-    return 0;
-  }
-  if (args.from_trace.empty() && args.allow_device_mismatch)
-    throw InputError("calibrate --allow-device-mismatch applies only with --from-trace");
-  if (!args.from_trace.empty()) {
+    report_fit(args.from_microbench, args.base, report, base, profile);
+  } else if (!args.from_trace.empty()) {
     if (args.base.empty())
       throw InputError("calibrate --from-trace needs --base PROFILE.json (the profile to refine)");
     if (!args.device.empty() || args.quick)
@@ -96,15 +101,7 @@ int calibrate_main(const CalibrateArgs& args) {
     profile = validation::fit_from_operator_samples(validation::operator_samples(trace), base,
                                                     system, &report);
     profile.source = base.source + "; refined from trace " + args.from_trace;
-    std::cerr << "trainsim calibrate: fitted from " << args.from_trace << ": "
-              << report.to_json().dump() << "\n";
-    for (const validation::FitChange& c :
-         validation::large_fit_changes(base, profile, validation::kFitWarningFactor))
-      std::cerr << "trainsim calibrate: warning: the fit moves " << c.field << " from "
-                << c.before << " to " << c.after << " (" << c.factor
-                << "x, more than the " << validation::kFitWarningFactor
-                << "x a refinement of the same device should need; check that "
-                << args.from_trace << " comes from the device of " << args.base << ")\n";
+    report_fit(args.from_trace, args.base, report, base, profile);
   } else {
     validation::MicrobenchOptions mo;
     mo.device = args.device.empty() ? "cpu" : args.device;

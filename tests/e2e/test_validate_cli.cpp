@@ -267,4 +267,11 @@ TEST(CalibrateCli, FromMicrobenchFitsACatalogProfileThatSimulateUses) {
   EXPECT_NE(slurp(kOut + "/fit_device.log").find("--device cpu applies to measuring"),
             std::string::npos)
       << slurp(kOut + "/fit_device.log");
+  // --allow-device-mismatch is --from-trace's: refused here, not ignored.
+  EXPECT_EQ(run("calibrate --from-microbench " + measured + " --base " + base +
+                    " --allow-device-mismatch",
+                kOut + "/fit_mismatch.log"),
+            1);
+  EXPECT_NE(slurp(kOut + "/fit_mismatch.log").find("applies only with --from-trace"),
+            std::string::npos);
 }
