@@ -16,6 +16,8 @@ NVIDIA H100 80GB HBM3 (2026-11-26, LibTorch 2.11.0 + CUDA 13.0, validation/data/
    where the megatron-2021 model counts Megatron's separate passes (grad zero, unscale, norm,
    Adam, fp16 copy: 50 bytes per parameter, models/flops.cpp), so `adam gpu` differs by design.
    Its collectives are device-local copies (one GPU) and are left out of the table.
+   A second column simulates with the shipped profile fitted from that H100's own
+   microbenchmarks (`trainsim calibrate --from-microbench`, where the build has it).
 2. The shipped H100 profile against `trainsim calibrate --device cuda` on that H100: streaming
    copy against hbm_efficiency x 3.35 TB/s, the best bf16 GEMM against gemm_max_efficiency x
    989 TFLOP/s, pinned host-to-device copies against pcie_efficiency x 64 GB/s.
@@ -55,14 +57,33 @@ def kind_of(name):
     return re.sub(r"\d+", "#", name)
 
 
-def replay_vs_sim(trainsim):
+def simulated_spans(trainsim, calibration=None):
+    """Rank 0's task spans and the iteration time of the scenario on dgx-h100."""
     with tempfile.TemporaryDirectory() as tmp:
         trace = os.path.join(tmp, "sim.json")
-        subprocess.run([trainsim, "simulate", SCENARIO, "--set", "cluster.system=dgx-h100",
-                        "--trace", trace, "--trace-ranks", "0", "--json",
-                        os.path.join(tmp, "s.json")], check=True, capture_output=True)
-        sim = task_spans(trace)
-        sim_iter = json.load(open(os.path.join(tmp, "s.json")))["iteration_time_s"]
+        cmd = [trainsim, "simulate", SCENARIO, "--set", "cluster.system=dgx-h100", "--trace",
+               trace, "--trace-ranks", "0", "--json", os.path.join(tmp, "s.json")]
+        if calibration:
+            cmd += ["--calibration", calibration]
+        subprocess.run(cmd, check=True, capture_output=True)
+        return task_spans(trace), json.load(open(os.path.join(tmp, "s.json")))["iteration_time_s"]
+
+
+def fitted_profile(trainsim, out):
+    """The shipped H100 profile fitted from the H100's microbenchmarks (calibrate
+    --from-microbench, which runs in trainsim-torch); False where this build lacks it."""
+    r = subprocess.run([trainsim, "calibrate", "--from-microbench",
+                        os.path.join(DATA, "calibrate_cuda.json"), "--base",
+                        os.path.join(ROOT, "calibration", "h100-sxm5-80gb.json"), "--out", out],
+                       capture_output=True, text=True)
+    return r.returncode == 0
+
+
+def replay_vs_sim(trainsim):
+    sim, sim_iter = simulated_spans(trainsim)
+    with tempfile.TemporaryDirectory() as tmp:
+        fitted = os.path.join(tmp, "fitted.json")
+        fit = simulated_spans(trainsim, fitted)[0] if fitted_profile(trainsim, fitted) else None
     meas = task_spans(os.path.join(DATA, "replay_gpt-1.7b.trace.json"))
     meas_iter = json.load(open(os.path.join(DATA, "replay_gpt-1.7b.summary.json")))[
         "iteration_time_s"]
@@ -77,14 +98,23 @@ def replay_vs_sim(trainsim):
             continue  # warm-up (see the docstring)
         if n.startswith(("all_reduce", "all_gather", "reduce_scatter", "send", "recv")):
             continue  # replayed as device-local copies: not the collective
-        a = agg.setdefault(kind_of(n), [0.0, 0.0, 0])
+        a = agg.setdefault(kind_of(n), [0.0, 0.0, 0, 0.0])
         a[0] += meas[n]
         a[1] += sim[n]
         a[2] += 1
-    print(f"   {'task kind (layers 1..23)':44s} {'n':>4s} {'measured ms':>12s} "
-          f"{'simulated ms':>13s} {'error':>8s}")
-    for k, (m, s, c) in sorted(agg.items(), key=lambda kv: -kv[1][0]):
-        print(f"   {k[:44]:44s} {c:4d} {m * 1e3:12.2f} {s * 1e3:13.2f} {100 * (s / m - 1):+7.1f}%")
+        a[3] += fit[n] if fit else 0.0
+    print(f"   {'task kind (layers 1..23)':36s} {'n':>4s} {'measured ms':>12s} "
+          f"{'simulated ms':>13s} {'error':>8s}" + ("   with the fitted profile" if fit else ""))
+    for k, (m, s, c, f) in sorted(agg.items(), key=lambda kv: -kv[1][0]):
+        line = f"   {k[:36]:36s} {c:4d} {m * 1e3:12.2f} {s * 1e3:13.2f} {100 * (s / m - 1):+7.1f}%"
+        if fit:
+            line += f"   {f * 1e3:10.2f} ms {100 * (f / m - 1):+7.1f}%"
+        print(line)
+    if fit:
+        print("   (fitted profile: the shipped one with the GEMM table, HBM and PCIe efficiencies "
+              "of the H100's own microbenchmarks, `calibrate --from-microbench`)")
+    else:
+        print("   (calibrate --from-microbench is not in this build: no fitted-profile column)")
     summary = json.load(open(os.path.join(DATA, "replay_gpt-1.7b.summary.json")))
     print(f"   peak memory: modelled {summary['modelled_peak_memory_bytes'] / 2**30:.2f} GiB, "
           f"allocator peak {summary['measured_peak_allocated_bytes'] / 2**30:.2f} GiB (the "
