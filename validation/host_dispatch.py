@@ -9,6 +9,13 @@ What it measures (each figure in the JSON it prints names its unit):
              per op.
   sync       one device-to-host round trip of a small tensor on an idle GPU (`.item()`), the
              cost of the alltoall dispatcher's split-size copy when the GPU has nothing queued.
+  gpu_launch the GPU side of a kernel launch: 500 one-element kernels queued behind a ~0.1 s
+             spin kernel (torch.cuda._sleep), so the GPU runs them back to back with the host
+             out of the way; (end of the last - end of the spin) / 500 is the GPU's fixed cost per
+             kernel (launch, ramp, tail), the figure the profiles' kernel_launch_overhead_s
+             stands for. `queued_in_time` says whether the host enqueued them all before the
+             spin ended (otherwise the figure includes host time). Added after the 2026-11-26
+             run: not yet measured.
   moe_layer  one MoE layer's forward and backward at Qwen3-30B-A3B's per-rank shapes (tokens
              micro batch 2 x 4096, hidden 2048, 128 experts top-8, expert FFN 768 SwiGLU, 16
              local experts: expert-parallel size 8 with the all-to-all left out), written after
@@ -116,6 +123,26 @@ def sync_round_trip(torch, dev, n=1000):
             "note": "one sum kernel plus the device-to-host copy and the wait, GPU idle"}
 
 
+def gpu_launch(torch, dev, n=500, spin_cycles=int(2e8)):
+    x = torch.zeros(1, device=dev)
+    x.add_(1)
+    torch.cuda.synchronize()
+    start, spun, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    start.record()
+    torch.cuda._sleep(spin_cycles)  # about 0.1 s at H100 clocks
+    spun.record()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x.add_(1)
+    host_s = time.perf_counter() - t0
+    end.record()
+    torch.cuda.synchronize()
+    spin_ms = start.elapsed_time(spun)
+    return {"gpu_us_per_kernel": spun.elapsed_time(end) * 1e3 / n, "kernels": n,
+            "spin_ms": spin_ms, "host_enqueue_ms": host_s * 1e3,
+            "queued_in_time": host_s * 1e3 < spin_ms}
+
+
 def moe_layer(torch, dev, tokens=8192, hidden=2048, experts=128, topk=8, ffn=768, local=16,
               layers=6):
     bf = torch.bfloat16
@@ -209,7 +236,7 @@ def main():
     report = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0),
               "cuda": torch.version.cuda}
     for name, fn in (("ops", per_op), ("autograd", autograd_chain), ("sync", sync_round_trip),
-                     ("moe_layer", moe_layer)):
+                     ("gpu_launch", gpu_launch), ("moe_layer", moe_layer)):
         if only and name not in only:
             continue
         t0 = time.perf_counter()
