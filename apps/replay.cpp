@@ -99,9 +99,10 @@ int replay_main(const ReplayArgs& args) {
     std::string why;
     if (!hw::multiprocess_available(&why) || !hw::cuda_available(&why))
       throw InputError("replay: --nprocs " + std::to_string(args.nprocs) + ": " + why);
-    if (args.nprocs > hw::cuda_device_count())
+    const int gpus = hw::cuda_device_count();
+    if (args.nprocs > gpus)
       throw InputError("replay: --nprocs " + std::to_string(args.nprocs) +
-                       " runs one process per GPU: " + std::to_string(hw::cuda_device_count()) +
+                       " runs one process per GPU: " + std::to_string(gpus) +
                        " CUDA device(s) visible on this machine");
     return hw::launch_local_workers(static_cast<int>(args.nprocs));
   }
@@ -114,11 +115,11 @@ int replay_main(const ReplayArgs& args) {
     if (args.rank != 0)
       throw InputError("replay: --rank with several processes: each process replays its own "
                        "RANK (" + std::to_string(env.rank) + ")");
-    opts.device = "cuda:" + std::to_string(worker_device(env));
-    if (worker_device(env) >= hw::cuda_device_count())
+    const int device = worker_device(env), gpus = hw::cuda_device_count();
+    opts.device = "cuda:" + std::to_string(device);
+    if (device >= gpus)
       throw InputError("replay: rank " + std::to_string(env.rank) + " (" + env.launcher +
-                       ") would run on " + opts.device + ", and " +
-                       std::to_string(hw::cuda_device_count()) +
+                       ") would run on " + opts.device + ", and " + std::to_string(gpus) +
                        " CUDA device(s) are visible (LOCAL_RANK, CUDA_VISIBLE_DEVICES)");
     opts.nprocs = nprocs;
     opts.nccl_dir = env.nccl_dir;

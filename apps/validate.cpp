@@ -2,14 +2,10 @@
 // graph on the local device (apps/validate_replay.h) or read a replay recorded elsewhere
 // (--measured-trace, validation/measured_trace.h), align the two executions task by task and
 // report the errors (validation/compare.h) as JSON and as a self-contained HTML report.
-#include <cerrno>
-#include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
-#include <thread>
 
 #include "apps/output_file.h"
 #include "apps/validate_replay.h"
@@ -28,9 +24,11 @@ int validate_main(const ValidateArgs& args) {
     throw InputError("validate --measured-trace " + args.measured_trace + " --device " +
                      args.device + ": --device chooses where to replay; the trace already ran "
                      "(its otherData.executor says where)");
-  const std::string device =
-      from_trace ? validation::measured_trace_device(args.measured_trace)
-                 : args.device.empty() ? default_replay_device() : args.device;
+  // A recorded replay is read once: its device decides how the run is prepared.
+  std::optional<validation::MeasuredTraceFile> trace_file;
+  if (from_trace) trace_file = validation::read_measured_trace(args.measured_trace);
+  const std::string device = trace_file ? trace_file->device()
+                             : args.device.empty() ? default_replay_device() : args.device;
   const bool cpu = device == "cpu";
   check_distinct_paths({{"scenario", args.scenario}, {"--calibration", args.calibration},
                         {"--measured-trace", args.measured_trace}},
@@ -61,12 +59,11 @@ int validate_main(const ValidateArgs& args) {
   RankId rank = 0;
   nlohmann::json replay_context = nlohmann::json::object();
   if (from_trace) {
-    validation::MeasuredTrace mt =
-        validation::load_measured_trace(args.measured_trace, graph, sc.name);
+    validation::MeasuredTrace mt = validation::measured_record(*trace_file, graph, sc.name);
     measured = std::move(mt.record);
     rank = mt.rank;
     notes.push_back("measured: the replay recorded in " + args.measured_trace + " (" +
-                    mt.executor + "), not replayed again");
+                    trace_file->executor + "), not replayed again");
     replay_context["measured_trace"] = args.measured_trace;
   } else {
     ReplayMeasurement m = replay_for_validate(run, device, args.repeat);
@@ -75,7 +72,7 @@ int validate_main(const ValidateArgs& args) {
     notes.insert(notes.end(), m.notes.begin(), m.notes.end());
     replay_context["replay_iteration_times_s"] = m.iteration_times_s;
     replay_context["load_average_1min"] = {{"before", m.load_before}, {"after", m.load_after}};
-    replay_context["cores"] = std::max(1u, std::thread::hardware_concurrency());
+    replay_context["cores"] = m.cores;
   }
   for (const std::string& n : measured.notes) notes.push_back("replay: " + n);
   const ExecutionRecord simulated = sim::simulate(graph, sc, system, run.cost_model());

@@ -55,11 +55,11 @@ ReplayMeasurement replay_for_validate(const PreparedRun& run, const std::string&
   m.load_after = load_average();
   m.notes.push_back("measured: the fastest of " + std::to_string(repeat) +
                     " replays after one warm-up replay");
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  if (std::max(m.load_before, m.load_after) > double(cores))
+  m.cores = std::max(1u, std::thread::hardware_concurrency());
+  if (std::max(m.load_before, m.load_after) > double(m.cores))
     m.notes.push_back("warning: the machine was busy during the replays (1-minute load average " +
                       std::to_string(std::max(m.load_before, m.load_after)) + " on " +
-                      std::to_string(cores) + " cores): measured times include other processes' "
+                      std::to_string(m.cores) + " cores): measured times include other processes' "
                       "load, and the calibration's microbenchmarks may have seen a different one");
   return m;
 }

@@ -18,6 +18,7 @@ struct ReplayMeasurement {
   std::vector<double> iteration_times_s;  ///< every measured replay's span over the rank
   std::vector<std::string> notes;     ///< how it was measured, and the machine's load
   double load_before = -1, load_after = -1;  ///< 1-minute load average around the replays
+  unsigned cores = 1;                 ///< hardware threads of this machine
 };
 
 /// `cuda` when this program can replay on a GPU, else `cpu`.

@@ -41,8 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       scenario, trainsim::find_system(scenario.cluster.system), trainsim::BuildOptions{});
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
-    const trainsim::validation::MeasuredTrace t =
-        trainsim::validation::parse_measured_trace(text, "fuzz.json", graph, scenario.name);
+    const trainsim::validation::MeasuredTrace t = trainsim::validation::measured_record(
+        trainsim::validation::parse_measured_trace(text, "fuzz.json"), graph, scenario.name);
     (void)t.record.iteration_time_s();
   } catch (const trainsim::InputError&) {
   }

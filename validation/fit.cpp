@@ -9,7 +9,6 @@
 
 #include "models/cost_model.h"
 #include "models/flops.h"
-#include "models/local_device.h"
 #include "validation/gpu_info.h"
 #include "models/scenario.h"  // InputError
 
@@ -191,7 +190,8 @@ CalibrationProfile fit_from_microbenchmarks(const CalibrationProfile& measured,
                                             const std::string& name,
                                             const CalibrationProfile& base,
                                             const SystemSpec& system, FitReport* report) {
-  if (has_local_device(base) || base.local_device.peak_flops > 0 || !base.gemm_efficiency.empty())
+  // A measured profile has a local_device peak (every calibrate writes one) or a GEMM table.
+  if (base.local_device.peak_flops > 0 || !base.gemm_efficiency.empty())
     throw InputError("calibrate --from-microbench: --base is a measured profile (it has measured "
                      "figures or a GEMM table); the fit refines a datasheet profile of a catalog "
                      "GPU (calibration/*.json)");

@@ -41,6 +41,7 @@ best measured shape ran at 722.
 the training GEMMs; the small and skinny points are printed, not checked).
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -70,7 +71,6 @@ MEASURED = os.path.join(HERE, "data", "h100_2026-11-26", "calibrate_cuda.json")
 def measured_h100(bench):
     """The model against calibrate's BF16 GEMMs on the lent H100; returns the points with every
     dimension >= 4096 outside the bound."""
-    import json
     rows = [r for r in json.load(open(MEASURED))["measurements"]["gemm"] if r["batch"] == 1]
     shapes = sorted({(int(r["m"]), int(r["n"]), int(r["k"])) for r in rows})
     out = subprocess.run([bench, "--system", "dgx-h100"] + ["%d,%d,%d" % s for s in shapes],

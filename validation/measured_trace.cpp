@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/errors.h"
+#include "models/json_input.h"
 
 namespace trainsim::validation {
 
@@ -47,69 +49,64 @@ double number(const std::string& path, const json& e, const char* key, std::size
   return it->get<double>();
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot read the measured trace");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-json parse_json(const std::string& text, const std::string& path) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception&) {
-    fail(path, "not JSON (a trace that trainsim replay --trace wrote is a JSON object)");
-  }
-}
-
 /// The trace's otherData, after checking that it is a replay's trace.
-json measured_header(const std::string& path, const json& root) {
+const json& measured_header(const std::string& path, const json& root) {
   if (!root.is_object() || !root.contains("traceEvents") || !root["traceEvents"].is_array())
     fail(path, "field 'traceEvents': missing; not a trace that trainsim replay --trace wrote");
-  const json other = root.value("otherData", json::object());
-  if (!other.is_object() || !other.contains("measured"))
+  const auto other = root.find("otherData");
+  if (other == root.end() || !other->is_object() || !other->contains("measured"))
     fail(path, "field 'otherData.measured': missing; not a trace that trainsim replay --trace "
                "wrote");
-  if (other["measured"] != true)
-    fail(path, "field 'otherData.measured' = " + other["measured"].dump() +
+  if ((*other)["measured"] != true)
+    fail(path, "field 'otherData.measured' = " + (*other)["measured"].dump() +
                    ": a simulated trace; --measured-trace takes what `trainsim replay --trace` "
                    "recorded");
-  return other;
+  return *other;
 }
 
 }  // namespace
 
-std::string measured_trace_device(const std::string& path) {
-  const json other = measured_header(path, parse_json(read_text(path), path));
-  const std::string executor = str_field(other, "executor");
+std::string MeasuredTraceFile::device() const {
   return executor.find("cuda") != std::string::npos ? "cuda" : "cpu";
 }
 
-MeasuredTrace load_measured_trace(const std::string& path, const ScheduleGraph& graph,
-                                  const std::string& scenario_name) {
-  return parse_measured_trace(read_text(path), path, graph, scenario_name);
+MeasuredTraceFile read_measured_trace(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    fail(path, "is a directory, not a trace (the .json file `trainsim replay --trace` wrote)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot read the measured trace");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_measured_trace(text.str(), path);
 }
 
-MeasuredTrace parse_measured_trace(const std::string& text, const std::string& path,
-                                   const ScheduleGraph& graph, const std::string& scenario_name) {
-  const json root = parse_json(text, path);
-  const json other = measured_header(path, root);
+MeasuredTraceFile parse_measured_trace(const std::string& text, const std::string& source) {
+  MeasuredTraceFile f;
+  f.source = source;
+  f.root = parse_json_input(text, source);
+  f.executor = str_field(measured_header(source, f.root), "executor");
+  return f;
+}
+
+MeasuredTrace measured_record(const MeasuredTraceFile& file, const ScheduleGraph& graph,
+                              const std::string& scenario_name) {
+  const std::string& path = file.source;
+  const json& root = file.root;
+  const json& other = root.at("otherData");  // measured_header checked it
   const std::string scenario = str_field(other, "scenario");
   if (scenario != scenario_name)
     fail(path, "field 'otherData.scenario' = '" + scenario + "': recorded from another scenario "
                "than '" + scenario_name + "'");
 
   MeasuredTrace out;
-  out.executor = str_field(other, "executor");
-  out.cuda = out.executor.find("cuda") != std::string::npos;
   const std::size_t n = graph.num_tasks();
   ExecutionRecord& r = out.record;
   r.start_s.assign(n, std::numeric_limits<double>::quiet_NaN());
   r.end_s.assign(n, std::numeric_limits<double>::quiet_NaN());
   r.measured = true;
-  r.executor = out.executor;
-  r.device = out.executor;
+  r.executor = file.executor;
+  r.device = file.executor;
   if (other.contains("notes") && other["notes"].is_array())  // strings only
     for (const json& note : other["notes"])
       if (note.is_string()) r.notes.push_back(note.get<std::string>());
@@ -132,7 +129,6 @@ MeasuredTrace parse_measured_trace(const std::string& text, const std::string& p
                    ", which the scenario's graph does not simulate");
   out.rank = RankId(pid);
 
-  std::int64_t peak_allocated = -1, peak_reserved = -1;
   for (std::size_t i = 0; i < events.size(); ++i) {
     const json& e = events[i];
     std::int64_t event_pid = -1;
@@ -143,14 +139,8 @@ MeasuredTrace parse_measured_trace(const std::string& text, const std::string& p
       const json& a = e["args"];
       const double t = number(path, e, "ts", i) * 1e-6;
       std::int64_t v = 0;
-      if (int_field(a, "allocated", &v)) {
-        peak_allocated = std::max(peak_allocated, v);
-        r.allocated_bytes_samples.emplace_back(t, v);
-      }
-      if (int_field(a, "reserved", &v)) {
-        peak_reserved = std::max(peak_reserved, v);
-        r.reserved_bytes_samples.emplace_back(t, v);
-      }
+      if (int_field(a, "allocated", &v)) r.allocated_bytes_samples.emplace_back(t, v);
+      if (int_field(a, "reserved", &v)) r.reserved_bytes_samples.emplace_back(t, v);
       continue;
     }
     if (ph != "X") continue;
@@ -184,21 +174,18 @@ MeasuredTrace parse_measured_trace(const std::string& text, const std::string& p
       fail(path, "task " + std::to_string(id) + " ('" + graph.label(id) + "') of rank " +
                      std::to_string(pid) + " is not in the trace: recorded from another graph, "
                      "or a replay that did not finish");
-  std::int64_t peak = -1;
-  if (int_field(other, "peak_allocated_bytes", &peak) && peak >= 0) {
-    r.peak_allocated_bytes = peak;
-    std::int64_t reserved = -1;
-    r.peak_reserved_bytes = int_field(other, "peak_reserved_bytes", &reserved) ? reserved : -1;
-  } else {
-    // Traces written before otherData carried the peaks: the largest sample, which misses
-    // peaks inside a task.
-    if (peak_allocated < 0)
+  // The allocator's peaks: otherData's, or, in traces written before it carried them, none,
+  // so that measured_peak_*_bytes() is the largest sample (which misses peaks inside a task).
+  if (!int_field(other, "peak_allocated_bytes", &r.peak_allocated_bytes) ||
+      r.peak_allocated_bytes < 0) {
+    r.peak_allocated_bytes = -1;
+    if (r.allocated_bytes_samples.empty())
       fail(path, "no 'otherData.peak_allocated_bytes' and no 'allocator' counter for rank " +
                      std::to_string(pid) + ": the measured memory peak is unknown");
-    r.peak_allocated_bytes = peak_allocated;
-    r.peak_reserved_bytes = peak_reserved;
     r.notes.push_back("measured peak memory: the largest 'allocator' sample of the trace (it has "
                       "no otherData.peak_allocated_bytes), which misses peaks inside a task");
+  } else {
+    int_field(other, "peak_reserved_bytes", &r.peak_reserved_bytes);
   }
   if (r.measured_peak_allocated_bytes() <= 0)
     fail(path, "measured peak memory " + std::to_string(r.measured_peak_allocated_bytes()) +

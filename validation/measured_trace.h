@@ -14,28 +14,40 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "models/execution_record.h"
 #include "models/schedule_graph.h"
 
 namespace trainsim::validation {
 
+/// A replay's trace file, read and parsed once: validate needs its device before it builds
+/// the graph that measured_record() then checks the spans against.
+struct MeasuredTraceFile {
+  std::string source;    ///< the file, named in messages
+  nlohmann::json root;   ///< checked: a "traceEvents" array and otherData.measured true
+  std::string executor;  ///< otherData.executor, e.g. "libtorch-2.11.0-cuda"
+  /// "cuda" when the executor ran on a CUDA device, else "cpu" (the device validate prepares
+  /// the run for).
+  std::string device() const;
+};
+
+/// Reads and checks `path` (parse_measured_trace). Throws InputError naming the file for a
+/// directory or an unreadable file.
+MeasuredTraceFile read_measured_trace(const std::string& path);
+/// Parses a trace's text (`source` names it in messages; fuzz/fuzz_measured_trace). Throws
+/// InputError for invalid JSON (models/json_input.h), a file that is not a replay's trace or a
+/// simulated trace.
+MeasuredTraceFile parse_measured_trace(const std::string& text, const std::string& source);
+
 struct MeasuredTrace {
   ExecutionRecord record;  ///< start_s / end_s of the rank's tasks (NaN elsewhere), peaks
   RankId rank = 0;         ///< the replayed rank (the events' pid)
-  std::string executor;    ///< otherData.executor, e.g. "libtorch-2.11.0-cuda"
-  bool cuda = false;       ///< the executor ran on a CUDA device
 };
 
-/// "cuda" when the trace's otherData.executor ran on a CUDA device, else "cpu" (the device
-/// validate prepares the run for). Throws InputError for an unreadable file.
-std::string measured_trace_device(const std::string& path);
-
-/// Reads `path` for the graph of the scenario named `scenario_name`. Throws InputError naming
-/// the file, the field and the value for anything that does not fit.
-MeasuredTrace load_measured_trace(const std::string& path, const ScheduleGraph& graph,
-                                  const std::string& scenario_name);
-/// The same, from the file's text (`source` names it in messages; fuzz/fuzz_measured_trace).
-MeasuredTrace parse_measured_trace(const std::string& text, const std::string& source,
-                                   const ScheduleGraph& graph, const std::string& scenario_name);
+/// The measured record of `file` for the graph of the scenario named `scenario_name`. Throws
+/// InputError naming the file, the field and the value for anything that does not fit.
+MeasuredTrace measured_record(const MeasuredTraceFile& file, const ScheduleGraph& graph,
+                              const std::string& scenario_name);
 
 }  // namespace trainsim::validation
