@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -222,7 +223,7 @@ NvlsGraph nvls_graph(const NcclGroup& g) {
   // 1) x bw in all, both directions. The search runs the intra-node speed array on one node,
   // the inter-node one across nodes (the NICs are trimmed from a single-node system).
   const double* speeds = g.nodes == 1 ? r.sm90_speed_intra : r.sm90_speed_inter;
-  const int count = g.nodes == 1 ? 11 : 17;
+  const int count = int(g.nodes == 1 ? std::size(r.sm90_speed_intra) : std::size(r.sm90_speed_inter));
   for (int i = 0; i < count && speeds[i] > 0; ++i) {
     if (double(ppn + 1) * speeds[i] <= g.topo_nvlink_bw_gbs + 1e-9) {
       out.bw_intra_gbs = out.bw_inter_gbs = speeds[i];
