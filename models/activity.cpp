@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -197,15 +198,12 @@ LinkUse link_use(const ScheduleGraph& graph, TaskId id, std::int64_t gpus_per_no
         for (RankId r : graph.group(t.group).ranks) intra = intra && r / gpus_per_node == node;
       else
         intra = op.group == GroupKind::Tensor;
-      if (cost && t.group != kNone && op.group_size > 1 &&
-          (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter ||
-           op.kind == OpKind::AllGather)) {
+      if (cost && t.group != kNone) {
         const std::int64_t n_nodes = graph.group(t.group).nodes(gpus_per_node);
-        const NcclChoice c =
-            cost->nccl_collective(op.kind, static_cast<double>(op.bytes), op.group_size, n_nodes);
-        if (is_nvls(c.algo)) {
+        if (const std::optional<NcclChoice> c = cost->nvls_collective(
+                op.kind, static_cast<double>(op.bytes), op.group_size, n_nodes)) {
           const NcclTraffic tr =
-              nccl_traffic(c, op.kind, static_cast<double>(op.bytes), op.group_size, n_nodes);
+              nccl_traffic(*c, op.kind, static_cast<double>(op.bytes), op.group_size, n_nodes);
           return intra ? LinkUse{Link::NvLink, tr.nvlink_bytes} : LinkUse{Link::Nic, tr.nic_bytes};
         }
       }

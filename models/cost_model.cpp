@@ -351,6 +351,17 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   return c;
 }
 
+std::optional<NcclChoice> CostModel::nvls_collective(OpKind kind, double bytes,
+                                                     std::int64_t ranks,
+                                                     std::int64_t nodes) const {
+  if (ranks < 2 ||
+      (kind != OpKind::AllReduce && kind != OpKind::ReduceScatter && kind != OpKind::AllGather))
+    return std::nullopt;
+  const NcclChoice c = nccl_collective(kind, bytes, ranks, nodes);
+  if (!is_nvls(c.algo)) return std::nullopt;
+  return c;
+}
+
 double CostModel::nccl_sm_share(const NcclChoice& c) const {
   // Each channel of a running NCCL kernel is one CTA resident on one SM for the whole
   // collective (NCCL launches one block per channel); a compute kernel running beside it

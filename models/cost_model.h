@@ -8,6 +8,7 @@
 // and reports.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "models/calibration.h"
@@ -46,6 +47,12 @@ class CostModel {
   /// each of the k members' own NICs, as NCCL runs a ring channel per NIC).
   NcclChoice nccl_collective(OpKind kind, double bytes, std::int64_t ranks,
                              std::int64_t nodes) const;
+  /// NCCL's choice for an all-reduce, reduce-scatter or all-gather of two or more ranks when
+  /// it runs on NVLink SHARP (NVLS or NVLS-Tree); nullopt for any other collective or choice.
+  /// The one test behind the NVLS traffic of a link (activity.cpp link_use) and the NVLS
+  /// buffers a communicator allocates (graph_builder.cpp).
+  std::optional<NcclChoice> nvls_collective(OpKind kind, double bytes, std::int64_t ranks,
+                                            std::int64_t nodes) const;
   /// Share of the GPU's SMs a running NCCL collective occupies: its channels (one CTA each)
   /// over the profile's SM count; 0 when the channels are not known. The simulator slows the
   /// rank's compute by it while the collective runs (sim/executor.cpp).

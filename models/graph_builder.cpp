@@ -46,13 +46,11 @@ void add_nvls_buffers(ScheduleGraph& g, const Scenario& sc, const SystemSpec& sy
     if (grp.ranks.size() < 2 || nvls.count({t.rank, t.group})) continue;
     const std::int64_t local = grp.ranks_on_node_of(t.rank, gpn);
     if (local < 2) continue;
-    bool allocates = sc.nccl_version == NcclVersion::V2_18_5;
-    if (!allocates && (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter ||
-                       op.kind == OpKind::AllGather))
-      allocates = is_nvls(cost.nccl_collective(op.kind, double(op.bytes),
-                                               std::int64_t(grp.ranks.size()),
-                                               grp.nodes(gpn))
-                              .algo);
+    const bool allocates =
+        sc.nccl_version == NcclVersion::V2_18_5 ||
+        cost.nvls_collective(op.kind, double(op.bytes), std::int64_t(grp.ranks.size()),
+                             grp.nodes(gpn))
+            .has_value();
     if (allocates && nvls.insert({t.rank, t.group}).second) {
       const std::uint32_t index = g.rank_index(t.rank);
       g.initial_gpu_memory[index][int(MemCategory::CommBuffers)] +=

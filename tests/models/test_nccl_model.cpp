@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "models/calibration.h"
@@ -409,6 +410,28 @@ TEST(NcclModel, NvlsTreeAllReduceAcrossNodes) {
   EXPECT_LT(nccl_predicted_time_s(h100(OpKind::AllGather, 16, 2), NcclAlgo::NvlsTree,
                                   NcclProto::Simple, bytes),
             0);
+}
+
+TEST(NcclModel, NvlsCollectiveIsNcclsChoiceOnNvlsOnly) {
+  const SystemSpec h = find_system("dgx-h100");
+  const CostModel cost(h, default_calibration(h.gpu.name));
+  // 1 GiB all-reduce on one DGX H100: NCCL picks NVLS, and the predicate returns that choice.
+  const double gib = double(1 << 30);
+  const std::optional<NcclChoice> c = cost.nvls_collective(OpKind::AllReduce, gib, 8, 1);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->algo, NcclAlgo::Nvls);
+  EXPECT_EQ(c->algo, cost.nccl_collective(OpKind::AllReduce, gib, 8, 1).algo);
+  // Two nodes: NVLS-Tree is NVLS too.
+  const std::optional<NcclChoice> t = cost.nvls_collective(OpKind::AllReduce, 4 * gib, 16, 2);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->algo, NcclAlgo::NvlsTree);
+  // Not a collective NVLS runs (an all-to-all), not one rank, not without NVLink SHARP.
+  EXPECT_FALSE(cost.nvls_collective(OpKind::AllToAll, gib, 8, 1).has_value());
+  EXPECT_FALSE(cost.nvls_collective(OpKind::AllReduce, gib, 1, 1).has_value());
+  SystemSpec off = h;
+  off.nvlink_sharp = false;
+  const CostModel no_nvls(off, default_calibration(off.gpu.name));
+  EXPECT_FALSE(no_nvls.nvls_collective(OpKind::AllReduce, gib, 8, 1).has_value());
 }
 
 TEST(NcclModel, NvlsTrafficIsTheSwitchsNotTheRings) {
