@@ -349,6 +349,27 @@ double interpolate_attention_efficiency(
   return row.back().second;
 }
 
+std::vector<CalibrationProfile::GemmPoint> mean_gemm_points(
+    const std::vector<CalibrationProfile::GemmPoint>& measured) {
+  std::vector<CalibrationProfile::GemmPoint> table;
+  std::vector<double> count;  // measurements behind each point of the table
+  for (const auto& pt : measured) {
+    std::size_t i = 0;
+    while (i < table.size() && !(table[i].m == pt.m && table[i].n == pt.n && table[i].k == pt.k &&
+                                 table[i].batch == pt.batch && table[i].role == pt.role))
+      ++i;
+    if (i == table.size()) {
+      table.push_back(pt);
+      count.push_back(1);
+    } else {
+      table[i].efficiency += pt.efficiency;
+      ++count[i];
+    }
+  }
+  for (std::size_t i = 0; i < table.size(); ++i) table[i].efficiency /= count[i];
+  return table;
+}
+
 double interpolate_gemm_efficiency(const std::vector<CalibrationProfile::GemmPoint>& table,
                                    double m, double n, double k, double batch,
                                    const std::string& role) {

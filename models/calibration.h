@@ -163,6 +163,12 @@ struct CalibrationProfile {
   std::string measurements_json;
 };
 
+/// One point per shape and layout (m, n, k, batch, role) of `measured`, whose efficiency is the
+/// mean of that shape's measurements, in the order each shape first appears: a GEMM table from
+/// raw measurements (`trainsim calibrate`, `calibrate --from-microbench`).
+std::vector<CalibrationProfile::GemmPoint> mean_gemm_points(
+    const std::vector<CalibrationProfile::GemmPoint>& measured);
+
 /// The efficiency of a GEMM shape from a measured table (CalibrationProfile::gemm_efficiency):
 /// inverse-distance weighting (power 4) in log2(m), log2(n), log2(k), log2(batch) over the
 /// points of the same `role` and those without a role (all points when there are none of

@@ -220,7 +220,7 @@ CalibrationProfile fit_from_microbenchmarks(const CalibrationProfile& measured,
   CalibrationProfile p = base;
 
   // ---- GEMMs: one table point per shape and layout, the mean of repeated measurements.
-  std::map<std::tuple<double, double, double, double, std::string>, std::vector<double>> points;
+  std::vector<CalibrationProfile::GemmPoint> measured_points;
   for (std::size_t i = 0; i < m["gemm"].size(); ++i) {
     const nlohmann::json& r = m["gemm"][i];
     const auto num = [&](const char* key) {
@@ -239,16 +239,10 @@ CalibrationProfile fit_from_microbenchmarks(const CalibrationProfile& measured,
         << " (--base " << base.device << "): measured on another GPU";
       throw InputError(o.str());
     }
-    points[{num("m"), num("n"), num("k"), num("batch"), role}].push_back(eff);
+    measured_points.push_back({num("m"), num("n"), num("k"), num("batch"), eff, role});
     ++rep.gemm_samples;
   }
-  p.gemm_efficiency.clear();
-  for (const auto& [key, effs] : points) {
-    double sum = 0;
-    for (double e : effs) sum += e;
-    p.gemm_efficiency.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key),
-                                 std::get<3>(key), sum / double(effs.size()), std::get<4>(key)});
-  }
+  p.gemm_efficiency = mean_gemm_points(measured_points);
   rep.gemm_shapes = p.gemm_efficiency.size();
   rep.notes.push_back("the cost model now interpolates the " + std::to_string(rep.gemm_shapes) +
                       " measured GEMM points (shape and layout) instead of wave quantization at "

@@ -201,19 +201,16 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
     }
   double best_rate = 0;
   for (const Point& pt : points) best_rate = std::max(best_rate, pt.rate);
-  // Same shape measured through several calls (e.g. square ones): the table keeps the mean.
+  // Same shape and role measured through several calls (e.g. bmm(Q, K^T) and bmm(P, V) where
+  // s = hd): the table keeps the mean of their efficiencies.
   json gemm_rows = json::array();
+  std::vector<CalibrationProfile::GemmPoint> measured;
   for (const Point& pt : points) {
     gemm_rows.push_back({{"op", pt.op}, {"role", pt.role}, {"m", pt.m}, {"n", pt.n}, {"k", pt.k},
                          {"batch", pt.batch}, {"flops_per_s", pt.rate}});
-    auto same = std::find_if(p.gemm_efficiency.begin(), p.gemm_efficiency.end(), [&](const auto& g) {
-      return g.m == pt.m && g.n == pt.n && g.k == pt.k && g.batch == pt.batch && g.role == pt.role;
-    });
-    if (same != p.gemm_efficiency.end())
-      same->efficiency = 0.5 * (same->efficiency + pt.rate / best_rate);
-    else
-      p.gemm_efficiency.push_back({pt.m, pt.n, pt.k, pt.batch, pt.rate / best_rate, pt.role});
+    measured.push_back({pt.m, pt.n, pt.k, pt.batch, pt.rate / best_rate, pt.role});
   }
+  p.gemm_efficiency = mean_gemm_points(measured);
   meas["gemm"] = gemm_rows;
 
   // ---------------------------------------------------------------- memory-bound

@@ -110,6 +110,25 @@ TEST(CostModel, EachWaveStoresItsTilesInTheEpilogue) {
             1e-12);
 }
 
+TEST(CostModel, GemmTableKeepsTheMeanOfEachShapeAndLayout) {
+  // Three measurements of one shape in one layout average to their mean (not pairwise), the
+  // same shape in another layout stays apart, points keep the order they were first measured.
+  const std::vector<CalibrationProfile::GemmPoint> measured = {
+      {256, 512, 1024, 1, 0.3, "fwd"},  {64, 64, 64, 16, 0.2, "bmm"},
+      {256, 512, 1024, 1, 0.6, "fwd"},  {256, 512, 1024, 1, 0.45, "dgrad"},
+      {256, 512, 1024, 1, 0.9, "fwd"},  {64, 64, 64, 16, 0.4, "bmm"}};
+  const std::vector<CalibrationProfile::GemmPoint> table = mean_gemm_points(measured);
+  ASSERT_EQ(table.size(), 3u);
+  EXPECT_EQ(table[0].role, "fwd");
+  EXPECT_NEAR(table[0].efficiency, (0.3 + 0.6 + 0.9) / 3, 1e-15);
+  EXPECT_EQ(table[1].role, "bmm");
+  EXPECT_NEAR(table[1].efficiency, 0.3, 1e-15);
+  EXPECT_EQ(table[1].batch, 16);
+  EXPECT_EQ(table[2].role, "dgrad");
+  EXPECT_EQ(table[2].efficiency, 0.45);
+  EXPECT_TRUE(mean_gemm_points({}).empty());
+}
+
 TEST(CostModel, SplitAccumulatorFp8GemmsWaitForTheirPromotions) {
   // H100 SXM datasheet: FP8 1979 TFLOP/s dense, FP32 67 TFLOP/s (an FMA counted twice, so
   // 33.5e12 FADDs/s). Per promotion every 128 k elements a 256 x 128 tile does
