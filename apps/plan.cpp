@@ -28,6 +28,7 @@
 
 #include "apps/output_file.h"
 #include "apps/verbs.h"
+#include "models/json_input.h"
 #include "models/planner.h"
 #include "models/run.h"
 #ifdef TRAINSIM_HAVE_SIM
@@ -429,11 +430,9 @@ int merge_main(const PlanArgs& args) {
   std::map<std::string, std::size_t> why;
   std::size_t enumerated = 0;
   for (const std::string& file : args.merge) {
-    std::ifstream in(file);
-    if (!in) throw InputError(file + ": cannot open shard result (--merge)");
-    json j;
+    const json j = parse_json_input(
+        read_input_file(file, "shard result (--merge)", "a `trainsim plan --json` file"), file);
     try {
-      in >> j;
       // Every shard enumerates the whole space and searches its part of it.
       enumerated = std::max(enumerated, j.at("enumerated").get<std::size_t>());
       for (const auto& [k, v] : j.at("rejected").items()) why[k] += v.get<std::size_t>();

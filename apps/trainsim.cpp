@@ -168,8 +168,10 @@ int run(int argc, char** argv) {
     return simulate_main(sim);
   }
   if (import_hf->parsed()) {
+    // Read first: a refused config prints nothing on stdout, only the error.
+    const auto keys = import_hf_config(hf_path);
     std::cout << "# imported from " << hf_path << " (trainsim import-hf); needs runtime: megatron-core\nmodel:\n";
-    for (const auto& [key, value] : import_hf_config(hf_path)) std::cout << "  " << key << ": " << value << "\n";
+    for (const auto& [key, value] : keys) std::cout << "  " << key << ": " << value << "\n";
     return 0;
   }
   if (plan->parsed()) {

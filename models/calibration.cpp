@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -396,14 +395,7 @@ double interpolate_gemm_efficiency(const std::vector<CalibrationProfile::GemmPoi
 }
 
 CalibrationProfile load_calibration(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw InputError(path + ": is a directory, not a calibration profile (a .json file)");
-  std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot open calibration profile");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_calibration(ss.str(), path);
+  return parse_calibration(read_input_file(path, "calibration profile", "a .json file"), path);
 }
 
 std::string calibration_to_json(const CalibrationProfile& p) {

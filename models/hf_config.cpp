@@ -18,8 +18,6 @@
 #include "models/hf_config.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "models/errors.h"
 #include "models/json_input.h"
@@ -82,11 +80,8 @@ void import_windows(const json& c, const std::string& path, const std::string& a
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> import_hf_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot open the Hugging Face config (model.hf_config)");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  const json c = parse_json_input(buf.str(), path);
+  const json c = parse_json_input(
+      read_input_file(path, "Hugging Face config", "a config.json file"), path);
   if (!c.is_object()) throw InputError(path + ": a Hugging Face config.json is a JSON object");
   const std::vector<std::string> known = {"LlamaForCausalLM", "Qwen3ForCausalLM",
                                           "Qwen3MoeForCausalLM", "MixtralForCausalLM",

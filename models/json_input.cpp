@@ -1,10 +1,29 @@
 #include "models/json_input.h"
 
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "models/scenario.h"  // InputError
 
 namespace trainsim {
+
+std::string read_input_file(const std::string& path, const std::string& noun,
+                            const std::string& hint) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": is a directory, not a " + noun + " (" + hint + ")");
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  const auto reason = [] { return std::string(errno ? std::strerror(errno) : "unknown error"); };
+  if (!in) throw InputError(path + ": cannot open the " + noun + " (" + reason() + ")");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InputError(path + ": cannot read the " + noun + " (" + reason() + ")");
+  return text.str();
+}
 
 std::string json_error_text(const std::exception& e) {
   std::string what = e.what();

@@ -1,6 +1,7 @@
-// Reading a user's JSON file (calibration profiles, traces): the parser's errors as
-// InputErrors in the user's terms (file, line, the key whose value is wrong), never the JSON
-// library's internal error codes (`[json.exception.out_of_range.406]`).
+// Reading a user's input file (scenarios, calibration profiles, traces, Hugging Face configs,
+// planner shards) and parsing a JSON one: errors as InputErrors in the user's terms (file,
+// line, the key whose value is wrong), never the JSON library's internal error codes
+// (`[json.exception.out_of_range.406]`).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -8,6 +9,13 @@
 #include <string>
 
 namespace trainsim {
+
+/// The bytes of the user's file `path`. `noun` names it in messages ("calibration profile"),
+/// `hint` says what to give in place of a directory ("a .json file"). Throws InputError naming
+/// the path: "PATH: is a directory, not a NOUN (HINT)", "PATH: cannot open the NOUN (REASON)"
+/// or "PATH: cannot read the NOUN (REASON)", REASON the system's.
+std::string read_input_file(const std::string& path, const std::string& noun,
+                            const std::string& hint);
 
 /// Parses `text` (from `source`, named in messages). Throws InputError for a syntax error
 /// ("SOURCE:LINE:COLUMN: invalid JSON: ...") or a number beyond a double

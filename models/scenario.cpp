@@ -11,9 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -21,6 +19,7 @@
 
 #include "models/hardware.h"
 #include "models/hf_config.h"
+#include "models/json_input.h"
 
 namespace trainsim {
 namespace {
@@ -1098,7 +1097,13 @@ void import_hf_into(YAML::Node& root, const std::string& source) {
     throw InputError(source + ": field 'model.hf_config': expected the path of a config.json");
   std::filesystem::path path(ref.Scalar());
   if (path.is_relative()) path = std::filesystem::path(source).parent_path() / path;
-  for (const auto& [key, value] : import_hf_config(path.string()))
+  std::vector<std::pair<std::string, std::string>> imported;
+  try {
+    imported = import_hf_config(path.string());
+  } catch (const InputError& e) {  // which scenario and field named the config
+    throw InputError(source + ": field 'model.hf_config': " + e.what());
+  }
+  for (const auto& [key, value] : imported)
     if (!model[key].IsDefined()) model[key] = YAML::Load(value);
 }
 
@@ -1135,16 +1140,10 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
 
 Scenario load_scenario(const std::string& path,
                        const std::vector<std::pair<std::string, std::string>>& overrides) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw InputError(path + ": is a directory, not a scenario file (give a .yaml file, e.g. " +
-                     (std::filesystem::path(path) / "NAME.yaml").string() + ")");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open scenario file (" + std::strerror(errno) + ")");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError(path + ": cannot read scenario file");
-  return parse_scenario(text.str(), path, overrides);
+  const std::string text = read_input_file(
+      path, "scenario file",
+      "give a .yaml file, e.g. " + (std::filesystem::path(path) / "NAME.yaml").string());
+  return parse_scenario(text, path, overrides);
 }
 
 namespace {

@@ -2,11 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -71,14 +68,9 @@ std::string MeasuredTraceFile::device() const {
 }
 
 MeasuredTraceFile read_measured_trace(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    fail(path, "is a directory, not a trace (the .json file `trainsim replay --trace` wrote)");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot read the measured trace");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_measured_trace(text.str(), path);
+  return parse_measured_trace(
+      read_input_file(path, "measured trace", "the .json file `trainsim replay --trace` wrote"),
+      path);
 }
 
 MeasuredTraceFile parse_measured_trace(const std::string& text, const std::string& source) {

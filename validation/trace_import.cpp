@@ -3,11 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
-#include <sstream>
 #include <unordered_map>
 
 #include "models/json_input.h"
@@ -164,14 +161,7 @@ ImportedTrace parse_chrome_trace(const std::string& text, const std::string& sou
 }
 
 ImportedTrace load_chrome_trace(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw InputError(path + ": is a directory, not a trace (a Chrome trace .json file)");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open the trace");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_chrome_trace(ss.str(), path);
+  return parse_chrome_trace(read_input_file(path, "trace", "a Chrome trace .json file"), path);
 }
 
 std::vector<OpSample> operator_samples(const ImportedTrace& trace) {

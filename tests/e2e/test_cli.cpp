@@ -126,6 +126,45 @@ TEST_F(Cli, SimulateJsonOnStdoutHasTheContractKeys) {
   }
 }
 
+// `trainsim import-hf CONFIG.json` prints a scenario's model section from a Hugging Face
+// config: each key checked here against the config's own field (Megatron's names for HF's),
+// the section then simulates as part of a scenario; a refused config prints nothing on stdout.
+TEST_F(Cli, ImportHfPrintsTheModelSectionOfAConfigOrNothing) {
+  const std::string cfg_path = source_path("scenarios/h100/hf/llama3-8b.config.json");
+  const json cfg = json::parse(slurp(cfg_path));
+  const Result r = run("import-hf '" + cfg_path + "'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto line = [](const std::string& key, const json& v) {
+    return "\n  " + key + ": " + std::to_string(v.get<long long>()) + "\n";
+  };
+  EXPECT_NE(r.out.find("\nmodel:\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(line("num_layers", cfg["num_hidden_layers"])), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(line("hidden_size", cfg["hidden_size"])), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(line("num_attention_heads", cfg["num_attention_heads"])), std::string::npos);
+  EXPECT_NE(r.out.find(line("num_query_groups", cfg["num_key_value_heads"])), std::string::npos);
+  EXPECT_NE(r.out.find(line("ffn_hidden_size", cfg["intermediate_size"])), std::string::npos);
+  const long long vocab = cfg["vocab_size"].get<long long>();
+  EXPECT_NE(r.out.find(line("padded_vocab_size", json((vocab + 127) / 128 * 128))),
+            std::string::npos);
+  EXPECT_NE(r.out.find("\n  swiglu: true\n"), std::string::npos);  // hidden_act silu
+  // The section is a scenario's model: with parallel and cluster sections it simulates.
+  {
+    std::ofstream f(file("imported.yaml"));
+    f << "name: imported\nruntime: megatron-core\n" << r.out.substr(r.out.find("model:\n"))
+      << "  seq_length: 2048\n"
+      << "parallel: {tensor_model_parallel_size: 8, micro_batch_size: 1, global_batch_size: 8,\n"
+      << "           precision: bf16}\ncluster: {system: dgx-h100, nodes: 1}\n";
+  }
+  const Result sim = run("simulate '" + file("imported.yaml").string() + "' --format json");
+  ASSERT_EQ(sim.rc, 0) << sim.err;
+  EXPECT_GT(json::parse(sim.out).at("iteration_time_s").get<double>(), 0);
+  // A config that cannot be read: the error alone, nothing on stdout for a script to keep.
+  const Result bad = run("import-hf '" + file("missing.config.json").string() + "'");
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_EQ(bad.out, "");
+  EXPECT_NE(bad.err.find("cannot open the Hugging Face config"), std::string::npos) << bad.err;
+}
+
 TEST_F(Cli, DefaultOutputIsTheTextReport) {
   const Result r = run("simulate '" + source_path(kTiny) + "'");
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -186,6 +186,35 @@ TEST_F(HostileInput, DirectoryAsScenarioSaysItIsADirectory) {
   expect_refused("simulate " + dir_.string(), {dir_.string(), "is a directory"});
 }
 
+// Every file a verb reads goes through one reader (models/json_input.h read_input_file): a
+// missing file or a directory is refused naming the path, what the file was for and why.
+TEST_F(HostileInput, EveryInputFileMissingOrADirectoryIsRefusedByName) {
+  const std::string missing = path("missing.json");
+  expect_refused("simulate " + path("missing.yaml"),
+                 {"missing.yaml", "cannot open the scenario file", "No such file"});
+  expect_refused("simulate " + kScenario + " --calibration " + dir_.string(),
+                 {dir_.string(), "is a directory, not a calibration profile"});
+  expect_refused("simulate " + kScenario + " --calibration " + missing,
+                 {"missing.json", "cannot open the calibration profile", "No such file"});
+  // A directory named as the Hugging Face config was read as an empty JSON text.
+  expect_refused(sim_set("--set model.hf_config=" + dir_.string()),
+                 {"gpt-tiny_tp2_pp2_dp2.yaml: field 'model.hf_config': " + dir_.string(),
+                  "is a directory, not a Hugging Face config"});
+  expect_refused("plan --merge " + missing,
+                 {"missing.json", "cannot open the shard result (--merge)", "No such file"});
+  // A shard that is not JSON: the parser's line and column (was the JSON library's own text).
+  const std::string bad = write("shard.json", "{\n  \"enumerated\": 3,\n  oops\n}\n");
+  expect_refused("plan --merge " + bad, {"shard.json:3:", "invalid JSON"});
+#ifdef TRAINSIM_HAVE_VALIDATE_TRACE
+  expect_refused("validate " + kScenario + " --measured-trace " + dir_.string(),
+                 {dir_.string(), "is a directory, not a measured trace"});
+#endif
+#ifdef TRAINSIM_HAVE_VALIDATE
+  expect_refused("calibrate --from-trace " + missing + " --base " + kA100,
+                 {"missing.json", "cannot open the trace", "No such file"});
+#endif
+}
+
 TEST_F(HostileInput, FlagRangeErrorsAreInTheUsersTerms) {
   expect_refused("replay " + kScenario + " --nprocs 0",
                  {"--nprocs", "must be a positive integer", "got 0"});
