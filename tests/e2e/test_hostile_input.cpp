@@ -205,6 +205,9 @@ TEST_F(HostileInput, EveryInputFileMissingOrADirectoryIsRefusedByName) {
   // A shard that is not JSON: the parser's line and column (was the JSON library's own text).
   const std::string bad = write("shard.json", "{\n  \"enumerated\": 3,\n  oops\n}\n");
   expect_refused("plan --merge " + bad, {"shard.json:3:", "invalid JSON"});
+  // JSON, but not a shard: the missing key in the user's terms (expect_refused: no library code).
+  const std::string partial = write("partial.json", R"({"enumerated": 3})");
+  expect_refused("plan --merge " + partial, {"partial.json", "field 'plan_version' is missing"});
 #ifdef TRAINSIM_HAVE_VALIDATE_TRACE
   expect_refused("validate " + kScenario + " --measured-trace " + dir_.string(),
                  {dir_.string(), "is a directory, not a measured trace"});

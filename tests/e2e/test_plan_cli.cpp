@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tests/e2e/cli_helpers.h"
 #include "tests/support/paths.h"
@@ -120,6 +121,60 @@ TEST(PlanCli, ShardsMergeIntoTheUnshardedRanking) {
   EXPECT_EQ(a.at("candidates").at(0).at("layout"), b.at("candidates").at(0).at("layout"));
   EXPECT_EQ(a.at("candidates").at(0).at("tokens_per_s"),
             b.at("candidates").at(0).at("tokens_per_s"));
+}
+
+// A merge ranks the shards of one space once each: shards record their scenario and part, and
+// what cannot be one space's ranking is refused naming the files; a missing part is warned of.
+TEST(PlanCli, MergeRefusesShardsThatAreNotOneSpaceOnce) {
+  ScratchDir dir("plan_cli_merge");
+  const std::string path = dir.write("s.yaml", scenario(kSpace));
+  const std::string log = dir.file("log").string();
+  auto shard = [&](int i, int n) { return dir.file("s" + std::to_string(i) + "of" + std::to_string(n) + ".json").string(); };
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(run("plan " + path + " --jobs 1 --shard " + std::to_string(i) + "/3 --json " +
+                      shard(i, 3), log), 0) << slurp(log);
+  const auto s0 = nlohmann::json::parse(slurp(shard(0, 3)));
+  EXPECT_EQ(s0.at("scenario"), "plan_e2e");
+  EXPECT_EQ(s0.at("shard"), "0/3");
+  EXPECT_EQ(s0.at("interrupted"), false);
+  auto refused = [&](const std::string& args, const std::vector<std::string>& needles) {
+    EXPECT_EQ(run("plan --merge " + args, log), 1) << args;
+    const std::string out = slurp(log);
+    for (const auto& n : needles) EXPECT_NE(out.find(n), std::string::npos) << n << "\n" << out;
+    EXPECT_EQ(out.find("json.exception"), std::string::npos) << out;
+  };
+  // The same shard twice.
+  refused(shard(0, 3) + " " + shard(0, 3), {"shard 0/3 again"});
+  // A shard of another split of the space.
+  ASSERT_EQ(run("plan " + path + " --jobs 1 --shard 1/2 --json " + shard(1, 2), log), 0);
+  refused(shard(0, 3) + " " + shard(1, 2), {shard(1, 2), "'shard' = \"1/2\"", "of 3"});
+  // A shard of another scenario's space.
+  const std::string other = dir.write("o.yaml", "name: other\n" + scenario(kSpace).substr(15));
+  ASSERT_EQ(run("plan " + other + " --jobs 1 --shard 1/3 --json " + dir.file("o1.json").string(), log), 0);
+  refused(shard(0, 3) + " " + dir.file("o1.json").string(), {"another space", "'other'", "'plan_e2e'"});
+  // A field out of its range names the candidate and the value.
+  nlohmann::json bad = s0;
+  bad["candidates"][0]["mfu"] = 1.5;
+  const std::string bad_path = dir.write("bad.json", bad.dump());
+  refused(bad_path, {"bad.json", "candidates[0].mfu", "1.5", "[0, 1]"});
+  bad = s0;
+  bad["candidates"][0]["index"] = -1;
+  refused(dir.write("neg.json", bad.dump()), {"neg.json", "candidates[0].index", "-1"});
+  bad = s0;
+  bad["candidates"][0]["estimate"]["rejection"] = "maybe";
+  refused(dir.write("rej.json", bad.dump()), {"candidates[0].estimate.rejection", "maybe"});
+  bad = s0;
+  bad["plan_version"] = 2;
+  refused(dir.write("v2.json", bad.dump()), {"plan_version", "2", "version 1"});
+  // --out and --shard need a scenario, which shards do not carry.
+  refused(shard(0, 3) + " --out " + dir.file("out").string(), {"--out"});
+  refused(shard(0, 3) + " --shard 0/3", {"--shard '0/3'"});
+  // Two of three parts: ranked, with a warning naming the missing part.
+  EXPECT_EQ(run("plan --merge " + shard(0, 3) + " " + shard(2, 3), log), 0);
+  EXPECT_NE(slurp(log).find("shards missing (1/3)"), std::string::npos) << slurp(log);
+  // All three: no warning.
+  EXPECT_EQ(run("plan --merge " + shard(0, 3) + " " + shard(1, 3) + " " + shard(2, 3), log), 0);
+  EXPECT_EQ(slurp(log).find("warning"), std::string::npos) << slurp(log);
 }
 
 TEST(PlanCli, CtrlCPrintsTheBestSoFarAndExits130) {
