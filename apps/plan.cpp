@@ -559,7 +559,8 @@ int merge_main(const PlanArgs& args) {
   std::map<std::size_t, std::string> seen;      // candidate index -> file
   for (const std::string& file : args.merge) {
     const json j = parse_json_input(
-        read_input_file(file, "shard result (--merge)", "a `trainsim plan --json` file"), file);
+        read_input_file(file, "shard result (--merge)", "a `trainsim plan --json` file",
+                        kLargeInputMaxBytes), file);
     const ShardReader f(file);
     if (!j.is_object())
       throw InputError(file + ": a JSON " + j.type_name() +

@@ -81,7 +81,7 @@ void import_windows(const json& c, const std::string& path, const std::string& a
 
 std::vector<std::pair<std::string, std::string>> import_hf_config(const std::string& path) {
   const json c = parse_json_input(
-      read_input_file(path, "Hugging Face config", "a config.json file"), path);
+      read_input_file(path, "Hugging Face config", "a config.json file", kSmallInputMaxBytes), path);
   if (!c.is_object()) throw InputError(path + ": a Hugging Face config.json is a JSON object");
   const std::vector<std::string> known = {"LlamaForCausalLM", "Qwen3ForCausalLM",
                                           "Qwen3MoeForCausalLM", "MixtralForCausalLM",

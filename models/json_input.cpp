@@ -4,14 +4,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <vector>
 
 #include "models/scenario.h"  // InputError
 
 namespace trainsim {
 
 std::string read_input_file(const std::string& path, const std::string& noun,
-                            const std::string& hint) {
+                            const std::string& hint, std::size_t max_bytes) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw InputError(path + ": is a directory, not a " + noun + " (" + hint + ")");
@@ -19,10 +19,19 @@ std::string read_input_file(const std::string& path, const std::string& noun,
   std::ifstream in(path, std::ios::binary);
   const auto reason = [] { return std::string(errno ? std::strerror(errno) : "unknown error"); };
   if (!in) throw InputError(path + ": cannot open the " + noun + " (" + reason() + ")");
-  std::ostringstream text;
-  text << in.rdbuf();
+  // In blocks, so that a device or a pipe without end stops at max_bytes.
+  std::string text;
+  std::vector<char> block(std::size_t(1) << 20);
+  while (in) {
+    in.read(block.data(), std::streamsize(block.size()));
+    const std::size_t got = std::size_t(in.gcount());
+    if (text.size() + got > max_bytes)
+      throw InputError(path + ": more than " + std::to_string(max_bytes >> 20) +
+                       " MiB, too large for a " + noun + " (" + hint + ")");
+    text.append(block.data(), got);
+  }
   if (in.bad()) throw InputError(path + ": cannot read the " + noun + " (" + reason() + ")");
-  return text.str();
+  return text;
 }
 
 std::string json_error_text(const std::exception& e) {

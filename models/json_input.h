@@ -6,16 +6,26 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <string>
 
 namespace trainsim {
 
-/// The bytes of the user's file `path`. `noun` names it in messages ("calibration profile"),
-/// `hint` says what to give in place of a directory ("a .json file"). Throws InputError naming
-/// the path: "PATH: is a directory, not a NOUN (HINT)", "PATH: cannot open the NOUN (REASON)"
-/// or "PATH: cannot read the NOUN (REASON)", REASON the system's.
+/// Size limits of read_input_file: files a person writes (scenarios, calibration profiles,
+/// Hugging Face configs) are kilobytes to a few megabytes; traces and planner results grow with
+/// the run. A device (`/dev/zero`) or a runaway pipe stops at the limit instead of exhausting
+/// memory.
+inline constexpr std::size_t kSmallInputMaxBytes = std::size_t(64) << 20;
+inline constexpr std::size_t kLargeInputMaxBytes = std::size_t(4) << 30;
+
+/// The bytes of the user's file `path` (a regular file, or a pipe such as bash's `<(...)`).
+/// `noun` names it in messages ("calibration profile"), `hint` says what to give in place of a
+/// directory ("a .json file"). Throws InputError naming the path: "PATH: is a directory, not a
+/// NOUN (HINT)", "PATH: cannot open the NOUN (REASON)", "PATH: cannot read the NOUN (REASON)",
+/// REASON the system's, or "PATH: more than N MiB, too large for a NOUN (HINT)" past
+/// `max_bytes`.
 std::string read_input_file(const std::string& path, const std::string& noun,
-                            const std::string& hint);
+                            const std::string& hint, std::size_t max_bytes);
 
 /// Parses `text` (from `source`, named in messages). Throws InputError for a syntax error
 /// ("SOURCE:LINE:COLUMN: invalid JSON: ...") or a number beyond a double

@@ -1142,7 +1142,8 @@ Scenario load_scenario(const std::string& path,
                        const std::vector<std::pair<std::string, std::string>>& overrides) {
   const std::string text = read_input_file(
       path, "scenario file",
-      "give a .yaml file, e.g. " + (std::filesystem::path(path) / "NAME.yaml").string());
+      "give a .yaml file, e.g. " + (std::filesystem::path(path) / "NAME.yaml").string(),
+      kSmallInputMaxBytes);
   return parse_scenario(text, path, overrides);
 }
 

@@ -69,7 +69,8 @@ std::string MeasuredTraceFile::device() const {
 
 MeasuredTraceFile read_measured_trace(const std::string& path) {
   return parse_measured_trace(
-      read_input_file(path, "measured trace", "the .json file `trainsim replay --trace` wrote"),
+      read_input_file(path, "measured trace", "the .json file `trainsim replay --trace` wrote",
+                      kLargeInputMaxBytes),
       path);
 }
 

@@ -161,7 +161,7 @@ ImportedTrace parse_chrome_trace(const std::string& text, const std::string& sou
 }
 
 ImportedTrace load_chrome_trace(const std::string& path) {
-  return parse_chrome_trace(read_input_file(path, "trace", "a Chrome trace .json file"), path);
+  return parse_chrome_trace(read_input_file(path, "trace", "a Chrome trace .json file", kLargeInputMaxBytes), path);
 }
 
 std::vector<OpSample> operator_samples(const ImportedTrace& trace) {

@@ -208,6 +208,10 @@ TEST_F(HostileInput, EveryInputFileMissingOrADirectoryIsRefusedByName) {
   // JSON, but not a shard: the missing key in the user's terms (expect_refused: no library code).
   const std::string partial = write("partial.json", R"({"enumerated": 3})");
   expect_refused("plan --merge " + partial, {"partial.json", "field 'plan_version' is missing"});
+  // A device without end stops at the size limit (was read until memory ran out).
+  expect_refused("simulate " + kScenario + " --calibration /dev/zero",
+                 {"/dev/zero", "more than 64 MiB, too large for a calibration profile"});
+  expect_refused("simulate /dev/zero", {"/dev/zero", "too large for a scenario file"});
 #ifdef TRAINSIM_HAVE_VALIDATE_TRACE
   expect_refused("validate " + kScenario + " --measured-trace " + dir_.string(),
                  {dir_.string(), "is a directory, not a measured trace"});
