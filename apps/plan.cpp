@@ -19,7 +19,6 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
-#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -28,6 +27,7 @@
 #include <vector>
 
 #include "apps/output_file.h"
+#include "apps/plan_result.h"
 #include "apps/verbs.h"
 #include "models/json_input.h"
 #include "models/planner.h"
@@ -150,165 +150,6 @@ class Progress {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_{};
 };
 
-// ------------------------------------------------------------------------
-// serialization
-
-json estimate_to_json(const CandidateEstimate& e) {
-  return {{"rejection", to_string(e.rejection)},
-          {"reason", e.reason},
-          {"world_size", e.world_size},
-          {"peak_memory_bytes", e.peak_memory_bytes},
-          {"memory_capacity_bytes", e.memory_capacity_bytes},
-          {"estimate_iteration_s", e.estimate_iteration_s},
-          {"estimate_tokens_per_s", e.estimate_tokens_per_s}};
-}
-
-CandidateEstimate estimate_from_json(const json& j) {
-  CandidateEstimate e;
-  const std::string r = j.at("rejection");
-  e.rejection = r == "invalid"              ? PlanRejection::Invalid
-                : r == "out_of_memory"      ? PlanRejection::OutOfMemory
-                : r == "below_estimate_cut" ? PlanRejection::BelowCut
-                                            : PlanRejection::None;
-  e.reason = j.at("reason");
-  e.world_size = j.at("world_size");
-  e.peak_memory_bytes = j.at("peak_memory_bytes");
-  e.memory_capacity_bytes = j.at("memory_capacity_bytes");
-  e.estimate_iteration_s = j.at("estimate_iteration_s");
-  e.estimate_tokens_per_s = j.at("estimate_tokens_per_s");
-  return e;
-}
-
-json result_to_json(const CandidateResult& r) {
-  json ov = json::array();
-  for (const auto& [k, v] : r.candidate.overrides) ov.push_back(k + "=" + v);
-  return {{"index", r.candidate.index},
-          {"layout", r.candidate.layout},
-          {"overrides", ov},
-          {"estimate", estimate_to_json(r.estimate)},
-          {"simulated", r.simulated},
-          {"error", r.error},
-          {"iteration_time_s", r.iteration_time_s},
-          {"tokens_per_s", r.tokens_per_s},
-          {"model_tflops_per_gpu", r.model_tflops_per_gpu},
-          {"mfu", r.mfu},
-          {"peak_memory_bytes", r.peak_memory_bytes},
-          {"memory_capacity_bytes", r.memory_capacity_bytes},
-          {"bubble_share", r.bubble_share},
-          {"exposed_comm_share", r.exposed_comm_share},
-          {"oom", r.oom}};
-}
-
-/// Reads the fields of a shard result (`plan --merge`), each checked: a message names the file,
-/// the field's path in it and the value, as the other input files' readers do.
-class ShardReader {
- public:
-  /// Counts are exact in a double below 2^53.
-  static constexpr std::uint64_t kCountBound = std::uint64_t(1) << 53;
-  explicit ShardReader(std::string file) : file_(std::move(file)) {}
-  [[noreturn]] void fail(const std::string& field, const std::string& why) const {
-    throw InputError(file_ + ": field '" + field + "' " + why);
-  }
-  [[noreturn]] void bad(const std::string& field, const json& v, const std::string& why) const {
-    fail(field, "= " + v.dump() + ": " + why);
-  }
-  const json& at(const json& obj, const std::string& field, const std::string& key) const {
-    const std::string path = field.empty() ? key : field + "." + key;
-    if (!obj.is_object() || !obj.contains(key)) fail(path, "is missing");
-    return obj[key];
-  }
-  static std::string path(const std::string& field, const std::string& key) {
-    return field.empty() ? key : field + "." + key;
-  }
-  /// A finite number in [lo, hi].
-  double number(const json& obj, const std::string& field, const std::string& key, double lo,
-                double hi) const {
-    const json& v = at(obj, field, key);
-    if (!v.is_number()) bad(path(field, key), v, "expected a number");
-    const double x = v.get<double>();
-    if (!(x >= lo && x <= hi)) {
-      std::ostringstream why;
-      if (hi == std::numeric_limits<double>::max())
-        why << "expected a number >= " << lo;
-      else
-        why << "expected a number in [" << lo << ", " << hi << "]";
-      bad(path(field, key), v, why.str());
-    }
-    return x;
-  }
-  /// A non-negative integer below `bound`.
-  std::uint64_t count(const json& obj, const std::string& field, const std::string& key,
-                      std::uint64_t bound = kCountBound) const {
-    const json& v = at(obj, field, key);
-    return count_value(v, path(field, key), bound);
-  }
-  std::uint64_t count_value(const json& v, const std::string& path,
-                            std::uint64_t bound = kCountBound) const {
-    if (!v.is_number_unsigned() || v.get<std::uint64_t>() >= bound)
-      bad(path, v, bound == kCountBound ? "expected an integer >= 0"
-                                        : "expected an integer in [0, " + std::to_string(bound) + ")");
-    return v.get<std::uint64_t>();
-  }
-  std::string text(const json& obj, const std::string& field, const std::string& key) const {
-    const json& v = at(obj, field, key);
-    if (!v.is_string()) bad(path(field, key), v, "expected a string");
-    return v.get<std::string>();
-  }
-  bool flag(const json& obj, const std::string& field, const std::string& key) const {
-    const json& v = at(obj, field, key);
-    if (!v.is_boolean()) bad(path(field, key), v, "expected true or false");
-    return v.get<bool>();
-  }
-
- private:
-  std::string file_;
-};
-
-/// The rejection named `text` (to_string's names), or the field's error.
-PlanRejection rejection_named(const ShardReader& f, const std::string& field, const std::string& text) {
-  for (PlanRejection r : {PlanRejection::None, PlanRejection::Invalid, PlanRejection::OutOfMemory,
-                          PlanRejection::BelowCut})
-    if (text == to_string(r)) return r;
-  f.bad(field, text, "expected none, invalid, out_of_memory or below_estimate_cut");
-}
-
-/// One candidate of a shard (`candidates[i]`, as result_to_json writes it), its index below
-/// the enumeration's size.
-CandidateResult result_from_shard(const ShardReader& f, const json& j, const std::string& at,
-                                  std::uint64_t enumerated) {
-  constexpr double kMax = std::numeric_limits<double>::max();
-  CandidateResult r;
-  r.candidate.index = f.count(j, at, "index", enumerated);
-  r.candidate.layout = f.text(j, at, "layout");
-  const json& ov = f.at(j, at, "overrides");
-  if (!ov.is_array()) f.bad(at + ".overrides", ov, "expected a list of key=value strings");
-  for (std::size_t i = 0; i < ov.size(); ++i) {
-    if (!ov[i].is_string())
-      f.bad(at + ".overrides[" + std::to_string(i) + "]", ov[i], "expected a key=value string");
-    r.candidate.overrides.push_back(parse_override(ov[i].get<std::string>()));
-  }
-  const std::string est = at + ".estimate";
-  const json& e = f.at(j, at, "estimate");
-  r.estimate.rejection = rejection_named(f, est + ".rejection", f.text(e, est, "rejection"));
-  r.estimate.reason = f.text(e, est, "reason");
-  r.estimate.world_size = std::int64_t(f.count(e, est, "world_size"));
-  r.estimate.peak_memory_bytes = std::int64_t(f.count(e, est, "peak_memory_bytes"));
-  r.estimate.memory_capacity_bytes = std::int64_t(f.count(e, est, "memory_capacity_bytes"));
-  r.estimate.estimate_iteration_s = f.number(e, est, "estimate_iteration_s", 0, kMax);
-  r.estimate.estimate_tokens_per_s = f.number(e, est, "estimate_tokens_per_s", 0, kMax);
-  r.simulated = f.flag(j, at, "simulated");
-  r.error = f.text(j, at, "error");
-  r.iteration_time_s = f.number(j, at, "iteration_time_s", 0, kMax);
-  r.tokens_per_s = f.number(j, at, "tokens_per_s", 0, kMax);
-  r.model_tflops_per_gpu = f.number(j, at, "model_tflops_per_gpu", 0, kMax);
-  r.mfu = f.number(j, at, "mfu", 0, 1);
-  r.peak_memory_bytes = std::int64_t(f.count(j, at, "peak_memory_bytes"));
-  r.memory_capacity_bytes = std::int64_t(f.count(j, at, "memory_capacity_bytes"));
-  r.bubble_share = f.number(j, at, "bubble_share", 0, 1);
-  r.exposed_comm_share = f.number(j, at, "exposed_comm_share", 0, 1);
-  r.oom = f.flag(j, at, "oom");
-  return r;
-}
 
 // --------------------------------------------------------------------------
 // stage (c)
@@ -436,19 +277,6 @@ std::string candidate_yaml(const std::string& path, const CandidateResult& r, in
   return o.str();
 }
 
-json report_json(const std::vector<CandidateResult>& ranked,
-                 const std::map<std::string, std::size_t>& why, std::size_t enumerated,
-                 const std::string& scenario, const std::string& shard, bool interrupted) {
-  json cands = json::array();
-  for (const auto& r : ranked) cands.push_back(result_to_json(r));
-  json out = {{"plan_version", 1}, {"scenario", scenario}};
-  if (!shard.empty()) out["shard"] = shard;
-  out["interrupted"] = interrupted;
-  out["enumerated"] = enumerated;
-  out["rejected"] = why;
-  out["candidates"] = cands;
-  return out;
-}
 
 /// Stage (b)'s error against the simulation on the confirmed candidates.
 void print_estimate_error(std::ostream& os, const std::vector<CandidateResult>& ranked) {
@@ -500,8 +328,14 @@ int finish(const PlanArgs& args, std::vector<CandidateResult> results,
   os << "\n";
   if (!args.json.empty()) {
     OutputFile f(args.json, "--json");
-    f.stream() << report_json(results, why, enumerated, scenario, args.shard, interrupted).dump(2)
-               << "\n";
+    PlanResultFile file;
+    file.scenario = scenario;
+    file.shard = args.shard;
+    file.interrupted = interrupted;
+    file.enumerated = enumerated;
+    file.rejected = why;
+    file.candidates = results;
+    f.stream() << plan_result_json(file).dump(2) << "\n";
     f.commit();
   }
   if (!args.csv.empty()) {
@@ -527,22 +361,11 @@ int finish(const PlanArgs& args, std::vector<CandidateResult> results,
   return interrupted ? 130 : 0;  // 128 + SIGINT, as a shell reports an interrupted command
 }
 
-std::pair<std::size_t, std::size_t> parse_shard(const std::string& s) {
-  const auto slash = s.find('/');
-  try {
-    if (slash != std::string::npos) {
-      const std::size_t i = std::stoul(s.substr(0, slash)), n = std::stoul(s.substr(slash + 1));
-      if (n >= 1 && i < n && std::to_string(i) + "/" + std::to_string(n) == s) return {i, n};
-    }
-  } catch (const std::exception&) {
-  }
-  throw InputError("--shard '" + s + "': expected i/n with 0 <= i < n, e.g. 0/4");
-}
 
-/// `plan --merge`: the shards of one space ranked together. Refused, naming the files: shards
-/// of different scenarios or spaces, a shard given twice, a candidate in two shards, a field
-/// out of its range. Warned on stderr: missing shards, interrupted ones (their part is
-/// incomplete).
+/// `plan --merge`: the shards of one space ranked together. Each file is read by
+/// parse_plan_result; refused, naming the files: shards of different scenarios or spaces, of
+/// different splits, a shard given twice, a candidate in two files. Warned on stderr: missing
+/// shards, interrupted ones (their part is incomplete).
 int merge_main(const PlanArgs& args) {
   if (!args.shard.empty())
     throw InputError("plan --merge: --shard '" + args.shard + "' searches a part of a scenario's "
@@ -552,78 +375,60 @@ int merge_main(const PlanArgs& args) {
                      "file, which shards do not carry: give --out to the shards' runs");
   std::vector<CandidateResult> results;
   std::map<std::string, std::size_t> why;
-  std::uint64_t enumerated = 0;
-  std::string scenario, first;  // the space's scenario, and the file that set it
-  std::uint64_t parts = 0;                      // n of the shards' i/n (0: none had one)
-  std::map<std::uint64_t, std::string> shards;  // i -> file
-  std::map<std::size_t, std::string> seen;      // candidate index -> file
+  PlanResultFile space;  // the first file's scenario and enumeration
+  std::string first;
+  std::size_t parts = 0;                      // n of the shards' i/n (0: none had one)
+  std::map<std::size_t, std::string> shards;  // i -> file
+  std::map<std::size_t, std::string> seen;    // candidate index -> file
   for (const std::string& file : args.merge) {
-    const json j = parse_json_input(
+    PlanResultFile r = parse_plan_result(
         read_input_file(file, "shard result (--merge)", "a `trainsim plan --json` file",
-                        kLargeInputMaxBytes), file);
-    const ShardReader f(file);
-    if (!j.is_object())
-      throw InputError(file + ": a JSON " + j.type_name() +
-                       ", not the object `trainsim plan --json` writes");
-    const std::uint64_t version = f.count(j, "", "plan_version");
-    if (version != 1) f.bad("plan_version", j["plan_version"], "this trainsim reads version 1");
-    // "scenario", "shard" and "interrupted" are absent from results of earlier releases.
-    const std::string name = j.contains("scenario") ? f.text(j, "", "scenario") : "";
-    const std::uint64_t n_enumerated = f.count(j, "", "enumerated");
+                        kLargeInputMaxBytes),
+        file);
     if (first.empty()) {
       first = file;
-      scenario = name;
-      enumerated = n_enumerated;
-    } else if (name != scenario || n_enumerated != enumerated) {
-      throw InputError(file + ": a shard of another space (scenario '" + name + "', " +
-                       std::to_string(n_enumerated) + " candidates) than " + first +
-                       " (scenario '" + scenario + "', " + std::to_string(enumerated) +
-                       " candidates): merge the shards of one plan");
+      space.scenario = r.scenario;
+      space.enumerated = r.enumerated;
+    } else if (r.scenario != space.scenario || r.enumerated != space.enumerated) {
+      throw InputError(file + ": a shard of another space (scenario '" + r.scenario + "', " +
+                       std::to_string(r.enumerated) + " candidates) than " + first +
+                       " (scenario '" + space.scenario + "', " +
+                       std::to_string(space.enumerated) + " candidates): merge the shards of one plan");
     }
-    if (j.contains("shard")) {
-      const std::string text = f.text(j, "", "shard");
-      std::pair<std::size_t, std::size_t> in;
-      try {
-        in = parse_shard(text);
-      } catch (const InputError&) {
-        f.bad("shard", text, "expected i/n with 0 <= i < n");
-      }
-      if (parts != 0 && in.second != parts)
-        f.bad("shard", text, "the other shards are of " + std::to_string(parts));
-      parts = in.second;
-      if (!shards.emplace(in.first, file).second)
-        throw InputError(file + ": shard " + text + " again (also " + shards[in.first] + ")");
+    if (!r.shard.empty()) {
+      const auto [i, n] = parse_shard(r.shard);  // checked by parse_plan_result
+      if (parts != 0 && n != parts)
+        throw InputError(file + ": field 'shard' = \"" + r.shard + "\": the other shards are of " +
+                         std::to_string(parts));
+      parts = n;
+      if (!shards.emplace(i, file).second)
+        throw InputError(file + ": shard " + r.shard + " again (also " + shards[i] + ")");
     }
-    if (j.contains("interrupted") && f.flag(j, "", "interrupted"))
+    if (r.interrupted)
       std::fprintf(stderr, "trainsim plan: warning: %s was interrupted: its part of the space "
                            "is incomplete\n", file.c_str());
-    const json& rejected = f.at(j, "", "rejected");
-    if (!rejected.is_object()) f.bad("rejected", rejected, "expected {reason: count}");
-    for (const auto& [k, v] : rejected.items()) {
-      rejection_named(f, "rejected", k);
-      why[k] += f.count_value(v, "rejected." + k);
-    }
-    const json& cands = f.at(j, "", "candidates");
-    if (!cands.is_array()) f.fail("candidates", std::string("is a JSON ") + cands.type_name() + ", expected a list");
-    for (std::size_t i = 0; i < cands.size(); ++i) {
-      CandidateResult r =
-          result_from_shard(f, cands[i], "candidates[" + std::to_string(i) + "]", enumerated);
-      const auto [it, fresh] = seen.emplace(r.candidate.index, file);
+    for (const auto& [reason, count] : r.rejected) why[reason] += count;
+    for (CandidateResult& c : r.candidates) {
+      const auto [it, fresh] = seen.emplace(c.candidate.index, file);
       if (!fresh)
-        throw InputError(file + ": candidate " + std::to_string(r.candidate.index) + " (" +
-                         r.candidate.layout + ") is also in " + it->second +
-                         ": shards overlap (the same shard twice?)");
-      results.push_back(std::move(r));
+        throw InputError(file + ": candidate " + std::to_string(c.candidate.index) + " (" +
+                         c.candidate.layout + ") is also in " + it->second +
+                         ": shards overlap");
+      results.push_back(std::move(c));
     }
   }
   if (parts != 0 && shards.size() < parts) {
     std::string missing;
-    for (std::uint64_t i = 0; i < parts; ++i)
-      if (!shards.count(i)) missing += (missing.empty() ? "" : ", ") + std::to_string(i) + "/" + std::to_string(parts);
-    std::fprintf(stderr, "trainsim plan: warning: shards missing (%s): the ranking covers %zu of %llu parts\n",
-                 missing.c_str(), shards.size(), static_cast<unsigned long long>(parts));
+    for (std::size_t i = 0; i < parts; ++i)
+      if (!shards.count(i))
+        missing += (missing.empty() ? "" : ", ") + std::to_string(i) + "/" + std::to_string(parts);
+    std::fprintf(stderr,
+                 "trainsim plan: warning: shards missing (%s): the ranking covers %zu of %zu "
+                 "parts\n",
+                 missing.c_str(), shards.size(), parts);
   }
-  return finish(args, std::move(results), std::move(why), enumerated, false, scenario);
+  return finish(args, std::move(results), std::move(why), space.enumerated, false,
+                space.scenario);
 }
 
 
@@ -661,7 +466,7 @@ int plan_main(const PlanArgs& args) {
       },
       [&](std::size_t i, const std::string& text) {
         results[i].candidate = all[i];
-        results[i].estimate = estimate_from_json(json::parse(text));
+        results[i].estimate = estimate_from_json(json::parse(text), "plan worker");
         est.tick();
       });
   std::fprintf(stderr, "trainsim plan: stages (a)+(b): %.1f candidates/s\n", est.rate());

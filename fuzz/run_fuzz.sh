@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 total=${1:-1920}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_scenario fuzz_overrides fuzz_calibration fuzz_trace fuzz_measured_trace)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_scenario fuzz_overrides fuzz_calibration fuzz_trace fuzz_measured_trace fuzz_plan_result)
 build=${TRAINSIM_FUZZ_BUILD:-build-fuzz}
 
 launcher=()

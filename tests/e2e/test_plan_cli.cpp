@@ -163,6 +163,13 @@ TEST(PlanCli, MergeRefusesShardsThatAreNotOneSpaceOnce) {
   bad = s0;
   bad["candidates"][0]["estimate"]["rejection"] = "maybe";
   refused(dir.write("rej.json", bad.dump()), {"candidates[0].estimate.rejection", "maybe"});
+  bad = s0;  // shard 0/3 holds the candidates whose index is a multiple of 3
+  bad["candidates"][0]["index"] = bad["candidates"][0]["index"].get<int>() + 1;
+  refused(dir.write("part.json", bad.dump()), {"candidates[0].index", "not a candidate of shard 0/3"});
+  bad = s0;
+  ASSERT_GE(bad["candidates"].size(), 2u);
+  bad["candidates"][1]["index"] = bad["candidates"][0]["index"];
+  refused(dir.write("twice.json", bad.dump()), {"candidates[1].index", "a second candidate"});
   bad = s0;
   bad["plan_version"] = 2;
   refused(dir.write("v2.json", bad.dump()), {"plan_version", "2", "version 1"});
