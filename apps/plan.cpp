@@ -393,7 +393,8 @@ int merge_main(const PlanArgs& args) {
       throw InputError(file + ": a shard of another space (scenario '" + r.scenario + "', " +
                        std::to_string(r.enumerated) + " candidates) than " + first +
                        " (scenario '" + space.scenario + "', " +
-                       std::to_string(space.enumerated) + " candidates): merge the shards of one plan");
+                       std::to_string(space.enumerated) +
+                       " candidates): merge the shards of one plan");
     }
     if (!r.shard.empty()) {
       const auto [i, n] = parse_shard(r.shard);  // checked by parse_plan_result

@@ -34,7 +34,8 @@ class FieldReader {
     return field.empty() ? key : field + "." + key;
   }
   const json& at(const json& obj, const std::string& field, const std::string& key) const {
-    if (!obj.is_object()) fail(field, std::string("is a JSON ") + obj.type_name() + ", expected an object");
+    if (!obj.is_object())
+      fail(field, std::string("is a JSON ") + obj.type_name() + ", expected an object");
     if (!obj.contains(key)) fail(path(field, key), "is missing");
     return obj[key];
   }
@@ -79,7 +80,8 @@ class FieldReader {
   }
   const json& list(const json& obj, const std::string& field, const std::string& key) const {
     const json& v = at(obj, field, key);
-    if (!v.is_array()) fail(path(field, key), std::string("is a JSON ") + v.type_name() + ", expected a list");
+    if (!v.is_array())
+      fail(path(field, key), std::string("is a JSON ") + v.type_name() + ", expected a list");
     return v;
   }
 
@@ -225,10 +227,12 @@ PlanResultFile parse_plan_result(const std::string& text, const std::string& sou
   out.enumerated = std::size_t(f.count(j, "", "enumerated"));
   const json& rejected = f.at(j, "", "rejected");
   if (!rejected.is_object())
-    f.fail("rejected", std::string("is a JSON ") + rejected.type_name() + ", expected {reason: count}");
+    f.fail("rejected",
+           std::string("is a JSON ") + rejected.type_name() + ", expected {reason: count}");
   for (const auto& [reason, count] : rejected.items()) {
     if (rejection_named(f, "rejected", reason) == PlanRejection::None)
-      f.bad("rejected", reason, "a count of candidates not simulated: invalid, out_of_memory or below_estimate_cut");
+      f.bad("rejected", reason,
+            "counts candidates not simulated: invalid, out_of_memory or below_estimate_cut");
     out.rejected[reason] = std::size_t(f.count_value(count, "rejected." + reason));
   }
   const json& cands = f.list(j, "", "candidates");

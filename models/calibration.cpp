@@ -395,7 +395,8 @@ double interpolate_gemm_efficiency(const std::vector<CalibrationProfile::GemmPoi
 }
 
 CalibrationProfile load_calibration(const std::string& path) {
-  return parse_calibration(read_input_file(path, "calibration profile", "a .json file", kSmallInputMaxBytes), path);
+  return parse_calibration(
+      read_input_file(path, "calibration profile", "a .json file", kSmallInputMaxBytes), path);
 }
 
 std::string calibration_to_json(const CalibrationProfile& p) {

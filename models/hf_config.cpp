@@ -80,8 +80,9 @@ void import_windows(const json& c, const std::string& path, const std::string& a
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> import_hf_config(const std::string& path) {
-  const json c = parse_json_input(
-      read_input_file(path, "Hugging Face config", "a config.json file", kSmallInputMaxBytes), path);
+  const std::string file_text =
+      read_input_file(path, "Hugging Face config", "a config.json file", kSmallInputMaxBytes);
+  const json c = parse_json_input(file_text, path);
   if (!c.is_object()) throw InputError(path + ": a Hugging Face config.json is a JSON object");
   const std::vector<std::string> known = {"LlamaForCausalLM", "Qwen3ForCausalLM",
                                           "Qwen3MoeForCausalLM", "MixtralForCausalLM",

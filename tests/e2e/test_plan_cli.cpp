@@ -129,7 +129,9 @@ TEST(PlanCli, MergeRefusesShardsThatAreNotOneSpaceOnce) {
   ScratchDir dir("plan_cli_merge");
   const std::string path = dir.write("s.yaml", scenario(kSpace));
   const std::string log = dir.file("log").string();
-  auto shard = [&](int i, int n) { return dir.file("s" + std::to_string(i) + "of" + std::to_string(n) + ".json").string(); };
+  auto shard = [&](int i, int n) {
+    return dir.file("s" + std::to_string(i) + "of" + std::to_string(n) + ".json").string();
+  };
   for (int i = 0; i < 3; ++i)
     ASSERT_EQ(run("plan " + path + " --jobs 1 --shard " + std::to_string(i) + "/3 --json " +
                       shard(i, 3), log), 0) << slurp(log);
@@ -150,8 +152,9 @@ TEST(PlanCli, MergeRefusesShardsThatAreNotOneSpaceOnce) {
   refused(shard(0, 3) + " " + shard(1, 2), {shard(1, 2), "'shard' = \"1/2\"", "of 3"});
   // A shard of another scenario's space.
   const std::string other = dir.write("o.yaml", "name: other\n" + scenario(kSpace).substr(15));
-  ASSERT_EQ(run("plan " + other + " --jobs 1 --shard 1/3 --json " + dir.file("o1.json").string(), log), 0);
-  refused(shard(0, 3) + " " + dir.file("o1.json").string(), {"another space", "'other'", "'plan_e2e'"});
+  const std::string o1 = dir.file("o1.json").string();
+  ASSERT_EQ(run("plan " + other + " --jobs 1 --shard 1/3 --json " + o1, log), 0);
+  refused(shard(0, 3) + " " + o1, {"another space", "'other'", "'plan_e2e'"});
   // A field out of its range names the candidate and the value.
   nlohmann::json bad = s0;
   bad["candidates"][0]["mfu"] = 1.5;
@@ -165,7 +168,8 @@ TEST(PlanCli, MergeRefusesShardsThatAreNotOneSpaceOnce) {
   refused(dir.write("rej.json", bad.dump()), {"candidates[0].estimate.rejection", "maybe"});
   bad = s0;  // shard 0/3 holds the candidates whose index is a multiple of 3
   bad["candidates"][0]["index"] = bad["candidates"][0]["index"].get<int>() + 1;
-  refused(dir.write("part.json", bad.dump()), {"candidates[0].index", "not a candidate of shard 0/3"});
+  refused(dir.write("part.json", bad.dump()),
+          {"candidates[0].index", "not a candidate of shard 0/3"});
   bad = s0;
   ASSERT_GE(bad["candidates"].size(), 2u);
   bad["candidates"][1]["index"] = bad["candidates"][0]["index"];
