@@ -150,7 +150,6 @@ class Progress {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_{};
 };
 
-
 // --------------------------------------------------------------------------
 // stage (c)
 
@@ -277,7 +276,6 @@ std::string candidate_yaml(const std::string& path, const CandidateResult& r, in
   return o.str();
 }
 
-
 /// Stage (b)'s error against the simulation on the confirmed candidates.
 void print_estimate_error(std::ostream& os, const std::vector<CandidateResult>& ranked) {
   double sum = 0, worst = 0;
@@ -361,7 +359,6 @@ int finish(const PlanArgs& args, std::vector<CandidateResult> results,
   return interrupted ? 130 : 0;  // 128 + SIGINT, as a shell reports an interrupted command
 }
 
-
 /// `plan --merge`: the shards of one space ranked together. Each file is read by
 /// parse_plan_result; refused, naming the files: shards of different scenarios or spaces, of
 /// different splits, a shard given twice, a candidate in two files. Warned on stderr: missing
@@ -431,7 +428,6 @@ int merge_main(const PlanArgs& args) {
   return finish(args, std::move(results), std::move(why), space.enumerated, false,
                 space.scenario);
 }
-
 
 }  // namespace
 
