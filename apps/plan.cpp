@@ -246,33 +246,24 @@ void write_csv(std::ostream& os, const std::vector<CandidateResult>& ranked) {
 
 /// The scenario file with the candidate's overrides applied and no `plan:`
 /// section.
-std::string candidate_yaml(const std::string& path, const CandidateResult& r, int rank) {
-  YAML::Node root = YAML::LoadFile(path);
-  root.remove("plan");
-  for (const auto& [key, value] : r.candidate.overrides) {
-    std::vector<std::string> parts;
-    std::stringstream ss(key);
-    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
-    std::vector<YAML::Node> chain{root};
-    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-      YAML::Node next = chain.back()[parts[i]];
-      if (!next.IsMap()) next = YAML::Node(YAML::NodeType::Map);
-      chain.back()[parts[i]] = next;
-      chain.push_back(chain.back()[parts[i]]);
-    }
-    if (value == "null")
-      chain.back().remove(parts.back());
-    else
-      chain.back()[parts.back()] = YAML::Load(value);
-  }
+/// The scenario file of a simulated candidate (`--out`): the planned scenario with the user's
+/// `--set` overrides and the candidate's written in, `plan:` removed, so that `simulate` of the
+/// file gives what the planner simulated (models/scenario.h scenario_text_with_overrides).
+std::string candidate_yaml(const PlanArgs& args, const CandidateResult& r, int rank) {
+  auto overrides = args.overrides;
+  overrides.insert(overrides.end(), r.candidate.overrides.begin(), r.candidate.overrides.end());
   std::ostringstream o;
-  o << "# trainsim plan: rank " << rank << " of " << path << ": " << r.candidate.layout << "\n"
-    << "# simulated " << std::fixed << std::setprecision(0) << r.tokens_per_s << " tokens/s, "
+  o << "# trainsim plan: rank " << rank << " of " << args.scenario << ": " << r.candidate.layout
+    << "\n";
+  if (!args.overrides.empty()) {
+    o << "# with";
+    for (const auto& [key, value] : args.overrides) o << " --set " << key << "=" << value;
+    o << "\n";
+  }
+  o << "# simulated " << std::fixed << std::setprecision(0) << r.tokens_per_s << " tokens/s, "
     << std::setprecision(1) << r.model_tflops_per_gpu << " model TFLOP/s per GPU, peak "
-    << gb(r.peak_memory_bytes) << " GB\n";
-  YAML::Emitter e;
-  e << root;
-  o << e.c_str() << "\n";
+    << gb(r.peak_memory_bytes) << " GB\n"
+    << scenario_text_with_overrides(args.scenario, overrides, {"plan"});
   return o.str();
 }
 
@@ -352,7 +343,7 @@ int finish(const PlanArgs& args, std::vector<CandidateResult> results,
       char prefix[16];
       std::snprintf(prefix, sizeof prefix, "%03d_", rank);
       OutputFile f((std::filesystem::path(args.out) / (prefix + name + ".yaml")).string(), "--out");
-      f.stream() << candidate_yaml(args.scenario, r, rank);
+      f.stream() << candidate_yaml(args, r, rank);
       f.commit();
     }
   }

@@ -1147,6 +1147,32 @@ Scenario load_scenario(const std::string& path,
   return parse_scenario(text, path, overrides);
 }
 
+std::string scenario_text_with_overrides(
+    const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides,
+    const std::vector<std::string>& drop) {
+  const std::string text = read_input_file(
+      path, "scenario file",
+      "give a .yaml file, e.g. " + (std::filesystem::path(path) / "NAME.yaml").string(),
+      kSmallInputMaxBytes);
+  YAML::Node root = load_yaml_document(text, path);
+  if (!root.IsMap()) throw InputError(path + ": a scenario is a YAML mapping");
+  for (const auto& [key, value] : overrides) apply_override(root, key, value, path);
+  for (const std::string& section : drop) root.remove(section);
+  // model.hf_config names a file relative to the scenario (import_hf_into): absolute here.
+  if (root["model"].IsMap()) {
+    YAML::Node model = root["model"];
+    const YAML::Node ref = model["hf_config"];
+    if (ref.IsDefined() && ref.IsScalar() && std::filesystem::path(ref.Scalar()).is_relative())
+      model["hf_config"] = std::filesystem::absolute(std::filesystem::path(path).parent_path() /
+                                                     ref.Scalar())
+                               .lexically_normal()
+                               .string();
+  }
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
 namespace {
 
 /// Every size positive and within its bound (models/scenario.h); parse_scenario checks these

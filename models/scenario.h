@@ -327,6 +327,15 @@ Scenario load_scenario(const std::string& path,
 Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
                         const std::vector<std::pair<std::string, std::string>>& overrides = {});
 
+/// The scenario file `path` as YAML text with `overrides` written in as `--set` writes them
+/// (same key checks; "null" writes a null), the top-level sections named in `drop` removed,
+/// and a relative model.hf_config made absolute (it is relative to the scenario's folder), so
+/// that the text loads from any folder to the scenario load_scenario(path, overrides) gives:
+/// what `plan --out` writes for a candidate. Throws InputError as load_scenario does.
+std::string scenario_text_with_overrides(
+    const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides,
+    const std::vector<std::string>& drop = {});
+
 /// Checks the plan and fills the derived fields: TP divides heads and hidden (and ffn), layers
 /// split evenly over pipeline and virtual stages, global batch divisible by micro batch x DP,
 /// GPUs = TP x PP x DP, interleaving needs pp > 1 and microbatches divisible by pp, ZeRO and

@@ -123,6 +123,52 @@ TEST(PlanCli, ShardsMergeIntoTheUnshardedRanking) {
             b.at("candidates").at(0).at("tokens_per_s"));
 }
 
+// A written candidate is the scenario the planner simulated: with the user's --set overrides
+// in it (they were dropped), and its model.hf_config found from the output folder (it is
+// relative to the planned scenario's folder).
+TEST(PlanCli, WrittenScenariosKeepSetOverridesAndTheirHfConfig) {
+  ScratchDir dir("plan_cli_written");
+  const nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}},
+                              {"hidden_act", "silu"},
+                              {"hidden_size", 512},
+                              {"intermediate_size", 1024},
+                              {"num_attention_heads", 8},
+                              {"num_hidden_layers", 8},
+                              {"num_key_value_heads", 8},
+                              {"tie_word_embeddings", false},
+                              {"vocab_size", 1024}};
+  std::filesystem::create_directories(dir.file("in"));
+  dir.write("in/config.json", cfg.dump());
+  const std::string path = dir.write(
+      "in/s.yaml",
+      "name: plan_hf\nruntime: megatron-core\nmodel: {hf_config: config.json, seq_length: 256}\n"
+      "parallel: {micro_batch_size: 1, global_batch_size: 32, precision: bf16}\n"
+      "cluster: {system: dgx-h100, nodes: 1}\nplan: " + kSpace + "\n");
+  const auto out = dir.file("out");
+  const std::string log = dir.file("log").string();
+  ASSERT_EQ(run("plan " + path + " --jobs 2 --set model.num_layers=4 --json " +
+                    dir.file("r.json").string() + " --out " + out.string(), log), 0)
+      << slurp(log);
+  const auto j = nlohmann::json::parse(slurp(dir.file("r.json")));
+  std::vector<double> tps;
+  for (const auto& c : j.at("candidates"))
+    if (c.at("simulated")) tps.push_back(c.at("tokens_per_s"));
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(out)) {
+    ++files;
+    const std::string name = entry.path().filename().string();
+    const std::string text = slurp(entry.path());
+    EXPECT_NE(text.find("--set model.num_layers=4"), std::string::npos) << text;
+    EXPECT_NE(text.find("num_layers: 4"), std::string::npos) << text;
+    ASSERT_EQ(run("simulate " + entry.path().string() + " --format json",
+                  dir.file("sim.json").string()), 0) << slurp(dir.file("sim.json"));
+    const auto sim = nlohmann::json::parse(slurp(dir.file("sim.json")));
+    const double want = tps.at(std::size_t(std::stoi(name.substr(0, 3)) - 1));
+    EXPECT_NEAR(sim.at("tokens_per_s").get<double>(), want, 1e-6 * want) << name;
+  }
+  EXPECT_EQ(files, 4);
+}
+
 // A merge ranks the shards of one space once each: shards record their scenario and part, and
 // what cannot be one space's ranking is refused naming the files; a missing part is warned of.
 TEST(PlanCli, MergeRefusesShardsThatAreNotOneSpaceOnce) {

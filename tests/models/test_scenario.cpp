@@ -302,6 +302,29 @@ TEST_F(ScenarioFiles, ExplicitValuesAreRead) {
   EXPECT_EQ(s.simulation.fold, trainsim::SimulationConfig::Fold::Off);
 }
 
+// scenario_text_with_overrides (what `plan --out` writes): the text, saved anywhere, loads to
+// the scenario the file with the same overrides gives; a dropped section is gone; a bad
+// override is refused as load_scenario refuses it.
+TEST_F(ScenarioFiles, TextWithOverridesLoadsToTheSameScenario) {
+  const std::string path = write(kBase);
+  const std::vector<std::pair<std::string, std::string>> overrides = {
+      {"parallel.micro_batch_size", "4"},
+      {"parallel.recompute_granularity", "full"},
+      {"deepspeed.zero_optimization.stage", "1"}};
+  const std::string text = trainsim::scenario_text_with_overrides(path, overrides, {"deepspeed"});
+  EXPECT_EQ(text.find("deepspeed"), std::string::npos) << text;
+  const Scenario want = load_scenario(path, overrides);
+  const Scenario got = trainsim::parse_scenario(text, "written.yaml",
+                                                {{"deepspeed.zero_optimization.stage", "1"}});
+  EXPECT_EQ(got.parallel.micro_batch_size, want.parallel.micro_batch_size);
+  EXPECT_EQ(got.parallel.num_microbatches, want.parallel.num_microbatches);
+  EXPECT_EQ(got.parallel.recompute_granularity, want.parallel.recompute_granularity);
+  EXPECT_EQ(got.zero.stage, want.zero.stage);
+  EXPECT_EQ(got.model.num_layers, want.model.num_layers);
+  EXPECT_THROW(trainsim::scenario_text_with_overrides(path, {{"parallel.no_such_key", "1"}}),
+               InputError);
+}
+
 TEST_F(ScenarioFiles, OverridesAreAppliedAndTyped) {
   const std::string path = write(kBase);
   const Scenario s = load_scenario(
