@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -21,13 +22,14 @@ namespace trainsim::cli {
 
 namespace {
 
-/// An integer flag >= `min`, with a message in the user's terms (CLI11's own range checks
-/// print "Value 0 not in range 0.000000 to 1797693134862315708145274237317043567981...").
-CLI::Validator integer_at_least(long long min) {
+/// An integer flag in [min, max] (max: the flag's int), with a message in the user's terms
+/// (CLI11's own range checks print "Value 0 not in range 0.000000 to
+/// 1797693134862315708145274237317043567981...").
+CLI::Validator integer_at_least(long long min, long long max = std::numeric_limits<int>::max()) {
   const std::string what =
       min == 1 ? "a positive integer (>= 1)" : "an integer >= " + std::to_string(min);
   return CLI::Validator(
-      [min, what](std::string& in) -> std::string {
+      [min, max, what](std::string& in) -> std::string {
         std::size_t used = 0;
         long long v = 0;
         try {
@@ -37,6 +39,7 @@ CLI::Validator integer_at_least(long long min) {
         }
         if (used == 0 || used != in.size()) return "expected " + what + ", got '" + in + "'";
         if (v < min) return "must be " + what + ", got " + in;
+        if (v > max) return "must be at most " + std::to_string(max) + ", got " + in;
         return std::string();
       },
       min == 1 ? "POSITIVE" : "NONNEGATIVE");
@@ -97,8 +100,9 @@ int run(int argc, char** argv) {
   add_sets(plan, plan_sets);
   plan->add_option("--top", pln.top_k, "candidates simulated event by event (default: plan.top_k, 50)")
       ->check(integer_at_least(1));
-  plan->add_option("--jobs", pln.jobs, "worker processes (default: the core count)")
-      ->check(integer_at_least(1));
+  // Each worker is a forked process that builds or simulates a candidate's graph on its own.
+  plan->add_option("--jobs", pln.jobs, "worker processes (default: the core count; at most 1024)")
+      ->check(integer_at_least(1, 1024));
   plan->add_option("--json", pln.json, "write the ranked result JSON (also a shard's output)");
   plan->add_option("--csv", pln.csv, "write the ranked table as CSV");
   plan->add_option("--out", pln.out, "write each confirmed candidate's scenario YAML here");

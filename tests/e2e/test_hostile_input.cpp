@@ -227,6 +227,11 @@ TEST_F(HostileInput, FlagRangeErrorsAreInTheUsersTerms) {
                  {"--nprocs", "must be a positive integer", "got 0"});
   expect_refused("replay " + kScenario + " --rank -1", {"--rank", "got -1"});
   expect_refused("validate " + kScenario + " --repeat abc", {"--repeat", "'abc'"});
+  // Past the flag's type, or past the fork()ed workers a machine should start (each builds or
+  // simulates a graph), named as such (was "positive integer" for a too large value).
+  expect_refused("replay " + kScenario + " --nprocs 99999999999",
+                 {"--nprocs", "at most 2147483647", "99999999999"});
+  expect_refused("plan " + kScenario + " --jobs 100000", {"--jobs", "at most 1024", "100000"});
 }
 
 }  // namespace
