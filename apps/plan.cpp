@@ -244,20 +244,24 @@ void write_csv(std::ostream& os, const std::vector<CandidateResult>& ranked) {
   }
 }
 
-/// The scenario file with the candidate's overrides applied and no `plan:`
-/// section.
 /// The scenario file of a simulated candidate (`--out`): the planned scenario with the user's
 /// `--set` overrides and the candidate's written in, `plan:` removed, so that `simulate` of the
 /// file gives what the planner simulated (models/scenario.h scenario_text_with_overrides).
 std::string candidate_yaml(const PlanArgs& args, const CandidateResult& r, int rank) {
   auto overrides = args.overrides;
   overrides.insert(overrides.end(), r.candidate.overrides.begin(), r.candidate.overrides.end());
+  // Each comment one line: a line break in a path or a --set value must not become YAML.
+  auto one_line = [](std::string text) {
+    for (char& c : text)
+      if (c == '\n' || c == '\r') c = ' ';
+    return text;
+  };
   std::ostringstream o;
-  o << "# trainsim plan: rank " << rank << " of " << args.scenario << ": " << r.candidate.layout
-    << "\n";
+  o << "# trainsim plan: rank " << rank << " of " << one_line(args.scenario) << ": "
+    << r.candidate.layout << "\n";
   if (!args.overrides.empty()) {
     o << "# with";
-    for (const auto& [key, value] : args.overrides) o << " --set " << key << "=" << value;
+    for (const auto& [key, value] : args.overrides) o << one_line(" --set " + key + "=" + value);
     o << "\n";
   }
   o << "# simulated " << std::fixed << std::setprecision(0) << r.tokens_per_s << " tokens/s, "
