@@ -3,6 +3,7 @@
 // (--from-trace, validation/fit.h).
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "apps/verbs.h"
 #include "models/calibration.h"
@@ -57,16 +58,26 @@ int calibrate_main(const CalibrateArgs& args) {
                      "or add --from-trace TRACE.json / --from-microbench MEASURED.json)");
   if (args.from_trace.empty() && args.allow_device_mismatch)
     throw InputError("calibrate --allow-device-mismatch applies only with --from-trace");
-  if (!args.from_microbench.empty()) {
+  // The two fits refine a --base profile (with the system it is for); the measuring flags do
+  // not apply to them. `flag`: the fit's flag; `base_is`: what --base stands for; `applies_to`:
+  // where --quick / --device belong instead.
+  const auto fit_base = [&](const std::string& flag, const std::string& base_is,
+                            const std::string& applies_to) {
     if (args.base.empty())
-      throw InputError("calibrate --from-microbench needs --base PROFILE.json (the catalog GPU's "
-                       "profile to refine, e.g. calibration/h100-sxm5-80gb.json)");
+      throw InputError("calibrate " + flag + " needs --base PROFILE.json (" + base_is + ")");
     if (!args.device.empty() || args.quick)
-      throw InputError(std::string("calibrate --from-microbench: ") +
-                       (args.quick ? "--quick" : "--device " + args.device) +
-                       " applies to measuring, not to a fit from measurements");
-    const CalibrationProfile base = load_calibration(args.base);
-    const SystemSpec system = system_of_profile(base, args.base);
+      throw InputError("calibrate " + flag + ": " +
+                       (args.quick ? "--quick" : "--device " + args.device) + " applies to " +
+                       applies_to);
+    CalibrationProfile base = load_calibration(args.base);
+    SystemSpec system = system_of_profile(base, args.base);
+    return std::make_pair(std::move(base), std::move(system));
+  };
+  if (!args.from_microbench.empty()) {
+    const auto [base, system] = fit_base(
+        "--from-microbench",
+        "the catalog GPU's profile to refine, e.g. calibration/h100-sxm5-80gb.json",
+        "measuring, not to a fit from measurements");
     const CalibrationProfile measured = load_calibration(args.from_microbench);
     if (validation::gpu_name_of_profile_device(measured.device).empty())
       std::cerr << "trainsim calibrate: note: " << args.from_microbench << " says its device is '"
@@ -78,14 +89,8 @@ int calibrate_main(const CalibrateArgs& args) {
                                                    &report);
     report_fit(args.from_microbench, args.base, report, base, profile);
   } else if (!args.from_trace.empty()) {
-    if (args.base.empty())
-      throw InputError("calibrate --from-trace needs --base PROFILE.json (the profile to refine)");
-    if (!args.device.empty() || args.quick)
-      throw InputError(std::string("calibrate --from-trace: ") +
-                       (args.quick ? "--quick" : "--device " + args.device) +
-                       " applies to microbenchmarks, not to a fit from a trace");
-    const CalibrationProfile base = load_calibration(args.base);
-    const SystemSpec system = system_of_profile(base, args.base);
+    const auto [base, system] = fit_base("--from-trace", "the profile to refine",
+                                         "microbenchmarks, not to a fit from a trace");
     const validation::ImportedTrace trace = validation::load_chrome_trace(args.from_trace);
     const std::string mismatch = validation::trace_device_mismatch(trace, base.device);
     if (!mismatch.empty()) {
