@@ -36,6 +36,20 @@ nlohmann::json measurements() {
   return nlohmann::json::parse(ss.str())["measurements"];
 }
 
+/// The InputError message of fitting `measured` (from `path`) onto `base` for `system`; a test
+/// failure naming `what` when the fit is accepted.
+std::string fit_refusal(const CalibrationProfile& measured, const std::string& path,
+                        const CalibrationProfile& base, const SystemSpec& system,
+                        const std::string& what) {
+  try {
+    (void)fit_from_microbenchmarks(measured, path, base, system, nullptr);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << what << " was fitted";
+  return "";
+}
+
 }  // namespace
 
 TEST(MicrobenchFit, H100MeasurementsBecomeTheH100ProfilesTables) {
@@ -92,23 +106,16 @@ TEST(MicrobenchFit, MeasurementsOfAnotherDeviceAreRefused) {
   const CalibrationProfile measured = load_calibration(kMeasured);
   // H100 rates above an A100's peak: measured on another GPU.
   const SystemSpec a100 = find_system("dgx-a100-80gb");
-  try {
-    (void)fit_from_microbenchmarks(measured, kMeasured, default_calibration(a100.gpu.name), a100,
-                                   nullptr);
-    FAIL() << "H100 measurements fitted onto an A100";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("above the"), std::string::npos) << e.what();
-  }
+  const std::string above = fit_refusal(measured, kMeasured, default_calibration(a100.gpu.name),
+                                        a100, "H100 measurements onto an A100");
+  EXPECT_NE(above.find("above the"), std::string::npos) << above;
   // A CPU's measurements.
   const std::string cpu_path = source_path("tests/golden/cpu_profile.json");
   const SystemSpec h100 = find_system("dgx-h100");
   const CalibrationProfile base = default_calibration(h100.gpu.name);
-  try {
-    (void)fit_from_microbenchmarks(load_calibration(cpu_path), cpu_path, base, h100, nullptr);
-    FAIL() << "a CPU profile fitted onto an H100";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("microbenchmarks of a CPU"), std::string::npos) << e.what();
-  }
+  const std::string cpu =
+      fit_refusal(load_calibration(cpu_path), cpu_path, base, h100, "a CPU profile onto an H100");
+  EXPECT_NE(cpu.find("microbenchmarks of a CPU"), std::string::npos) << cpu;
   // A measured (local) profile as the base.
   EXPECT_THROW((void)fit_from_microbenchmarks(measured, kMeasured, measured, h100, nullptr),
                InputError);
@@ -139,14 +146,9 @@ TEST(MicrobenchFit, ANamedGpuMustBeTheBasesGpu) {
   CalibrationProfile measured = load_calibration(kMeasured);
   measured.device = "cuda: NVIDIA A100-SXM4-80GB (LibTorch 2.11.0, bf16)";
   const SystemSpec h100 = find_system("dgx-h100");
-  try {
-    (void)fit_from_microbenchmarks(measured, kMeasured, default_calibration(h100.gpu.name), h100,
-                                   nullptr);
-    FAIL() << "an A100's measurements fitted onto an H100";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("measured on NVIDIA A100-SXM4-80GB"), std::string::npos)
-        << e.what();
-  }
+  const std::string other = fit_refusal(measured, kMeasured, default_calibration(h100.gpu.name),
+                                        h100, "an A100's measurements onto an H100");
+  EXPECT_NE(other.find("measured on NVIDIA A100-SXM4-80GB"), std::string::npos) << other;
   measured.device = "cuda: NVIDIA H100 80GB HBM3 (LibTorch 2.11.0, bf16)";
   EXPECT_NO_THROW((void)fit_from_microbenchmarks(measured, kMeasured,
                                                  default_calibration(h100.gpu.name), h100, nullptr));
