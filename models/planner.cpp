@@ -138,6 +138,7 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
   }
   if (r.has("num_layers_per_virtual_pipeline_stage")) {
     c.num_layers_per_virtual_pipeline_stage.clear();
+    c.virtual_stages_from_scenario = false;
     const std::string key = "num_layers_per_virtual_pipeline_stage";
     for (const auto& v : r.items(key)) {
       if (v.Scalar() == "all")
@@ -209,13 +210,27 @@ PlanConfig load_plan_config(const std::string& scenario_path, const Scenario& ba
   c.tensor_model_parallel_size = powers_of_two_up_to(base.cluster.gpus_per_node);
   c.pipeline_model_parallel_size = divisors(base.model.num_layers);
   c.num_layers_per_virtual_pipeline_stage = {std::nullopt};
+  if (base.parallel.num_layers_per_virtual_pipeline_stage) {
+    c.num_layers_per_virtual_pipeline_stage.push_back(
+        base.parallel.num_layers_per_virtual_pipeline_stage);
+    c.virtual_stages_from_scenario = true;
+  }
   c.micro_batch_size = {1, 2, 4, 8};
   c.recompute_granularity = {Recompute::None, Recompute::Selective, Recompute::Full};
-  c.sequence_parallel = {false};
-  c.zero_stage = {0, 1};
-  c.use_distributed_optimizer = {false};
-  c.context_parallel_size = {1};
-  c.expert_model_parallel_size = {1};
+  // The launch line's own choices stay unless the plan varies them. DeepSpeed's ZeRO stages 0 and
+  // 1 (and the scenario's own) are searched by default where they are the runtime's sharding
+  // (Megatron-LM 2021 with DeepSpeed); Megatron-Core shards with its distributed optimizer or
+  // FSDP, kept as written.
+  const ParallelConfig& bp = base.parallel;
+  c.sequence_parallel = {bp.sequence_parallel};
+  c.zero_stage = {base.zero.stage};
+  if (base.runtime == Runtime::Megatron2021) {
+    c.zero_stage = {0, 1};
+    if (base.zero.stage > 1) c.zero_stage.push_back(base.zero.stage);
+  }
+  c.use_distributed_optimizer = {bp.use_distributed_optimizer};
+  c.context_parallel_size = {bp.context_parallel_size};
+  c.expert_model_parallel_size = {bp.expert_model_parallel_size};
   c.max_gpus = base.world_size();
   YAML::Node root;
   try {
@@ -255,6 +270,13 @@ const char* recompute_value(Recompute r) {
 std::vector<std::optional<std::int64_t>> virtual_choices(const PlanConfig& plan,
                                                          std::int64_t layers, std::int64_t pp) {
   std::vector<std::optional<std::int64_t>> out = plan.num_layers_per_virtual_pipeline_stage;
+  if (plan.virtual_stages_from_scenario)
+    out.erase(std::remove_if(out.begin(), out.end(),
+                             [&](const std::optional<std::int64_t>& v) {
+                               return v && !(layers % pp == 0 && (layers / pp) % *v == 0 &&
+                                             layers / pp >= 2 * *v);
+                             }),
+              out.end());
   if (plan.all_virtual_stages && std::find(out.begin(), out.end(), std::nullopt) == out.end())
     out.insert(out.begin(), std::nullopt);
   if (plan.all_virtual_stages && pp > 1 && layers % pp == 0) {
@@ -305,11 +327,19 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
           for (const auto& vpl : virtual_choices(plan, base.model.num_layers, pp))
             for (std::int64_t mb : plan.micro_batch_size)
               for (Recompute rc : plan.recompute_granularity)
-                for (bool sp : plan.sequence_parallel)
+                for (bool sp_asked : plan.sequence_parallel)
                   for (std::int64_t zero : plan.zero_stage)
                     for (bool distopt : plan.use_distributed_optimizer)
                       for (bool offload : offload_choices) {
                         if (offload && zero == 0) continue;  // DeepSpeed offloads ZeRO states
+                        // Megatron turns sequence parallelism off on one tensor-parallel rank
+                        // (arguments.py); at TP 1 `true` is the run of `false`, enumerated once.
+                        const bool sp = sp_asked && tp > 1;
+                        if (sp_asked && tp == 1 &&
+                            std::find(plan.sequence_parallel.begin(),
+                                      plan.sequence_parallel.end(),
+                                      false) != plan.sequence_parallel.end())
+                          continue;
                         // With fused/flash attention selective recomputation of core_attn
                         // recomputes nothing (models/builder/pipeline_pass.cpp): the same run
                         // as none, unless the scenario's recompute_modules name other modules.
@@ -347,6 +377,11 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                           set("parallel.tp_comm_overlap_rs_method", "null");
                         }
                         set("parallel.use_distributed_optimizer", distopt ? "true" : "false");
+                        // Likewise the parameter all-gather's overlap, where the candidate has
+                        // that all-gather (Megatron arguments.py refuses it otherwise).
+                        if (base.parallel.overlap_param_gather && !distopt &&
+                            !base.parallel.uses_fsdp())
+                          set("parallel.overlap_param_gather", "false");
                         set("deepspeed.zero_optimization.stage", std::to_string(zero));
                         set("deepspeed.zero_optimization.offload_optimizer."
                             "device",

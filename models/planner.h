@@ -42,6 +42,9 @@ struct PlanConfig {
   /// Layers per virtual stage; nullopt = no interleaving.
   std::vector<std::optional<std::int64_t>> num_layers_per_virtual_pipeline_stage;
   bool all_virtual_stages = false;  ///< `all`: every divisor of the layers per stage
+  /// Not in `plan:`: none, and the scenario's own layers per virtual stage where they split a
+  /// stage into two or more chunks.
+  bool virtual_stages_from_scenario = false;
   std::vector<std::int64_t> micro_batch_size;
   std::vector<Recompute> recompute_granularity;
   std::vector<bool> sequence_parallel;

@@ -77,6 +77,80 @@ TEST(PlannerEnumeration, FlashAttentionDropsSelectiveRecomputationAsARepeatOfNon
   EXPECT_EQ(enumerate_candidates(load_plan_config(path, base), base).size(), 8u);
 }
 
+// A Megatron-Core launch line (sequence parallelism, the distributed optimizer with its
+// overlapped parameter gather, interleaving) planned with no `plan:` section: what it does not
+// vary stays as written, so its own layout is a candidate and none is refused for a choice the
+// planner made.
+TEST(PlannerEnumeration, DimensionsNotPlannedKeepTheScenariosChoices) {
+  ScratchDir dir("plan");
+  const std::string model =
+      "model: {num_layers: 8, hidden_size: 256, num_attention_heads: 8, seq_length: 128, "
+      "padded_vocab_size: 1024, attention_backend: flash}\n";
+  const std::string path = dir.write(
+      "s.yaml", "name: plan_test\nruntime: megatron-core\n" + model +
+                    "parallel: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2, "
+                    "num_layers_per_virtual_pipeline_stage: 2, micro_batch_size: 1, "
+                    "global_batch_size: 16, sequence_parallel: true, "
+                    "use_distributed_optimizer: true, overlap_param_gather: true}\n"
+                    "cluster: {system: dgx-h100, nodes: 1}\n");
+  const Scenario base = load_scenario(path);
+  const PlanConfig plan = load_plan_config(path, base);
+  EXPECT_EQ(plan.sequence_parallel, std::vector<bool>{true});
+  EXPECT_EQ(plan.use_distributed_optimizer, std::vector<bool>{true});
+  EXPECT_EQ(plan.zero_stage, std::vector<std::int64_t>{0});  // Megatron-Core: no DeepSpeed ZeRO
+  EXPECT_EQ(plan.context_parallel_size, std::vector<std::int64_t>{1});
+  const auto all = enumerate_candidates(plan, base);
+  // Virtual stages by hand, 8 layers: pp 1 -> {none}; pp 2 (4 per stage) -> {none, 2};
+  // pp 4 (2 per stage: one chunk of 2) -> {none}; pp 8 -> {none}. 5 pipeline shapes x 4 TP x
+  // 4 micro batches x {none, full}: 160. At TP 1 sequence parallelism is off (Megatron).
+  EXPECT_EQ(all.size(), 160u);
+  std::size_t own = 0, refused = 0;
+  for (const auto& c : all) {
+    if (c.layout == "tp2 pp2 dp2 vpl2 mb1 norecomp sp distopt") ++own;
+    const CandidateEstimate e = estimate_candidate(path, {}, c, 0.05);
+    if (e.rejection == PlanRejection::Invalid) {
+      ++refused;
+      // Only divisibility may refuse a candidate of this space: of the GPUs by TP x PP, of the
+      // global batch by micro batch x DP, of the microbatches by PP when interleaved.
+      EXPECT_TRUE(e.reason.find("does not divide the 8 GPUs") != std::string::npos ||
+                  e.reason.find("global_batch_size (16) is not divisible") != std::string::npos ||
+                  e.reason.find("number of microbatches (1 = ") != std::string::npos)
+          << c.layout << ": " << e.reason;
+    }
+    if (c.layout.rfind("tp1 ", 0) == 0) EXPECT_EQ(c.layout.find(" sp"), std::string::npos);
+  }
+  EXPECT_EQ(own, 1u);
+  EXPECT_GT(refused, 0u);  // e.g. tp2 pp8, and tp1 pp1 dp8 mb4: 16 / (4 x 8)
+}
+
+// Sequence parallelism on and off asked at TP 1 is one run (Megatron turns it off), enumerated
+// once; without the distributed optimizer the parameter gather's overlap is dropped, as
+// tp_comm_overlap is without sequence parallelism.
+TEST(PlannerEnumeration, ChoicesMegatronMergesOrRefusesAreEnumeratedOnce) {
+  ScratchDir dir("plan");
+  const std::string path = dir.write(
+      "s.yaml",
+      "name: plan_test\nruntime: megatron-core\nmodel: {num_layers: 8, hidden_size: 256, "
+      "num_attention_heads: 8, seq_length: 128, padded_vocab_size: 1024}\n"
+      "parallel: {micro_batch_size: 1, global_batch_size: 16, use_distributed_optimizer: true, "
+      "overlap_param_gather: true}\ncluster: {system: dgx-h100, nodes: 1}\n"
+      "plan: {tensor_model_parallel_size: [1, 2], pipeline_model_parallel_size: [1], "
+      "micro_batch_size: [1], recompute_granularity: [none], sequence_parallel: [true, false], "
+      "use_distributed_optimizer: [false, true]}\n");
+  const Scenario base = load_scenario(path);
+  const auto all = enumerate_candidates(load_plan_config(path, base), base);
+  std::vector<std::string> layouts;
+  for (const auto& c : all) {
+    layouts.push_back(c.layout);
+    EXPECT_EQ(estimate_candidate(path, {}, c, 0.05).rejection, PlanRejection::None) << c.layout;
+  }
+  // TP 1: sp false only (x 2 distopt); TP 2: sp true and false (x 2 distopt).
+  EXPECT_EQ(layouts, (std::vector<std::string>{
+                         "tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 norecomp distopt",
+                         "tp2 pp1 dp4 mb1 norecomp sp", "tp2 pp1 dp4 mb1 norecomp sp distopt",
+                         "tp2 pp1 dp4 mb1 norecomp", "tp2 pp1 dp4 mb1 norecomp distopt"}));
+}
+
 TEST(PlannerReducedGraph, MicrobatchesReachTheFullRunsWarmUp) {
   ParallelConfig p;
   p.pipeline_model_parallel_size = 4;
