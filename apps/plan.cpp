@@ -288,12 +288,33 @@ void print_estimate_error(std::ostream& os, const std::vector<CandidateResult>& 
        << "%\n";
 }
 
+/// Why candidates were invalid: the most frequent reasons, each with its count and the first
+/// such candidate's layout and message (--json lists every reason).
+void print_invalid_reasons(std::ostream& os, const std::vector<InvalidReason>& invalid) {
+  constexpr std::size_t kShown = 5;
+  if (invalid.empty()) return;
+  os << "invalid, by reason (candidates, the first of them, its message):\n";
+  std::size_t rest = 0;
+  for (std::size_t i = 0; i < invalid.size(); ++i) {
+    if (i >= kShown) {
+      rest += invalid[i].count;
+      continue;
+    }
+    os << "  " << std::setw(6) << invalid[i].count << "  " << invalid[i].example_layout << ": "
+       << invalid[i].reason << "\n";
+  }
+  if (rest > 0)
+    os << "  " << std::setw(6) << rest << "  for " << invalid.size() - kShown
+       << " other reasons (--json lists them: invalid_reasons)\n";
+}
+
 /// Ranks and writes the results of the space of scenario `scenario` (its name; `args.shard`'s
 /// part of it, or shards merged).
 int finish(const PlanArgs& args, std::vector<CandidateResult> results,
-           std::map<std::string, std::size_t> why, std::size_t enumerated, bool interrupted,
-           const std::string& scenario) {
+           std::map<std::string, std::size_t> why, std::vector<InvalidReason> invalid,
+           std::size_t enumerated, bool interrupted, const std::string& scenario) {
   rank_results(results);
+  sort_invalid_reasons(invalid);
   std::ostream& os = std::cout;
   if (interrupted) os << "interrupted: the best found so far\n";
   print_table(os, results);
@@ -319,6 +340,7 @@ int finish(const PlanArgs& args, std::vector<CandidateResult> results,
   os << "enumerated " << enumerated << " candidates; not simulated:";
   for (const auto& [reason, count] : why) os << " " << reason << " " << count << ";";
   os << "\n";
+  print_invalid_reasons(os, invalid);
   if (!args.json.empty()) {
     OutputFile f(args.json, "--json");
     PlanResultFile file;
@@ -327,6 +349,7 @@ int finish(const PlanArgs& args, std::vector<CandidateResult> results,
     file.interrupted = interrupted;
     file.enumerated = enumerated;
     file.rejected = why;
+    file.invalid_reasons = invalid;
     file.candidates = results;
     f.stream() << plan_result_json(file).dump(2) << "\n";
     f.commit();
@@ -367,6 +390,7 @@ int merge_main(const PlanArgs& args) {
                      "file, which shards do not carry: give --out to the shards' runs");
   std::vector<CandidateResult> results;
   std::map<std::string, std::size_t> why;
+  std::vector<InvalidReason> invalid;
   PlanResultFile space;  // the first file's scenario and enumeration
   std::string first;
   std::size_t parts = 0;                      // n of the shards' i/n (0: none had one)
@@ -401,6 +425,7 @@ int merge_main(const PlanArgs& args) {
       std::fprintf(stderr, "trainsim plan: warning: %s was interrupted: its part of the space "
                            "is incomplete\n", file.c_str());
     for (const auto& [reason, count] : r.rejected) why[reason] += count;
+    for (const InvalidReason& g : r.invalid_reasons) add_invalid_reason(invalid, g);
     for (CandidateResult& c : r.candidates) {
       const auto [it, fresh] = seen.emplace(c.candidate.index, file);
       if (!fresh)
@@ -420,8 +445,8 @@ int merge_main(const PlanArgs& args) {
                  "parts\n",
                  missing.c_str(), shards.size(), parts);
   }
-  return finish(args, std::move(results), std::move(why), space.enumerated, false,
-                space.scenario);
+  return finish(args, std::move(results), std::move(why), std::move(invalid), space.enumerated,
+                false, space.scenario);
 }
 
 }  // namespace
@@ -502,18 +527,30 @@ int plan_main(const PlanArgs& args) {
     std::fprintf(stderr, "trainsim plan: stage (c): %.2f candidates/s\n", simp.rate());
   }
   std::map<std::string, std::size_t> why;
+  std::vector<InvalidReason> invalid;
   std::vector<CandidateResult> kept;
   for (auto& r : results) {
     if (r.candidate.layout.empty()) continue;  // never estimated (interrupted)
     if (r.estimate.rejection != PlanRejection::None) {
       ++why[to_string(r.estimate.rejection)];
-      if (r.estimate.rejection == PlanRejection::Invalid) continue;
+      if (r.estimate.rejection == PlanRejection::Invalid) {
+        // Every message begins with the scenario's path: the reason is what follows it.
+        std::string reason = r.estimate.reason;
+        if (reason.rfind(args.scenario, 0) == 0) {
+          reason.erase(0, args.scenario.size());
+          if (reason.rfind(": ", 0) == 0) reason.erase(0, 2);
+          else if (reason.rfind(" ", 0) == 0) reason.erase(0, 1);
+        }
+        add_invalid_reason(invalid, {reason, 1, r.candidate.index, r.candidate.layout});
+        continue;
+      }
     }
     kept.push_back(std::move(r));
   }
   // Rejected-but-valid candidates stay in the JSON (estimates) so that a
   // --merge can rank shards; the text table lists simulated ones only.
-  return finish(args, std::move(kept), std::move(why), enumerated, !complete, base.name);
+  return finish(args, std::move(kept), std::move(why), std::move(invalid), enumerated, !complete,
+                base.name);
 }
 
 }  // namespace trainsim::cli

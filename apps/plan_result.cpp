@@ -1,5 +1,7 @@
 #include "apps/plan_result.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <limits>
 #include <set>
@@ -187,6 +189,50 @@ json estimate_to_json(const CandidateEstimate& e) {
           {"estimate_tokens_per_s", e.estimate_tokens_per_s}};
 }
 
+namespace {
+
+/// A message's shape: its text with each number (a run of digits, points and exponent signs
+/// after a digit) written as '#'.
+std::string message_shape(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    if (std::isdigit(static_cast<unsigned char>(text[i]))) {
+      while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) ||
+                                 text[i] == '.' || text[i] == 'e' || text[i] == '+' ||
+                                 text[i] == '-'))
+        ++i;
+      out += '#';
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_invalid_reason(std::vector<InvalidReason>& reasons, const InvalidReason& r) {
+  const std::string shape = message_shape(r.reason);
+  for (InvalidReason& g : reasons)
+    if (message_shape(g.reason) == shape) {
+      g.count += r.count;
+      if (r.example_index < g.example_index) {
+        g.reason = r.reason;
+        g.example_index = r.example_index;
+        g.example_layout = r.example_layout;
+      }
+      return;
+    }
+  reasons.push_back(r);
+}
+
+void sort_invalid_reasons(std::vector<InvalidReason>& reasons) {
+  std::sort(reasons.begin(), reasons.end(), [](const InvalidReason& a, const InvalidReason& b) {
+    return std::make_pair(-std::int64_t(a.count), a.example_index) <
+           std::make_pair(-std::int64_t(b.count), b.example_index);
+  });
+}
+
 CandidateEstimate estimate_from_json(const json& j, const std::string& source,
                                      const std::string& field) {
   return read_estimate(FieldReader(source), j, field);
@@ -200,6 +246,13 @@ json plan_result_json(const PlanResultFile& r) {
   out["interrupted"] = r.interrupted;
   out["enumerated"] = r.enumerated;
   out["rejected"] = r.rejected;
+  json reasons = json::array();
+  for (const auto& g : r.invalid_reasons)
+    reasons.push_back({{"reason", g.reason},
+                       {"count", g.count},
+                       {"example_index", g.example_index},
+                       {"example_layout", g.example_layout}});
+  out["invalid_reasons"] = reasons;
   out["candidates"] = cands;
   return out;
 }
@@ -234,6 +287,32 @@ PlanResultFile parse_plan_result(const std::string& text, const std::string& sou
       f.bad("rejected", reason,
             "counts candidates not simulated: invalid, out_of_memory or below_estimate_cut");
     out.rejected[reason] = std::size_t(f.count_value(count, "rejected." + reason));
+  }
+  if (j.contains("invalid_reasons")) {
+    const json& reasons = f.list(j, "", "invalid_reasons");
+    std::size_t total = 0;
+    std::set<std::size_t> examples;
+    for (std::size_t i = 0; i < reasons.size(); ++i) {
+      const std::string at = "invalid_reasons[" + std::to_string(i) + "]";
+      InvalidReason g;
+      g.reason = f.text(reasons[i], at, "reason");
+      g.count = std::size_t(f.count(reasons[i], at, "count", out.enumerated + 1));
+      if (g.count == 0) f.bad(at + ".count", 0, "a reason of no candidate");
+      g.example_index = std::size_t(f.count(reasons[i], at, "example_index", out.enumerated));
+      if (g.example_index % parts != part)
+        f.bad(at + ".example_index", g.example_index, "not a candidate of shard " + out.shard);
+      if (!examples.insert(g.example_index).second)
+        f.bad(at + ".example_index", g.example_index, "the example of another reason too");
+      g.example_layout = f.text(reasons[i], at, "example_layout");
+      total += g.count;
+      out.invalid_reasons.push_back(std::move(g));
+    }
+    const auto it = out.rejected.find(to_string(PlanRejection::Invalid));
+    const std::size_t invalid = it == out.rejected.end() ? 0 : it->second;
+    if (total != invalid)
+      f.fail("invalid_reasons", "counts " + std::to_string(total) + " candidates, rejected." +
+                                    to_string(PlanRejection::Invalid) + " " +
+                                    std::to_string(invalid));
   }
   const json& cands = f.list(j, "", "candidates");
   std::set<std::size_t> seen;

@@ -123,6 +123,54 @@ TEST(PlanCli, ShardsMergeIntoTheUnshardedRanking) {
             b.at("candidates").at(0).at("tokens_per_s"));
 }
 
+// A space where some layouts are refused says why, by reason: counted by hand, each reason with
+// the first candidate it refused; the shards' reasons merge into the unsharded ones.
+TEST(PlanCli, InvalidCandidatesAreCountedByReasonAndMerged) {
+  ScratchDir dir("plan_cli_invalid");
+  // 3 TP x 2 PP x 3 micro batches = 18 candidates on 8 GPUs, global batch 32, 8 heads.
+  // TP 3 (indices 12-17) divides neither the heads nor the GPUs: 6. Micro batch 3 never divides
+  // 32 / DP (TP 1-2, indices 2, 5, 8, 11): 4. The other 8 are valid.
+  const std::string path = dir.write(
+      "s.yaml", scenario("{tensor_model_parallel_size: [1, 2, 3], "
+                         "pipeline_model_parallel_size: [1, 2], micro_batch_size: [1, 2, 3], "
+                         "recompute_granularity: [none], zero_stage: [0], top_k: 2}"));
+  const std::string log = dir.file("log").string(), whole = dir.file("whole.json").string();
+  ASSERT_EQ(run("plan " + path + " --jobs 2 --json " + whole, log), 0) << slurp(log);
+  const std::string text = slurp(log);
+  EXPECT_NE(text.find("invalid 10;"), std::string::npos) << text;
+  EXPECT_NE(text.find("invalid, by reason"), std::string::npos) << text;
+  EXPECT_NE(text.find("     6  tp3 pp1"), std::string::npos) << text;
+  EXPECT_NE(text.find("     4  tp1 pp1 dp8 mb3 norecomp: parallel.global_batch_size (32) is not "
+                      "divisible"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find(path + ": parallel"), std::string::npos) << "the path repeated:\n" << text;
+  const auto a = nlohmann::json::parse(slurp(whole));
+  ASSERT_EQ(a.at("rejected").at("invalid"), 10);
+  const auto& reasons = a.at("invalid_reasons");
+  ASSERT_EQ(reasons.size(), 2u) << reasons.dump(1);
+  EXPECT_EQ(reasons[0].at("count"), 6);
+  EXPECT_EQ(reasons[0].at("example_index"), 12);
+  EXPECT_EQ(reasons[1].at("count"), 4);
+  EXPECT_EQ(reasons[1].at("example_index"), 2);
+  EXPECT_EQ(reasons[1].at("example_layout"), "tp1 pp1 dp8 mb3 norecomp");
+  for (int i = 0; i < 2; ++i)
+    ASSERT_EQ(run("plan " + path + " --jobs 1 --shard " + std::to_string(i) + "/2 --json " +
+                      dir.file("s" + std::to_string(i) + ".json").string(), log),
+              0);
+  const std::string merged = dir.file("merged.json").string();
+  ASSERT_EQ(run("plan --merge " + dir.file("s1.json").string() + " " +
+                    dir.file("s0.json").string() + " --json " + merged, log),
+            0)
+      << slurp(log);
+  EXPECT_EQ(nlohmann::json::parse(slurp(merged)).at("invalid_reasons"), reasons);
+  // Reasons that do not add up to the invalid count are refused.
+  auto bad = nlohmann::json::parse(slurp(dir.file("s0.json")));
+  bad["invalid_reasons"][0]["count"] = bad["invalid_reasons"][0]["count"].get<int>() + 1;
+  EXPECT_EQ(run("plan --merge " + dir.write("bad.json", bad.dump()), log), 1);
+  EXPECT_NE(slurp(log).find("field 'invalid_reasons' counts"), std::string::npos) << slurp(log);
+}
+
 // A written candidate is the scenario the planner simulated: with the user's --set overrides
 // in it (they were dropped), and its model.hf_config found from the output folder (it is
 // relative to the planned scenario's folder).
