@@ -1557,6 +1557,14 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
       fail(kv("model.moe_ffn_hidden_size", m.moe_ffn_hidden_size) + " is not divisible by " +
            kv("parallel.expert_tensor_parallel_size", etp));
   }
+  if (p.use_torch_fsdp2 && (p.pipeline_model_parallel_size > 1 || ep > 1)) {
+    const bool pipe = p.pipeline_model_parallel_size > 1;
+    fail("parallel.use_torch_fsdp2 with " +
+         (pipe ? kv("parallel.pipeline_model_parallel_size", p.pipeline_model_parallel_size)
+               : kv("parallel.expert_model_parallel_size", ep)) +
+         ": Megatron-LM refuses it (arguments.py: \"--use-torch-fsdp2 is not supported with " +
+         (pipe ? "pipeline" : "expert") + " parallelism\"); use parallel.use_megatron_fsdp");
+  }
   if (p.uses_fsdp()) {
     const std::int64_t shard_world = p.data_parallel_size * cp;
     if (p.fsdp_sharding_group_size == 0) p.fsdp_sharding_group_size = shard_world;

@@ -1,5 +1,5 @@
 // Strategy `zero3`: DeepSpeed ZeRO stage 3 (runtime/zero/stage3.py, partitioned_param_
-// coordinator.py; = FSDP full sharding), pp = 1. Parameters are partitioned too and gathered
+// coordinator.py; = FSDP full sharding), pp = 1 (DeepSpeed refuses stage 3 with pipelines). Parameters are partitioned too and gathered
 // over the data-parallel group before use; gradients go through reduce-scatter buckets as at
 // stage 2. Two granularities:
 //
@@ -18,9 +18,11 @@
 //    issued at block c's hook start once block c-1 has run, so what was prefetched for c+1
 //    overlaps block c. The blocks are the skeleton's attention and MLP tasks; a block waits
 //    for the gathers of all its submodules.
-//  * FSDP (Megatron-FSDP, torch FSDP2; and MoE layers): one unit per layer (embedding, layers,
-//    output, in use order: forward, then reversed in backward), gathered up to
-//    zero3_prefetch_layers units ahead, released after the unit's last block of the pass.
+//  * FSDP (Megatron-FSDP, torch FSDP2; and MoE layers): one unit per layer of the step's model
+//    chunk (the embedding on the model's first virtual stage, the chunk's layers, the output
+//    layer on the last; in use order: forward, then reversed in backward), gathered up to
+//    zero3_prefetch_layers units ahead, released after the unit's last block of the pass. With
+//    pipeline parallelism (Megatron-FSDP) a pass is one pipeline step's chunk.
 #include <algorithm>
 #include <map>
 #include <vector>
@@ -69,10 +71,21 @@ class Zero3 final : public DataParallelStrategy {
       if (gathers_) begin_submodule_pass(ctx, step.forward);
       return;
     }
+    // The step's model chunk (one pipeline stage's share, or the whole model at pp = 1): the
+    // embedding on the model's first virtual stage, its layers, the output on the last.
+    const ModelDims& d = ctx.dims();
+    const ParallelConfig& p = ctx.scenario().parallel;
+    const std::int64_t vstage = std::int64_t(step.chunk) * d.pp + ctx.coords.pp_stage;
+    has_embedding_ = vstage == 0;
+    has_output_ = vstage == d.pp * d.v - 1;
+    first_layer_ = p.first_layer_of_virtual_stage(vstage);
+    chunk_layers_ = p.layers_of_virtual_stage(vstage);
     units_.clear();
-    units_.push_back(step.forward ? embed_params_ : output_params_);
-    for (std::int64_t l = 0; l < layers_; ++l) units_.push_back(layer_params_);
-    units_.push_back(step.forward ? output_params_ : embed_params_);
+    const bool head = step.forward ? has_embedding_ : has_output_;
+    const bool tail = step.forward ? has_output_ : has_embedding_;
+    if (head) units_.push_back({step.forward ? embed_params_ : output_params_, false});
+    for (std::int64_t l = 0; l < chunk_layers_; ++l) units_.push_back({layer_params_, true});
+    if (tail) units_.push_back({step.forward ? output_params_ : embed_params_, false});
     gather_.assign(units_.size(), kNone);
     next_ = 0;
   }
@@ -93,13 +106,18 @@ class Zero3 final : public DataParallelStrategy {
   }
 
  private:
-  /// Position of `unit` in the current pass: forward embedding, layers, output; backward the
-  /// reverse.
+  /// Position of `unit` in the current pass (the step's chunk): forward embedding, layers,
+  /// output; backward the reverse.
   std::size_t index_of(bool forward, const Unit& unit) const {
+    const std::size_t head = (forward ? has_embedding_ : has_output_) ? 1 : 0;
+    const std::size_t layers = std::size_t(chunk_layers_);
     switch (unit.kind) {
-      case UnitKind::Embedding: return forward ? 0 : std::size_t(1 + layers_);
-      case UnitKind::Layer: return std::size_t(forward ? 1 + unit.layer : layers_ - unit.layer);
-      case UnitKind::Output: return forward ? std::size_t(1 + layers_) : 0;
+      case UnitKind::Embedding: return forward ? 0 : head + layers;
+      case UnitKind::Layer: {
+        const std::size_t local = std::size_t(unit.layer - first_layer_);
+        return head + (forward ? local : layers - 1 - local);
+      }
+      case UnitKind::Output: return forward ? head + layers : 0;
     }
     return 0;
   }
@@ -146,16 +164,21 @@ class Zero3 final : public DataParallelStrategy {
   const bool gathers_;  ///< dp > 1: there is something to gather
   const std::int64_t layers_, prefetch_;
   std::int64_t embed_params_ = 0, layer_params_ = 0, output_params_ = 0;
-  // The current pass: parameters per rank of each unit in use order, the all-gather issued
-  // for each, the next one to issue.
-  std::vector<std::int64_t> units_;
+  // The current pass (the step's chunk): parameters per rank of each unit in use order, the
+  // all-gather issued for each, the next one to issue.
+  struct PassUnit {
+    std::int64_t params = 0;
+    bool layer = false;  ///< a transformer layer (else the embedding or the output layer)
+  };
+  std::vector<PassUnit> units_;
+  bool has_embedding_ = false, has_output_ = false;  ///< the chunk's ends of the model
+  std::int64_t first_layer_ = 0, chunk_layers_ = 0;   ///< the chunk's global layers
   /// --fp8-param-gather (FSDP): the layers' weights are gathered in FP8 (1 byte; their few
   /// bf16 norm elements are neglected, as for the distributed optimizer's gathers).
   bool fp8_layers_ = false;
-  /// Bytes of unit i's gathered parameters (units_: embedding/output, the layers, output/embedding).
+  /// Bytes of unit i's gathered parameters.
   std::int64_t unit_bytes(std::size_t i, std::int64_t e) const {
-    const bool layer = i > 0 && i + 1 < units_.size();
-    return units_[i] * (layer && fp8_layers_ ? 1 : e);
+    return units_[i].params * (units_[i].layer && fp8_layers_ ? 1 : e);
   }
   std::vector<TaskId> gather_;
   std::size_t next_ = 0;

@@ -1,6 +1,7 @@
 #include "models/builder/zero_buckets.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "models/memory_model.h"
 #include "models/zero_offload.h"
@@ -13,9 +14,22 @@ ZeroGradientBuckets::ZeroGradientBuckets(const RankContext& ctx)
       partitioned_grads_(stage_ >= 2),
       embed_params_(embedding_params_per_rank(ctx.scenario().model, ctx.dims().t)),
       layer_params_(layer_params_per_rank(ctx.scenario().model, ctx.dims().t)),
-      layers_(ctx.dims().layers),
       params_(params_per_rank(ctx.scenario(), ctx.coords.pp_stage)),
-      offload_(ctx.scenario(), ctx.coords.pp_stage) {}
+      offload_(ctx.scenario(), ctx.coords.pp_stage) {
+  const ModelDims& d = ctx.dims();
+  const ParallelConfig& p = ctx.scenario().parallel;
+  std::vector<std::int64_t> layers;
+  for (std::int64_t chunk = 0; chunk < d.v; ++chunk) {
+    const std::int64_t vstage = chunk * d.pp + ctx.coords.pp_stage;
+    has_embedding_ = has_embedding_ || vstage == 0;
+    has_output_ = has_output_ || vstage == d.pp * d.v - 1;
+    const std::int64_t first = p.first_layer_of_virtual_stage(vstage);
+    for (std::int64_t l = first; l < first + p.layers_of_virtual_stage(vstage); ++l)
+      layers.push_back(l);
+  }
+  std::sort(layers.begin(), layers.end());
+  for (std::size_t k = 0; k < layers.size(); ++k) layer_position_[layers[k]] = std::int64_t(k);
+}
 
 void ZeroGradientBuckets::on_block_computed(RankContext& ctx, const Block& b) {
   if (!partitioned_grads_ || b.phase != Phase::Backward) return;
@@ -25,30 +39,40 @@ void ZeroGradientBuckets::on_block_computed(RankContext& ctx, const Block& b) {
       if (b.first) ctx.add_effect(b.task, {layer_params_ * e, MemCategory::Gradients});
       if (b.last) ctx.add_effect(b.task, {-layer_params_ * e, MemCategory::Gradients, true});
       break;
-    case UnitKind::Output:
+    case UnitKind::Output: {
       ensure_buffers(ctx, b.task);
-      // The tied word embedding's gradient lives until the embedding backward.
-      ctx.add_effect(b.task,
-                     {word_embedding_params_per_rank(ctx.scenario().model, ctx.dims().t) * e,
-                      MemCategory::Gradients});
+      const std::int64_t word =
+          word_embedding_params_per_rank(ctx.scenario().model, ctx.dims().t) * e;
+      // The word embedding's gradient lives until the embedding backward where this rank runs
+      // it (pp = 1); else it goes into the bucket with the logits backward, as a layer's does.
+      ctx.add_effect(b.task, {word, MemCategory::Gradients});
+      if (!has_embedding_) ctx.add_effect(b.task, {-word, MemCategory::Gradients, true});
       break;
+    }
     case UnitKind::Embedding:
-      // The position embedding's gradient, then both copied into the bucket.
-      ctx.add_effect(b.task, {ctx.dims().s * ctx.dims().h * e, MemCategory::Gradients});
-      ctx.add_effect(b.task, {-embed_params_ * e, MemCategory::Gradients, true});
+      if (has_output_) {
+        // The position embedding's gradient, then both copied into the bucket.
+        ctx.add_effect(b.task, {ctx.dims().s * ctx.dims().h * e, MemCategory::Gradients});
+        ctx.add_effect(b.task, {-embed_params_ * e, MemCategory::Gradients, true});
+      } else {  // the first of several stages: the embedding's gradients are its own
+        ctx.add_effect(b.task, {embed_params_ * e, MemCategory::Gradients});
+        ctx.add_effect(b.task, {-embed_params_ * e, MemCategory::Gradients, true});
+      }
       break;
   }
 }
 
 void ZeroGradientBuckets::on_grads_ready(RankContext& ctx, const Unit& unit, TaskId ready) {
-  const std::int64_t layers_end = embed_params_ + layers_ * layer_params_;
+  const std::int64_t embed = has_embedding_ ? embed_params_ : 0;
+  const std::int64_t layers_end = embed + std::int64_t(layer_position_.size()) * layer_params_;
   switch (unit.kind) {
     case UnitKind::Output: grads_ready(ctx, layers_end, params_, ready); break;
-    case UnitKind::Layer:
-      grads_ready(ctx, embed_params_ + unit.layer * layer_params_,
-                  embed_params_ + (unit.layer + 1) * layer_params_, ready);
+    case UnitKind::Layer: {
+      const std::int64_t k = layer_position_.at(unit.layer);
+      grads_ready(ctx, embed + k * layer_params_, embed + (k + 1) * layer_params_, ready);
       break;
-    case UnitKind::Embedding: grads_ready(ctx, 0, embed_params_, ready); break;
+    }
+    case UnitKind::Embedding: grads_ready(ctx, 0, embed, ready); break;
   }
 }
 

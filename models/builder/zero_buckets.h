@@ -6,11 +6,15 @@
 // (models/builder/offload.h). Stage 2/3 fill and reduce buckets during every microbatch's
 // backward; stage 1 reduces all gradients once, after the last microbatch.
 //
-// Coordinates are parameter order: embedding [0, E), layer l [E + l Lp, E + (l+1) Lp), the rest
-// (final LayerNorm, an untied output layer) after the last layer (stage 2/3 run with pp = 1).
+// Coordinates are the rank's parameters in model order: the embedding [0, E) where the rank holds
+// the model's first virtual stage (else E = 0), the k-th of the rank's layers (ascending global
+// index, over its model chunks) [E + k Lp, E + (k+1) Lp), the rest (final LayerNorm, an untied
+// or the tied output layer) after its last layer. DeepSpeed's stages 2/3 run with pp = 1, where
+// that is the whole model; FSDP (modelled as stage 3) also runs with pipeline parallelism.
 #pragma once
 
 #include <cstdint>
+#include <map>
 
 #include "models/builder/dp_strategy.h"
 #include "models/builder/offload.h"
@@ -47,7 +51,11 @@ class ZeroGradientBuckets {
 
   const int stage_;
   const bool partitioned_grads_;  ///< stage >= 2
-  const std::int64_t embed_params_, layer_params_, layers_, params_;
+  const std::int64_t embed_params_, layer_params_, params_;
+  /// The rank holds the model's first / last virtual stage (pp = 1: both).
+  bool has_embedding_ = false, has_output_ = false;
+  /// The rank's layers: global index -> position among them (ascending).
+  std::map<std::int64_t, std::int64_t> layer_position_;
   // The current bucket, [lo_, hi_) in parameter order (backward fills it from high to low).
   std::int64_t lo_ = 0, hi_ = 0;
   TaskId ready_ = kNone;       ///< the task after which the bucket's gradients are complete

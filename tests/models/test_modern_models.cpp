@@ -17,6 +17,7 @@
 #include "models/hf_config.h"
 #include "models/memory_model.h"
 #include "models/scenario.h"
+#include "models/zero_offload.h"
 #include "tests/support/paths.h"
 
 namespace trainsim {
@@ -531,6 +532,48 @@ TEST(ModernModels, FsdpGathersLayersInFp8WithFp8ParamGather) {
   }
 }
 
+// Megatron-FSDP with pipeline parallelism: each stage gathers and reduce-scatters its own
+// chunk's parameters (the embedding on the first stage, its layers, the output layer on the
+// last), every microbatch; nothing stays gathered, so more microbatches do not raise the peak.
+// Llama 3 8B on PP 2 (and interleaved, 4 layers per virtual stage): 16 layers per rank of
+// 218,112,000 parameters, the untied embedding and output tables of 128256 x 4096, the final
+// RMSNorm's 4096 on the last stage; bf16 gradients (2 bytes).
+TEST(ModernModels, FsdpWithPipelineStagesShardsEachStagesOwnChunks) {
+  const std::int64_t layer = 218112000LL, table = 128256LL * 4096;
+  for (const std::string vp : {"", ", num_layers_per_virtual_pipeline_stage: 4"}) {
+    std::int64_t peak[2] = {0, 0};
+    for (const int gbs : {32, 128}) {
+      const std::string par =
+          "use_megatron_fsdp: true, pipeline_model_parallel_size: 2, micro_batch_size: 1, "
+          "global_batch_size: " + std::to_string(gbs) + vp;
+      const Scenario sc = core(kLlama8b, par);
+      const ScheduleGraph g = folded_graph(sc);
+      const std::int64_t nmb = sc.parallel.num_microbatches;
+      std::map<std::int64_t, std::int64_t> reduced, gathered;  // per pipeline stage
+      for (RankId r : g.simulated_ranks()) {
+        const std::int64_t stage = std::int64_t(r) / 4;  // TP 1 x DP 4 ranks per stage
+        for (TaskId id : g.tasks_of_rank(r)) {
+          const OpDesc& o = g.op(id);
+          if (o.group != GroupKind::Data) continue;
+          if (o.kind == OpKind::ReduceScatter) reduced[stage] += o.bytes;
+          if (o.kind == OpKind::AllGather) gathered[stage] += o.bytes;
+        }
+      }
+      EXPECT_EQ(reduced[0], nmb * 2 * (16 * layer + table)) << vp;
+      EXPECT_EQ(reduced[1], nmb * 2 * (16 * layer + table + 4096)) << vp;
+      // Both passes gather the chunk's layers and its table (the final norm is not gathered
+      // apart: the output unit is the table).
+      EXPECT_EQ(gathered[0], nmb * 2 * 2 * (16 * layer + table)) << vp;
+      EXPECT_EQ(gathered[1], nmb * 2 * 2 * (16 * layer + table)) << vp;
+      const std::int64_t p = program_order_peak_gpu_bytes(g);
+      if (gbs == 32) peak[0] = p;
+      else peak[1] = p;
+    }
+    // 8 or 32 microbatches per replica (both past the warm-up): the same peak.
+    EXPECT_EQ(peak[0], peak[1]) << vp;
+  }
+}
+
 TEST(ModernModels, ContextParallelRingExchangeBytesAndGroups) {
   Scenario sc = core(std::string(kLlama8b),
                      "tensor_model_parallel_size: 8, context_parallel_size: 2, "
@@ -628,6 +671,10 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
       {base, "grad_reduce_in_fp32: true, use_megatron_fsdp: true, precision: bf16, "
        "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
        "parallel.grad_reduce_in_fp32 (true) with FSDP is not modelled"},
+      {base, "use_torch_fsdp2: true, pipeline_model_parallel_size: 2, micro_batch_size: 1, "
+       "global_batch_size: 8", "dgx-h100",
+       "parallel.use_torch_fsdp2 with parallel.pipeline_model_parallel_size (2): Megatron-LM "
+       "refuses it"},
       {base, "grad_reduce_in_fp32: false, precision: fp32, micro_batch_size: 1, "
        "global_batch_size: 8", "dgx-h100",
        "parallel.grad_reduce_in_fp32 (false) with parallel.precision fp32"},
