@@ -125,6 +125,13 @@ std::vector<std::int64_t> powers_of_two_up_to(std::int64_t n) {
   return out;
 }
 
+/// The units a pipeline splits: the layers, and the embedding and the loss where they count as
+/// one each (Megatron-Core account_for_embedding/loss_in_pipeline_split).
+std::int64_t split_layers(const ParallelConfig& p, std::int64_t num_layers) {
+  return num_layers + (p.account_for_embedding_in_pipeline_split ? 1 : 0) +
+         (p.account_for_loss_in_pipeline_split ? 1 : 0);
+}
+
 void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
   const std::int64_t kMaxDim = 65536;
   if (r.has("tensor_model_parallel_size"))
@@ -132,7 +139,7 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
   if (r.has("pipeline_model_parallel_size")) {
     auto it = r.items("pipeline_model_parallel_size");
     if (it.size() == 1 && it[0].Scalar() == "all")
-      c.pipeline_model_parallel_size = divisors(base.model.num_layers);
+      c.pipeline_model_parallel_size = divisors(split_layers(base.parallel, base.model.num_layers));
     else
       c.pipeline_model_parallel_size = r.ints("pipeline_model_parallel_size", 1, kMaxDim);
   }
@@ -208,7 +215,18 @@ void read_limits(const PlanReader& r, const Scenario& base, PlanConfig& c) {
 PlanConfig load_plan_config(const std::string& scenario_path, const Scenario& base) {
   PlanConfig c;
   c.tensor_model_parallel_size = powers_of_two_up_to(base.cluster.gpus_per_node);
-  c.pipeline_model_parallel_size = divisors(base.model.num_layers);
+  // Pipeline stages: the divisors of what the pipeline splits (the layers, plus the embedding
+  // and the loss where the scenario counts them as layers: Megatron-Core
+  // account_for_*_in_pipeline_split), and the scenario's own stage count (an uneven split).
+  const std::int64_t split = split_layers(base.parallel, base.model.num_layers);
+  c.pipeline_model_parallel_size = divisors(split);
+  if (std::find(c.pipeline_model_parallel_size.begin(), c.pipeline_model_parallel_size.end(),
+                base.parallel.pipeline_model_parallel_size) ==
+      c.pipeline_model_parallel_size.end()) {
+    c.pipeline_model_parallel_size.push_back(base.parallel.pipeline_model_parallel_size);
+    std::sort(c.pipeline_model_parallel_size.begin(), c.pipeline_model_parallel_size.end());
+  }
+  c.split_layers = split;
   c.num_layers_per_virtual_pipeline_stage = {std::nullopt};
   if (base.parallel.num_layers_per_virtual_pipeline_stage) {
     c.num_layers_per_virtual_pipeline_stage.push_back(
@@ -231,6 +249,9 @@ PlanConfig load_plan_config(const std::string& scenario_path, const Scenario& ba
   c.use_distributed_optimizer = {bp.use_distributed_optimizer};
   c.context_parallel_size = {bp.context_parallel_size};
   c.expert_model_parallel_size = {bp.expert_model_parallel_size};
+  // A scenario that offloads its optimizer has offloaded candidates, and the same layouts on
+  // the GPU alone.
+  c.allow_offload = base.zero.offload_optimizer.enabled;
   c.max_gpus = base.world_size();
   YAML::Node root;
   try {
@@ -324,7 +345,7 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
     for (std::int64_t pp : plan.pipeline_model_parallel_size)
       for (std::int64_t cp : plan.context_parallel_size)
         for (std::int64_t ep : plan.expert_model_parallel_size)
-          for (const auto& vpl : virtual_choices(plan, base.model.num_layers, pp))
+          for (const auto& vpl : virtual_choices(plan, plan.split_layers, pp))
             for (std::int64_t mb : plan.micro_batch_size)
               for (Recompute rc : plan.recompute_granularity)
                 for (bool sp_asked : plan.sequence_parallel)
@@ -377,15 +398,28 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                           set("parallel.tp_comm_overlap_rs_method", "null");
                         }
                         set("parallel.use_distributed_optimizer", distopt ? "true" : "false");
+                        // FSDP shards over the candidate's own data-parallel x context-parallel
+                        // group (the only sharding trainsim models; the scenario's size is its
+                        // own group's).
+                        if (base.parallel.uses_fsdp())
+                          set("parallel.fsdp_sharding_group_size", "null");
                         // Likewise the parameter all-gather's overlap, where the candidate has
                         // that all-gather (Megatron arguments.py refuses it otherwise).
                         if (base.parallel.overlap_param_gather && !distopt &&
                             !base.parallel.uses_fsdp())
                           set("parallel.overlap_param_gather", "false");
                         set("deepspeed.zero_optimization.stage", std::to_string(zero));
-                        set("deepspeed.zero_optimization.offload_optimizer."
-                            "device",
+                        set("deepspeed.zero_optimization.offload_optimizer.device",
                             offload ? "cpu" : "none");
+                        // The scenario's Twin-Flow ratio (or `auto`) applies where DeepSpeed
+                        // takes it: a partial ratio with ZeRO-3 only (zero/config.py
+                        // offload_ratio_check), a full offload below; no ratio without offload.
+                        const OffloadOptimizerConfig& bo = base.zero.offload_optimizer;
+                        const bool partial = bo.ratio_auto || bo.ratio < 1;
+                        if (!offload && bo.enabled)
+                          set("deepspeed.zero_optimization.offload_optimizer.ratio", "null");
+                        else if (offload && zero < 3 && partial)
+                          set("deepspeed.zero_optimization.offload_optimizer.ratio", "1.0");
                         out.push_back(std::move(c));
                       }
   return out;
@@ -515,33 +549,40 @@ double estimate_from_graph(const ScheduleGraph& g, const Scenario& sc, const Cos
 CandidateEstimate estimate_candidate(
     const std::string& scenario_path,
     const std::vector<std::pair<std::string, std::string>>& base_overrides,
-    const PlanCandidate& candidate, double memory_headroom) {
+    const PlanCandidate& candidate, double memory_headroom,
+    const std::string& calibration_path) {
   CandidateEstimate e;
-  auto overrides = base_overrides;
-  overrides.insert(overrides.end(), candidate.overrides.begin(), candidate.overrides.end());
-  Scenario sc;
+  RunRequest req;
+  req.purpose = RunPurpose::Simulate;
+  req.scenario_path = scenario_path;
+  req.overrides = base_overrides;
+  req.overrides.insert(req.overrides.end(), candidate.overrides.begin(),
+                       candidate.overrides.end());
+  req.calibration_path = calibration_path;
+  PreparedRun run;
   try {
-    sc = load_scenario(scenario_path, overrides);
+    // The system, cost model's system and profile the candidate's simulation would use.
+    run = prepare_platform(req);
   } catch (const InputError& err) {
     e.rejection = PlanRejection::Invalid;
     e.reason = err.what();
     return e;
   }
+  const Scenario& sc = run.scenario;
+  const SystemSpec& sys = run.system;
   e.world_size = sc.world_size();
-  const SystemSpec& sys = find_system(sc.cluster.system);
-  const CalibrationProfile profile = default_calibration(sys.gpu.name);
   Scenario reduced = sc;
   reduced.parallel.global_batch_size = reduced_microbatches(sc.parallel) *
                                        sc.parallel.micro_batch_size *
                                        sc.parallel.data_parallel_size;
   validate_scenario(reduced);
   if (reduced.zero.offload_optimizer.ratio_auto)
-    resolve_offload_ratio(reduced, sys, default_calibration(sys.gpu.name));
+    resolve_offload_ratio(reduced, sys, run.profile);
   BuildOptions opt;
   opt.fold = sc.parallel.tensor_model_parallel_size * sc.parallel.data_parallel_size *
                  sc.parallel.context_parallel_size >
              1;
-  opt.calibration = &profile;
+  opt.calibration = &run.profile;
   const ScheduleGraph g = build_schedule_graph(reduced, sys, opt);
   e.peak_memory_bytes = program_order_peak_gpu_bytes(g);
   e.memory_capacity_bytes = std::int64_t(sys.gpu.hbm_bytes);
@@ -554,13 +595,12 @@ CandidateEstimate estimate_candidate(
     e.reason = o.str();
     return e;
   }
-  // The collectives as the simulation runs them: the scenario's NCCL release and NVLS switch.
-  SystemSpec cost_sys = sys;
-  cost_sys.nvlink_sharp = sys.nvlink_sharp && sc.nccl_nvls_enable;
-  const CostModel cm(cost_sys, profile, sc.nccl_version);
+  // The collectives as the simulation runs them: the scenario's NCCL release and NVLS switch,
+  // the GPUs per node it uses (prepare_platform's cost_system).
+  const CostModel cm = run.cost_model();
   // The reduced graph has the full run's per-microbatch work; scale the
   // microbatch count.
-  e.estimate_iteration_s = estimate_from_graph(g, sc, cm, sys);
+  e.estimate_iteration_s = estimate_from_graph(g, sc, cm, run.cost_system);
   e.estimate_tokens_per_s =
       double(sc.parallel.global_batch_size) * double(sc.model.seq_length) / e.estimate_iteration_s;
   return e;

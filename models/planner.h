@@ -45,6 +45,9 @@ struct PlanConfig {
   /// Not in `plan:`: none, and the scenario's own layers per virtual stage where they split a
   /// stage into two or more chunks.
   bool virtual_stages_from_scenario = false;
+  /// What the pipeline splits: the layers, plus the embedding and the loss where the scenario
+  /// counts them (account_for_*_in_pipeline_split); `all` stages and virtual stages divide it.
+  std::int64_t split_layers = 0;
   std::vector<std::int64_t> micro_batch_size;
   std::vector<Recompute> recompute_granularity;
   std::vector<bool> sequence_parallel;
@@ -87,13 +90,15 @@ struct CandidateEstimate {
   double estimate_tokens_per_s = 0;
 };
 
-/// Validates the candidate (load_scenario with its overrides), builds its
-/// reduced graph, checks memory and estimates the iteration time. Never throws
-/// for a bad candidate.
+/// Validates the candidate (prepare_platform with its overrides: load_scenario and the system
+/// and profile its simulation uses, `calibration_path` as simulate's --calibration), builds its
+/// reduced graph, checks memory and estimates the iteration time. Never throws for a bad
+/// candidate.
 CandidateEstimate estimate_candidate(
     const std::string& scenario_path,
     const std::vector<std::pair<std::string, std::string>>& base_overrides,
-    const PlanCandidate& candidate, double memory_headroom);
+    const PlanCandidate& candidate, double memory_headroom,
+    const std::string& calibration_path = "");
 
 /// Microbatches of the reduced graph: the fewest (a multiple of PP where the
 /// interleaved schedule needs it) whose schedule holds as many microbatches in

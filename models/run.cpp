@@ -302,13 +302,18 @@ void choose_system(const RunRequest& req, PreparedRun& run) {
 
 }  // namespace
 
+PreparedRun prepare_platform(const RunRequest& req) {
+  PreparedRun run;
+  run.scenario = load_scenario(req.scenario_path, req.overrides);
+  choose_system(req, run);
+  return run;
+}
+
 PreparedRun prepare_run(const RunRequest& req) {
   auto say = [&](const std::string& what) {
     if (req.progress) req.progress(what);
   };
-  PreparedRun run;
-  run.scenario = load_scenario(req.scenario_path, req.overrides);
-  choose_system(req, run);
+  PreparedRun run = prepare_platform(req);
   Scenario& sc = run.scenario;
 
   std::tie(run.fold, run.fold_reason) = fold_decision(sc);

@@ -101,6 +101,12 @@ struct PreparedRun {
 /// file (or flag), the field and the value.
 PreparedRun prepare_run(const RunRequest& request);
 
+/// prepare_run's first steps: the scenario loaded and validated, the system, the cost model's
+/// system and the calibration profile chosen, the verb's substitutions applied; no graph, no
+/// size check, `ratio: auto` unresolved. The planner's stages (a) and (b) start here, so that a
+/// candidate is modelled on the platform its simulation runs on.
+PreparedRun prepare_platform(const RunRequest& request);
+
 /// Estimates the graph of a validated scenario (folded as `fold` says).
 RunEstimate estimate_run(const Scenario& scenario, bool fold);
 

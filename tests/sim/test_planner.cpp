@@ -151,6 +151,90 @@ TEST(PlannerEnumeration, ChoicesMegatronMergesOrRefusesAreEnumeratedOnce) {
                          "tp2 pp1 dp4 mb1 norecomp", "tp2 pp1 dp4 mb1 norecomp distopt"}));
 }
 
+// A scenario that offloads its optimizer (ZeRO-3, Twin-Flow `ratio: auto`) plans offloaded
+// candidates and the same layouts without offload; the ratio goes where DeepSpeed takes it, so
+// no candidate is refused for the ratio.
+TEST(PlannerEnumeration, AnOffloadingScenarioPlansOffloadWithItsRatioWhereDeepSpeedTakesIt) {
+  ScratchDir dir("plan");
+  const std::string path = dir.write(
+      "s.yaml", "name: plan_test\nmodel: {num_layers: 4, hidden_size: 256, num_attention_heads: 8, "
+                "seq_length: 128, padded_vocab_size: 1024}\nparallel: {micro_batch_size: 1, "
+                "global_batch_size: 8}\ndeepspeed: {zero_optimization: {stage: 3, "
+                "offload_optimizer: {device: cpu, ratio: auto}}}\n"
+                "cluster: {system: dgx-a100-80gb, nodes: 1}\n"
+                "plan: {tensor_model_parallel_size: [1], pipeline_model_parallel_size: [1], "
+                "micro_batch_size: [1], recompute_granularity: [none]}\n");
+  const Scenario base = load_scenario(path);
+  const PlanConfig plan = load_plan_config(path, base);
+  EXPECT_TRUE(plan.allow_offload);
+  EXPECT_EQ(plan.zero_stage, (std::vector<std::int64_t>{0, 1, 3}));  // megatron-2021: 0, 1, own
+  // ZeRO 0 without offload; 1 and 3 with and without: 5.
+  const auto all = enumerate_candidates(plan, base);
+  std::vector<std::string> layouts;
+  for (const auto& c : all) {
+    layouts.push_back(c.layout);
+    const CandidateEstimate e = estimate_candidate(path, {}, c, 0.05);
+    EXPECT_EQ(e.rejection, PlanRejection::None) << c.layout << ": " << e.reason;
+    std::string ratio = "(scenario's)";
+    for (const auto& [k, v] : c.overrides)
+      if (k == "deepspeed.zero_optimization.offload_optimizer.ratio") ratio = v;
+    if (c.layout == "tp1 pp1 dp8 mb1 norecomp zero1 offload") EXPECT_EQ(ratio, "1.0");
+    if (c.layout == "tp1 pp1 dp8 mb1 norecomp zero3 offload") EXPECT_EQ(ratio, "(scenario's)");
+    if (c.layout.find("offload") == std::string::npos) EXPECT_EQ(ratio, "null") << c.layout;
+  }
+  EXPECT_EQ(layouts, (std::vector<std::string>{
+                         "tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 norecomp zero1",
+                         "tp1 pp1 dp8 mb1 norecomp zero1 offload", "tp1 pp1 dp8 mb1 norecomp zero3",
+                         "tp1 pp1 dp8 mb1 norecomp zero3 offload"}));
+}
+
+// Where the embedding and the loss count as pipeline layers (Megatron-Core
+// account_for_*_in_pipeline_split), `all` stages divide layers + 2, and the scenario's own
+// stage count is a candidate even where it divides neither.
+TEST(PlannerEnumeration, PipelineStagesDivideWhatThePipelineSplits) {
+  ScratchDir dir("plan");
+  const std::string path = dir.write(
+      "s.yaml", "name: plan_test\nruntime: megatron-core\nmodel: {num_layers: 6, hidden_size: 256, "
+                "num_attention_heads: 8, seq_length: 128, padded_vocab_size: 1024}\n"
+                "parallel: {pipeline_model_parallel_size: 4, "
+                "account_for_embedding_in_pipeline_split: true, "
+                "account_for_loss_in_pipeline_split: true, micro_batch_size: 1, "
+                "global_batch_size: 8}\ncluster: {system: dgx-h100, nodes: 1}\n");
+  const Scenario base = load_scenario(path);
+  EXPECT_EQ(load_plan_config(path, base).pipeline_model_parallel_size,
+            (std::vector<std::int64_t>{1, 2, 4, 8}));  // divisors of 6 + 2
+  const std::string uneven = dir.write(
+      "u.yaml", "name: plan_test\nruntime: megatron-core\nmodel: {num_layers: 7, hidden_size: 256, "
+                "num_attention_heads: 8, seq_length: 128, padded_vocab_size: 1024}\n"
+                "parallel: {pipeline_model_parallel_size: 2, decoder_first_pipeline_num_layers: 3, "
+                "micro_batch_size: 1, global_batch_size: 8}\n"
+                "cluster: {system: dgx-h100, nodes: 1}\n");
+  const Scenario ub = load_scenario(uneven);
+  EXPECT_EQ(load_plan_config(uneven, ub).pipeline_model_parallel_size,
+            (std::vector<std::int64_t>{1, 2, 7}));  // 7's divisors and the scenario's 2
+}
+
+// An FSDP scenario names its sharding group (the Megatron-Bridge table's `fsdp` column, its own
+// DP): each candidate shards over its own DP x CP, so a layout with another DP is not refused.
+TEST(PlannerEnumeration, FsdpCandidatesShardOverTheirOwnDataParallelGroup) {
+  ScratchDir dir("plan");
+  const std::string path = dir.write(
+      "s.yaml", "name: plan_test\nruntime: megatron-core\nmodel: {num_layers: 4, hidden_size: 256, "
+                "num_attention_heads: 8, seq_length: 128, padded_vocab_size: 1024}\n"
+                "parallel: {use_megatron_fsdp: true, fsdp_sharding_group_size: 8, "
+                "micro_batch_size: 1, global_batch_size: 8}\n"
+                "cluster: {system: dgx-h100, nodes: 1}\n"
+                "plan: {tensor_model_parallel_size: [1, 2], pipeline_model_parallel_size: [1, 2], "
+                "micro_batch_size: [1], recompute_granularity: [none]}\n");
+  const Scenario base = load_scenario(path);
+  const auto all = enumerate_candidates(load_plan_config(path, base), base);
+  ASSERT_EQ(all.size(), 4u);
+  for (const auto& c : all) {
+    const CandidateEstimate e = estimate_candidate(path, {}, c, 0.05);
+    EXPECT_EQ(e.rejection, PlanRejection::None) << c.layout << ": " << e.reason;
+  }
+}
+
 TEST(PlannerReducedGraph, MicrobatchesReachTheFullRunsWarmUp) {
   ParallelConfig p;
   p.pipeline_model_parallel_size = 4;
