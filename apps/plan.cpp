@@ -59,6 +59,7 @@ bool run_in_workers(std::size_t n, int jobs, const std::function<std::string(std
     pid_t pid;
     int fd;
     std::string buffer;
+    std::size_t expected, received;  ///< its candidates: w, w + jobs, ...; results so far
   };
   std::vector<Worker> workers;
   for (int w = 0; w < jobs; ++w) {
@@ -71,7 +72,17 @@ bool run_in_workers(std::size_t n, int jobs, const std::function<std::string(std
       close(fds[0]);
       signal(SIGINT, SIG_IGN);  // the parent decides; it kills the workers
       for (std::size_t i = std::size_t(w); i < n; i += std::size_t(jobs)) {
-        std::string line = std::to_string(i) + "\t" + work(i) + "\n";
+        std::string line;
+        try {
+          line = std::to_string(i) + "\t" + work(i) + "\n";
+        } catch (const std::exception& e) {
+          // Never back into the caller: this process is a copy of the parent.
+          std::fprintf(stderr, "trainsim plan: worker %d, candidate %zu: %s\n", w, i, e.what());
+          _exit(3);
+        } catch (...) {
+          std::fprintf(stderr, "trainsim plan: worker %d, candidate %zu: unknown error\n", w, i);
+          _exit(3);
+        }
         const char* p = line.data();
         std::size_t left = line.size();
         while (left > 0) {
@@ -84,15 +95,31 @@ bool run_in_workers(std::size_t n, int jobs, const std::function<std::string(std
       _exit(0);
     }
     close(fds[1]);
-    workers.push_back({pid, fds[0], {}});
+    const std::size_t mine = n > std::size_t(w) ? (n - std::size_t(w) - 1) / std::size_t(jobs) + 1 : 0;
+    workers.push_back({pid, fds[0], {}, mine, 0});
   }
+  // Ends every worker and reaps it (Ctrl-C, or a worker that failed).
+  auto stop_all = [&] {
+    for (auto& w : workers) {
+      if (w.pid <= 0) continue;
+      kill(w.pid, SIGKILL);
+      if (w.fd >= 0) close(w.fd);
+      waitpid(w.pid, nullptr, 0);
+      w.pid = -1;
+    }
+  };
   std::size_t open_pipes = workers.size();
   while (open_pipes > 0 && !g_interrupted) {
     std::vector<pollfd> pfds;
     for (auto& w : workers)
       if (w.fd >= 0) pfds.push_back({w.fd, POLLIN, 0});
-    if (poll(pfds.data(), pfds.size(), 200) < 0 && errno != EINTR) break;
-    for (auto& w : workers) {
+    if (poll(pfds.data(), pfds.size(), 200) < 0 && errno != EINTR) {
+      const std::string why = std::strerror(errno);
+      stop_all();
+      throw std::runtime_error("plan: poll: " + why);
+    }
+    for (std::size_t wi = 0; wi < workers.size(); ++wi) {
+      Worker& w = workers[wi];
       if (w.fd < 0) continue;
       auto it =
           std::find_if(pfds.begin(), pfds.end(), [&](const pollfd& p) { return p.fd == w.fd; });
@@ -103,7 +130,19 @@ bool run_in_workers(std::size_t n, int jobs, const std::function<std::string(std
         close(w.fd);
         w.fd = -1;
         --open_pipes;
-        continue;
+        int status = 0;
+        waitpid(w.pid, &status, 0);
+        w.pid = -1;
+        if (w.received == w.expected && WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+        // A worker that ended early took its candidates with it: a ranking of part of the
+        // space would look complete, so the plan stops here (the worker's message is above).
+        stop_all();
+        throw std::runtime_error(
+            "plan: worker " + std::to_string(wi) + " ended (" +
+            (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                 : "exit status " + std::to_string(WEXITSTATUS(status))) +
+            ") with " + std::to_string(w.expected - w.received) + " of its " +
+            std::to_string(w.expected) + " candidates not done; no ranking of part of the space");
       }
       w.buffer.append(buf, std::size_t(k));
       std::size_t nl;
@@ -111,15 +150,17 @@ bool run_in_workers(std::size_t n, int jobs, const std::function<std::string(std
         const std::string line = w.buffer.substr(0, nl);
         w.buffer.erase(0, nl + 1);
         const std::size_t tab = line.find('\t');
-        on_result(std::stoul(line.substr(0, tab)), line.substr(tab + 1));
+        try {
+          on_result(std::stoul(line.substr(0, tab)), line.substr(tab + 1));
+        } catch (...) {
+          stop_all();
+          throw;
+        }
+        ++w.received;
       }
     }
   }
-  for (auto& w : workers) {
-    if (g_interrupted) kill(w.pid, SIGKILL);
-    if (w.fd >= 0) close(w.fd);
-    waitpid(w.pid, nullptr, 0);
-  }
+  stop_all();  // Ctrl-C; otherwise every worker was reaped above
   return !g_interrupted;
 }
 
@@ -164,6 +205,7 @@ json simulate_candidate(const PlanArgs& args, const PlanCandidate& c) {
     req.overrides = args.overrides;
     req.overrides.insert(req.overrides.end(), c.overrides.begin(), c.overrides.end());
     req.force = args.force;
+    req.calibration_path = args.calibration;
     const PreparedRun run = prepare_run(req);
     const ExecutionRecord record =
         sim::simulate(run.graph, run.scenario, run.system, run.cost_model(), sim::SimOptions{});
@@ -259,6 +301,8 @@ std::string candidate_yaml(const PlanArgs& args, const CandidateResult& r, int r
   std::ostringstream o;
   o << "# trainsim plan: rank " << rank << " of " << one_line(args.scenario) << ": "
     << r.candidate.layout << "\n";
+  if (!args.calibration.empty())
+    o << one_line("# simulated with --calibration " + args.calibration) << "\n";
   if (!args.overrides.empty()) {
     o << "# with";
     for (const auto& [key, value] : args.overrides) o << one_line(" --set " + key + "=" + value);
@@ -385,6 +429,10 @@ int merge_main(const PlanArgs& args) {
   if (!args.shard.empty())
     throw InputError("plan --merge: --shard '" + args.shard + "' searches a part of a scenario's "
                      "space; --merge ranks shard results (give one or the other)");
+  if (!args.calibration.empty())
+    throw InputError("plan --merge: --calibration '" + args.calibration + "' models the "
+                     "candidates of a search; --merge ranks what the shards simulated (give it "
+                     "to the shards' runs)");
   if (!args.out.empty())
     throw InputError("plan --merge: --out writes each candidate's scenario from the scenario "
                      "file, which shards do not carry: give --out to the shards' runs");
@@ -454,7 +502,17 @@ int merge_main(const PlanArgs& args) {
 int plan_main(const PlanArgs& args) {
   signal(SIGINT, on_sigint);
   if (!args.merge.empty()) return merge_main(args);
-  const Scenario base = load_scenario(args.scenario, args.overrides);
+  // The scenario as written (with --set) on its platform, checked once as simulate checks it: a
+  // `local` system without --calibration, a profile that cannot be read, … stop the plan here
+  // rather than refuse every candidate.
+  RunRequest base_request;
+  base_request.scenario_path = args.scenario;
+  base_request.overrides = args.overrides;
+  base_request.calibration_path = args.calibration;
+  const PreparedRun platform = prepare_platform(base_request);
+  for (const std::string& w : platform.warnings)
+    std::fprintf(stderr, "trainsim plan: warning: %s\n", w.c_str());
+  const Scenario& base = platform.scenario;
   PlanConfig plan = load_plan_config(args.scenario, base);
   if (args.top_k > 0) plan.top_k = args.top_k;
   std::vector<PlanCandidate> all = enumerate_candidates(plan, base);
@@ -477,8 +535,8 @@ int plan_main(const PlanArgs& args) {
   bool complete = run_in_workers(
       all.size(), jobs,
       [&](std::size_t i) {
-        return estimate_to_json(
-                   estimate_candidate(args.scenario, args.overrides, all[i], plan.memory_headroom))
+        return estimate_to_json(estimate_candidate(args.scenario, args.overrides, all[i],
+                                                   plan.memory_headroom, args.calibration))
             .dump();
       },
       [&](std::size_t i, const std::string& text) {

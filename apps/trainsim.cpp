@@ -110,6 +110,9 @@ int run(int argc, char** argv) {
   plan->add_option("--merge", pln.merge, "rank shard results (--json files) together")
       ->expected(1, -1);
   plan->add_flag("--force", pln.force, "simulate candidates even above the size limits");
+  plan->add_option("--calibration", pln.calibration,
+                   "calibration profile JSON for every candidate, as simulate's (default: the "
+                   "shipped profile of the GPU)");
 
   ReplayArgs rep;
   CLI::App* replay = app.add_subcommand("replay", "replay one rank's tasks on a real device");

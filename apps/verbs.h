@@ -100,6 +100,7 @@ struct PlanArgs {
   std::string shard;        ///< "i/n": candidates with index % n == i
   std::vector<std::string> merge;  ///< shard JSON files to rank together
   bool force = false;       ///< passed to each simulation (size limits)
+  std::string calibration;  ///< --calibration: the profile of every candidate (as simulate's)
 };
 
 int simulate_main(const SimulateArgs& args);

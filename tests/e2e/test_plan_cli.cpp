@@ -2,10 +2,16 @@
 // value; a small search writes its ranked table, JSON, CSV and one scenario per
 // confirmed candidate, and each written scenario simulates as is to the
 // tokens/s the planner reported; shards merge into the unsharded ranking.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -280,6 +286,104 @@ TEST(PlanCli, MergeRefusesShardsThatAreNotOneSpaceOnce) {
   // All three: no warning.
   EXPECT_EQ(run("plan --merge " + shard(0, 3) + " " + shard(1, 3) + " " + shard(2, 3), log), 0);
   EXPECT_EQ(slurp(log).find("warning"), std::string::npos) << slurp(log);
+}
+
+// A worker that dies (the kernel's OOM killer, a crash) takes its candidates with it: the plan
+// stops with an error naming it rather than rank part of the space as if it were all.
+TEST(PlanCli, AWorkerKilledStopsThePlanWithAnError) {
+  ScratchDir dir("plan_cli_kill");
+  const std::string log = dir.file("log").string();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    const std::string space = trainsim::test_support::source_path("bench/plan/gpt-1t_3072_a100.yaml");
+    execl(TRAINSIM_CLI, TRAINSIM_CLI, "plan", space.c_str(), "--jobs", "2", (char*)nullptr);
+    _exit(127);
+  }
+  // Its workers: the processes whose parent is the plan (the GPT-1T estimate stage runs for tens
+  // of seconds on 2 cores, so they are there).
+  auto children = [&] {
+    std::vector<pid_t> out;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = e.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(e.path() / "stat");
+      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+      const std::size_t close_paren = text.rfind(')');
+      if (close_paren == std::string::npos) continue;
+      std::istringstream rest(text.substr(close_paren + 2));
+      char state = 0;
+      long ppid = 0;
+      rest >> state >> ppid;
+      if (ppid == long(pid)) out.push_back(pid_t(std::stol(name)));
+    }
+    return out;
+  };
+  std::vector<pid_t> workers;
+  for (int tries = 0; tries < 300 && workers.size() < 2; ++tries) {
+    usleep(20000);
+    workers = children();
+  }
+  ASSERT_EQ(workers.size(), 2u) << slurp(log);
+  kill(workers[0], SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << slurp(log);
+  const std::string out = slurp(log);
+  EXPECT_NE(out.find("killed by signal 9"), std::string::npos) << out;
+  EXPECT_NE(out.find("no ranking of part of the space"), std::string::npos) << out;
+  EXPECT_EQ(out.find("rank layout"), std::string::npos) << out;
+  EXPECT_TRUE(children().empty());  // the other worker was stopped too
+}
+
+// The planner models every candidate on the platform simulate would: a `local` system needs
+// --calibration as simulate says, and with it the candidates run on the profile's device, so a
+// written candidate simulates with that profile to the reported tokens/s.
+TEST(PlanCli, CalibrationIsTheProfileOfEveryCandidate) {
+  ScratchDir dir("plan_cli_calibration");
+  const std::string profile = trainsim::test_support::source_path("tests/golden/cpu_profile.json");
+  const std::string path = dir.write(
+      "s.yaml", "name: plan_local\nmodel: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, "
+                "seq_length: 32, padded_vocab_size: 128}\nparallel: {micro_batch_size: 1, "
+                "global_batch_size: 4, precision: fp32}\ncluster: {system: local, nodes: 1}\n"
+                "plan: {micro_batch_size: [1, 2], recompute_granularity: [none], top_k: 2}\n");
+  const std::string log = dir.file("log").string();
+  EXPECT_EQ(run("plan " + path, log), 1);
+  EXPECT_NE(slurp(log).find("needs a measured profile: pass --calibration"), std::string::npos)
+      << slurp(log);
+  EXPECT_EQ(slurp(log).find("enumerated"), std::string::npos) << slurp(log);
+  const auto out = dir.file("out");
+  ASSERT_EQ(run("plan " + path + " --jobs 2 --calibration " + profile + " --json " +
+                    dir.file("r.json").string() + " --out " + out.string(), log),
+            0)
+      << slurp(log);
+  const auto j = nlohmann::json::parse(slurp(dir.file("r.json")));
+  std::vector<double> tps;
+  for (const auto& c : j.at("candidates"))
+    if (c.at("simulated")) tps.push_back(c.at("tokens_per_s"));
+  ASSERT_EQ(tps.size(), 2u) << j.dump(1);
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(out)) {
+    ++files;
+    const int rank = std::stoi(entry.path().filename().string().substr(0, 3));
+    EXPECT_NE(slurp(entry.path()).find("# simulated with --calibration " + profile),
+              std::string::npos);
+    ASSERT_EQ(run("simulate " + entry.path().string() + " --calibration " + profile +
+                      " --format json", dir.file("sim.json").string()),
+              0)
+        << slurp(dir.file("sim.json"));
+    const auto s = nlohmann::json::parse(slurp(dir.file("sim.json")));
+    EXPECT_NEAR(s.at("tokens_per_s").get<double>(), tps[rank - 1], 1e-6 * tps[rank - 1]);
+  }
+  EXPECT_EQ(files, 2);
+  // --merge ranks what the shards simulated: a profile there is refused.
+  EXPECT_EQ(run("plan --merge " + dir.file("r.json").string() + " --calibration " + profile, log),
+            1);
+  EXPECT_NE(slurp(log).find("plan --merge: --calibration"), std::string::npos) << slurp(log);
 }
 
 TEST(PlanCli, CtrlCPrintsTheBestSoFarAndExits130) {
