@@ -445,12 +445,15 @@ const char* to_string(PlanRejection r) {
 std::int64_t reduced_microbatches(const ParallelConfig& p) {
   const std::int64_t pp = p.pipeline_model_parallel_size, nmb = p.num_microbatches;
   if (p.pipeline_schedule == PipelineSchedule::GPipe) return nmb;
-  if (p.pipeline_schedule == PipelineSchedule::OneFOneB) return std::min(nmb, pp);
-  // Interleaved (Megatron schedules.py): stage 0 warms up (pp - 1) * 2 + (v -
-  // 1) * pp chunks; one more is in flight in the steady state. Enough
-  // microbatches (a multiple of pp) that every stage reaches its full warm-up.
+  // 1F1B: stage 0 holds pp microbatches at the end of its warm-up, and again at the first
+  // forward after its first backward, where the buffers that backward created (ZeRO-2/3 and
+  // FSDP gradient buckets) are live too: pp + 1 microbatches reach it.
+  if (p.pipeline_schedule == PipelineSchedule::OneFOneB) return std::min(nmb, pp + 1);
+  // Interleaved (Megatron schedules.py): stage 0 warms up (pp - 1) * 2 + (v - 1) * pp chunks;
+  // one more is in flight in the steady state, and one more runs after the first backward (as
+  // above). Enough microbatches (a multiple of pp) that every stage reaches it.
   const std::int64_t v = p.virtual_pipeline_size;
-  const std::int64_t chunks = (pp - 1) * 2 + (v - 1) * pp + 1;
+  const std::int64_t chunks = (pp - 1) * 2 + (v - 1) * pp + 2;
   std::int64_t m = (chunks + v - 1) / v;
   m = (m + pp - 1) / pp * pp;
   return std::min(nmb, std::max(m, pp));
@@ -506,6 +509,23 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
         return c.latency_s +
                c.transfer_s(CostModel::ring_bytes_per_rank(op.kind, double(op.bytes), n), bw * eff);
       }
+      if (t.kind == TaskKind::Collective && op.kind == OpKind::AllToAll && !intra &&
+          t.group != kNone) {
+        // As the simulator runs it (sim/executor.cpp): (k-1)/n of the buffer to the node's
+        // peers over NVLink while (n-k)/n leaves the node on the rank's own NIC, k members a
+        // node; the slower of the two.
+        const CommGroup& grp = g.group(t.group);
+        std::map<std::int64_t, std::int64_t> per_node;
+        for (RankId r : grp.ranks) ++per_node[std::int64_t(r) / sys.gpus_per_node];
+        std::int64_t k = sys.gpus_per_node;
+        for (const auto& [node, members] : per_node) k = std::min(k, members);
+        const double b = double(op.bytes), nd = double(n);
+        const double nvlink_s = b * double(k - 1) / nd /
+                                (sys.gpu.nvlink_bw_bytes_per_s * cm.nvlink_efficiency());
+        const double nic_s =
+            b * double(n - k) / nd / (sys.nic_bw_bytes_per_s * cm.network_efficiency());
+        return cm.collective_latency_s(op.kind, n, false) + std::max(nvlink_s, nic_s);
+      }
       return cm.collective_time_s(op.kind, double(op.bytes), n, bw, intra);
     }
     case TaskKind::CopyH2D:
@@ -523,16 +543,28 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
 double estimate_from_graph(const ScheduleGraph& g, const Scenario& sc, const CostModel& cm,
                            const SystemSpec& sys) {
   const ParallelConfig& p = sc.parallel;
+  // ZeRO-2/3 and FSDP synchronise every microbatch: ZeRO-3's and FSDP's parameter gathers in
+  // both passes and the gradient reduce-scatters of stages 2/3 (models/builder/dp_zero3.cpp,
+  // zero_buckets.h). The builder files them under no microbatch; the reduced graph holds
+  // reduced_microbatches of them, so a microbatch's share is their sum over that count. They
+  // run on their own stream beside the compute (prefetched), so a microbatch takes the longer
+  // of the two.
+  const bool synced_per_microbatch = sc.zero.stage >= 2 || p.uses_fsdp();
+  const double reduced = double(reduced_microbatches(p));
   double max_f = 0, sum_f = 0, max_tail = 0;
   for (RankId r : g.simulated_ranks()) {
-    double f = 0, tail = 0;
+    double f = 0, tail = 0, synced = 0;
     for (TaskId id : g.tasks_of_rank(r)) {
       const Task& t = g.task(id);
       if (t.microbatch == 0)
         f += task_seconds(g, id, cm, sys);
+      else if (t.microbatch == kNoIndex && synced_per_microbatch && t.stream == StreamId::DpComm &&
+               (t.phase == Phase::ParamSync || t.phase == Phase::GradSync))
+        synced += task_seconds(g, id, cm, sys);
       else if (t.microbatch == kNoIndex)
         tail += task_seconds(g, id, cm, sys);
     }
+    f = std::max(f, synced / reduced);
     max_f = std::max(max_f, f);
     sum_f += f;
     max_tail = std::max(max_tail, tail);

@@ -102,8 +102,9 @@ CandidateEstimate estimate_candidate(
 
 /// Microbatches of the reduced graph: the fewest (a multiple of PP where the
 /// interleaved schedule needs it) whose schedule holds as many microbatches in
-/// flight on every stage as the full iteration, so its activation peak is the
-/// full run's; the full count for GPipe.
+/// flight on every stage as the full iteration, also once after the first backward
+/// (whose gradient buckets stay), so its peak is the full run's; the full count
+/// for GPipe.
 std::int64_t reduced_microbatches(const ParallelConfig& p);
 
 /// The simulated outcome of a confirmed candidate (from its summary).

@@ -240,56 +240,72 @@ TEST(PlannerReducedGraph, MicrobatchesReachTheFullRunsWarmUp) {
   p.pipeline_model_parallel_size = 4;
   p.num_microbatches = 64;
   p.pipeline_schedule = PipelineSchedule::OneFOneB;
-  EXPECT_EQ(reduced_microbatches(p), 4);  // 1F1B: stage 0 holds pp microbatches
+  // 1F1B: stage 0 holds pp microbatches, again at the forward after its first backward.
+  EXPECT_EQ(reduced_microbatches(p), 5);
   p.pipeline_schedule = PipelineSchedule::GPipe;
   EXPECT_EQ(reduced_microbatches(p), 64);  // GPipe holds all of them
   p.pipeline_schedule = PipelineSchedule::Interleaved;
   p.virtual_pipeline_size = 2;
   // Megatron's warm-up on stage 0: (pp - 1) * 2 + (v - 1) * pp = 6 + 4 = 10
-  // chunks, one more in flight: 11 chunks = 6 microbatches of 2 chunks, rounded
-  // up to a multiple of pp: 8.
+  // chunks, one more in flight, one after the first backward: 12 chunks = 6 microbatches of 2
+  // chunks, rounded up to a multiple of pp: 8.
   EXPECT_EQ(reduced_microbatches(p), 8);
   p.num_microbatches = 4;
   EXPECT_EQ(reduced_microbatches(p), 4);  // never more than the run has
 }
 
-// Stage (a) against simulate: for every valid candidate of a space where some
-// layouts do not fit a 40 GB A100, the memory filter's peak is the simulated
-// peak and its verdict simulate's OOM.
+// Stage (a) against simulate: for every valid candidate of a space where some layouts do not
+// fit, the memory filter's peak is the simulated peak and its verdict simulate's OOM. Three
+// spaces: Megatron-LM's DDP on a 40 GB A100; Megatron-FSDP with pipeline stages, and DeepSpeed
+// ZeRO-2/3, whose gradient buckets appear with the first backward (a forward after it must be
+// in the reduced graph).
 TEST(PlannerMemoryFilter, AgreesWithSimulateOnEveryCandidate) {
   ScratchDir dir("plan");
-  const std::string path =
-      dir.write("s.yaml", plan_yaml("{num_layers: 16, hidden_size: 4096, num_attention_heads: 32, "
-                                    "seq_length: "
-                                    "2048, padded_vocab_size: 51200}",
-                                    "{micro_batch_size: 1, global_batch_size: 8, precision: fp16}",
-                                    "{tensor_model_parallel_size: [1, 2, 4, 8], "
-                                    "pipeline_model_parallel_size: "
-                                    "[1, 2], micro_batch_size: [1, 2], recompute_granularity: "
-                                    "[none, full], "
-                                    "zero_stage: [0]}",
-                                    "dgx-a100-40gb"));
-  const Scenario base = load_scenario(path);
-  const PlanConfig plan = load_plan_config(path, base);
-  int valid = 0, oom = 0;
-  for (const PlanCandidate& c : enumerate_candidates(plan, base)) {
-    const CandidateEstimate e = estimate_candidate(path, {}, c, 0.0);
-    if (e.rejection == PlanRejection::Invalid) continue;
-    ++valid;
-    RunRequest req;
-    req.scenario_path = path;
-    req.overrides = c.overrides;
-    const PreparedRun run = prepare_run(req);
-    const ExecutionRecord rec =
-        sim::simulate(run.graph, run.scenario, run.system, run.cost_model(), {});
-    const Summary s = finish_run(run, rec, {}).summary;
-    EXPECT_EQ(e.peak_memory_bytes, s.peak_memory_bytes) << c.layout;
-    EXPECT_EQ(e.rejection == PlanRejection::OutOfMemory, s.oom()) << c.layout;
-    oom += s.oom() ? 1 : 0;
+  const std::string model =
+      "{num_layers: 16, hidden_size: 4096, num_attention_heads: 32, seq_length: 2048, "
+      "padded_vocab_size: 51200}";
+  const std::string spaces[] = {
+      plan_yaml(model, "{micro_batch_size: 1, global_batch_size: 8, precision: fp16}",
+                "{tensor_model_parallel_size: [1, 2, 4, 8], pipeline_model_parallel_size: [1, 2], "
+                "micro_batch_size: [1, 2], recompute_granularity: [none, full], zero_stage: [0]}",
+                "dgx-a100-40gb"),
+      "name: plan_test\nruntime: megatron-core\nmodel: {num_layers: 16, hidden_size: 4096, "
+      "num_attention_heads: 32, seq_length: 4096, padded_vocab_size: 51200, "
+      "attention_backend: flash}\nparallel: {use_megatron_fsdp: true, micro_batch_size: 1, "
+      "global_batch_size: 32, precision: bf16}\ncluster: {system: dgx-h100, nodes: 1}\n"
+      "plan: {tensor_model_parallel_size: [1, 2], pipeline_model_parallel_size: [1, 2, 4], "
+      "micro_batch_size: [2, 4], recompute_granularity: [none]}\n",
+      plan_yaml(model, "{micro_batch_size: 1, global_batch_size: 32, precision: fp16}",
+                "{tensor_model_parallel_size: [1, 2], pipeline_model_parallel_size: [1], "
+                "micro_batch_size: [1, 4, 8], recompute_granularity: [none], "
+                "zero_stage: [2, 3]}",
+                "dgx-a100-40gb")};
+  for (std::size_t i = 0; i < std::size(spaces); ++i) {
+    const std::string path = dir.write("s" + std::to_string(i) + ".yaml", spaces[i]);
+    const Scenario base = load_scenario(path);
+    const PlanConfig plan = load_plan_config(path, base);
+    int valid = 0, oom = 0;
+    for (const PlanCandidate& c : enumerate_candidates(plan, base)) {
+      const CandidateEstimate e = estimate_candidate(path, {}, c, 0.0);
+      if (e.rejection == PlanRejection::Invalid) continue;
+      ++valid;
+      RunRequest req;
+      req.scenario_path = path;
+      req.overrides = c.overrides;
+      const PreparedRun run = prepare_run(req);
+      const ExecutionRecord rec =
+          sim::simulate(run.graph, run.scenario, run.system, run.cost_model(), {});
+      const Summary s = finish_run(run, rec, {}).summary;
+      EXPECT_EQ(e.peak_memory_bytes, s.peak_memory_bytes) << "space " << i << ": " << c.layout;
+      EXPECT_EQ(e.rejection == PlanRejection::OutOfMemory, s.oom()) << c.layout;
+      oom += s.oom() ? 1 : 0;
+    }
+    EXPECT_GE(valid, 6) << "space " << i;
+    if (i == 0) {
+      EXPECT_GT(oom, 0);      // the space has layouts that do not fit ...
+      EXPECT_LT(oom, valid);  // ... and layouts that do
+    }
   }
-  EXPECT_GT(valid, 10);
-  EXPECT_GT(oom, 0);      // the space has layouts that do not fit ...
-  EXPECT_LT(oom, valid);  // ... and layouts that do
 }
 
 // Stage (b) costs a data-parallel all-reduce as the simulator runs it: NCCL's algorithm and
