@@ -17,6 +17,18 @@ namespace {
 
 using test_support::ScratchDir;
 
+/// `trainsim simulate` of a scenario file with overrides: its summary.
+Summary simulated(const std::string& path,
+                  const std::vector<std::pair<std::string, std::string>>& overrides = {}) {
+  RunRequest req;
+  req.scenario_path = path;
+  req.overrides = overrides;
+  const PreparedRun run = prepare_run(req);
+  const ExecutionRecord rec =
+      sim::simulate(run.graph, run.scenario, run.system, run.cost_model(), {});
+  return finish_run(run, rec, {}).summary;
+}
+
 std::string plan_yaml(const std::string& model, const std::string& parallel,
                       const std::string& plan, const std::string& system = "dgx-a100-80gb") {
   return "name: plan_test\nmodel: " + model + "\nparallel: " + parallel +
@@ -289,13 +301,7 @@ TEST(PlannerMemoryFilter, AgreesWithSimulateOnEveryCandidate) {
       const CandidateEstimate e = estimate_candidate(path, {}, c, 0.0);
       if (e.rejection == PlanRejection::Invalid) continue;
       ++valid;
-      RunRequest req;
-      req.scenario_path = path;
-      req.overrides = c.overrides;
-      const PreparedRun run = prepare_run(req);
-      const ExecutionRecord rec =
-          sim::simulate(run.graph, run.scenario, run.system, run.cost_model(), {});
-      const Summary s = finish_run(run, rec, {}).summary;
+      const Summary s = simulated(path, c.overrides);
       EXPECT_EQ(e.peak_memory_bytes, s.peak_memory_bytes) << "space " << i << ": " << c.layout;
       EXPECT_EQ(e.rejection == PlanRejection::OutOfMemory, s.oom()) << c.layout;
       oom += s.oom() ? 1 : 0;
@@ -325,14 +331,11 @@ TEST(PlannerEstimate, SmallBucketsAcrossNodesCostWhatNcclChooses) {
   c.layout = "tp1 pp1 dp128 mb1";
   const CandidateEstimate e = estimate_candidate(path, {}, c, 0.0);
   ASSERT_EQ(e.rejection, PlanRejection::None) << e.reason;
+  const double T = simulated(path).iteration_time_s;
+  EXPECT_NEAR(e.estimate_iteration_s, T, 0.03 * T);
   RunRequest req;
   req.scenario_path = path;
-  const PreparedRun run = prepare_run(req);
-  const ExecutionRecord rec =
-      sim::simulate(run.graph, run.scenario, run.system, run.cost_model(), {});
-  const double T = finish_run(run, rec, {}).summary.iteration_time_s;
-  EXPECT_NEAR(e.estimate_iteration_s, T, 0.03 * T);
-  const CostModel cm = run.cost_model();
+  const CostModel cm = prepare_platform(req).cost_model();
   const double ring_formula_tail =
       67 * cm.collective_latency_s(OpKind::AllReduce, 128, /*intra_node=*/false);
   EXPECT_GT(ring_formula_tail, 0.5 * T);  // the case tells the two models apart
@@ -357,12 +360,7 @@ TEST(PlannerEstimate, AllToAllAcrossNodesCostsTheRanksOwnNic) {
   c.layout = "tp1 pp1 dp32 mb1 ep32";
   const CandidateEstimate e = estimate_candidate(path, {}, c, 0.0);
   ASSERT_EQ(e.rejection, PlanRejection::None) << e.reason;
-  RunRequest req;
-  req.scenario_path = path;
-  const PreparedRun run = prepare_run(req);
-  const ExecutionRecord rec =
-      sim::simulate(run.graph, run.scenario, run.system, run.cost_model(), {});
-  const Summary sum = finish_run(run, rec, {}).summary;
+  const Summary sum = simulated(path);
   EXPECT_NEAR(e.estimate_iteration_s, sum.iteration_time_s, 0.05 * sum.iteration_time_s);
   double exposed = 0;
   for (const auto& r : sum.per_rank) exposed = std::max(exposed, r.exposed_comm_s);
