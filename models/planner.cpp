@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <boost/range/iterator_range.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -545,26 +547,40 @@ double estimate_from_graph(const ScheduleGraph& g, const Scenario& sc, const Cos
   const ParallelConfig& p = sc.parallel;
   // ZeRO-2/3 and FSDP synchronise every microbatch: ZeRO-3's and FSDP's parameter gathers in
   // both passes and the gradient reduce-scatters of stages 2/3 (models/builder/dp_zero3.cpp,
-  // zero_buckets.h). The builder files them under no microbatch; the reduced graph holds
-  // reduced_microbatches of them, so a microbatch's share is their sum over that count. They
-  // run on their own stream beside the compute (prefetched), so a microbatch takes the longer
-  // of the two.
+  // zero_buckets.h), and with an offloaded optimizer the copies of each reduced bucket to the
+  // host (offload.h). The builder files them under no microbatch; they belong to the
+  // microbatches' work, the rest of what has no microbatch (the optimizer, the parameters'
+  // copies back, stage 0/1 gradient reductions) to the tail.
   const bool synced_per_microbatch = sc.zero.stage >= 2 || p.uses_fsdp();
   const double reduced = double(reduced_microbatches(p));
+  const auto& deps = g.dependencies();
+  std::vector<double> ready(g.num_tasks(), 0.0);
   double max_f = 0, sum_f = 0, max_tail = 0;
   for (RankId r : g.simulated_ranks()) {
-    double f = 0, tail = 0, synced = 0;
+    // The rank's microbatches as its streams run them with nothing to wait for from other
+    // ranks: each task starts when its same-rank predecessors (stream order included) are
+    // done, so a prefetched gather overlaps the block before the one that needs it, and a
+    // gather longer than that block delays the next. f: that makespan over the reduced count.
+    double end = 0, tail = 0;
     for (TaskId id : g.tasks_of_rank(r)) {
       const Task& t = g.task(id);
-      if (t.microbatch == 0)
-        f += task_seconds(g, id, cm, sys);
-      else if (t.microbatch == kNoIndex && synced_per_microbatch && t.stream == StreamId::DpComm &&
-               (t.phase == Phase::ParamSync || t.phase == Phase::GradSync))
-        synced += task_seconds(g, id, cm, sys);
-      else if (t.microbatch == kNoIndex)
+      const bool synced =
+          synced_per_microbatch &&
+          ((t.stream == StreamId::DpComm &&
+            (t.phase == Phase::ParamSync || t.phase == Phase::GradSync)) ||
+           (t.phase == Phase::Offload && t.part == Part::Gradients));
+      if (t.microbatch == kNoIndex && !synced) {
         tail += task_seconds(g, id, cm, sys);
+        continue;
+      }
+      const double finish = ready[id] + task_seconds(g, id, cm, sys);
+      end = std::max(end, finish);
+      for (auto e : boost::make_iterator_range(boost::out_edges(id, deps))) {
+        const TaskId u = TaskId(boost::target(e, deps));
+        if (g.task(u).rank == r) ready[u] = std::max(ready[u], finish);
+      }
     }
-    f = std::max(f, synced / reduced);
+    const double f = end / reduced;
     max_f = std::max(max_f, f);
     sum_f += f;
     max_tail = std::max(max_tail, tail);
