@@ -51,8 +51,10 @@ void ZeroGradientBuckets::on_block_computed(RankContext& ctx, const Block& b) {
     }
     case UnitKind::Embedding:
       if (has_output_) {
-        // The position embedding's gradient, then both copied into the bucket.
-        ctx.add_effect(b.task, {ctx.dims().s * ctx.dims().h * e, MemCategory::Gradients});
+        // The position embedding's gradient (a learned table; none with RoPE), then both
+        // copied into the bucket.
+        const std::int64_t word = word_embedding_params_per_rank(ctx.scenario().model, ctx.dims().t);
+        ctx.add_effect(b.task, {(embed_params_ - word) * e, MemCategory::Gradients});
         ctx.add_effect(b.task, {-embed_params_ * e, MemCategory::Gradients, true});
       } else {  // the first of several stages: the embedding's gradients are its own
         ctx.add_effect(b.task, {embed_params_ * e, MemCategory::Gradients});

@@ -574,6 +574,19 @@ TEST(ModernModels, FsdpWithPipelineStagesShardsEachStagesOwnChunks) {
   }
 }
 
+// FSDP on one stage (the Megatron-Bridge Llama 3 8B row): RoPE has no position table, so the
+// embedding backward adds no position gradient; each microbatch's gradients leave with their
+// bucket and the peak does not grow with the microbatch count (it grew 64 MiB a microbatch).
+TEST(ModernModels, FsdpOnOneStageHoldsNoGradientAcrossMicrobatches) {
+  std::int64_t peak[2] = {0, 0};
+  for (const int gbs : {64, 256}) {
+    const Scenario sc = core(kLlama8b, "use_megatron_fsdp: true, micro_batch_size: 1, "
+                                       "global_batch_size: " + std::to_string(gbs));
+    peak[gbs == 64 ? 0 : 1] = program_order_peak_gpu_bytes(folded_graph(sc));
+  }
+  EXPECT_EQ(peak[0], peak[1]);  // 8 or 32 microbatches per replica
+}
+
 TEST(ModernModels, ContextParallelRingExchangeBytesAndGroups) {
   Scenario sc = core(std::string(kLlama8b),
                      "tensor_model_parallel_size: 8, context_parallel_size: 2, "
