@@ -24,6 +24,7 @@
 #include "hw_backend/executor.h"
 #include "hw_backend/transformer_layer.h"
 #include "kernels/cpu_adam.h"
+#include "models/precision.h"
 
 namespace trainsim::hw {
 
@@ -401,9 +402,11 @@ class Executor {
 
   /// Elements of a pipeline message and where they sit in the full tensor of `numel`
   /// elements: the whole tensor, or (scatter/gather, SC'21 Sec. 4.1) this TP rank's 1/tp slice.
-  std::pair<std::int64_t, std::int64_t> message_slice(const OpDesc& op, std::int64_t numel,
-                                                      std::int64_t elem_bytes) const {
-    const std::int64_t n = std::min<std::int64_t>(numel, op.bytes / elem_bytes);
+  /// The message's bytes are in the scenario's precision, whatever element type the replay
+  /// runs (a CPU replay of an fp16 / bf16 scenario runs fp32).
+  std::pair<std::int64_t, std::int64_t> message_slice(const OpDesc& op,
+                                                      std::int64_t numel) const {
+    const std::int64_t n = std::min<std::int64_t>(numel, op.bytes / precision_bytes(model_.precision));
     const std::int64_t off = n < numel ? std::min(coords_.tp_rank * n, numel - n) : 0;
     return {off, n};
   }
@@ -411,14 +414,14 @@ class Executor {
   void send(TaskId id, const Task& t, const OpDesc& op) {
     const int dir = t.phase == Phase::Backward ? 1 : 0;
     torch::Tensor src = take(dir ? grad_ : act_, t.microbatch, id, "tensor to send");
-    const auto [off, n] = message_slice(op, src.numel(), src.element_size());
+    const auto [off, n] = message_slice(op, src.numel());
     replayed_as_[id] = comm_->send(id, src, dir, off, n);
   }
 
   void recv(TaskId id, const Task& t, const OpDesc& op) {
     const int dir = t.phase == Phase::Backward ? 1 : 0;
     torch::Tensor dst = torch::empty({d_.s, d_.b, d_.h}, fopts_);
-    const auto [off, n] = message_slice(op, dst.numel(), dst.element_size());
+    const auto [off, n] = message_slice(op, dst.numel());
     replayed_as_[id] = comm_->recv(id, dst, dir, off, n);
     if (n < dst.numel()) pending_fill_[mb_key(t.microbatch, dir)] = {off, n};
     loop_->record_stream(dst, loop_->stream(StreamId::Compute));

@@ -140,6 +140,22 @@ TEST(Replay, RanksOfTp2Pp2Dp2) {
   EXPECT_THROW(hw::replay(g, cpu_opts(8)), InputError);
 }
 
+// The middle stages of a pipeline without scatter/gather (TP 1): each receives whole tensors.
+// A pipeline message's bytes are in the scenario's precision (fp16 here) while the CPU replays
+// fp32; reading the message as fp32 elements took it for half a tensor awaiting an all-gather
+// that never comes ("uses a received tensor before its all-gather completed it").
+TEST(Replay, MiddleStagesOfAnFp16PipelineOnTheCpu) {
+  const Scenario sc = load_scenario(scen("small/gpt-tiny_tp1_pp4_dp1_vp.yaml"));
+  ASSERT_EQ(sc.parallel.precision, Precision::FP16);
+  const ScheduleGraph g = build(sc);
+  for (std::int64_t rank : {1, 2}) {
+    SCOPED_TRACE(rank);
+    const ExecutionRecord r = hw::replay(g, cpu_opts(rank));
+    check_record(g, r, static_cast<RankId>(rank));
+    EXPECT_TRUE(has_note(r, "pipeline sends and"));
+  }
+}
+
 TEST(Replay, FoldedGraphUsesRepresentative) {
   const Scenario sc = load_scenario(scen("small/gpt-tiny_tp2_pp2_dp2.yaml"));
   const ScheduleGraph g = build(sc, /*fold=*/true);
