@@ -305,7 +305,9 @@ class Executor {
 
   void compute(TaskId id, const Task& t, const OpDesc& op) {
     const std::uint32_t mb = t.microbatch;
-    const bool full = model_.recompute_full;
+    const bool full = model_.recompute_full && t.layer != kNoIndex &&
+                      std::size_t(t.layer) < model_.recomputed_layers.size() &&
+                      model_.recomputed_layers[t.layer];
     switch (op.kind) {
       case OpKind::EmbedFwd: {
         torch::Tensor out = embed_forward(word_, pos_, tokens_[mb], d_, dropout_);

@@ -123,6 +123,7 @@ ScheduleGraph build_schedule_graph(const Scenario& scenario_in, const SystemSpec
   rm.num_microbatches = scenario.parallel.num_microbatches;
   rm.untie_embeddings_and_output_weights = scenario.model.untie_embeddings_and_output_weights;
   rm.recompute_full = scenario.parallel.recompute_granularity == Recompute::Full;
+  rm.recomputed_layers = scenario.parallel.fully_recomputed_layers(scenario.model.num_layers);
   rm.recompute_selective = scenario.parallel.recompute_granularity == Recompute::Selective;
   rm.precision = scenario.parallel.precision;
   for (std::int64_t stage = 0; stage < layout.pp; ++stage)

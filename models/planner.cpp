@@ -392,6 +392,12 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                         set("parallel.recompute_granularity", recompute_value(rc));
                         // The scenario's recompute_modules apply to its selective candidates.
                         if (rc != Recompute::Selective) set("parallel.recompute_modules", "null");
+                        // Its full recomputation's method and layer count, to its full ones.
+                        if (rc != Recompute::Full &&
+                            base.parallel.recompute_granularity == Recompute::Full) {
+                          set("parallel.recompute_method", "null");
+                          set("parallel.recompute_num_layers", "null");
+                        }
                         set("parallel.sequence_parallel", sp ? "true" : "false");
                         // The scenario's TP communication overlap applies where it can
                         // (sequence parallelism on; Megatron-LM refuses it otherwise).

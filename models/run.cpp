@@ -40,6 +40,7 @@ double tasks_of_rank(const Scenario& sc, std::int64_t stage) {
   const double t = double(p.tensor_model_parallel_size), mb = double(p.num_microbatches);
   const double layers = double(p.layers_of_stage(stage));
   const double tp_colls = t > 1 ? (p.sequence_parallel ? 4 : 2) : 0;  // per block pair
+  // With the block method fewer layers run their forward twice: an upper bound then.
   const double passes = p.recompute_granularity == Recompute::Full ? 3 : 2;
   double per_mb = layers * passes * (2 + tp_colls) + 8;  // + embedding, logits, messages
   const ZeroConfig& z = sc.zero;

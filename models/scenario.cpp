@@ -53,7 +53,7 @@ const std::vector<std::string>& leaf_paths() {
       "parallel.tensor_model_parallel_size", "parallel.pipeline_model_parallel_size",
       "parallel.micro_batch_size", "parallel.global_batch_size",
       "parallel.num_layers_per_virtual_pipeline_stage", "parallel.recompute_granularity",
-      "parallel.recompute_modules",
+      "parallel.recompute_modules", "parallel.recompute_method", "parallel.recompute_num_layers",
       "parallel.sequence_parallel", "parallel.precision", "parallel.overlap_grad_reduce",
       "parallel.scatter_gather_tensors_in_pipeline", "parallel.ddp_bucket_size",
       "parallel.clip_grad",
@@ -964,6 +964,25 @@ void read_recompute_modules(const Reader& r, ParallelConfig& p) {
   }
 }
 
+/// Megatron's --recompute-method / --recompute-num-layers (transformer_config.py: both with
+/// full recomputation only; selective refuses a method).
+void read_recompute_method(const Reader& r, ParallelConfig& p) {
+  const std::string fm = "parallel.recompute_method", fn = "parallel.recompute_num_layers";
+  const auto method = r.get_enum(fm, {"uniform", "block"});
+  const auto layers = r.get_int(fn, 1, false);
+  if ((method || layers) && p.recompute_granularity != Recompute::Full) {
+    const std::string f = method ? fm : fn;
+    r.fail(f, r.at(f), "needs parallel.recompute_granularity full (Megatron-Core applies "
+                       "recompute_method and recompute_num_layers to full recomputation only)");
+  }
+  p.recompute_block = method && *method == 1;
+  p.recompute_num_layers = layers.value_or(1);
+  if (!p.recompute_block && p.recompute_num_layers > 1)
+    r.fail(fn, r.at(fn), "with recompute_method uniform: trainsim models units of one layer "
+                         "(each layer checkpointed, recompute_num_layers 1) so far; the block "
+                         "method is modelled for any count");
+}
+
 void read_parallel(const Reader& r, Scenario& s) {
   // ---- parallel (Megatron-LM arguments)
   ParallelConfig& p = s.parallel;
@@ -977,6 +996,7 @@ void read_parallel(const Reader& r, Scenario& s) {
   if (auto g = r.get_enum("parallel.recompute_granularity", {"full", "selective"}))
     p.recompute_granularity = *g == 0 ? Recompute::Full : Recompute::Selective;
   read_recompute_modules(r, p);
+  read_recompute_method(r, p);
   p.sequence_parallel = r.get_bool("parallel.sequence_parallel").value_or(false);
   if (auto pr = r.get_enum("parallel.precision", {"fp16", "bf16", "fp32"}))
     p.precision = *pr == 0 ? Precision::FP16 : *pr == 1 ? Precision::BF16 : Precision::FP32;

@@ -106,6 +106,13 @@ struct ParallelConfig {
   /// bits. Resolved at load: Megatron-Core's default [core_attn] when selective and absent, 0
   /// when recomputation is not selective.
   std::uint8_t recompute_modules = 0;
+  /// Megatron's --recompute-method and --recompute-num-layers with full recomputation
+  /// (transformer_config.py): `uniform` checkpoints units of recompute_num_layers layers
+  /// (trainsim models units of 1, each layer checkpointed: Megatron-LM 2021's
+  /// --checkpoint-num-layers 1, the default here); `block` checkpoints the first
+  /// recompute_num_layers layers of each model chunk and keeps the others' activations.
+  bool recompute_block = false;
+  std::int64_t recompute_num_layers = 1;
   bool sequence_parallel = false;
   Precision precision = Precision::FP16;
   /// Megatron's --overlap-grad-reduce: DP gradient buckets reduced during backward.
@@ -183,6 +190,23 @@ struct ParallelConfig {
     for (std::int64_t v = 0; v < vstage; ++v) first += virtual_stage_layers[std::size_t(v)];
     return first;
   }
+  /// Per global layer (of `num_layers`), whether it runs full recomputation (checkpointed, its
+  /// forward re-run in the backward): every layer with `full`, and with the block method the
+  /// first recompute_num_layers of each model chunk (Megatron-Core TransformerBlock
+  /// _checkpointed_forward). Valid once validated.
+  std::vector<bool> fully_recomputed_layers(std::int64_t num_layers) const {
+    std::vector<bool> out(std::size_t(num_layers), recompute_granularity == Recompute::Full);
+    if (recompute_granularity != Recompute::Full || !recompute_block) return out;
+    for (std::int64_t v = 0, first = 0;
+         v < pipeline_model_parallel_size * virtual_pipeline_size && first < num_layers; ++v) {
+      const std::int64_t n = layers_of_virtual_stage(v);
+      for (std::int64_t k = 0; k < n && first + k < num_layers; ++k)
+        out[std::size_t(first + k)] = k < recompute_num_layers;
+      first += n;
+    }
+    return out;
+  }
+
   /// Layers the ranks of pipeline stage `stage` hold (all their chunks).
   std::int64_t layers_of_stage(std::int64_t stage) const {
     std::int64_t n = 0;

@@ -119,6 +119,9 @@ struct ReplayModel {
   bool untie_embeddings_and_output_weights = false;
   /// recompute_granularity: full (checkpointed layers: the forward keeps only the layer input).
   bool recompute_full = false;
+  /// Per global layer, whether it is checkpointed (all with recompute_full, the block method's
+  /// first layers of each chunk).
+  std::vector<bool> recomputed_layers;
   /// recompute_granularity: selective (the core attention is recomputed in the backward).
   bool recompute_selective = false;
   /// Element type of parameters, gradients and activations.

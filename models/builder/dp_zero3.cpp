@@ -39,7 +39,7 @@ class Zero3 final : public DataParallelStrategy {
  public:
   explicit Zero3(const RankContext& ctx)
       : submodules_(!ctx.scenario().parallel.uses_fsdp() && !ctx.scenario().model.is_moe()),
-        recompute_(ctx.scenario().parallel.recompute_granularity == Recompute::Full),
+        recomputed_(ctx.scenario().parallel.fully_recomputed_layers(ctx.scenario().model.num_layers)),
         buckets_(ctx),
         gathers_(ctx.dims().dp > 1),
         layers_(ctx.dims().layers),
@@ -158,7 +158,8 @@ class Zero3 final : public DataParallelStrategy {
   std::map<int, std::size_t> protect_;
   std::int64_t live_numel_ = 0;
   std::size_t cursor_ = 0;      ///< the next consumer to be computed
-  const bool submodules_, recompute_;
+  const bool submodules_;
+  const std::vector<bool> recomputed_;  ///< per global layer: full recomputation
 
   ZeroGradientBuckets buckets_;
   const bool gathers_;  ///< dp > 1: there is something to gather
@@ -207,7 +208,7 @@ void Zero3::begin_submodule_pass(RankContext&, bool forward) {
   }
   add_consumer(UnitKind::Output, -1, false);
   for (std::int64_t l = layers_ - 1; l >= 0; --l) {
-    if (recompute_) {  // the checkpointed forward runs again first, with its own hooks
+    if (recomputed_[std::size_t(l)]) {  // the checkpointed forward runs again first, with its own hooks
       add_consumer(UnitKind::Layer, l, false);
       add_consumer(UnitKind::Layer, l, true);
     }

@@ -151,7 +151,10 @@ class RankProgram {
         dp_(make_data_parallel_strategy(ctx_)),
         act_(layer_activation_bytes(build.scenario)),
         full_(layer_activation_bytes_no_recompute(build.scenario)),
-        full_recompute_(build.scenario.parallel.recompute_granularity == Recompute::Full),
+        recomputed_(build.scenario.parallel.fully_recomputed_layers(build.scenario.model.num_layers)),
+        // A layer not recomputed keeps what it keeps without full recomputation (the block
+        // method's other layers: all of it).
+        kept_(build.scenario.parallel.recompute_granularity == Recompute::Full ? full_ : act_),
         batched_exchanges_(build.scenario.runtime == Runtime::Megatron2021 &&
                            build.scenario.parallel.pipeline_schedule ==
                                PipelineSchedule::Interleaved) {}
@@ -215,7 +218,7 @@ class RankProgram {
       receive(prev_rank(), Phase::Forward, s);
     for (std::int64_t l = s.first_layer; l < s.first_layer + s.layers; ++l) {
       dp_->before_unit(ctx_, true, {UnitKind::Layer, l});
-      if (full_recompute_)  // only the layer input is stashed; the rest is freed at the end
+      if (recomputed_[std::size_t(l)])  // only the layer input is stashed; the rest is freed
         layer_forward(Phase::Forward, s, l,
                       {{act_.attn, MemCategory::Activations},
                        {full_.attn, MemCategory::Activations},
@@ -223,8 +226,8 @@ class RankProgram {
                       {{full_.mlp, MemCategory::Activations},
                        {-full_.mlp, MemCategory::Activations, true}});
       else
-        layer_forward(Phase::Forward, s, l, {{act_.attn, MemCategory::Activations}},
-                      {{act_.mlp, MemCategory::Activations}});
+        layer_forward(Phase::Forward, s, l, {{kept_.attn, MemCategory::Activations}},
+                      {{kept_.mlp, MemCategory::Activations}});
     }
     if (s.last_vstage)
       output_forward(s);
@@ -239,15 +242,15 @@ class RankProgram {
       receive(next_rank(), Phase::Backward, s);
     for (std::int64_t l = s.first_layer + s.layers - 1; l >= s.first_layer; --l) {
       dp_->before_unit(ctx_, false, {UnitKind::Layer, l});
-      if (full_recompute_) {
+      if (recomputed_[std::size_t(l)]) {
         // Megatron's per-layer checkpoint: recompute the layer's forward, then its backward.
         layer_forward(Phase::Recompute, s, l, {{full_.attn, MemCategory::Activations}},
                       {{full_.mlp, MemCategory::Activations}});
         layer_backward(s, l, {{-full_.mlp, MemCategory::Activations, true}},
                        {{-(full_.attn + act_.attn), MemCategory::Activations, true}});
       } else {
-        layer_backward(s, l, {{-act_.mlp, MemCategory::Activations, true}},
-                       {{-act_.attn, MemCategory::Activations, true}});
+        layer_backward(s, l, {{-kept_.mlp, MemCategory::Activations, true}},
+                       {{-kept_.attn, MemCategory::Activations, true}});
       }
       tails_.layers[l] = ctx_.last_compute;
       dp_->on_grads_ready(ctx_, {UnitKind::Layer, l}, ctx_.last_compute);
@@ -553,7 +556,10 @@ class RankProgram {
   std::unique_ptr<DataParallelStrategy> dp_;
   const LayerActivationBytes act_;   ///< kept per layer until its backward
   const LayerActivationBytes full_;  ///< all of a layer's activations (recomputed)
-  const bool full_recompute_;
+  /// Per global layer: full recomputation (every layer with `full`; the block method's first
+  /// layers of each chunk). A layer that is not keeps its activations: `full_`.
+  const std::vector<bool> recomputed_;
+  const LayerActivationBytes kept_;
   /// Megatron-LM 2021's interleaved schedule exchanges in batches (exchange()).
   const bool batched_exchanges_;
   /// Batched exchanges, per direction (0: forward activations, 1: backward gradients): the

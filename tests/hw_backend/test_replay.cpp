@@ -156,6 +156,29 @@ TEST(Replay, MiddleStagesOfAnFp16PipelineOnTheCpu) {
   }
 }
 
+// Block recomputation (Megatron --recompute-method block): the checkpointed first layer of each
+// stage keeps only its input and re-runs its forward before its backward; the other layer keeps
+// its autograd state.
+TEST(Replay, BlockRecomputationChecksOnlyTheFirstLayersOfAStage) {
+  const Scenario sc = parse_scenario(
+      "name: block\nmodel: {num_layers: 4, hidden_size: 128, num_attention_heads: 4, "
+      "seq_length: 64, padded_vocab_size: 512}\nparallel: {micro_batch_size: 1, "
+      "global_batch_size: 8, precision: fp16, pipeline_model_parallel_size: 2, "
+      "recompute_granularity: full, recompute_method: block, recompute_num_layers: 1}\n"
+      "cluster: {system: dgx-a100-80gb, nodes: 1, gpus_per_node: 4}\n",
+      "block.yaml");
+  const ScheduleGraph g = build(sc);
+  for (std::int64_t rank : {0, 3}) {
+    SCOPED_TRACE(rank);
+    const ExecutionRecord r = hw::replay(g, cpu_opts(rank));
+    check_record(g, r, static_cast<RankId>(rank));
+    std::set<std::uint16_t> recomputed;
+    for (TaskId id : g.tasks_of_rank(static_cast<RankId>(rank)))
+      if (g.task(id).phase == Phase::Recompute) recomputed.insert(g.task(id).layer);
+    EXPECT_EQ(recomputed, (std::set<std::uint16_t>{std::uint16_t(rank == 0 ? 0 : 2)}));
+  }
+}
+
 TEST(Replay, FoldedGraphUsesRepresentative) {
   const Scenario sc = load_scenario(scen("small/gpt-tiny_tp2_pp2_dp2.yaml"));
   const ScheduleGraph g = build(sc, /*fold=*/true);

@@ -587,6 +587,46 @@ TEST(ModernModels, FsdpOnOneStageHoldsNoGradientAcrossMicrobatches) {
   EXPECT_EQ(peak[0], peak[1]);  // 8 or 32 microbatches per replica
 }
 
+// Megatron's --recompute-method block --recompute-num-layers N (full recomputation of the first
+// N layers of each model chunk; the Megatron-Bridge performance scripts' -rl): those layers keep
+// only their input and re-run their forward, the others keep all their activations. On one
+// stage (one microbatch in flight at the peak) each layer moved from the kept to the
+// checkpointed side lowers the peak by a layer's activations less its input; with interleaved
+// chunks of 2 layers, block 1 checkpoints the first layer of each chunk.
+TEST(ModernModels, RecomputeBlockChecksFirstLayersOfEachChunk) {
+  const std::string full = "use_distributed_optimizer: true, micro_batch_size: 1, "
+                           "global_batch_size: 16, recompute_granularity: full";
+  std::vector<std::int64_t> peak;
+  for (int n = 1; n <= 8; ++n) {
+    const Scenario sc = core(kLlama8b, full + ", recompute_method: block, recompute_num_layers: " +
+                                           std::to_string(n));
+    const ScheduleGraph g = folded_graph(sc);
+    peak.push_back(program_order_peak_gpu_bytes(g));
+    std::set<std::int64_t> recomputed;
+    for (TaskId id : g.tasks_of_rank(0))
+      if (g.task(id).phase == Phase::Recompute) recomputed.insert(g.task(id).layer);
+    EXPECT_EQ(recomputed.size(), std::size_t(n));
+    if (!recomputed.empty()) EXPECT_EQ(*recomputed.rbegin(), n - 1);  // the first n layers
+    if (n > 1) {
+      const std::int64_t layer = layer_activation_bytes_no_recompute(sc).total(),
+                         input = layer_activation_bytes(sc).total();
+      EXPECT_EQ(peak[std::size_t(n - 2)] - peak[std::size_t(n - 1)], layer - input) << n;
+    }
+  }
+  // All 32 layers of the block: the uniform method's graph (every layer checkpointed).
+  const Scenario all = core(kLlama8b, full + ", recompute_method: block, recompute_num_layers: 32");
+  const Scenario uniform = core(kLlama8b, full);
+  EXPECT_EQ(program_order_peak_gpu_bytes(folded_graph(all)),
+            program_order_peak_gpu_bytes(folded_graph(uniform)));
+  // Interleaved, PP 4 with 2 layers per virtual stage: block 1 checkpoints the first of each.
+  const Scenario vp = core(kLlama8b, full + ", recompute_method: block, recompute_num_layers: 1, "
+                                            "pipeline_model_parallel_size: 4, "
+                                            "num_layers_per_virtual_pipeline_stage: 2",
+                           1);
+  const std::vector<bool> layers = vp.parallel.fully_recomputed_layers(32);
+  for (std::int64_t l = 0; l < 32; ++l) EXPECT_EQ(layers[std::size_t(l)], l % 2 == 0) << l;
+}
+
 TEST(ModernModels, ContextParallelRingExchangeBytesAndGroups) {
   Scenario sc = core(std::string(kLlama8b),
                      "tensor_model_parallel_size: 8, context_parallel_size: 2, "
@@ -684,6 +724,15 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
       {base, "grad_reduce_in_fp32: true, use_megatron_fsdp: true, precision: bf16, "
        "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
        "parallel.grad_reduce_in_fp32 (true) with FSDP is not modelled"},
+      {base, "recompute_method: block, recompute_num_layers: 2, micro_batch_size: 1, "
+       "global_batch_size: 8", "dgx-h100",
+       "field 'parallel.recompute_method' = 'block': needs parallel.recompute_granularity full"},
+      {base, "recompute_granularity: full, recompute_method: uniform, recompute_num_layers: 2, "
+       "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "field 'parallel.recompute_num_layers' = '2': with recompute_method uniform"},
+      {base, "recompute_granularity: full, recompute_method: blocks, micro_batch_size: 1, "
+       "global_batch_size: 8", "dgx-h100",
+       "field 'parallel.recompute_method' = 'blocks': expected one of: uniform, block"},
       {base, "use_torch_fsdp2: true, pipeline_model_parallel_size: 2, micro_batch_size: 1, "
        "global_batch_size: 8", "dgx-h100",
        "parallel.use_torch_fsdp2 with parallel.pipeline_model_parallel_size (2): Megatron-LM "

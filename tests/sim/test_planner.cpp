@@ -247,6 +247,27 @@ TEST(PlannerEnumeration, FsdpCandidatesShardOverTheirOwnDataParallelGroup) {
   }
 }
 
+// A scenario with block recomputation (recompute_method, recompute_num_layers) plans candidates
+// without full recomputation too: those drop the method, which Megatron takes with `full` only.
+TEST(PlannerEnumeration, RecomputeMethodGoesWithFullRecomputationOnly) {
+  ScratchDir dir("plan");
+  const std::string path = dir.write(
+      "s.yaml", "name: plan_test\nruntime: megatron-core\nmodel: {num_layers: 4, hidden_size: 256, "
+                "num_attention_heads: 8, seq_length: 128, padded_vocab_size: 1024}\n"
+                "parallel: {micro_batch_size: 1, global_batch_size: 8, recompute_granularity: full, "
+                "recompute_method: block, recompute_num_layers: 1}\n"
+                "cluster: {system: dgx-h100, nodes: 1}\n"
+                "plan: {tensor_model_parallel_size: [1], pipeline_model_parallel_size: [1, 2], "
+                "micro_batch_size: [1], recompute_granularity: [none, full]}\n");
+  const Scenario base = load_scenario(path);
+  const auto all = enumerate_candidates(load_plan_config(path, base), base);
+  ASSERT_EQ(all.size(), 4u);
+  for (const auto& c : all) {
+    const CandidateEstimate e = estimate_candidate(path, {}, c, 0.05);
+    EXPECT_EQ(e.rejection, PlanRejection::None) << c.layout << ": " << e.reason;
+  }
+}
+
 TEST(PlannerReducedGraph, MicrobatchesReachTheFullRunsWarmUp) {
   ParallelConfig p;
   p.pipeline_model_parallel_size = 4;
