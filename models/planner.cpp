@@ -31,6 +31,7 @@ const std::vector<std::string>& plan_keys() {
                                                 "num_layers_per_virtual_pipeline_stage",
                                                 "micro_batch_size",
                                                 "recompute_granularity",
+                                                "recompute_num_layers",
                                                 "sequence_parallel",
                                                 "zero_stage",
                                                 "use_distributed_optimizer",
@@ -173,6 +174,8 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
         r.fail("recompute_granularity", v, "expected none, selective or full");
     }
   }
+  if (r.has("recompute_num_layers"))
+    c.recompute_num_layers = r.ints("recompute_num_layers", 1, 0xFFFE);
   auto bools = [&](const std::string& key, std::vector<bool>& out) {
     if (!r.has(key)) return;
     out.clear();
@@ -318,20 +321,40 @@ std::vector<std::optional<std::int64_t>> virtual_choices(const PlanConfig& plan,
   return out;
 }
 
+/// `block` with this many layers (Megatron --recompute-method block), for a full candidate.
+std::string recompute_token(Recompute rc, const std::optional<std::int64_t>& block) {
+  if (rc == Recompute::None) return "norecomp";
+  if (rc == Recompute::Full && block) return "block" + std::to_string(*block);
+  return to_string(rc);
+}
+
 std::string describe(std::int64_t tp, std::int64_t pp, std::int64_t cp, std::int64_t dp,
-                     const std::optional<std::int64_t>& vpl, std::int64_t mb, Recompute rc, bool sp,
-                     std::int64_t zero, bool distopt, bool offload) {
+                     const std::optional<std::int64_t>& vpl, std::int64_t mb, Recompute rc,
+                     const std::optional<std::int64_t>& block, bool sp, std::int64_t zero,
+                     bool distopt, bool offload) {
   std::ostringstream o;
   o << "tp" << tp << " pp" << pp;
   if (cp > 1) o << " cp" << cp;
   o << " dp" << dp;
   if (vpl) o << " vpl" << *vpl;
-  o << " mb" << mb << " " << (rc == Recompute::None ? "norecomp" : to_string(rc));
+  o << " mb" << mb << " " << recompute_token(rc, block);
   if (sp) o << " sp";
   if (zero > 0) o << " zero" << zero;
   if (distopt) o << " distopt";
   if (offload) o << " offload";
   return o.str();
+}
+
+/// The full-recomputation variants of a candidate with granularity `rc`: the plan's block layer
+/// counts, or the scenario's own method (nullopt; `block N` named when the scenario's is block).
+std::vector<std::optional<std::int64_t>> block_choices(const PlanConfig& plan,
+                                                       const Scenario& base, Recompute rc) {
+  if (rc != Recompute::Full) return {std::nullopt};
+  if (plan.recompute_num_layers.empty())
+    return {base.parallel.recompute_block
+                ? std::optional<std::int64_t>(base.parallel.recompute_num_layers)
+                : std::nullopt};
+  return {plan.recompute_num_layers.begin(), plan.recompute_num_layers.end()};
 }
 
 }  // namespace
@@ -350,86 +373,92 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
           for (const auto& vpl : virtual_choices(plan, plan.split_layers, pp))
             for (std::int64_t mb : plan.micro_batch_size)
               for (Recompute rc : plan.recompute_granularity)
-                for (bool sp_asked : plan.sequence_parallel)
-                  for (std::int64_t zero : plan.zero_stage)
-                    for (bool distopt : plan.use_distributed_optimizer)
-                      for (bool offload : offload_choices) {
-                        if (offload && zero == 0) continue;  // DeepSpeed offloads ZeRO states
-                        // Megatron turns sequence parallelism off on one tensor-parallel rank
-                        // (arguments.py); at TP 1 `true` is the run of `false`, enumerated once.
-                        const bool sp = sp_asked && tp > 1;
-                        if (sp_asked && tp == 1 &&
-                            std::find(plan.sequence_parallel.begin(),
-                                      plan.sequence_parallel.end(),
-                                      false) != plan.sequence_parallel.end())
-                          continue;
-                        // With fused/flash attention selective recomputation of core_attn
-                        // recomputes nothing (models/builder/pipeline_pass.cpp): the same run
-                        // as none, unless the scenario's recompute_modules name other modules.
-                        if (rc == Recompute::Selective && flash_attention &&
-                            !(base.parallel.recompute_modules &
-                              (kRecomputeLayernorm | kRecomputeMoeAct)))
-                          continue;
-                        PlanCandidate c;
-                        c.index = out.size();
-                        const std::int64_t dp =
-                            gpus % (tp * pp * cp) == 0 ? gpus / (tp * pp * cp) : 0;
-                        c.layout =
-                            describe(tp, pp, cp, dp, vpl, mb, rc, sp, zero, distopt, offload);
-                        if (ep > 1) c.layout += " ep" + std::to_string(ep);
-                        auto set = [&](const char* k, const std::string& v) {
-                          c.overrides.emplace_back(k, v);
-                        };
-                        set("cluster.nodes", std::to_string(gpus / gpn));
-                        set("parallel.tensor_model_parallel_size", std::to_string(tp));
-                        set("parallel.pipeline_model_parallel_size", std::to_string(pp));
-                        set("parallel.context_parallel_size", std::to_string(cp));
-                        set("parallel.expert_model_parallel_size", std::to_string(ep));
-                        set("parallel.num_layers_per_virtual_pipeline_stage",
-                            vpl ? std::to_string(*vpl) : "null");
-                        set("parallel.pipeline_schedule", vpl ? "interleaved" : "1f1b");
-                        set("parallel.micro_batch_size", std::to_string(mb));
-                        set("parallel.recompute_granularity", recompute_value(rc));
-                        // The scenario's recompute_modules apply to its selective candidates.
-                        if (rc != Recompute::Selective) set("parallel.recompute_modules", "null");
-                        // Its full recomputation's method and layer count, to its full ones.
-                        if (rc != Recompute::Full &&
-                            base.parallel.recompute_granularity == Recompute::Full) {
-                          set("parallel.recompute_method", "null");
-                          set("parallel.recompute_num_layers", "null");
+                for (const auto& block : block_choices(plan, base, rc))
+                  for (bool sp_asked : plan.sequence_parallel)
+                    for (std::int64_t zero : plan.zero_stage)
+                      for (bool distopt : plan.use_distributed_optimizer)
+                        for (bool offload : offload_choices) {
+                          if (offload && zero == 0) continue;  // DeepSpeed offloads ZeRO states
+                          // Megatron turns sequence parallelism off on one tensor-parallel rank
+                          // (arguments.py); at TP 1 `true` is the run of `false`, enumerated once.
+                          const bool sp = sp_asked && tp > 1;
+                          if (sp_asked && tp == 1 &&
+                              std::find(plan.sequence_parallel.begin(),
+                                        plan.sequence_parallel.end(),
+                                        false) != plan.sequence_parallel.end())
+                            continue;
+                          // With fused/flash attention selective recomputation of core_attn
+                          // recomputes nothing (models/builder/pipeline_pass.cpp): the same run
+                          // as none, unless the scenario's recompute_modules name other modules.
+                          if (rc == Recompute::Selective && flash_attention &&
+                              !(base.parallel.recompute_modules &
+                                (kRecomputeLayernorm | kRecomputeMoeAct)))
+                            continue;
+                          PlanCandidate c;
+                          c.index = out.size();
+                          const std::int64_t dp =
+                              gpus % (tp * pp * cp) == 0 ? gpus / (tp * pp * cp) : 0;
+                          c.layout = describe(tp, pp, cp, dp, vpl, mb, rc, block, sp, zero,
+                                              distopt, offload);
+                          if (ep > 1) c.layout += " ep" + std::to_string(ep);
+                          auto set = [&](const char* k, const std::string& v) {
+                            c.overrides.emplace_back(k, v);
+                          };
+                          set("cluster.nodes", std::to_string(gpus / gpn));
+                          set("parallel.tensor_model_parallel_size", std::to_string(tp));
+                          set("parallel.pipeline_model_parallel_size", std::to_string(pp));
+                          set("parallel.context_parallel_size", std::to_string(cp));
+                          set("parallel.expert_model_parallel_size", std::to_string(ep));
+                          set("parallel.num_layers_per_virtual_pipeline_stage",
+                              vpl ? std::to_string(*vpl) : "null");
+                          set("parallel.pipeline_schedule", vpl ? "interleaved" : "1f1b");
+                          set("parallel.micro_batch_size", std::to_string(mb));
+                          set("parallel.recompute_granularity", recompute_value(rc));
+                          // The scenario's recompute_modules apply to its selective candidates.
+                          if (rc != Recompute::Selective) set("parallel.recompute_modules", "null");
+                          // The scenario's full recomputation method and layer count go to its
+                          // full candidates (or the plan's block layer counts); the others take
+                          // none (Megatron applies them to full recomputation only).
+                          if (rc == Recompute::Full && !plan.recompute_num_layers.empty()) {
+                            set("parallel.recompute_method", "block");
+                            set("parallel.recompute_num_layers", std::to_string(*block));
+                          } else if (rc != Recompute::Full &&
+                                     base.parallel.recompute_granularity == Recompute::Full) {
+                            set("parallel.recompute_method", "null");
+                            set("parallel.recompute_num_layers", "null");
+                          }
+                          set("parallel.sequence_parallel", sp ? "true" : "false");
+                          // The scenario's TP communication overlap applies where it can
+                          // (sequence parallelism on; Megatron-LM refuses it otherwise).
+                          if (base.parallel.tp_comm_overlap && !(sp && tp > 1)) {
+                            set("parallel.tp_comm_overlap", "false");
+                            set("parallel.tp_comm_overlap_rs_method", "null");
+                          }
+                          set("parallel.use_distributed_optimizer", distopt ? "true" : "false");
+                          // FSDP shards over the candidate's own data-parallel x context-parallel
+                          // group (the only sharding trainsim models; the scenario's size is its
+                          // own group's).
+                          if (base.parallel.uses_fsdp())
+                            set("parallel.fsdp_sharding_group_size", "null");
+                          // Likewise the parameter all-gather's overlap, where the candidate has
+                          // that all-gather (Megatron arguments.py refuses it otherwise).
+                          if (base.parallel.overlap_param_gather && !distopt &&
+                              !base.parallel.uses_fsdp())
+                            set("parallel.overlap_param_gather", "false");
+                          set("deepspeed.zero_optimization.stage", std::to_string(zero));
+                          set("deepspeed.zero_optimization.offload_optimizer.device",
+                              offload ? "cpu" : "none");
+                          // The scenario's Twin-Flow ratio (or `auto`) applies where DeepSpeed
+                          // takes it: a partial ratio with ZeRO-3 only (zero/config.py
+                          // offload_ratio_check), a full offload below; no ratio without offload.
+                          const OffloadOptimizerConfig& bo = base.zero.offload_optimizer;
+                          const bool partial = bo.ratio_auto || bo.ratio < 1;
+                          if (!offload && bo.enabled)
+                            set("deepspeed.zero_optimization.offload_optimizer.ratio", "null");
+                          else if (offload && zero < 3 && partial)
+                            set("deepspeed.zero_optimization.offload_optimizer.ratio", "1.0");
+                          out.push_back(std::move(c));
                         }
-                        set("parallel.sequence_parallel", sp ? "true" : "false");
-                        // The scenario's TP communication overlap applies where it can
-                        // (sequence parallelism on; Megatron-LM refuses it otherwise).
-                        if (base.parallel.tp_comm_overlap && !(sp && tp > 1)) {
-                          set("parallel.tp_comm_overlap", "false");
-                          set("parallel.tp_comm_overlap_rs_method", "null");
-                        }
-                        set("parallel.use_distributed_optimizer", distopt ? "true" : "false");
-                        // FSDP shards over the candidate's own data-parallel x context-parallel
-                        // group (the only sharding trainsim models; the scenario's size is its
-                        // own group's).
-                        if (base.parallel.uses_fsdp())
-                          set("parallel.fsdp_sharding_group_size", "null");
-                        // Likewise the parameter all-gather's overlap, where the candidate has
-                        // that all-gather (Megatron arguments.py refuses it otherwise).
-                        if (base.parallel.overlap_param_gather && !distopt &&
-                            !base.parallel.uses_fsdp())
-                          set("parallel.overlap_param_gather", "false");
-                        set("deepspeed.zero_optimization.stage", std::to_string(zero));
-                        set("deepspeed.zero_optimization.offload_optimizer.device",
-                            offload ? "cpu" : "none");
-                        // The scenario's Twin-Flow ratio (or `auto`) applies where DeepSpeed
-                        // takes it: a partial ratio with ZeRO-3 only (zero/config.py
-                        // offload_ratio_check), a full offload below; no ratio without offload.
-                        const OffloadOptimizerConfig& bo = base.zero.offload_optimizer;
-                        const bool partial = bo.ratio_auto || bo.ratio < 1;
-                        if (!offload && bo.enabled)
-                          set("deepspeed.zero_optimization.offload_optimizer.ratio", "null");
-                        else if (offload && zero < 3 && partial)
-                          set("deepspeed.zero_optimization.offload_optimizer.ratio", "1.0");
-                        out.push_back(std::move(c));
-                      }
   return out;
 }
 

@@ -50,6 +50,9 @@ struct PlanConfig {
   std::int64_t split_layers = 0;
   std::vector<std::int64_t> micro_batch_size;
   std::vector<Recompute> recompute_granularity;
+  /// `recompute_num_layers`: full candidates run Megatron's block recomputation with each of
+  /// these layer counts; empty: the scenario's own method.
+  std::vector<std::int64_t> recompute_num_layers;
   std::vector<bool> sequence_parallel;
   std::vector<std::int64_t> zero_stage;
   std::vector<bool> use_distributed_optimizer;

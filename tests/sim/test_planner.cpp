@@ -5,6 +5,7 @@
 // and the ranking's tie rule.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 
 #include "models/planner.h"
@@ -16,6 +17,11 @@ namespace trainsim {
 namespace {
 
 using test_support::ScratchDir;
+
+std::string slurp_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
 
 /// `trainsim simulate` of a scenario file with overrides: its summary.
 Summary simulated(const std::string& path,
@@ -240,11 +246,34 @@ TEST(PlannerEnumeration, FsdpCandidatesShardOverTheirOwnDataParallelGroup) {
                 "micro_batch_size: [1], recompute_granularity: [none]}\n");
   const Scenario base = load_scenario(path);
   const auto all = enumerate_candidates(load_plan_config(path, base), base);
-  ASSERT_EQ(all.size(), 4u);
+  std::vector<std::string> layouts;
   for (const auto& c : all) {
+    layouts.push_back(c.layout);
     const CandidateEstimate e = estimate_candidate(path, {}, c, 0.05);
     EXPECT_EQ(e.rejection, PlanRejection::None) << c.layout << ": " << e.reason;
   }
+  // The scenario's block method is named in its full candidates' layouts.
+  EXPECT_EQ(layouts, (std::vector<std::string>{
+                         "tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 block1",
+                         "tp1 pp2 dp4 mb1 norecomp", "tp1 pp2 dp4 mb1 block1"}));
+  // plan.recompute_num_layers: each layer count a full candidate of its own.
+  std::string text = slurp_text(path);
+  const std::string plan_end = "recompute_granularity: [none, full]}";
+  ASSERT_NE(text.find(plan_end), std::string::npos);
+  text.replace(text.find(plan_end), plan_end.size(),
+               "recompute_granularity: [none, full], recompute_num_layers: [1, 2]}");
+  const std::string searched = dir.write("b.yaml", text);
+  const Scenario b = load_scenario(searched);
+  layouts.clear();
+  for (const auto& c : enumerate_candidates(load_plan_config(searched, b), b)) {
+    layouts.push_back(c.layout);
+    const CandidateEstimate e = estimate_candidate(searched, {}, c, 0.05);
+    EXPECT_EQ(e.rejection, PlanRejection::None) << c.layout << ": " << e.reason;
+  }
+  EXPECT_EQ(layouts, (std::vector<std::string>{
+                         "tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 block1",
+                         "tp1 pp1 dp8 mb1 block2", "tp1 pp2 dp4 mb1 norecomp",
+                         "tp1 pp2 dp4 mb1 block1", "tp1 pp2 dp4 mb1 block2"}));
 }
 
 // A scenario with block recomputation (recompute_method, recompute_num_layers) plans candidates
