@@ -246,6 +246,27 @@ TEST(PlannerEnumeration, FsdpCandidatesShardOverTheirOwnDataParallelGroup) {
                 "micro_batch_size: [1], recompute_granularity: [none]}\n");
   const Scenario base = load_scenario(path);
   const auto all = enumerate_candidates(load_plan_config(path, base), base);
+  ASSERT_EQ(all.size(), 4u);
+  for (const auto& c : all) {
+    const CandidateEstimate e = estimate_candidate(path, {}, c, 0.05);
+    EXPECT_EQ(e.rejection, PlanRejection::None) << c.layout << ": " << e.reason;
+  }
+}
+
+// A scenario with block recomputation (recompute_method, recompute_num_layers) plans candidates
+// without full recomputation too: those drop the method, which Megatron takes with `full` only.
+TEST(PlannerEnumeration, RecomputeMethodGoesWithFullRecomputationOnly) {
+  ScratchDir dir("plan");
+  const std::string path = dir.write(
+      "s.yaml", "name: plan_test\nruntime: megatron-core\nmodel: {num_layers: 4, hidden_size: 256, "
+                "num_attention_heads: 8, seq_length: 128, padded_vocab_size: 1024}\n"
+                "parallel: {micro_batch_size: 1, global_batch_size: 8, recompute_granularity: full, "
+                "recompute_method: block, recompute_num_layers: 1}\n"
+                "cluster: {system: dgx-h100, nodes: 1}\n"
+                "plan: {tensor_model_parallel_size: [1], pipeline_model_parallel_size: [1, 2], "
+                "micro_batch_size: [1], recompute_granularity: [none, full]}\n");
+  const Scenario base = load_scenario(path);
+  const auto all = enumerate_candidates(load_plan_config(path, base), base);
   std::vector<std::string> layouts;
   for (const auto& c : all) {
     layouts.push_back(c.layout);
@@ -274,27 +295,6 @@ TEST(PlannerEnumeration, FsdpCandidatesShardOverTheirOwnDataParallelGroup) {
                          "tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 block1",
                          "tp1 pp1 dp8 mb1 block2", "tp1 pp2 dp4 mb1 norecomp",
                          "tp1 pp2 dp4 mb1 block1", "tp1 pp2 dp4 mb1 block2"}));
-}
-
-// A scenario with block recomputation (recompute_method, recompute_num_layers) plans candidates
-// without full recomputation too: those drop the method, which Megatron takes with `full` only.
-TEST(PlannerEnumeration, RecomputeMethodGoesWithFullRecomputationOnly) {
-  ScratchDir dir("plan");
-  const std::string path = dir.write(
-      "s.yaml", "name: plan_test\nruntime: megatron-core\nmodel: {num_layers: 4, hidden_size: 256, "
-                "num_attention_heads: 8, seq_length: 128, padded_vocab_size: 1024}\n"
-                "parallel: {micro_batch_size: 1, global_batch_size: 8, recompute_granularity: full, "
-                "recompute_method: block, recompute_num_layers: 1}\n"
-                "cluster: {system: dgx-h100, nodes: 1}\n"
-                "plan: {tensor_model_parallel_size: [1], pipeline_model_parallel_size: [1, 2], "
-                "micro_batch_size: [1], recompute_granularity: [none, full]}\n");
-  const Scenario base = load_scenario(path);
-  const auto all = enumerate_candidates(load_plan_config(path, base), base);
-  ASSERT_EQ(all.size(), 4u);
-  for (const auto& c : all) {
-    const CandidateEstimate e = estimate_candidate(path, {}, c, 0.05);
-    EXPECT_EQ(e.rejection, PlanRejection::None) << c.layout << ": " << e.reason;
-  }
 }
 
 TEST(PlannerReducedGraph, MicrobatchesReachTheFullRunsWarmUp) {
