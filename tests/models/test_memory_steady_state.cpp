@@ -5,7 +5,7 @@
 // stages keeping other stages' layers gathered. This checks every data-parallel strategy
 // (DDP buckets, the distributed optimizer, ZeRO 1-3, FSDP, offload with and without Twin-Flow),
 // each pipeline schedule that holds a bounded number of microbatches (1F1B, interleaved),
-// recomputation, MoE, context parallelism, by building the graph with N and 2N microbatches per
+// recomputation (uniform and block), MoE, context parallelism, by building the graph with N and 2N microbatches per
 // replica and comparing each rank's program-order peak (the simulated peak: test_planner.cpp).
 #include <gtest/gtest.h>
 
@@ -94,6 +94,10 @@ TEST(MemorySteadyState, MoreMicrobatchesReachTheSamePeakOnEveryRank) {
       {"fsdp_interleaved", "megatron-core",
        "use_megatron_fsdp: true, pipeline_model_parallel_size: 2, "
        "num_layers_per_virtual_pipeline_stage: 2, precision: bf16", "{}", 4},
+      {"fsdp_interleaved_block", "megatron-core",
+       "use_megatron_fsdp: true, pipeline_model_parallel_size: 2, "
+       "num_layers_per_virtual_pipeline_stage: 2, recompute_granularity: full, "
+       "recompute_method: block, recompute_num_layers: 1, precision: bf16", "{}", 4},
       {"cp2", "megatron-core",
        "context_parallel_size: 2, use_distributed_optimizer: true, precision: bf16", "{}", 4},
       {"moe_ep4_pp2", "megatron-core",
