@@ -73,13 +73,11 @@ class Zero3 final : public DataParallelStrategy {
     }
     // The step's model chunk (one pipeline stage's share, or the whole model at pp = 1): the
     // embedding on the model's first virtual stage, its layers, the output on the last.
-    const ModelDims& d = ctx.dims();
-    const ParallelConfig& p = ctx.scenario().parallel;
-    const std::int64_t vstage = std::int64_t(step.chunk) * d.pp + ctx.coords.pp_stage;
-    has_embedding_ = vstage == 0;
-    has_output_ = vstage == d.pp * d.v - 1;
-    first_layer_ = p.first_layer_of_virtual_stage(vstage);
-    chunk_layers_ = p.layers_of_virtual_stage(vstage);
+    const ChunkSpan c = ctx.chunk_span(step.chunk);
+    has_embedding_ = c.first_vstage;
+    has_output_ = c.last_vstage;
+    first_layer_ = c.first_layer;
+    chunk_layers_ = c.layers;
     units_.clear();
     const bool head = step.forward ? has_embedding_ : has_output_;
     const bool tail = step.forward ? has_output_ : has_embedding_;

@@ -199,15 +199,14 @@ class RankProgram {
 
  private:
   StepAt at(const PipelineStep& step) const {
-    const ModelDims& d = ctx_.dims();
-    const std::int64_t vstage = step.chunk * d.pp + ctx_.coords.pp_stage;  // virtual stage
+    const ChunkSpan c = ctx_.chunk_span(step.chunk);
     StepAt s;
     s.mb = static_cast<std::uint16_t>(step.microbatch);
     s.chunk = static_cast<std::uint8_t>(step.chunk);
-    s.first_vstage = vstage == 0;
-    s.last_vstage = vstage == d.pp * d.v - 1;
-    s.first_layer = ctx_.scenario().parallel.first_layer_of_virtual_stage(vstage);
-    s.layers = ctx_.scenario().parallel.layers_of_virtual_stage(vstage);
+    s.first_vstage = c.first_vstage;
+    s.last_vstage = c.last_vstage;
+    s.first_layer = c.first_layer;
+    s.layers = c.layers;
     return s;
   }
 

@@ -100,6 +100,14 @@ TaskId RankContext::add(Task t, std::initializer_list<MemEffect> effects) {
   return id;
 }
 
+ChunkSpan RankContext::chunk_span(std::int64_t chunk) const {
+  const ModelDims& d = dims();
+  const ParallelConfig& p = scenario().parallel;
+  const std::int64_t vstage = chunk * d.pp + coords.pp_stage;
+  return {vstage == 0, vstage == d.pp * d.v - 1, p.first_layer_of_virtual_stage(vstage),
+          p.layers_of_virtual_stage(vstage)};
+}
+
 void RankContext::dep(TaskId from, TaskId to) {
   if (from != kNone) graph().add_dependency(from, to);
 }

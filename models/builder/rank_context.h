@@ -93,6 +93,14 @@ struct GraphBuild {
   std::map<std::int64_t, RankStateBytes> initial_memory;
 };
 
+/// A model chunk of a rank (its virtual stage chunk x pp + pipeline stage): whether it is the
+/// model's first virtual stage (the embedding) or its last (the output layer), and its global
+/// transformer layers [first_layer, first_layer + layers).
+struct ChunkSpan {
+  bool first_vstage = false, last_vstage = false;
+  std::int64_t first_layer = 0, layers = 0;
+};
+
 /// The program of one rank being emitted. A fresh context per rank: nothing carries over
 /// from the previous rank except what GraphBuild holds.
 class RankContext {
@@ -106,6 +114,8 @@ class RankContext {
   const CalibrationProfile& profile() const { return build_.profile; }
   ScheduleGraph& graph() { return build_.graph; }
   GraphBuild& build() { return build_; }
+  /// This rank's model chunk `chunk` (0 .. v-1).
+  ChunkSpan chunk_span(std::int64_t chunk) const;
 
   const RankCoords coords;
   const std::int64_t rank;

@@ -1,7 +1,6 @@
 #include "models/builder/zero_buckets.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "models/memory_model.h"
 #include "models/zero_offload.h"
@@ -16,19 +15,14 @@ ZeroGradientBuckets::ZeroGradientBuckets(const RankContext& ctx)
       layer_params_(layer_params_per_rank(ctx.scenario().model, ctx.dims().t)),
       params_(params_per_rank(ctx.scenario(), ctx.coords.pp_stage)),
       offload_(ctx.scenario(), ctx.coords.pp_stage) {
-  const ModelDims& d = ctx.dims();
-  const ParallelConfig& p = ctx.scenario().parallel;
-  std::vector<std::int64_t> layers;
-  for (std::int64_t chunk = 0; chunk < d.v; ++chunk) {
-    const std::int64_t vstage = chunk * d.pp + ctx.coords.pp_stage;
-    has_embedding_ = has_embedding_ || vstage == 0;
-    has_output_ = has_output_ || vstage == d.pp * d.v - 1;
-    const std::int64_t first = p.first_layer_of_virtual_stage(vstage);
-    for (std::int64_t l = first; l < first + p.layers_of_virtual_stage(vstage); ++l)
-      layers.push_back(l);
+  // Chunk by chunk the rank's layers ascend (virtual stage chunk x pp + stage, in model order).
+  std::int64_t k = 0;
+  for (std::int64_t chunk = 0; chunk < ctx.dims().v; ++chunk) {
+    const ChunkSpan c = ctx.chunk_span(chunk);
+    has_embedding_ = has_embedding_ || c.first_vstage;
+    has_output_ = has_output_ || c.last_vstage;
+    for (std::int64_t l = c.first_layer; l < c.first_layer + c.layers; ++l) layer_position_[l] = k++;
   }
-  std::sort(layers.begin(), layers.end());
-  for (std::size_t k = 0; k < layers.size(); ++k) layer_position_[layers[k]] = std::int64_t(k);
 }
 
 void ZeroGradientBuckets::on_block_computed(RankContext& ctx, const Block& b) {
