@@ -231,7 +231,6 @@ PlanConfig load_plan_config(const std::string& scenario_path, const Scenario& ba
     c.pipeline_model_parallel_size.push_back(base.parallel.pipeline_model_parallel_size);
     std::sort(c.pipeline_model_parallel_size.begin(), c.pipeline_model_parallel_size.end());
   }
-  c.split_layers = split;
   c.num_layers_per_virtual_pipeline_stage = {std::nullopt};
   if (base.parallel.num_layers_per_virtual_pipeline_stage) {
     c.num_layers_per_virtual_pipeline_stage.push_back(
@@ -362,6 +361,7 @@ std::vector<std::optional<std::int64_t>> block_choices(const PlanConfig& plan,
 std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Scenario& base) {
   std::vector<PlanCandidate> out;
   const std::int64_t gpus = plan.max_gpus, gpn = base.cluster.gpus_per_node;
+  const std::int64_t split = split_layers(base.parallel, base.model.num_layers);
   const bool flash_attention = base.runtime == Runtime::MegatronCore &&
                                base.model.attention_backend != AttentionBackend::Unfused;
   const std::vector<bool> offload_choices =
@@ -370,7 +370,7 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
     for (std::int64_t pp : plan.pipeline_model_parallel_size)
       for (std::int64_t cp : plan.context_parallel_size)
         for (std::int64_t ep : plan.expert_model_parallel_size)
-          for (const auto& vpl : virtual_choices(plan, plan.split_layers, pp))
+          for (const auto& vpl : virtual_choices(plan, split, pp))
             for (std::int64_t mb : plan.micro_batch_size)
               for (Recompute rc : plan.recompute_granularity)
                 for (const auto& block : block_choices(plan, base, rc))
@@ -503,15 +503,16 @@ namespace {
 /// rail-optimized), as the simulator's hierarchical rings do
 /// (sim/executor.cpp).
 double group_bandwidth(const CommGroup& g, const SystemSpec& sys, bool* intra,
-                       std::int64_t* nodes) {
-  std::map<std::int64_t, int> per_node;
+                       std::int64_t* nodes, std::int64_t* members) {
+  std::map<std::int64_t, std::int64_t> per_node;
   for (RankId r : g.ranks) ++per_node[std::int64_t(r) / sys.gpus_per_node];
   *intra = per_node.size() <= 1;
   *nodes = std::int64_t(per_node.size());
-  if (*intra) return sys.gpu.nvlink_bw_bytes_per_s;
-  int k = sys.gpus_per_node;
+  std::int64_t k = sys.gpus_per_node;  // the fewest members on a node
   for (const auto& [node, n] : per_node) k = std::min(k, n);
-  return std::min(sys.gpu.nvlink_bw_bytes_per_s, sys.nic_bw_bytes_per_s * k);
+  *members = k;
+  if (*intra) return sys.gpu.nvlink_bw_bytes_per_s;
+  return std::min(sys.gpu.nvlink_bw_bytes_per_s, sys.nic_bw_bytes_per_s * double(k));
 }
 
 double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, const SystemSpec& sys) {
@@ -527,9 +528,9 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
     case TaskKind::Recv: {
       if (t.kind == TaskKind::Send) return 0;  // the receiver's side carries the message
       bool intra = true;
-      std::int64_t nodes = 1;
+      std::int64_t nodes = 1, k = 1;
       double bw = sys.nic_bw_bytes_per_s;
-      if (t.group != kNone) bw = group_bandwidth(g.group(t.group), sys, &intra, &nodes);
+      if (t.group != kNone) bw = group_bandwidth(g.group(t.group), sys, &intra, &nodes, &k);
       if (t.kind == TaskKind::Recv && t.peer >= 0)
         intra = t.peer / sys.gpus_per_node == std::int64_t(t.rank) / sys.gpus_per_node;
       if (t.kind == TaskKind::Recv)
@@ -551,11 +552,6 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
         // As the simulator runs it (sim/executor.cpp): (k-1)/n of the buffer to the node's
         // peers over NVLink while (n-k)/n leaves the node on the rank's own NIC, k members a
         // node; the slower of the two.
-        const CommGroup& grp = g.group(t.group);
-        std::map<std::int64_t, std::int64_t> per_node;
-        for (RankId r : grp.ranks) ++per_node[std::int64_t(r) / sys.gpus_per_node];
-        std::int64_t k = sys.gpus_per_node;
-        for (const auto& [node, members] : per_node) k = std::min(k, members);
         const double b = double(op.bytes), nd = double(n);
         const double nvlink_s = b * double(k - 1) / nd /
                                 (sys.gpu.nvlink_bw_bytes_per_s * cm.nvlink_efficiency());

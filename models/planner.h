@@ -45,9 +45,6 @@ struct PlanConfig {
   /// Not in `plan:`: none, and the scenario's own layers per virtual stage where they split a
   /// stage into two or more chunks.
   bool virtual_stages_from_scenario = false;
-  /// What the pipeline splits: the layers, plus the embedding and the loss where the scenario
-  /// counts them (account_for_*_in_pipeline_split); `all` stages and virtual stages divide it.
-  std::int64_t split_layers = 0;
   std::vector<std::int64_t> micro_batch_size;
   std::vector<Recompute> recompute_granularity;
   /// `recompute_num_layers`: full candidates run Megatron's block recomputation with each of
