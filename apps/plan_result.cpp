@@ -164,6 +164,24 @@ CandidateResult read_result(const FieldReader& f, const json& j, const std::stri
   return r;
 }
 
+/// A message's shape: its text with each number (a run of digits, points and exponent signs
+/// after a digit) written as '#'.
+std::string message_shape(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    if (std::isdigit(static_cast<unsigned char>(text[i]))) {
+      while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) ||
+                                 text[i] == '.' || text[i] == 'e' || text[i] == '+' ||
+                                 text[i] == '-'))
+        ++i;
+      out += '#';
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::pair<std::size_t, std::size_t> parse_shard(const std::string& spec) {
@@ -188,28 +206,6 @@ json estimate_to_json(const CandidateEstimate& e) {
           {"estimate_iteration_s", e.estimate_iteration_s},
           {"estimate_tokens_per_s", e.estimate_tokens_per_s}};
 }
-
-namespace {
-
-/// A message's shape: its text with each number (a run of digits, points and exponent signs
-/// after a digit) written as '#'.
-std::string message_shape(const std::string& text) {
-  std::string out;
-  for (std::size_t i = 0; i < text.size();) {
-    if (std::isdigit(static_cast<unsigned char>(text[i]))) {
-      while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) ||
-                                 text[i] == '.' || text[i] == 'e' || text[i] == '+' ||
-                                 text[i] == '-'))
-        ++i;
-      out += '#';
-    } else {
-      out += text[i++];
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 void add_invalid_reason(std::vector<InvalidReason>& reasons, const InvalidReason& r) {
   const std::string shape = message_shape(r.reason);
