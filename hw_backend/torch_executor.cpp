@@ -305,7 +305,8 @@ class Executor {
 
   void compute(TaskId id, const Task& t, const OpDesc& op) {
     const std::uint32_t mb = t.microbatch;
-    const bool full = model_.recompute_full && t.layer != kNoIndex &&
+    // Full recomputation of this task's layer (every layer with `full`, block's first ones).
+    const bool full = t.layer != kNoIndex &&
                       std::size_t(t.layer) < model_.recomputed_layers.size() &&
                       model_.recomputed_layers[t.layer];
     switch (op.kind) {
