@@ -35,6 +35,33 @@ Summary simulated(const std::string& path,
   return finish_run(run, rec, {}).summary;
 }
 
+/// Stages (a) and (b) for the scenario file as written (no candidate overrides).
+CandidateEstimate estimate_as_written(const std::string& path) {
+  PlanCandidate c;
+  c.layout = "as written";
+  return estimate_candidate(path, {}, c, 0.0);
+}
+
+/// The largest exposed communication time of a rank.
+double max_exposed_comm_s(const Summary& s) {
+  double exposed = 0;
+  for (const auto& r : s.per_rank) exposed = std::max(exposed, r.exposed_comm_s);
+  return exposed;
+}
+
+/// The layouts of a scenario file's plan space, in enumeration order; each candidate must pass
+/// the planner's validation (none refused as invalid, out of memory or otherwise).
+std::vector<std::string> valid_layouts(const std::string& path) {
+  const Scenario base = load_scenario(path);
+  std::vector<std::string> layouts;
+  for (const auto& c : enumerate_candidates(load_plan_config(path, base), base)) {
+    layouts.push_back(c.layout);
+    const CandidateEstimate e = estimate_candidate(path, {}, c, 0.05);
+    EXPECT_EQ(e.rejection, PlanRejection::None) << c.layout << ": " << e.reason;
+  }
+  return layouts;
+}
+
 std::string plan_yaml(const std::string& model, const std::string& parallel,
                       const std::string& plan, const std::string& system = "dgx-a100-80gb") {
   return "name: plan_test\nmodel: " + model + "\nparallel: " + parallel +
@@ -155,13 +182,7 @@ TEST(PlannerEnumeration, ChoicesMegatronMergesOrRefusesAreEnumeratedOnce) {
       "plan: {tensor_model_parallel_size: [1, 2], pipeline_model_parallel_size: [1], "
       "micro_batch_size: [1], recompute_granularity: [none], sequence_parallel: [true, false], "
       "use_distributed_optimizer: [false, true]}\n");
-  const Scenario base = load_scenario(path);
-  const auto all = enumerate_candidates(load_plan_config(path, base), base);
-  std::vector<std::string> layouts;
-  for (const auto& c : all) {
-    layouts.push_back(c.layout);
-    EXPECT_EQ(estimate_candidate(path, {}, c, 0.05).rejection, PlanRejection::None) << c.layout;
-  }
+  const std::vector<std::string> layouts = valid_layouts(path);
   // TP 1: sp false only (x 2 distopt); TP 2: sp true and false (x 2 distopt).
   EXPECT_EQ(layouts, (std::vector<std::string>{
                          "tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 norecomp distopt",
@@ -244,13 +265,7 @@ TEST(PlannerEnumeration, FsdpCandidatesShardOverTheirOwnDataParallelGroup) {
                 "cluster: {system: dgx-h100, nodes: 1}\n"
                 "plan: {tensor_model_parallel_size: [1, 2], pipeline_model_parallel_size: [1, 2], "
                 "micro_batch_size: [1], recompute_granularity: [none]}\n");
-  const Scenario base = load_scenario(path);
-  const auto all = enumerate_candidates(load_plan_config(path, base), base);
-  ASSERT_EQ(all.size(), 4u);
-  for (const auto& c : all) {
-    const CandidateEstimate e = estimate_candidate(path, {}, c, 0.05);
-    EXPECT_EQ(e.rejection, PlanRejection::None) << c.layout << ": " << e.reason;
-  }
+  EXPECT_EQ(valid_layouts(path).size(), 4u);
 }
 
 // A scenario with block recomputation (recompute_method, recompute_num_layers) plans candidates
@@ -265,33 +280,17 @@ TEST(PlannerEnumeration, RecomputeMethodGoesWithFullRecomputationOnly) {
                 "cluster: {system: dgx-h100, nodes: 1}\n"
                 "plan: {tensor_model_parallel_size: [1], pipeline_model_parallel_size: [1, 2], "
                 "micro_batch_size: [1], recompute_granularity: [none, full]}\n");
-  const Scenario base = load_scenario(path);
-  const auto all = enumerate_candidates(load_plan_config(path, base), base);
-  std::vector<std::string> layouts;
-  for (const auto& c : all) {
-    layouts.push_back(c.layout);
-    const CandidateEstimate e = estimate_candidate(path, {}, c, 0.05);
-    EXPECT_EQ(e.rejection, PlanRejection::None) << c.layout << ": " << e.reason;
-  }
   // The scenario's block method is named in its full candidates' layouts.
-  EXPECT_EQ(layouts, (std::vector<std::string>{
-                         "tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 block1",
-                         "tp1 pp2 dp4 mb1 norecomp", "tp1 pp2 dp4 mb1 block1"}));
+  EXPECT_EQ(valid_layouts(path), (std::vector<std::string>{
+                                    "tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 block1",
+                                    "tp1 pp2 dp4 mb1 norecomp", "tp1 pp2 dp4 mb1 block1"}));
   // plan.recompute_num_layers: each layer count a full candidate of its own.
   std::string text = slurp_text(path);
   const std::string plan_end = "recompute_granularity: [none, full]}";
   ASSERT_NE(text.find(plan_end), std::string::npos);
   text.replace(text.find(plan_end), plan_end.size(),
                "recompute_granularity: [none, full], recompute_num_layers: [1, 2]}");
-  const std::string searched = dir.write("b.yaml", text);
-  const Scenario b = load_scenario(searched);
-  layouts.clear();
-  for (const auto& c : enumerate_candidates(load_plan_config(searched, b), b)) {
-    layouts.push_back(c.layout);
-    const CandidateEstimate e = estimate_candidate(searched, {}, c, 0.05);
-    EXPECT_EQ(e.rejection, PlanRejection::None) << c.layout << ": " << e.reason;
-  }
-  EXPECT_EQ(layouts, (std::vector<std::string>{
+  EXPECT_EQ(valid_layouts(dir.write("b.yaml", text)), (std::vector<std::string>{
                          "tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 block1",
                          "tp1 pp1 dp8 mb1 block2", "tp1 pp2 dp4 mb1 norecomp",
                          "tp1 pp2 dp4 mb1 block1", "tp1 pp2 dp4 mb1 block2"}));
@@ -377,9 +376,7 @@ TEST(PlannerEstimate, SmallBucketsAcrossNodesCostWhatNcclChooses) {
       "seq_length: 128, padded_vocab_size: 1024}\nparallel: {micro_batch_size: 1, "
       "global_batch_size: 128, ddp_bucket_size: 100000}\ncluster: {system: dgx-a100-80gb, "
       "nodes: 16}\n");
-  PlanCandidate c;
-  c.layout = "tp1 pp1 dp128 mb1";
-  const CandidateEstimate e = estimate_candidate(path, {}, c, 0.0);
+  const CandidateEstimate e = estimate_as_written(path);
   ASSERT_EQ(e.rejection, PlanRejection::None) << e.reason;
   const double T = simulated(path).iteration_time_s;
   EXPECT_NEAR(e.estimate_iteration_s, T, 0.03 * T);
@@ -406,15 +403,11 @@ TEST(PlannerEstimate, AllToAllAcrossNodesCostsTheRanksOwnNic) {
       "parallel: {expert_model_parallel_size: 32, micro_batch_size: 1, global_batch_size: 64, "
       "precision: bf16, use_distributed_optimizer: true}\n"
       "cluster: {system: dgx-h100, nodes: 4}\n");
-  PlanCandidate c;
-  c.layout = "tp1 pp1 dp32 mb1 ep32";
-  const CandidateEstimate e = estimate_candidate(path, {}, c, 0.0);
+  const CandidateEstimate e = estimate_as_written(path);
   ASSERT_EQ(e.rejection, PlanRejection::None) << e.reason;
   const Summary sum = simulated(path);
   EXPECT_NEAR(e.estimate_iteration_s, sum.iteration_time_s, 0.05 * sum.iteration_time_s);
-  double exposed = 0;
-  for (const auto& r : sum.per_rank) exposed = std::max(exposed, r.exposed_comm_s);
-  EXPECT_GT(exposed, 0.3 * sum.iteration_time_s);  // the all-to-all matters here
+  EXPECT_GT(max_exposed_comm_s(sum), 0.3 * sum.iteration_time_s);  // the all-to-all matters here
 }
 
 // Stage (b) with DeepSpeed ZeRO-3 across nodes: every microbatch gathers each submodule in
@@ -431,15 +424,11 @@ TEST(PlannerEstimate, ZeroThreeGathersCountEveryMicrobatchAsTheirStreamRunsThem)
       "seq_length: 2048, padded_vocab_size: 51200}\nparallel: {micro_batch_size: 1, "
       "global_batch_size: 1024, precision: fp16}\ndeepspeed: {zero_optimization: {stage: 3}}\n"
       "cluster: {system: dgx-a100-80gb, nodes: 8}\n");
-  PlanCandidate c;
-  c.layout = "tp1 pp1 dp64 mb1 zero3";
-  const CandidateEstimate e = estimate_candidate(path, {}, c, 0.0);
+  const CandidateEstimate e = estimate_as_written(path);
   ASSERT_EQ(e.rejection, PlanRejection::None) << e.reason;
   const Summary sum = simulated(path);
   EXPECT_NEAR(e.estimate_iteration_s, sum.iteration_time_s, 0.07 * sum.iteration_time_s);
-  double exposed = 0;
-  for (const auto& r : sum.per_rank) exposed = std::max(exposed, r.exposed_comm_s);
-  EXPECT_GT(exposed, 0.1 * sum.iteration_time_s);  // the gathers matter here
+  EXPECT_GT(max_exposed_comm_s(sum), 0.1 * sum.iteration_time_s);  // the gathers matter here
 }
 
 TEST(PlannerRanking, TokensPerSecondThenMemoryThenEnumerationOrder) {
