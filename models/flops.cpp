@@ -865,7 +865,7 @@ double core_model_flops_per_iteration(const Scenario& sc) {
                double(m.moe_shared_expert_intermediate_size));
   double layers_fma = 0;
   for (std::int64_t l = 0; l < m.num_layers; ++l)
-    layers_fma += attn + (m.is_moe() && l % m.moe_layer_freq == 0 ? moe_mlp : dense_mlp);
+    layers_fma += attn + (m.moe_layer(l) ? moe_mlp : dense_mlp);
   const double per_token = 6.0 * (layers_fma + h * double(m.padded_vocab_size));
   return per_token * double(sc.parallel.global_batch_size) * s;
 }

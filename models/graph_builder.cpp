@@ -68,7 +68,7 @@ void add_nvls_buffers(ScheduleGraph& g, const Scenario& sc, const SystemSpec& sy
 /// distributed/fsdp). Memory follows from the same strategy.
 Scenario fsdp_as_zero3(const Scenario& sc) {
   Scenario z = sc;
-  const std::int64_t layer = layer_params_per_rank(sc.model, sc.parallel.tensor_model_parallel_size);
+  const std::int64_t layer = largest_layer_params(sc);  // one layer, dense or MoE, per bucket
   z.zero.stage = 3;
   z.zero.overlap_comm = true;
   z.zero.reduce_bucket_size = layer;

@@ -12,7 +12,8 @@
 //   attention_dropout; no hidden dropout in these families (hidden_dropout 0);
 //   num_experts / num_local_experts -> num_experts; num_experts_per_tok -> moe_router_topk;
 //   moe_intermediate_size -> moe_ffn_hidden_size; shared_expert_intermediate_size ->
-//   moe_shared_expert_intermediate_size; sliding_window with layer_types alternating
+//   moe_shared_expert_intermediate_size; decoder_sparse_step and mlp_only_layers (Qwen3-MoE)
+//   -> the moe_layer_freq pattern; sliding_window with layer_types alternating
 //   sliding/full -> window_size, window_attn_skip_freq 2; attention_backend flash.
 // max_position_embeddings does not set seq_length (the run's sequence is the scenario's).
 #include "models/hf_config.h"
@@ -61,6 +62,34 @@ void import_moe(const json& c, const std::string& path, std::int64_t ffn, Keys& 
   put("moe_grouped_gemm", "true");
 }
 
+/// Qwen3-MoE's dense layers (transformers models/qwen3_moe/modeling_qwen3_moe.py,
+/// Qwen3MoeDecoderLayer): layer i runs the sparse MoE block when i is not in mlp_only_layers
+/// and (i + 1) % decoder_sparse_step == 0, else a dense MLP of intermediate_size. Anything but
+/// MoE on every layer becomes Megatron's moe_layer_freq pattern, one 0/1 per layer.
+void import_moe_layers(const json& c, const std::string& path, std::int64_t layers, Keys& out) {
+  const bool moe = std::any_of(out.begin(), out.end(), [](const auto& kv) { return kv.first == "num_experts"; });
+  const bool has_step = c.contains("decoder_sparse_step") && !c["decoder_sparse_step"].is_null();
+  const bool has_only = c.contains("mlp_only_layers") && !c["mlp_only_layers"].is_null();
+  if (!moe || (!has_step && !has_only)) return;
+  const std::int64_t step = has_step ? need_int(c, path, "decoder_sparse_step") : 1;
+  std::vector<bool> is_moe(std::size_t(layers), false);
+  for (std::int64_t i = 0; i < layers; ++i) is_moe[std::size_t(i)] = (i + 1) % step == 0;
+  if (has_only) {
+    const json& only = c["mlp_only_layers"];
+    if (!only.is_array()) bad(path, "mlp_only_layers", only, "expected a list of layer indices");
+    for (const json& i : only) {
+      if (!i.is_number_integer() || i.get<std::int64_t>() < 0 || i.get<std::int64_t>() >= layers)
+        bad(path, "mlp_only_layers", only,
+            "each entry is a layer index in [0, num_hidden_layers = " + std::to_string(layers) + ")");
+      is_moe[std::size_t(i.get<std::int64_t>())] = false;
+    }
+  }
+  if (std::all_of(is_moe.begin(), is_moe.end(), [](bool b) { return b; })) return;
+  std::string pattern = "[";
+  for (std::size_t i = 0; i < is_moe.size(); ++i) pattern += (i ? ", " : "") + std::string(is_moe[i] ? "1" : "0");
+  out.emplace_back("moe_layer_freq", pattern + "]");
+}
+
 /// Sliding windows: on every layer (Mistral style) or alternating with full attention.
 void import_windows(const json& c, const std::string& path, const std::string& a, Keys& out) {
   const bool sliding = c.contains("sliding_window") && c["sliding_window"].is_number_integer() &&
@@ -99,10 +128,6 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
       bad(path, mla, c[mla], "multi-head latent attention is not modelled");
   if (c.value("hidden_act", std::string("silu")) != "silu")
     bad(path, "hidden_act", c["hidden_act"], "only gated SiLU (SwiGLU) MLPs are imported");
-  if (c.contains("mlp_only_layers") && c["mlp_only_layers"].is_array() && !c["mlp_only_layers"].empty())
-    bad(path, "mlp_only_layers", c["mlp_only_layers"], "dense layers inside an MoE stack are not modelled");
-  if (c.contains("decoder_sparse_step") && c["decoder_sparse_step"] != 1)
-    bad(path, "decoder_sparse_step", c["decoder_sparse_step"], "only MoE on every layer is modelled");
 
   std::vector<std::pair<std::string, std::string>> out;
   auto put = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
@@ -130,6 +155,7 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
     put("attention_dropout", c["attention_dropout"].dump());
   put("attention_backend", "flash");
   import_moe(c, path, ffn, out);
+  import_moe_layers(c, path, need_int(c, path, "num_hidden_layers"), out);
   import_windows(c, path, a, out);
   return out;
 }

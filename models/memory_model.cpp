@@ -1,5 +1,6 @@
 #include "models/memory_model.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "models/zero_offload.h"
@@ -116,13 +117,35 @@ std::int64_t word_embedding_params_per_rank(const ModelConfig& m, std::int64_t t
   return (m.padded_vocab_size / tp) * m.hidden_size;
 }
 
+std::int64_t layer_params_at(const Scenario& sc, std::int64_t layer) {
+  return sc.model.moe_layer(layer)
+             ? moe_layer_params_per_rank(sc).total()
+             : layer_params_per_rank(sc.model, sc.parallel.tensor_model_parallel_size);
+}
+
+std::int64_t largest_layer_params(const Scenario& sc) {
+  const std::int64_t dense = layer_params_per_rank(sc.model, sc.parallel.tensor_model_parallel_size);
+  if (!sc.model.is_moe()) return dense;
+  const std::int64_t moe = moe_layer_params_per_rank(sc).total();
+  return sc.model.has_dense_layers() ? std::max(dense, moe) : moe;
+}
+
+std::int64_t expert_params_per_rank(const Scenario& sc, std::int64_t stage) {
+  if (!sc.model.is_moe()) return 0;
+  std::int64_t moe_layers = 0;
+  for (std::int64_t l : sc.parallel.stage_layers(stage)) moe_layers += sc.model.moe_layer(l);
+  return moe_layers * moe_layer_params_per_rank(sc).expert;
+}
+
 std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage) {
   const ModelConfig& m = sc.model;
   const ParallelConfig& p = sc.parallel;
   const std::int64_t tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
-  const std::int64_t per_layer =
-      m.is_moe() ? moe_layer_params_per_rank(sc).total() : layer_params_per_rank(m, tp);
-  std::int64_t params = p.layers_of_stage(stage) * per_layer;
+  std::int64_t params = 0;
+  if (!m.is_moe())
+    params = p.layers_of_stage(stage) * layer_params_per_rank(m, tp);
+  else
+    for (std::int64_t l : p.stage_layers(stage)) params += layer_params_at(sc, l);
   if (stage == 0) params += embedding_params_per_rank(m, tp);
   if (stage == pp - 1) {
     params += norm_params(m);  // final norm
@@ -138,24 +161,28 @@ std::int64_t linear_weights_per_rank(const Scenario& sc, std::int64_t stage) {
   const ModelConfig& m = sc.model;
   const std::int64_t tp = sc.parallel.tensor_model_parallel_size;
   const std::int64_t h = m.hidden_size, f = m.ffn_hidden_size;
-  std::int64_t per_layer =
+  const std::int64_t dense =
       (h * qkv_width(m) + attn_width(m) * h + h * (m.swiglu ? 2 * f : f) + f * h) / tp;
-  if (m.is_moe()) {  // attention, the local experts and the shared expert run in FP8
-    const MoeLayerParams moe = moe_layer_params_per_rank(sc);
-    per_layer = (h * qkv_width(m) + attn_width(m) * h) / tp + moe.expert +
-                (m.swiglu ? 3 : 2) * h * m.moe_shared_expert_intermediate_size / tp;
-  }
-  return sc.parallel.layers_of_stage(stage) * per_layer;
+  if (!m.is_moe()) return sc.parallel.layers_of_stage(stage) * dense;
+  // An MoE layer's attention, local experts and shared expert run in FP8.
+  const std::int64_t moe = (h * qkv_width(m) + attn_width(m) * h) / tp +
+                           moe_layer_params_per_rank(sc).expert +
+                           (m.swiglu ? 3 : 2) * h * m.moe_shared_expert_intermediate_size / tp;
+  std::int64_t out = 0;
+  for (std::int64_t l : sc.parallel.stage_layers(stage)) out += m.moe_layer(l) ? moe : dense;
+  return out;
 }
 
 std::int64_t total_params(const ModelConfig& m) {
-  std::int64_t layer = layer_params_per_rank(m, 1);
+  const std::int64_t dense = layer_params_per_rank(m, 1);
+  std::int64_t moe = dense;
   if (m.is_moe()) {
     const std::int64_t gate = m.swiglu ? 3 : 2, h = m.hidden_size;
-    layer = attention_params_per_rank(m, 1) + h * m.num_experts +
-            gate * h * (m.num_experts * m.moe_ffn_hidden_size + m.moe_shared_expert_intermediate_size);
+    moe = attention_params_per_rank(m, 1) + h * m.num_experts +
+          gate * h * (m.num_experts * m.moe_ffn_hidden_size + m.moe_shared_expert_intermediate_size);
   }
-  std::int64_t total = m.num_layers * layer + embedding_params_per_rank(m, 1) + norm_params(m);
+  std::int64_t total = embedding_params_per_rank(m, 1) + norm_params(m);
+  for (std::int64_t l = 0; l < m.num_layers; ++l) total += m.moe_layer(l) ? moe : dense;
   if (m.untie_embeddings_and_output_weights) total += m.padded_vocab_size * m.hidden_size;
   return total;
 }
@@ -187,7 +214,7 @@ Tokens tokens_of(const Scenario& sc) {
 ///     recomputation) and the projection input e T P; dropout mask Tsp h with hidden dropout.
 ///   MLP: norm input e Tsp h + statistics; fc1 input q Tsp h; fc1 output e T F (2F with
 ///     SwiGLU); fc2 input q T F; dropout mask Tsp h with hidden dropout.
-LayerActivationBytes core_layer_activation_bytes(const Scenario& sc) {
+LayerActivationBytes core_layer_activation_bytes(const Scenario& sc, bool moe_layer) {
   const ModelConfig& m = sc.model;
   const ParallelConfig& p = sc.parallel;
   const Tokens tk = tokens_of(sc);
@@ -212,7 +239,7 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc) {
     out.attn += e * tk.T * P;
   }
   out.mlp = e * tk.Tsp * h + stats + q * tk.Tsp * h + e * tk.T * F1 + q * tk.T * F + mask;
-  if (m.is_moe()) {
+  if (moe_layer) {
     // MoE: the norm input and statistics, the router input (the router is a bf16 linear, not
     // FP8) e Tsp h and its fp32 scores 4 Tsp E, the expert fc1 input q Tk h, the expert fc1
     // output e Tk F1e and the permuted fp32 routing probabilities 4 Tk (Megatron-Core
@@ -237,8 +264,8 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc) {
 
 }  // namespace
 
-LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc) {
-  if (sc.runtime == Runtime::MegatronCore) return core_layer_activation_bytes(sc);
+LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc, bool moe_layer) {
+  if (sc.runtime == Runtime::MegatronCore) return core_layer_activation_bytes(sc, moe_layer);
   const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
   const std::int64_t h = sc.model.hidden_size, a = sc.model.num_attention_heads;
   const std::int64_t t = sc.parallel.tensor_model_parallel_size;
@@ -261,7 +288,15 @@ LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc) {
   return out;
 }
 
+LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc) {
+  return layer_activation_bytes_no_recompute(sc, sc.model.is_moe());
+}
+
 LayerActivationBytes layer_activation_bytes(const Scenario& sc) {
+  return layer_activation_bytes(sc, sc.model.is_moe());
+}
+
+LayerActivationBytes layer_activation_bytes(const Scenario& sc, bool moe_layer) {
   if (sc.parallel.recompute_granularity == Recompute::Full && sc.runtime == Runtime::MegatronCore) {
     // Only the layer input is stashed (e Tsp h).
     LayerActivationBytes out;
@@ -279,7 +314,7 @@ LayerActivationBytes layer_activation_bytes(const Scenario& sc) {
     out.mlp = 0;
     return out;
   }
-  return layer_activation_bytes_no_recompute(sc);
+  return layer_activation_bytes_no_recompute(sc, moe_layer);
 }
 
 namespace {

@@ -59,6 +59,13 @@ MoeLayerParams moe_layer_params_per_rank(const Scenario& sc);
 /// Word embedding rows on one TP rank alone (V/t x h): the vocab-parallel output layer's
 /// weight (Megatron VocabParallelEmbedding / the tied output projection).
 std::int64_t word_embedding_params_per_rank(const ModelConfig& m, std::int64_t tp);
+/// Parameters of global layer `layer` on one rank: an MoE layer's (moe_layer_params_per_rank)
+/// or a dense layer's (layer_params_per_rank), as ModelConfig::moe_layer says.
+std::int64_t layer_params_at(const Scenario& sc, std::int64_t layer);
+/// The largest layer_params_at of the model's layers (a ZeRO-3 / FSDP unit).
+std::int64_t largest_layer_params(const Scenario& sc);
+/// The local experts' parameters of the MoE layers the rank at pipeline stage `stage` holds.
+std::int64_t expert_params_per_rank(const Scenario& sc, std::int64_t stage);
 /// Parameters held by the rank at pipeline stage `stage` (its layers, the embedding on the first
 /// stage, the final LayerNorm and the (tied copy of the) output embedding on the last stage).
 std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage);
@@ -77,9 +84,13 @@ struct LayerActivationBytes {
   std::int64_t total() const { return attn + mlp; }
 };
 LayerActivationBytes layer_activation_bytes(const Scenario& sc);
+/// The same for an MoE layer (`moe_layer` true) or a dense layer of the scenario's model; the
+/// overload above takes an MoE model's layers as MoE layers.
+LayerActivationBytes layer_activation_bytes(const Scenario& sc, bool moe_layer);
 /// All activations of one layer without recomputation (what a full-recompute backward
 /// materializes again for one layer).
 LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc);
+LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc, bool moe_layer);
 
 /// Bytes per element of a dropout mask kept for the backward. fp16 / bf16 (Megatron on CUDA):
 /// 1, the bool mask of at::native_dropout (Korthikanti et al.'s "sbh" mask terms). fp32 (the

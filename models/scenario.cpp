@@ -368,6 +368,8 @@ void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& 
       // Megatron's --window-size is a (left, right) pair; read_model_shape checks it.
     } else if (path == "parallel.recompute_modules" && v.IsSequence()) {
       // A list of module names; read_parallel checks it.
+    } else if (path == "model.moe_layer_freq" && v.IsSequence()) {
+      // A 0/1 per layer; read_moe_layer_freq checks it.
     } else if (v.IsMap() || v.IsSequence()) {
       r.fail(path, v, "expected a single value");
     }
@@ -849,6 +851,158 @@ void read_model_shape(const Reader& r, ModelConfig& m) {
   if (r.has("model.hf_config")) m.hf_config = *r.get_string("model.hf_config", false);
 }
 
+/// Megatron's string form of --moe-layer-freq (arguments.py moe_freq_type / _eval_pattern: a
+/// Python list expression over digits, commas, brackets, parentheses, + and *, e.g.
+/// "([0]*3+[1]*58)" or "([1]*3+[0]*1)*3"), evaluated without Python: lists concatenate with +,
+/// repeat with * by an integer, integers multiply. The result must be a list of 0 and 1.
+class LayerPatternParser {
+ public:
+  explicit LayerPatternParser(std::string text) {
+    for (char c : text)
+      if (!std::isspace(static_cast<unsigned char>(c))) text_ += c;
+  }
+  /// The pattern, or a reason in `why`.
+  std::optional<std::vector<std::uint8_t>> parse(std::string& why) {
+    try {
+      Value v = expr();
+      if (pos_ != text_.size()) throw std::invalid_argument(at("unexpected '" + std::string(1, text_[pos_]) + "'"));
+      if (!v.is_list) throw std::invalid_argument("evaluates to an integer, not a list");
+      std::vector<std::uint8_t> out;
+      for (std::int64_t x : v.list) {
+        if (x != 0 && x != 1)
+          throw std::invalid_argument("has the entry " + std::to_string(x) +
+                                      "; 1 marks an MoE layer, 0 a dense layer");
+        out.push_back(std::uint8_t(x));
+      }
+      return out;
+    } catch (const std::invalid_argument& e) {
+      why = e.what();
+      return std::nullopt;
+    }
+  }
+
+ private:
+  struct Value {
+    bool is_list = false;
+    std::int64_t n = 0;
+    std::vector<std::int64_t> list;
+  };
+  static constexpr std::int64_t kMaxEntries = 65534;  // the num_layers limit
+
+  std::string at(const std::string& what) const {
+    return what + " at character " + std::to_string(pos_ + 1);
+  }
+  bool eat(char c) {
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  Value expr() {
+    Value v = term();
+    while (eat('+')) {
+      Value w = term();
+      if (v.is_list != w.is_list) throw std::invalid_argument(at("adds a list and an integer"));
+      if (v.is_list) {
+        if (v.list.size() + w.list.size() > std::size_t(kMaxEntries))
+          throw std::invalid_argument("is longer than " + std::to_string(kMaxEntries) + " layers");
+        v.list.insert(v.list.end(), w.list.begin(), w.list.end());
+      } else {
+        v.n = std::min(v.n + w.n, kMaxEntries + 1);
+      }
+    }
+    return v;
+  }
+  Value term() {
+    Value v = factor();
+    while (eat('*')) {
+      Value w = factor();
+      if (v.is_list && w.is_list) throw std::invalid_argument(at("multiplies two lists"));
+      if (!v.is_list && !w.is_list) {
+        v.n = std::min(v.n * w.n, kMaxEntries + 1);  // both <= kMaxEntries + 1: no overflow
+        continue;
+      }
+      const Value& list = v.is_list ? v : w;
+      const std::int64_t times = v.is_list ? w.n : v.n;
+      if (std::int64_t(list.list.size()) * times > kMaxEntries)
+        throw std::invalid_argument("is longer than " + std::to_string(kMaxEntries) + " layers");
+      Value out;
+      out.is_list = true;
+      for (std::int64_t i = 0; i < times; ++i)
+        out.list.insert(out.list.end(), list.list.begin(), list.list.end());
+      v = std::move(out);
+    }
+    return v;
+  }
+  Value factor() {
+    if (eat('(')) {
+      Value v = expr();
+      if (!eat(')')) throw std::invalid_argument(at("expected ')'"));
+      return v;
+    }
+    if (eat('[')) {
+      Value v;
+      v.is_list = true;
+      if (eat(']')) return v;
+      do {
+        Value x = expr();
+        if (x.is_list) throw std::invalid_argument(at("nests a list in a list"));
+        if (std::int64_t(v.list.size()) >= kMaxEntries)
+          throw std::invalid_argument("is longer than " + std::to_string(kMaxEntries) + " layers");
+        v.list.push_back(x.n);
+      } while (eat(','));
+      if (!eat(']')) throw std::invalid_argument(at("expected ']' or ','"));
+      return v;
+    }
+    const std::size_t start = pos_;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+    if (start == pos_)
+      throw std::invalid_argument(pos_ < text_.size()
+                                      ? at("unexpected '" + std::string(1, text_[pos_]) + "'")
+                                      : "ends early");
+    Value v;
+    const std::string digits = text_.substr(start, pos_ - start);
+    v.n = digits.size() > 6 ? kMaxEntries + 1 : std::min<std::int64_t>(std::stoll(digits), kMaxEntries + 1);
+    return v;
+  }
+
+  std::string text_;
+  std::size_t pos_ = 0;
+};
+
+/// --moe-layer-freq: an integer N, a YAML list of 0/1 per layer, or Megatron's string
+/// expression of that list.
+void read_moe_layer_freq(const Reader& r, ModelConfig& m) {
+  const std::string f = "model.moe_layer_freq";
+  const YAML::Node n = r.at(f);
+  auto pattern_of = [&](const YAML::Node& node, std::vector<std::uint8_t> p) {
+    if (p.empty()) r.fail(f, node, "the pattern is empty; it needs one entry per layer");
+    m.moe_layer_pattern = std::move(p);
+  };
+  if (n.IsDefined() && n.IsSequence()) {
+    std::vector<std::uint8_t> p;
+    for (const YAML::Node& x : n) {
+      if (!x.IsScalar() || (x.Scalar() != "0" && x.Scalar() != "1"))
+        r.fail(f, x, "each entry of the list is 0 (a dense layer) or 1 (an MoE layer)");
+      if (p.size() >= 65534) r.fail(f, n, "is longer than 65534 layers");
+      p.push_back(x.Scalar() == "1" ? 1 : 0);
+    }
+    pattern_of(n, std::move(p));
+    return;
+  }
+  if (n.IsDefined() && n.IsScalar() && n.Scalar().find('[') != std::string::npos) {
+    std::string why;
+    auto p = LayerPatternParser(n.Scalar()).parse(why);
+    if (!p)
+      r.fail(f, n, "not a layer pattern (Megatron's list expression, e.g. \"([0]*3+[1]*58)\"): " +
+                       why);
+    pattern_of(n, std::move(*p));
+    return;
+  }
+  m.moe_layer_freq = r.get_int(f, 1, false).value_or(1);
+}
+
 /// Mixture of experts (Megatron-Core --num-experts and --moe-* arguments).
 void read_model_moe(const Reader& r, ModelConfig& m) {
   m.num_experts = r.get_int("model.num_experts", 0, false).value_or(0);
@@ -856,7 +1010,7 @@ void read_model_moe(const Reader& r, ModelConfig& m) {
   m.moe_ffn_hidden_size = r.get_int("model.moe_ffn_hidden_size", 1, false).value_or(0);
   m.moe_shared_expert_intermediate_size =
       r.get_int("model.moe_shared_expert_intermediate_size", 0, false).value_or(0);
-  m.moe_layer_freq = r.get_int("model.moe_layer_freq", 1, false).value_or(1);
+  read_moe_layer_freq(r, m);
   if (auto d = r.get_enum("model.moe_token_dispatcher_type", {"alltoall", "allgather"}))
     m.moe_token_dispatcher_type = *d == 0 ? MoeDispatcher::AllToAll : MoeDispatcher::AllGather;
   m.moe_grouped_gemm = r.get_bool("model.moe_grouped_gemm").value_or(false);
@@ -1561,10 +1715,16 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
     fail((ep > 1 ? kv("parallel.expert_model_parallel_size", ep)
                  : kv("parallel.expert_tensor_parallel_size", etp)) +
          " needs a mixture-of-experts model (model.num_experts > 0)");
+  if (!m.is_moe() && (m.moe_layer_freq != 1 || !m.moe_layer_pattern.empty()))
+    fail("model.moe_layer_freq" +
+         (m.moe_layer_pattern.empty() ? " = " + std::to_string(m.moe_layer_freq) : " (a pattern)") +
+         " needs a mixture-of-experts model (model.num_experts > 0)");
   if (m.is_moe()) {
-    if (m.moe_layer_freq != 1)
-      fail(kv("model.moe_layer_freq", m.moe_layer_freq) +
-           ": trainsim models MoE on every layer only (moe_layer_freq 1) so far");
+    if (!m.moe_layer_pattern.empty() &&
+        std::int64_t(m.moe_layer_pattern.size()) != m.num_layers)
+      fail("model.moe_layer_freq: the pattern has " + std::to_string(m.moe_layer_pattern.size()) +
+           " entries, model.num_layers is " + std::to_string(m.num_layers) +
+           " (Megatron-Core needs one entry per layer)");
     if (m.num_experts % ep != 0)
       fail(kv("model.num_experts", m.num_experts) + " is not divisible by " +
            kv("parallel.expert_model_parallel_size", ep));

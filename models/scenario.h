@@ -5,6 +5,7 @@
 // (deepspeed.zero_optimization), so a user can copy them from a launch script.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -82,7 +83,12 @@ struct ModelConfig {
   std::int64_t moe_router_topk = 2;
   std::int64_t moe_ffn_hidden_size = 0;  ///< filled with ffn_hidden_size when absent
   std::int64_t moe_shared_expert_intermediate_size = 0;  ///< 0 = no shared expert
-  std::int64_t moe_layer_freq = 1;  ///< every moe_layer_freq-th layer is an MoE layer
+  /// --moe-layer-freq as an integer N: layer l (0-based) is an MoE layer when l % N == 0.
+  std::int64_t moe_layer_freq = 1;
+  /// --moe-layer-freq as a pattern (a list, or Megatron's string expression such as
+  /// "([0]*3+[1]*58)"): 1 = MoE layer, 0 = dense layer, one entry per layer; empty = the
+  /// integer form (Megatron-Core gpt_layer_specs.py get_gpt_decoder_layer_specs).
+  std::vector<std::uint8_t> moe_layer_pattern;
   MoeDispatcher moe_token_dispatcher_type = MoeDispatcher::AllToAll;
   bool moe_grouped_gemm = false;
   /// trainsim extension: tokens routed to the busiest expert rank / the mean (>= 1).
@@ -91,6 +97,20 @@ struct ModelConfig {
   std::string hf_config;
 
   bool is_moe() const { return num_experts > 0; }
+  /// Whether global layer l (0-based) runs the MoE MLP (Megatron-Core's moe_layer_pattern);
+  /// the other layers of an MoE model run a dense MLP of ffn_hidden_size.
+  bool moe_layer(std::int64_t l) const {
+    if (!is_moe()) return false;
+    if (!moe_layer_pattern.empty())
+      return l >= 0 && std::size_t(l) < moe_layer_pattern.size() && moe_layer_pattern[std::size_t(l)] != 0;
+    return l % std::max<std::int64_t>(moe_layer_freq, 1) == 0;
+  }
+  /// Whether the model mixes dense and MoE layers.
+  bool has_dense_layers() const {
+    for (std::int64_t l = 0; l < num_layers; ++l)
+      if (!moe_layer(l)) return true;
+    return false;
+  }
 };
 
 /// Parallel plan, Megatron-LM argument names; derived fields are filled by validation.
@@ -213,6 +233,16 @@ struct ParallelConfig {
     for (std::int64_t c = 0; c < virtual_pipeline_size; ++c)
       n += layers_of_virtual_stage(c * pipeline_model_parallel_size + stage);
     return n;
+  }
+  /// The global indices of those layers in the rank's forward order (chunk 0's, chunk 1's, ...).
+  std::vector<std::int64_t> stage_layers(std::int64_t stage) const {
+    std::vector<std::int64_t> out;
+    for (std::int64_t c = 0; c < virtual_pipeline_size; ++c) {
+      const std::int64_t v = c * pipeline_model_parallel_size + stage;
+      const std::int64_t first = first_layer_of_virtual_stage(v);
+      for (std::int64_t k = 0; k < layers_of_virtual_stage(v); ++k) out.push_back(first + k);
+    }
+    return out;
   }
 
   /// Rank <-> coordinates (models/parallel_layout.h); valid once validated.

@@ -41,7 +41,7 @@ std::int64_t grad_element_bytes(const Scenario& sc) {
 }
 
 std::int64_t zero3_prefetch_layers(const Scenario& sc) {
-  const std::int64_t layer = layer_params_per_rank(sc.model, sc.parallel.tensor_model_parallel_size);
+  const std::int64_t layer = largest_layer_params(sc);
   return std::max<std::int64_t>(1, (sc.zero.stage3_prefetch_bucket_size + layer - 1) / layer);
 }
 

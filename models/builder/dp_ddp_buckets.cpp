@@ -39,9 +39,8 @@ class DdpBuckets final : public DataParallelStrategy {
     RankStateBytes m = DataParallelStrategy::initial_memory(ctx);
     if (!distributed_) return m;
     const Scenario& sc = ctx.scenario();
-    std::int64_t expert = 0;
-    if (sc.model.is_moe())  // expert weights shard over the expert data-parallel group
-      expert = sc.parallel.layers_of_stage(ctx.coords.pp_stage) * moe_layer_params_per_rank(sc).expert;
+    // Expert weights shard over the expert data-parallel group.
+    const std::int64_t expert = expert_params_per_rank(sc, ctx.coords.pp_stage);
     const std::int64_t edp = sc.world_size() / (sc.parallel.pipeline_model_parallel_size *
                                                 sc.parallel.expert_model_parallel_size *
                                                 sc.parallel.expert_tensor_parallel_size);
@@ -138,22 +137,15 @@ class DdpBuckets final : public DataParallelStrategy {
   }
   /// Position of a layer's parameters in forward order on this rank (embedding first).
   static std::int64_t unit_position(const RankContext& ctx, std::int64_t layer) {
-    const ModelConfig& m = ctx.scenario().model;
+    const Scenario& sc = ctx.scenario();
     const std::int64_t t = ctx.dims().t;
+    std::int64_t position = ctx.coords.pp_stage == 0 ? embedding_params_per_rank(sc.model, t) : 0;
     // This rank's layers in forward order: chunk 0's, then chunk 1's, ...
-    const ParallelConfig& p = ctx.scenario().parallel;
-    std::int64_t index = 0;
-    for (std::int64_t c = 0; c < p.virtual_pipeline_size; ++c) {
-      const std::int64_t v = c * p.pipeline_model_parallel_size + ctx.coords.pp_stage;
-      const std::int64_t lo = p.first_layer_of_virtual_stage(v), n = p.layers_of_virtual_stage(v);
-      if (layer >= lo && layer < lo + n) {
-        index += layer - lo;
-        break;
-      }
-      index += n;
+    for (std::int64_t l : sc.parallel.stage_layers(ctx.coords.pp_stage)) {
+      if (l == layer) break;
+      position += layer_params_at(sc, l);
     }
-    const std::int64_t embed = ctx.coords.pp_stage == 0 ? embedding_params_per_rank(m, t) : 0;
-    return embed + index * layer_params_per_rank(m, t);
+    return position;
   }
   /// (first parameter, parameters) of each ddp_bucket_size bucket, in forward order.
   static std::vector<std::pair<std::int64_t, std::int64_t>> forward_buckets(const RankContext& ctx) {
@@ -181,17 +173,18 @@ class DdpBuckets final : public DataParallelStrategy {
   /// ready: the output layer (last stage), the layers last first, the embedding (first stage).
   static std::vector<std::pair<std::int64_t, TaskId>> ready_order(const RankContext& ctx,
                                                                   const BackwardTails& tails) {
-    const ModelConfig& m = ctx.scenario().model;
+    const Scenario& sc = ctx.scenario();
+    const ModelConfig& m = sc.model;
     const std::int64_t stage = ctx.coords.pp_stage, t = ctx.dims().t;
-    const std::int64_t layer = layer_params_per_rank(m, t);
+    std::int64_t layers = 0;  // the parameters of this rank's layers (dense or MoE, each its own)
+    for (const auto& [l, tail] : tails.layers) layers += layer_params_at(sc, l);
     std::vector<std::pair<std::int64_t, TaskId>> ready;
     if (stage == ctx.dims().pp - 1 && tails.output != kNone)
-      ready.emplace_back(params_per_rank(ctx.scenario(), stage) -
-                             std::int64_t(tails.layers.size()) * layer -
+      ready.emplace_back(params_per_rank(sc, stage) - layers -
                              (stage == 0 ? embedding_params_per_rank(m, t) : 0),
                          tails.output);
     for (auto it = tails.layers.rbegin(); it != tails.layers.rend(); ++it)
-      ready.emplace_back(layer, it->second);
+      ready.emplace_back(layer_params_at(sc, it->first), it->second);
     if (stage == 0) ready.emplace_back(embedding_params_per_rank(m, t), tails.embedding);
     return ready;
   }

@@ -47,7 +47,6 @@ class Zero3 final : public DataParallelStrategy {
         fp8_layers_(ctx.scenario().parallel.fp8_param_gather) {
     const ModelConfig& m = ctx.scenario().model;
     embed_params_ = embedding_params_per_rank(m, ctx.dims().t);
-    layer_params_ = layer_params_per_rank(m, ctx.dims().t);
     output_params_ = word_embedding_params_per_rank(m, ctx.dims().t);
     const ZeroConfig& z = ctx.scenario().zero;
     const std::int64_t thr = z.stage3_param_persistence_threshold;
@@ -82,7 +81,8 @@ class Zero3 final : public DataParallelStrategy {
     const bool head = step.forward ? has_embedding_ : has_output_;
     const bool tail = step.forward ? has_output_ : has_embedding_;
     if (head) units_.push_back({step.forward ? embed_params_ : output_params_, false});
-    for (std::int64_t l = 0; l < chunk_layers_; ++l) units_.push_back({layer_params_, true});
+    for (std::int64_t l = 0; l < chunk_layers_; ++l)  // a dense or an MoE layer's parameters
+      units_.push_back({layer_params_at(ctx.scenario(), first_layer_ + l), true});
     if (tail) units_.push_back({step.forward ? output_params_ : embed_params_, false});
     gather_.assign(units_.size(), kNone);
     next_ = 0;
@@ -162,7 +162,7 @@ class Zero3 final : public DataParallelStrategy {
   ZeroGradientBuckets buckets_;
   const bool gathers_;  ///< dp > 1: there is something to gather
   const std::int64_t layers_, prefetch_;
-  std::int64_t embed_params_ = 0, layer_params_ = 0, output_params_ = 0;
+  std::int64_t embed_params_ = 0, output_params_ = 0;
   // The current pass (the step's chunk): parameters per rank of each unit in use order, the
   // all-gather issued for each, the next one to issue.
   struct PassUnit {

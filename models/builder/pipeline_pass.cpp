@@ -20,7 +20,8 @@ namespace {
 
 /// One rank's shard of a compute block (Megatron ParallelTransformerLayer, embedding, output
 /// layer), with its work from models/flops.h.
-OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full_attention = false) {
+OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full_attention = false,
+                  bool dense_mlp = false) {
   OpDesc o;
   o.kind = kind;
   o.precision = d.precision;
@@ -38,7 +39,7 @@ OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full
   o.features = model_features(sc);
   if (full_attention) o.features.window = 0;
   const ModelConfig& m = sc.model;
-  if (m.is_moe() && (kind == OpKind::MlpFwd || kind == OpKind::MlpBwd)) {
+  if (m.is_moe() && !dense_mlp && (kind == OpKind::MlpFwd || kind == OpKind::MlpBwd)) {
     const ParallelConfig& p = sc.parallel;
     o.features.experts_local = m.num_experts / p.expert_model_parallel_size;
     o.features.num_experts = m.num_experts;
@@ -125,6 +126,13 @@ ComputeOps add_compute_ops(GraphBuild& b) {
     ops.attn_fwd_full = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::AttnFwd, true));
     ops.attn_bwd_full = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::AttnBwd, true));
   }
+  // An MoE model's dense layers (--moe-layer-freq) run a dense MLP of ffn_hidden_size.
+  ops.mlp_fwd_dense = ops.mlp_fwd;
+  ops.mlp_bwd_dense = ops.mlp_bwd;
+  if (b.scenario.model.is_moe() && b.scenario.model.has_dense_layers()) {
+    ops.mlp_fwd_dense = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::MlpFwd, false, true));
+    ops.mlp_bwd_dense = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::MlpBwd, false, true));
+  }
   if (b.scenario.model.is_moe() && b.scenario.parallel.expert_model_parallel_size > 1) {
     ops.moe_dispatch = moe_exchange_op(b, false);
     ops.moe_combine = moe_exchange_op(b, true);
@@ -149,12 +157,8 @@ class RankProgram {
               std::uint32_t p2p_op, const RankCoords& coords)
       : ctx_(build, coords), ops_(ops), tp_(tp), p2p_op_(p2p_op),
         dp_(make_data_parallel_strategy(ctx_)),
-        act_(layer_activation_bytes(build.scenario)),
-        full_(layer_activation_bytes_no_recompute(build.scenario)),
+        bytes_{layer_bytes(build.scenario, false), layer_bytes(build.scenario, true)},
         recomputed_(build.scenario.parallel.fully_recomputed_layers(build.scenario.model.num_layers)),
-        // A layer not recomputed keeps what it keeps without full recomputation (the block
-        // method's other layers: all of it).
-        kept_(build.scenario.parallel.recompute_granularity == Recompute::Full ? full_ : act_),
         batched_exchanges_(build.scenario.runtime == Runtime::Megatron2021 &&
                            build.scenario.parallel.pipeline_schedule ==
                                PipelineSchedule::Interleaved) {}
@@ -217,16 +221,17 @@ class RankProgram {
       receive(prev_rank(), Phase::Forward, s);
     for (std::int64_t l = s.first_layer; l < s.first_layer + s.layers; ++l) {
       dp_->before_unit(ctx_, true, {UnitKind::Layer, l});
+      const LayerBytes& lb = bytes_of(l);
       if (recomputed_[std::size_t(l)])  // only the layer input is stashed; the rest is freed
         layer_forward(Phase::Forward, s, l,
-                      {{act_.attn, MemCategory::Activations},
-                       {full_.attn, MemCategory::Activations},
-                       {-full_.attn, MemCategory::Activations, true}},
-                      {{full_.mlp, MemCategory::Activations},
-                       {-full_.mlp, MemCategory::Activations, true}});
+                      {{lb.act.attn, MemCategory::Activations},
+                       {lb.full.attn, MemCategory::Activations},
+                       {-lb.full.attn, MemCategory::Activations, true}},
+                      {{lb.full.mlp, MemCategory::Activations},
+                       {-lb.full.mlp, MemCategory::Activations, true}});
       else
-        layer_forward(Phase::Forward, s, l, {{kept_.attn, MemCategory::Activations}},
-                      {{kept_.mlp, MemCategory::Activations}});
+        layer_forward(Phase::Forward, s, l, {{lb.kept.attn, MemCategory::Activations}},
+                      {{lb.kept.mlp, MemCategory::Activations}});
     }
     if (s.last_vstage)
       output_forward(s);
@@ -241,15 +246,16 @@ class RankProgram {
       receive(next_rank(), Phase::Backward, s);
     for (std::int64_t l = s.first_layer + s.layers - 1; l >= s.first_layer; --l) {
       dp_->before_unit(ctx_, false, {UnitKind::Layer, l});
+      const LayerBytes& lb = bytes_of(l);
       if (recomputed_[std::size_t(l)]) {
         // Megatron's per-layer checkpoint: recompute the layer's forward, then its backward.
-        layer_forward(Phase::Recompute, s, l, {{full_.attn, MemCategory::Activations}},
-                      {{full_.mlp, MemCategory::Activations}});
-        layer_backward(s, l, {{-full_.mlp, MemCategory::Activations, true}},
-                       {{-(full_.attn + act_.attn), MemCategory::Activations, true}});
+        layer_forward(Phase::Recompute, s, l, {{lb.full.attn, MemCategory::Activations}},
+                      {{lb.full.mlp, MemCategory::Activations}});
+        layer_backward(s, l, {{-lb.full.mlp, MemCategory::Activations, true}},
+                       {{-(lb.full.attn + lb.act.attn), MemCategory::Activations, true}});
       } else {
-        layer_backward(s, l, {{-kept_.mlp, MemCategory::Activations, true}},
-                       {{-kept_.attn, MemCategory::Activations, true}});
+        layer_backward(s, l, {{-lb.kept.mlp, MemCategory::Activations, true}},
+                       {{-lb.kept.attn, MemCategory::Activations, true}});
       }
       tails_.layers[l] = ctx_.last_compute;
       dp_->on_grads_ready(ctx_, {UnitKind::Layer, l}, ctx_.last_compute);
@@ -287,7 +293,7 @@ class RankProgram {
   /// combine's (a reduce-scatter's adjoint is an all-gather: the dispatch op), then the
   /// dispatch's (the combine op); an all-to-all is its own adjoint.
   void moe_exchange(Phase phase, const StepAt& s, std::int64_t l, bool second) {
-    if (ctx_.ep_group == kNone) return;
+    if (ctx_.ep_group == kNone || !ctx_.dims().moe_layer(l)) return;
     ctx_.last_compute = ctx_.collective(second ? ops_.moe_combine : ops_.moe_dispatch,
                                         ctx_.ep_group, StreamId::TpComm, phase, Part::Mlp, s.mb,
                                         std::uint16_t(l), ctx_.last_compute);
@@ -297,13 +303,14 @@ class RankProgram {
     block(full_attention(l) ? ops_.attn_fwd_full : ops_.attn_fwd, phase, Part::Attn, s, l, true,
           false, attn);
     moe_exchange(phase, s, l, false);  // dispatch
-    block(ops_.mlp_fwd, phase, Part::Mlp, s, l, false, true, mlp);
+    block(moe_mlp(l) ? ops_.mlp_fwd : ops_.mlp_fwd_dense, phase, Part::Mlp, s, l, false, true, mlp);
     moe_exchange(phase, s, l, true);  // combine
   }
   void layer_backward(const StepAt& s, std::int64_t l, std::initializer_list<MemEffect> mlp,
                       std::initializer_list<MemEffect> attn) {
     moe_exchange(Phase::Backward, s, l, false);  // the combine's adjoint
-    block(ops_.mlp_bwd, Phase::Backward, Part::Mlp, s, l, true, false, mlp);
+    block(moe_mlp(l) ? ops_.mlp_bwd : ops_.mlp_bwd_dense, Phase::Backward, Part::Mlp, s, l, true,
+          false, mlp);
     moe_exchange(Phase::Backward, s, l, true);  // the dispatch's adjoint
     block(full_attention(l) ? ops_.attn_bwd_full : ops_.attn_bwd, Phase::Backward, Part::Attn, s,
           l, false, true, attn);
@@ -553,12 +560,27 @@ class RankProgram {
   const TensorParallelPass& tp_;
   const std::uint32_t p2p_op_;
   std::unique_ptr<DataParallelStrategy> dp_;
-  const LayerActivationBytes act_;   ///< kept per layer until its backward
-  const LayerActivationBytes full_;  ///< all of a layer's activations (recomputed)
+  /// A layer's activation bytes (models/memory_model.h): `act` kept until its backward under
+  /// the scenario's recomputation, `full` all of them (what a recomputed layer materializes
+  /// again), `kept` what a layer that is not recomputed keeps (under `full`: a layer the block
+  /// method leaves out keeps all of it).
+  struct LayerBytes {
+    LayerActivationBytes act, full, kept;
+  };
+  static LayerBytes layer_bytes(const Scenario& sc, bool moe_layer) {
+    LayerBytes out;
+    out.act = layer_activation_bytes(sc, moe_layer);
+    out.full = layer_activation_bytes_no_recompute(sc, moe_layer);
+    out.kept = sc.parallel.recompute_granularity == Recompute::Full ? out.full : out.act;
+    return out;
+  }
+  bool moe_mlp(std::int64_t l) const { return ctx_.dims().moe_layer(l); }
+  const LayerBytes& bytes_of(std::int64_t l) const { return bytes_[moe_mlp(l) ? 1 : 0]; }
+
+  const LayerBytes bytes_[2];  ///< [0] a dense layer's, [1] an MoE layer's
   /// Per global layer: full recomputation (every layer with `full`; the block method's first
-  /// layers of each chunk). A layer that is not keeps its activations: `full_`.
+  /// layers of each chunk). A layer that is not keeps its activations: `kept`.
   const std::vector<bool> recomputed_;
-  const LayerActivationBytes kept_;
   /// Megatron-LM 2021's interleaved schedule exchanges in batches (exchange()).
   const bool batched_exchanges_;
   /// Batched exchanges, per direction (0: forward activations, 1: backward gradients): the

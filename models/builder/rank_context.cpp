@@ -26,7 +26,8 @@ ModelDims::ModelDims(const Scenario& sc) {
       sp && sc.runtime == Runtime::MegatronCore && p.fp8 != Fp8Format::None;
   fp8_amax_reduce = fp8_input_gather && p.fp8_recipe == Fp8Recipe::Tensorwise;
   moe = sc.model.is_moe();
-  moe_layer_freq = std::max<std::int64_t>(sc.model.moe_layer_freq, 1);
+  moe_layers.assign(std::size_t(sc.model.num_layers), false);
+  for (std::int64_t l = 0; l < sc.model.num_layers; ++l) moe_layers[std::size_t(l)] = sc.model.moe_layer(l);
   moe_block_local = moe && sp && p.expert_tensor_parallel_size == 1 &&
                     sc.model.moe_shared_expert_intermediate_size == 0;
   tp_overlap = sc.runtime == Runtime::MegatronCore && p.uses_tp_comm_overlap();

@@ -48,11 +48,13 @@ struct ModelDims {
   /// layernorm_mlp.py _customize_quantizers_float8_current_scaling: with_amax_reduction,
   /// amax_reduction_group = tp_group under sequence parallelism).
   bool fp8_amax_reduce = false;
-  /// MoE layers (their MLP block keeps the activation-precision gather): every
-  /// moe_layer_freq-th layer when the model has experts.
+  /// MoE layers (their MLP block keeps the activation-precision gather): per global layer,
+  /// ModelConfig::moe_layer (--moe-layer-freq) when the model has experts.
   bool moe = false;
-  std::int64_t moe_layer_freq = 1;
-  bool moe_layer(std::int64_t l) const { return moe && l % moe_layer_freq == 0; }
+  std::vector<bool> moe_layers;
+  bool moe_layer(std::int64_t l) const {
+    return moe && l >= 0 && std::size_t(l) < moe_layers.size() && moe_layers[std::size_t(l)];
+  }
   /// An MoE layer's MLP block under sequence parallelism keeps its tokens local: the router,
   /// the token dispatcher and the experts work on the rank's s / t tokens, and the dispatcher's
   /// tensor-parallel group is the expert-tensor-parallel one (Megatron-Core

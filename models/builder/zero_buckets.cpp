@@ -12,27 +12,33 @@ ZeroGradientBuckets::ZeroGradientBuckets(const RankContext& ctx)
     : stage_(ctx.scenario().zero.stage),
       partitioned_grads_(stage_ >= 2),
       embed_params_(embedding_params_per_rank(ctx.scenario().model, ctx.dims().t)),
-      layer_params_(layer_params_per_rank(ctx.scenario().model, ctx.dims().t)),
       params_(params_per_rank(ctx.scenario(), ctx.coords.pp_stage)),
       offload_(ctx.scenario(), ctx.coords.pp_stage) {
   // Chunk by chunk the rank's layers ascend (virtual stage chunk x pp + stage, in model order).
-  std::int64_t k = 0;
+  std::int64_t position = 0;
   for (std::int64_t chunk = 0; chunk < ctx.dims().v; ++chunk) {
     const ChunkSpan c = ctx.chunk_span(chunk);
     has_embedding_ = has_embedding_ || c.first_vstage;
     has_output_ = has_output_ || c.last_vstage;
-    for (std::int64_t l = c.first_layer; l < c.first_layer + c.layers; ++l) layer_position_[l] = k++;
+    for (std::int64_t l = c.first_layer; l < c.first_layer + c.layers; ++l) {
+      const std::int64_t n = layer_params_at(ctx.scenario(), l);  // dense or MoE layer
+      layer_range_[l] = {position, position + n};
+      position += n;
+    }
   }
+  layers_params_ = position;
 }
 
 void ZeroGradientBuckets::on_block_computed(RankContext& ctx, const Block& b) {
   if (!partitioned_grads_ || b.phase != Phase::Backward) return;
   const std::int64_t e = ctx.dims().e;
   switch (b.unit.kind) {
-    case UnitKind::Layer:
-      if (b.first) ctx.add_effect(b.task, {layer_params_ * e, MemCategory::Gradients});
-      if (b.last) ctx.add_effect(b.task, {-layer_params_ * e, MemCategory::Gradients, true});
+    case UnitKind::Layer: {
+      const auto& [lo, hi] = layer_range_.at(b.unit.layer);
+      if (b.first) ctx.add_effect(b.task, {(hi - lo) * e, MemCategory::Gradients});
+      if (b.last) ctx.add_effect(b.task, {-(hi - lo) * e, MemCategory::Gradients, true});
       break;
+    }
     case UnitKind::Output: {
       ensure_buffers(ctx, b.task);
       const std::int64_t word =
@@ -60,12 +66,11 @@ void ZeroGradientBuckets::on_block_computed(RankContext& ctx, const Block& b) {
 
 void ZeroGradientBuckets::on_grads_ready(RankContext& ctx, const Unit& unit, TaskId ready) {
   const std::int64_t embed = has_embedding_ ? embed_params_ : 0;
-  const std::int64_t layers_end = embed + std::int64_t(layer_position_.size()) * layer_params_;
   switch (unit.kind) {
-    case UnitKind::Output: grads_ready(ctx, layers_end, params_, ready); break;
+    case UnitKind::Output: grads_ready(ctx, embed + layers_params_, params_, ready); break;
     case UnitKind::Layer: {
-      const std::int64_t k = layer_position_.at(unit.layer);
-      grads_ready(ctx, embed + k * layer_params_, embed + (k + 1) * layer_params_, ready);
+      const auto& [lo, hi] = layer_range_.at(unit.layer);
+      grads_ready(ctx, embed + lo, embed + hi, ready);
       break;
     }
     case UnitKind::Embedding: grads_ready(ctx, 0, embed, ready); break;

@@ -51,11 +51,13 @@ class ZeroGradientBuckets {
 
   const int stage_;
   const bool partitioned_grads_;  ///< stage >= 2
-  const std::int64_t embed_params_, layer_params_, params_;
+  const std::int64_t embed_params_, params_;
   /// The rank holds the model's first / last virtual stage (pp = 1: both).
   bool has_embedding_ = false, has_output_ = false;
-  /// The rank's layers: global index -> position among them (ascending).
-  std::map<std::int64_t, std::int64_t> layer_position_;
+  /// The rank's layers: global index -> [first, end) of its parameters among the layers'
+  /// (ascending; a dense and an MoE layer differ in size), and the layers' parameters in all.
+  std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> layer_range_;
+  std::int64_t layers_params_ = 0;
   // The current bucket, [lo_, hi_) in parameter order (backward fills it from high to low).
   std::int64_t lo_ = 0, hi_ = 0;
   TaskId ready_ = kNone;       ///< the task after which the bucket's gradients are complete

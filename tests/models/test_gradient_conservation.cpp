@@ -4,7 +4,7 @@
 // bytes of a rank's gradient reductions are its stage's parameters (models/memory_model.h
 // params_per_rank, checked against published counts in test_modern_models.cpp) times the
 // gradient element size times that count. Layouts: 1F1B and interleaved stages, an uneven
-// split, tensor parallelism with fp32 gradient reduction.
+// split, tensor parallelism with fp32 gradient reduction, MoE with dense layers.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -22,6 +22,7 @@ struct Case {
   std::string yaml;             ///< runtime, parallel and deepspeed keys
   std::int64_t element_bytes;   ///< of the reduced gradients
   std::int64_t reductions = 1;  ///< per iteration: 1, or the microbatches (ZeRO-2)
+  std::string model_extra = "";  ///< more model keys (experts)
 };
 
 TEST(GradientConservation, EachRankReducesItsStagesParametersOncePerIterationOrMicrobatch) {
@@ -44,11 +45,18 @@ TEST(GradientConservation, EachRankReducesItsStagesParametersOncePerIterationOrM
       // ZeRO-2: 16 sequences over 8 replicas, 2 microbatches each.
       {"parallel: {micro_batch_size: 1, global_batch_size: 16, precision: fp16}\n"
        "deepspeed: {zero_optimization: {stage: 2}}\n", 2, 2},
+      // MoE on every other layer (a dense and an MoE layer differ in size), interleaved stages,
+      // gradient buckets overlapped with the backward.
+      {core + "pipeline_model_parallel_size: 2, num_layers_per_virtual_pipeline_stage: 2, "
+              "expert_model_parallel_size: 2, grad_reduce_in_fp32: false, "
+              "use_distributed_optimizer: true, overlap_grad_reduce: true}\n", 2, 1,
+       ", num_experts: 4, moe_ffn_hidden_size: 512, moe_layer_freq: 2"},
   };
   for (const Case& c : cases) {
     const Scenario sc = parse_scenario(
         "name: conservation\nmodel: {num_layers: 8, hidden_size: 512, num_attention_heads: 8, "
-        "seq_length: 256, padded_vocab_size: 4096}\ncluster: {system: dgx-h100, nodes: 1}\n" +
+        "seq_length: 256, padded_vocab_size: 4096" + c.model_extra +
+            "}\ncluster: {system: dgx-h100, nodes: 1}\n" +
             c.yaml,
         "conservation.yaml");
     BuildOptions opt;

@@ -5,7 +5,7 @@
 // stages keeping other stages' layers gathered. This checks every data-parallel strategy
 // (DDP buckets, the distributed optimizer, ZeRO 1-3, FSDP, offload with and without Twin-Flow),
 // each pipeline schedule that holds a bounded number of microbatches (1F1B, interleaved),
-// recomputation (uniform and block), MoE, context parallelism, by building the graph with N and 2N microbatches per
+// recomputation (uniform and block), MoE (also with dense layers), context parallelism, by building the graph with N and 2N microbatches per
 // replica and comparing each rank's program-order peak (the simulated peak: test_planner.cpp).
 #include <gtest/gtest.h>
 
@@ -42,7 +42,10 @@ Scenario scenario_of(const Case& c, std::int64_t microbatches) {
              "padded_vocab_size: 4096";
   const std::string moe = c.name.rfind("moe", 0) == 0
                               ? ", num_experts: 8, moe_router_topk: 2, moe_ffn_hidden_size: 256, "
-                                "moe_grouped_gemm: true, moe_token_dispatcher_type: alltoall}"
+                                "moe_grouped_gemm: true, moe_token_dispatcher_type: alltoall" +
+                                    std::string(c.name.find("_freq2") != std::string::npos
+                                                    ? ", moe_layer_freq: 2}"
+                                                    : "}")
                               : "}";
   const std::string yaml =
       "name: " + c.name + "\nruntime: " + c.runtime + "\nmodel: " + model + moe +
@@ -103,6 +106,13 @@ TEST(MemorySteadyState, MoreMicrobatchesReachTheSamePeakOnEveryRank) {
       {"moe_ep4_pp2", "megatron-core",
        "expert_model_parallel_size: 4, pipeline_model_parallel_size: 2, "
        "use_distributed_optimizer: true, precision: bf16", "{}", 4},
+      // Dense and MoE layers alternating (--moe-layer-freq 2).
+      {"moe_freq2_interleaved", "megatron-core",
+       "expert_model_parallel_size: 4, pipeline_model_parallel_size: 2, "
+       "num_layers_per_virtual_pipeline_stage: 2, use_distributed_optimizer: true, "
+       "overlap_grad_reduce: true, precision: bf16", "{}", 4},
+      {"moe_freq2_fsdp", "megatron-core",
+       "use_megatron_fsdp: true, expert_model_parallel_size: 4, precision: bf16"},
   };
   for (const Case& c : cases) {
     // Past the warm-up: the planner's reduced count reaches every stage's peak (test_planner).
