@@ -309,6 +309,10 @@ class Executor {
     const bool full = t.layer != kNoIndex &&
                       std::size_t(t.layer) < model_.recomputed_layers.size() &&
                       model_.recomputed_layers[t.layer];
+    // The layer's MLP module checkpointed (--recompute-modules mlp / moe).
+    const bool mlp_ckpt = op.kind == OpKind::MlpFwd && t.layer != kNoIndex &&
+                          std::size_t(t.layer) < model_.mlp_checkpointed_layers.size() &&
+                          model_.mlp_checkpointed_layers[t.layer];
     switch (op.kind) {
       case OpKind::EmbedFwd: {
         torch::Tensor out = embed_forward(word_, pos_, tokens_[mb], d_, dropout_);
@@ -330,8 +334,16 @@ class Executor {
                           : mlp_forward(w, x, d_, dropout_).output;
           return;
         }
+        if (t.phase == Phase::Forward && mlp_ckpt) {
+          // A checkpointed MLP module: no autograd state, its input kept for the re-run.
+          torch::NoGradGuard no_grad;
+          torch::Tensor x = take(act_, mb, id, "input activation");
+          stash_[mb_key(mb, t.layer)] = x;
+          act_[mb] = mlp_forward(w, x, d_, dropout_).output;
+          return;
+        }
         torch::Tensor x;
-        if (t.phase == Phase::Recompute && attn) {
+        if (t.phase == Phase::Recompute && (attn || mlp_ckpt)) {
           auto it = stash_.find(mb_key(mb, t.layer));
           if (it == stash_.end())
             throw std::logic_error("replay: recompute task " + g_.label(id) + " has no stashed input");

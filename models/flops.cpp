@@ -470,7 +470,9 @@ void core_attn_backward(const OpDesc& op, const CoreShape& c, std::vector<Kernel
   core_norm_bwd("input_norm_bwd", c, out);
 }
 
-void core_mlp_forward(const CoreShape& c, std::vector<KernelWork>& out) {
+/// `rerun`: the re-run of a checkpointed MLP module (--recompute-modules mlp), whose norm is
+/// fused into fc1 (Transformer Engine's LayerNormColumnParallelLinear) and so inside it.
+void core_mlp_forward(const CoreShape& c, bool rerun, std::vector<KernelWork>& out) {
   const double fc1 = c.swiglu ? 2 * c.F : c.F;
   core_norm_fwd("pre_mlp_norm_fwd", c, out);
   quantize_column_parallel_input("fc1_input_cast", "fc1_input_amax", c.H, c, out);
@@ -481,7 +483,7 @@ void core_mlp_forward(const CoreShape& c, std::vector<KernelWork>& out) {
   quantize("fc2_input_cast", "fc2_input_amax", c.T * c.F, c, out);
   quantize("fc2_weight_cast", "fc2_weight_amax", c.F * c.H / c.microbatches, c, out);
   out.push_back(core_gemm("fc2_gemm", c.T, c.H, c.F, c, true));
-  core_residual_fwd(c, out);
+  if (!rerun) core_residual_fwd(c, out);  // outside the module (TransformerLayer's BDA)
 }
 
 void core_mlp_backward(const CoreShape& c, std::vector<KernelWork>& out) {
@@ -577,7 +579,10 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
   const double Fe = double(f.expert_ffn), F1 = c.swiglu ? 2 * Fe : Fe;
   const double Fs = double(f.shared_ffn), Fs1 = c.swiglu ? 2 * Fs : Fs;
   if (forward) {
-    core_norm_fwd("pre_mlp_norm_fwd", c, out);
+    // --recompute-modules moe re-runs the MoELayer alone: the pre-MLP norm (a separate TENorm
+    // before it) and the bias-dropout-add after it are outside the checkpoint.
+    const bool rerun = f.checkpoint_rerun;
+    if (!rerun) core_norm_fwd("pre_mlp_norm_fwd", c, out);
     out.push_back(core_gemm("router_gemm", c.Tsp, E, c.H, c, false));
     out.push_back(mem("router_topk", c.Tsp * E * 2 * kFp32Bytes));
     out.push_back(mem("moe_permute", c.Tsp * c.H * c.e + tokens * c.H * c.e));
@@ -593,7 +598,7 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
       out.push_back(mem("shared_swiglu_fwd", c.T * (Fs1 + Fs) * c.e));
       out.push_back(core_gemm("shared_fc2_gemm", c.T, c.H, Fs, c, true));
     }
-    core_residual_fwd(c, out);
+    if (!rerun) core_residual_fwd(c, out);
     return;
   }
   core_residual_bwd(c, out);
@@ -685,7 +690,7 @@ std::vector<KernelWork> core_op_kernels(const OpDesc& op) {
     case OpKind::AttnBwd: core_attn_backward(op, c, out); break;
     case OpKind::MlpFwd:
       if (op.features.experts_local > 0) core_moe(op, c, true, out);
-      else core_mlp_forward(c, out);
+      else core_mlp_forward(c, op.features.checkpoint_rerun, out);
       break;
     case OpKind::MlpBwd:
       if (op.features.experts_local > 0) core_moe(op, c, false, out);

@@ -124,7 +124,10 @@ ScheduleGraph build_schedule_graph(const Scenario& scenario_in, const SystemSpec
   rm.untie_embeddings_and_output_weights = scenario.model.untie_embeddings_and_output_weights;
   rm.recompute_full = scenario.parallel.recompute_granularity == Recompute::Full;
   rm.recomputed_layers = scenario.parallel.fully_recomputed_layers(scenario.model.num_layers);
-  rm.recompute_selective = scenario.parallel.recompute_granularity == Recompute::Selective;
+  rm.recompute_selective = scenario.parallel.recompute_granularity == Recompute::Selective &&
+                           (scenario.parallel.recompute_modules & kRecomputeCoreAttn) != 0;
+  for (std::int64_t l = 0; l < scenario.model.num_layers; ++l)
+    rm.mlp_checkpointed_layers.push_back(mlp_checkpointed(scenario, l));
   rm.precision = scenario.parallel.precision;
   for (std::int64_t stage = 0; stage < layout.pp; ++stage)
     rm.params_per_stage.push_back(params_per_rank(scenario, stage));

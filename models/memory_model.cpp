@@ -123,6 +123,12 @@ std::int64_t layer_params_at(const Scenario& sc, std::int64_t layer) {
              : layer_params_per_rank(sc.model, sc.parallel.tensor_model_parallel_size);
 }
 
+bool mlp_checkpointed(const Scenario& sc, std::int64_t layer) {
+  if (sc.parallel.recompute_granularity != Recompute::Selective) return false;
+  return sc.model.moe_layer(layer) ? (sc.parallel.recompute_modules & kRecomputeMoe) != 0
+                                    : (sc.parallel.recompute_modules & kRecomputeMlp) != 0;
+}
+
 std::int64_t largest_layer_params(const Scenario& sc) {
   const std::int64_t dense = layer_params_per_rank(sc.model, sc.parallel.tensor_model_parallel_size);
   if (!sc.model.is_moe()) return dense;
@@ -258,6 +264,19 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc, bool moe_la
               q * Tk * h + e * Tk * (m.swiglu ? 2 * Fe : Fe) + 4 * Tk + (act ? 0 : q * Tk * Fe) +
               mask;
     if (Fs > 0) out.mlp += e * tk.T * (m.swiglu ? 2 * Fs : Fs) + q * tk.T * Fs;
+  }
+  // --recompute-modules mlp (a dense layer) / moe (an MoE layer): Megatron-Core checkpoints the
+  // MLP module on its input (tensor_parallel.checkpoint / te_checkpoint) and keeps that input,
+  // e Tsp h, plus what runs outside the module: the hidden-dropout mask of the bias-dropout-add,
+  // and for an MoE layer its separate pre-MLP norm, whose input and statistics stay and whose
+  // output is the checkpoint's input (dropped too with the layernorm module). A dense layer's
+  // norm is fused into fc1 (TELayerNormColumnParallelLinear), inside the checkpoint.
+  if (moe_layer ? (p.recompute_modules & kRecomputeMoe) : (p.recompute_modules & kRecomputeMlp)) {
+    const bool ln = (p.recompute_modules & kRecomputeLayernorm) != 0;
+    const std::int64_t kept = moe_layer ? e * tk.Tsp * h + stats + (ln ? 0 : e * tk.Tsp * h) + mask
+                                        : e * tk.Tsp * h + mask;
+    out.mlp_rerun = out.mlp - kept;
+    out.mlp = kept;
   }
   return out;
 }

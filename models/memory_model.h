@@ -81,8 +81,15 @@ std::int64_t total_params(const ModelConfig& m);
 struct LayerActivationBytes {
   std::int64_t attn = 0;
   std::int64_t mlp = 0;
+  /// --recompute-modules mlp / moe: what the checkpointed MLP module drops after its forward
+  /// and re-materializes when its forward re-runs in the backward (not in `mlp` or total()).
+  std::int64_t mlp_rerun = 0;
   std::int64_t total() const { return attn + mlp; }
 };
+/// Whether layer `layer`'s MLP module is checkpointed by selective recomputation: a dense
+/// layer's with --recompute-modules mlp, an MoE layer's with moe (Megatron-Core
+/// TransformerLayer.recompute_mlp, which skips MoE layers; MoELayer.moe_layer_recompute).
+bool mlp_checkpointed(const Scenario& sc, std::int64_t layer);
 LayerActivationBytes layer_activation_bytes(const Scenario& sc);
 /// The same for an MoE layer (`moe_layer` true) or a dense layer of the scenario's model; the
 /// overload above takes an MoE model's layers as MoE layers.

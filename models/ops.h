@@ -90,6 +90,10 @@ struct ModelFeatures {
   /// backward instead of being kept.
   bool recompute_layernorm = false;
   bool recompute_moe_act = false;
+  /// The backward's re-run of a checkpointed MLP module (--recompute-modules mlp / moe): the
+  /// module's forward only, without what runs outside Megatron-Core's checkpoint (the MoE
+  /// layer's separate pre-MLP norm; the bias-dropout-add after either).
+  bool checkpoint_rerun = false;
 };
 
 struct OpDesc {

@@ -391,8 +391,7 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                           // recomputes nothing (models/builder/pipeline_pass.cpp): the same run
                           // as none, unless the scenario's recompute_modules name other modules.
                           if (rc == Recompute::Selective && flash_attention &&
-                              !(base.parallel.recompute_modules &
-                                (kRecomputeLayernorm | kRecomputeMoeAct)))
+                              !(base.parallel.recompute_modules & ~kRecomputeCoreAttn))
                             continue;
                           PlanCandidate c;
                           c.index = out.size();

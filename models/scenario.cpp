@@ -1107,12 +1107,15 @@ void read_recompute_modules(const Reader& r, ParallelConfig& p) {
       p.recompute_modules |= kRecomputeLayernorm;
     } else if (name == "moe_act") {
       p.recompute_modules |= kRecomputeMoeAct;
-    } else if (name == "mlp" || name == "moe" || name == "shared_experts" ||
-               name == "mla_up_proj") {
+    } else if (name == "mlp") {
+      p.recompute_modules |= kRecomputeMlp;
+    } else if (name == "moe") {
+      p.recompute_modules |= kRecomputeMoe;
+    } else if (name == "shared_experts" || name == "mla_up_proj") {
       r.fail(f, m, "module '" + name + "' is a Megatron-Core recompute module that trainsim "
-                   "does not model yet (modelled: core_attn, layernorm, moe_act)");
+                   "does not model yet (modelled: core_attn, layernorm, moe_act, mlp, moe)");
     } else {
-      r.fail(f, m, "expected one of core_attn, layernorm, moe_act (Megatron-Core "
+      r.fail(f, m, "expected one of core_attn, layernorm, moe_act, mlp, moe (Megatron-Core "
                    "--recompute-modules names)");
     }
   }
@@ -1664,7 +1667,7 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {p.tp_comm_overlap, "parallel.tp_comm_overlap (true)"},
       {p.uses_fsdp(), "FSDP (parallel.use_megatron_fsdp / use_torch_fsdp2)"},
       {p.recompute_modules != 0 && p.recompute_modules != kRecomputeCoreAttn,
-       "parallel.recompute_modules (layernorm / moe_act)"},
+       "parallel.recompute_modules (layernorm / moe_act / mlp / moe)"},
       {p.grad_reduce_in_fp32.has_value(),
        kv_bool("parallel.grad_reduce_in_fp32", p.grad_reduce_in_fp32.value_or(false))},
       {p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers ||
@@ -1715,6 +1718,14 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
     fail((ep > 1 ? kv("parallel.expert_model_parallel_size", ep)
                  : kv("parallel.expert_tensor_parallel_size", etp)) +
          " needs a mixture-of-experts model (model.num_experts > 0)");
+  // A module with no layer of its kind would be a no-op (Megatron-Core sets recompute_mlp on
+  // dense layers only and moe_layer_recompute in MoE layers): a launch-line mistake, refused.
+  if ((p.recompute_modules & kRecomputeMoe) && !m.is_moe())
+    fail("parallel.recompute_modules: 'moe' recomputes MoE layers and the model has none "
+         "(model.num_experts is 0)");
+  if ((p.recompute_modules & kRecomputeMlp) && m.is_moe() && !m.has_dense_layers())
+    fail("parallel.recompute_modules: 'mlp' recomputes dense layers' MLPs and every layer of "
+         "the model is an MoE layer (model.moe_layer_freq); for those use 'moe'");
   if (!m.is_moe() && (m.moe_layer_freq != 1 || !m.moe_layer_pattern.empty()))
     fail("model.moe_layer_freq" +
          (m.moe_layer_pattern.empty() ? " = " + std::to_string(m.moe_layer_freq) : " (a pattern)") +

@@ -24,6 +24,8 @@ enum class Recompute : std::uint8_t { None, Selective, Full };
 constexpr std::uint8_t kRecomputeCoreAttn = 1;   ///< core_attn: the attention kernel's tensors
 constexpr std::uint8_t kRecomputeLayernorm = 2;  ///< layernorm: a separate norm module's output
 constexpr std::uint8_t kRecomputeMoeAct = 4;     ///< moe_act: the experts' activation output
+constexpr std::uint8_t kRecomputeMlp = 8;        ///< mlp: a dense layer's whole MLP module
+constexpr std::uint8_t kRecomputeMoe = 16;       ///< moe: an MoE layer's whole MoELayer
 /// GPipe (all forwards, then all backwards), Megatron's 1F1B (PipeDream-Flush) and the
 /// interleaved 1F1B of Narayanan et al. SC'21 (chosen when virtual stages are set).
 enum class PipelineSchedule : std::uint8_t { GPipe, OneFOneB, Interleaved };

@@ -42,7 +42,7 @@ std::string op_key(const OpDesc& op) {
        << int(f.fp8) << ',' << f.cp << ',' << f.microbatches << ';' << f.experts_local << ','
        << f.num_experts << ',' << f.topk << ',' << f.expert_ffn << ',' << f.shared_ffn << ','
        << f.grouped_gemm << ',' << f.imbalance << ';' << int(f.main_grad_bytes)
-       << f.recompute_layernorm << f.recompute_moe_act;
+       << f.recompute_layernorm << f.recompute_moe_act << f.checkpoint_rerun;
   return os.str();
 }
 

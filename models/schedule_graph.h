@@ -122,8 +122,12 @@ struct ReplayModel {
   /// Per global layer, whether it is checkpointed (all with recompute_full, the block method's
   /// first layers of each chunk).
   std::vector<bool> recomputed_layers;
-  /// recompute_granularity: selective (the core attention is recomputed in the backward).
+  /// recompute_granularity: selective with core_attn among the modules (the core attention is
+  /// recomputed in the backward).
   bool recompute_selective = false;
+  /// Per global layer, whether its MLP module is checkpointed (--recompute-modules mlp / moe:
+  /// the forward keeps only the module's input, the backward re-runs the module first).
+  std::vector<bool> mlp_checkpointed_layers;
   /// Element type of parameters, gradients and activations.
   Precision precision = Precision::FP16;
   /// Parameters one rank of each pipeline stage holds (models/memory_model.h params_per_rank),

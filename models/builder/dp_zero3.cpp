@@ -46,6 +46,8 @@ class Zero3 final : public DataParallelStrategy {
         prefetch_(zero3_prefetch_layers(ctx.scenario())),
         fp8_layers_(ctx.scenario().parallel.fp8_param_gather) {
     const ModelConfig& m = ctx.scenario().model;
+    for (std::int64_t l = 0; l < m.num_layers; ++l)
+      mlp_rerun_.push_back(mlp_checkpointed(ctx.scenario(), l));
     embed_params_ = embedding_params_per_rank(m, ctx.dims().t);
     output_params_ = word_embedding_params_per_rank(m, ctx.dims().t);
     const ZeroConfig& z = ctx.scenario().zero;
@@ -158,6 +160,8 @@ class Zero3 final : public DataParallelStrategy {
   std::size_t cursor_ = 0;      ///< the next consumer to be computed
   const bool submodules_;
   const std::vector<bool> recomputed_;  ///< per global layer: full recomputation
+  /// Per global layer: its MLP module checkpointed (--recompute-modules mlp / moe).
+  std::vector<bool> mlp_rerun_;
 
   ZeroGradientBuckets buckets_;
   const bool gathers_;  ///< dp > 1: there is something to gather
@@ -208,6 +212,8 @@ void Zero3::begin_submodule_pass(RankContext&, bool forward) {
   for (std::int64_t l = layers_ - 1; l >= 0; --l) {
     if (recomputed_[std::size_t(l)]) {  // the checkpointed forward runs again first, with its own hooks
       add_consumer(UnitKind::Layer, l, false);
+      add_consumer(UnitKind::Layer, l, true);
+    } else if (mlp_rerun_[std::size_t(l)]) {  // the checkpointed MLP module's forward re-runs
       add_consumer(UnitKind::Layer, l, true);
     }
     add_consumer(UnitKind::Layer, l, true, true);

@@ -21,7 +21,7 @@ namespace {
 /// One rank's shard of a compute block (Megatron ParallelTransformerLayer, embedding, output
 /// layer), with its work from models/flops.h.
 OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full_attention = false,
-                  bool dense_mlp = false) {
+                  bool dense_mlp = false, bool checkpoint_rerun = false) {
   OpDesc o;
   o.kind = kind;
   o.precision = d.precision;
@@ -38,6 +38,7 @@ OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full
                                (sc.parallel.recompute_modules & kRecomputeCoreAttn) != 0;
   o.features = model_features(sc);
   if (full_attention) o.features.window = 0;
+  o.features.checkpoint_rerun = checkpoint_rerun;
   const ModelConfig& m = sc.model;
   if (m.is_moe() && !dense_mlp && (kind == OpKind::MlpFwd || kind == OpKind::MlpBwd)) {
     const ParallelConfig& p = sc.parallel;
@@ -133,6 +134,14 @@ ComputeOps add_compute_ops(GraphBuild& b) {
     ops.mlp_fwd_dense = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::MlpFwd, false, true));
     ops.mlp_bwd_dense = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::MlpBwd, false, true));
   }
+  // --recompute-modules mlp / moe: the checkpointed module's forward, re-run in the backward.
+  const ModelConfig& m = b.scenario.model;
+  const std::uint8_t modules = b.scenario.parallel.recompute_modules;
+  if ((modules & kRecomputeMoe) && m.is_moe())
+    ops.mlp_rerun = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::MlpFwd, false, false, true));
+  if ((modules & kRecomputeMlp) && (!m.is_moe() || m.has_dense_layers()))
+    ops.mlp_rerun_dense =
+        b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::MlpFwd, false, true, true));
   if (b.scenario.model.is_moe() && b.scenario.parallel.expert_model_parallel_size > 1) {
     ops.moe_dispatch = moe_exchange_op(b, false);
     ops.moe_combine = moe_exchange_op(b, true);
@@ -253,6 +262,15 @@ class RankProgram {
                       {{lb.full.mlp, MemCategory::Activations}});
         layer_backward(s, l, {{-lb.full.mlp, MemCategory::Activations, true}},
                        {{-(lb.full.attn + lb.act.attn), MemCategory::Activations, true}});
+      } else if (mlp_checkpointed(ctx_.scenario(), l)) {
+        // --recompute-modules mlp / moe: the MLP module's forward again (its token exchanges
+        // too), re-materializing what it dropped, then the layer's backward frees all of it.
+        moe_exchange(Phase::Recompute, s, l, false);
+        block(moe_mlp(l) ? ops_.mlp_rerun : ops_.mlp_rerun_dense, Phase::Recompute, Part::Mlp, s,
+              l, false, true, {{lb.kept.mlp_rerun, MemCategory::Activations}});
+        moe_exchange(Phase::Recompute, s, l, true);
+        layer_backward(s, l, {{-(lb.kept.mlp + lb.kept.mlp_rerun), MemCategory::Activations, true}},
+                       {{-lb.kept.attn, MemCategory::Activations, true}});
       } else {
         layer_backward(s, l, {{-lb.kept.mlp, MemCategory::Activations, true}},
                        {{-lb.kept.attn, MemCategory::Activations, true}});

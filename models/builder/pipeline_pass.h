@@ -29,6 +29,9 @@ struct ComputeOps {
   /// The dense MLP of an MoE model's dense layers (--moe-layer-freq); mlp_fwd / mlp_bwd when
   /// every layer is of one kind.
   std::uint32_t mlp_fwd_dense = 0, mlp_bwd_dense = 0;
+  /// The re-run forward of a checkpointed MoE / dense MLP module (--recompute-modules moe /
+  /// mlp; ModelFeatures::checkpoint_rerun).
+  std::uint32_t mlp_rerun = 0, mlp_rerun_dense = 0;
 };
 
 class PipelinePass {

@@ -61,7 +61,8 @@ void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, 
   if (dense && dims_.fp8_amax_reduce) tp_collective(ctx, amax_reduce_, phase, part, mb, layer);
   if (overlapped_block(part, layer)) return;
   std::uint32_t op = all_gather_;
-  if (dense && dims_.fp8_input_gather && phase == Phase::Forward) op = all_gather_fp8_;
+  // A recomputed forward gathers as the forward does (the same Transformer Engine module).
+  if (dense && dims_.fp8_input_gather && phase != Phase::Backward) op = all_gather_fp8_;
   // The backward's two gathers: FP8 (one activation's bytes, all_gather_) or not (two).
   if (dense && !dims_.fp8_input_gather && phase == Phase::Backward) op = all_gather_bwd_;
   tp_collective(ctx, op, phase, part, mb, layer);

@@ -179,6 +179,33 @@ TEST(Replay, BlockRecomputationChecksOnlyTheFirstLayersOfAStage) {
   }
 }
 
+// Megatron-Core --recompute-modules mlp: each MLP module keeps only its input through the
+// forward (no autograd state) and re-runs before its backward; attention keeps its state.
+TEST(Replay, MlpModuleRecomputationKeepsOnlyTheModuleInput) {
+  auto run = [&](const std::string& modules) {
+    const Scenario sc = parse_scenario(
+        "name: mlp\nruntime: megatron-core\nmodel: {num_layers: 2, hidden_size: 128, "
+        "num_attention_heads: 4, seq_length: 64, padded_vocab_size: 512, attention_backend: "
+        "flash}\nparallel: {micro_batch_size: 1, global_batch_size: 2, precision: bf16" +
+            modules + "}\ncluster: {system: dgx-h100, nodes: 1, gpus_per_node: 1}\n",
+        "mlp.yaml");
+    const ScheduleGraph g = build(sc);
+    const ExecutionRecord r = hw::replay(g, cpu_opts(0));
+    check_record(g, r, 0);
+    std::set<std::pair<std::uint16_t, Part>> recomputed;
+    for (TaskId id : compute_tasks(g, 0, 0, Phase::Recompute))
+      recomputed.insert({g.task(id).layer, g.task(id).part});
+    const auto fwd = compute_tasks(g, 0, 0, Phase::Forward);
+    return std::make_pair(recomputed, mem_after(r, fwd[fwd.size() - 2]) - mem_after(r, fwd[0]));
+  };
+  const auto [none_rec, none_mem] = run("");
+  const auto [mlp_rec, mlp_mem] = run(", recompute_granularity: selective, "
+                                      "recompute_modules: [mlp]");
+  EXPECT_TRUE(none_rec.empty());
+  EXPECT_EQ(mlp_rec, (std::set<std::pair<std::uint16_t, Part>>{{0, Part::Mlp}, {1, Part::Mlp}}));
+  EXPECT_LT(mlp_mem, none_mem);
+}
+
 TEST(Replay, FoldedGraphUsesRepresentative) {
   const Scenario sc = load_scenario(scen("small/gpt-tiny_tp2_pp2_dp2.yaml"));
   const ScheduleGraph g = build(sc, /*fold=*/true);

@@ -5,7 +5,7 @@
 // stages keeping other stages' layers gathered. This checks every data-parallel strategy
 // (DDP buckets, the distributed optimizer, ZeRO 1-3, FSDP, offload with and without Twin-Flow),
 // each pipeline schedule that holds a bounded number of microbatches (1F1B, interleaved),
-// recomputation (uniform and block), MoE (also with dense layers), context parallelism, by building the graph with N and 2N microbatches per
+// recomputation (uniform, block, whole MLP modules), MoE (also with dense layers), context parallelism, by building the graph with N and 2N microbatches per
 // replica and comparing each rank's program-order peak (the simulated peak: test_planner.cpp).
 #include <gtest/gtest.h>
 
@@ -113,6 +113,16 @@ TEST(MemorySteadyState, MoreMicrobatchesReachTheSamePeakOnEveryRank) {
        "overlap_grad_reduce: true, precision: bf16", "{}", 4},
       {"moe_freq2_fsdp", "megatron-core",
        "use_megatron_fsdp: true, expert_model_parallel_size: 4, precision: bf16"},
+      // Selective recomputation of whole MLP modules (--recompute-modules mlp / moe).
+      {"moe_freq2_mlp_moe_modules", "megatron-core",
+       "expert_model_parallel_size: 4, pipeline_model_parallel_size: 2, "
+       "recompute_granularity: selective, recompute_modules: [mlp, moe, layernorm], "
+       "use_distributed_optimizer: true, precision: bf16", "{}", 4},
+      {"zero3_core_mlp_module", "megatron-core",
+       "recompute_granularity: selective, recompute_modules: [mlp], precision: bf16", z + "3}}"},
+      {"fsdp_mlp_module", "megatron-core",
+       "use_megatron_fsdp: true, recompute_granularity: selective, recompute_modules: [mlp], "
+       "precision: bf16"},
   };
   for (const Case& c : cases) {
     // Past the warm-up: the planner's reduced count reaches every stage's peak (test_planner).

@@ -745,9 +745,10 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
       {base, "recompute_granularity: selective, recompute_modules: [attention], "
        "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
        "'attention': expected one of core_attn, layernorm, moe_act"},
-      {base, "recompute_granularity: selective, recompute_modules: [core_attn, mlp], "
+      {base, "recompute_granularity: selective, recompute_modules: [core_attn, shared_experts], "
        "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
-       "module 'mlp' is a Megatron-Core recompute module that trainsim does not model yet"},
+       "module 'shared_experts' is a Megatron-Core recompute module that trainsim does not model "
+       "yet"},
       {base, "recompute_granularity: selective, recompute_modules: moe_act, "
        "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
        "expected a list of module names"},
@@ -790,7 +791,7 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
        "model.swiglu (true) needs `runtime: megatron-core`"},
       {"model: {" + base + "}\nparallel: {micro_batch_size: 1, global_batch_size: 8, "
        "recompute_granularity: selective, recompute_modules: [core_attn, layernorm]}\n",
-       "parallel.recompute_modules (layernorm / moe_act) needs `runtime: megatron-core`"},
+       "parallel.recompute_modules (layernorm / moe_act / mlp / moe) needs `runtime: megatron-core`"},
       {"model: {" + base + "}\nparallel: {tensor_model_parallel_size: 2, sequence_parallel: "
        "true, tp_comm_overlap: true, micro_batch_size: 1, global_batch_size: 8}\n",
        "parallel.tp_comm_overlap (true) needs `runtime: megatron-core`"}};
