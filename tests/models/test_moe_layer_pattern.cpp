@@ -187,6 +187,39 @@ TEST(MoeLayerPattern, DenseLayersRunTheDenseMlpAndNoTokenExchange) {
   EXPECT_EQ(layer_activation_bytes(sc, false).total(), layer_activation_bytes(dense).total());
 }
 
+// Megatron DDP's gradient buckets (overlap_grad_reduce) fill in the order gradients become
+// ready: the output layer, layer 7, 6, ..., 0, the embedding; each bucket waits for the
+// backward that completes it. With MoE on even layers (3,937,280 parameters) and dense odd ones
+// (3,146,752), untied output 2,097,664 and embedding 2,097,152 (32,530,944 in all), 4M-parameter
+// buckets complete at cumulative 5,244,416 (layer 7), 9,181,696 (6), 12,328,448 (5),
+// 16,265,728 (4), 23,349,760 (2), 26,496,512 (1), 30,433,792 (0), and the last two
+// with the embedding. Layers sized as dense (the bug this guards) put them elsewhere.
+TEST(MoeLayerPattern, DdpBucketsWaitForTheLayersTheyHold) {
+  const Scenario sc = parse_scenario(
+      "runtime: megatron-core\nmodel: {" + std::string(kModel) + ", moe_layer_freq: 2}\n"
+      "parallel: {precision: bf16, micro_batch_size: 1, global_batch_size: 2, "
+      "ddp_bucket_size: 4000000, overlap_grad_reduce: true}\n"
+      "cluster: {system: dgx-h100, nodes: 1, gpus_per_node: 2}\n",
+      "buckets.yaml");
+  EXPECT_EQ(params_per_rank(sc, 0), 32530944);
+  BuildOptions opt;
+  opt.fold = false;
+  const ScheduleGraph g = build_schedule_graph(sc, find_system(sc.cluster.system), opt);
+  std::vector<TaskId> buckets;
+  for (TaskId id : g.tasks_of_rank(0))
+    if (g.task(id).phase == Phase::GradSync && g.task(id).part == Part::Gradients)
+      buckets.push_back(id);
+  ASSERT_EQ(buckets.size(), 9u);
+  // The compute task each bucket waits for: its layer, or kNoIndex for the embedding.
+  std::vector<int> waits;
+  for (TaskId b : buckets)
+    for (auto [e, end] = boost::in_edges(b, g.dependencies()); e != end; ++e) {
+      const Task& t = g.task(boost::source(*e, g.dependencies()));
+      if (t.stream == StreamId::Compute) waits.push_back(t.layer == kNoIndex ? -1 : int(t.layer));
+    }
+  EXPECT_EQ(waits, (std::vector<int>{7, 6, 5, 4, 2, 1, 0, -1, -1}));
+}
+
 TEST(MoeLayerPattern, HuggingFaceQwen3MoeSparseStepAndMlpOnlyLayers) {
   ScratchDir dir("hf_pattern");
   // transformers Qwen3MoeDecoderLayer: MoE when i is not in mlp_only_layers and
