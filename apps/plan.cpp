@@ -245,7 +245,11 @@ std::string gb(std::int64_t bytes) {
 }
 
 void print_table(std::ostream& os, const std::vector<CandidateResult>& ranked) {
-  os << std::left << std::setw(5) << "rank" << std::setw(44) << "layout" << std::right
+  // The layout column fits the longest printed layout (module sets make long ones).
+  int width = 44;
+  for (const auto& r : ranked)
+    if (r.simulated) width = std::max(width, int(r.candidate.layout.size()) + 2);
+  os << std::left << std::setw(5) << "rank" << std::setw(width) << "layout" << std::right
      << std::setw(12) << "tokens/s" << std::setw(9) << "TFLOP/s" << std::setw(7) << "MFU"
      << std::setw(10) << "peak GB" << std::setw(10) << "headroom" << std::setw(8) << "bubble"
      << std::setw(8) << "comm" << std::setw(9) << "est err"
@@ -253,7 +257,7 @@ void print_table(std::ostream& os, const std::vector<CandidateResult>& ranked) {
   int rank = 0;
   for (const auto& r : ranked) {
     if (!r.simulated) continue;
-    os << std::left << std::setw(5) << ++rank << std::setw(44) << r.candidate.layout << std::right
+    os << std::left << std::setw(5) << ++rank << std::setw(width) << r.candidate.layout << std::right
        << std::fixed << std::setprecision(0) << std::setw(12) << r.tokens_per_s
        << std::setprecision(1) << std::setw(9) << r.model_tflops_per_gpu << std::setw(6)
        << 100 * r.mfu << "%" << std::setw(10) << gb(r.peak_memory_bytes) << std::setw(9)

@@ -32,6 +32,7 @@ const std::vector<std::string>& plan_keys() {
                                                 "micro_batch_size",
                                                 "recompute_granularity",
                                                 "recompute_num_layers",
+                                                "recompute_modules",
                                                 "sequence_parallel",
                                                 "zero_stage",
                                                 "use_distributed_optimizer",
@@ -176,6 +177,26 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
   }
   if (r.has("recompute_num_layers"))
     c.recompute_num_layers = r.ints("recompute_num_layers", 1, 0xFFFE);
+  if (r.has("recompute_modules")) {
+    const std::string key = "recompute_modules";
+    const char* shape = "expected a list of module lists, e.g. [[moe_act, layernorm], [moe]]";
+    const YAML::Node n = r.node(key);
+    if (!n.IsSequence() || n.size() == 0) r.fail(key, n, shape);
+    for (const YAML::Node& set : n) {
+      if (!set.IsSequence()) r.fail(key, set, shape);
+      std::uint8_t bits = 0;
+      for (const YAML::Node& m : set) {
+        const auto bit = m.IsScalar() ? recompute_module_bit(m.Scalar()) : std::nullopt;
+        if (!bit)
+          r.fail(key, m, "expected core_attn, layernorm, moe_act, mlp or moe (Megatron-Core "
+                         "--recompute-modules names)");
+        bits |= *bit;
+      }
+      if (std::find(c.recompute_modules.begin(), c.recompute_modules.end(), bits) ==
+          c.recompute_modules.end())
+        c.recompute_modules.push_back(bits);
+    }
+  }
   auto bools = [&](const std::string& key, std::vector<bool>& out) {
     if (!r.has(key)) return;
     out.clear();
@@ -320,23 +341,28 @@ std::vector<std::optional<std::int64_t>> virtual_choices(const PlanConfig& plan,
   return out;
 }
 
-/// `block` with this many layers (Megatron --recompute-method block), for a full candidate.
-std::string recompute_token(Recompute rc, const std::optional<std::int64_t>& block) {
+/// `block` with this many layers (Megatron --recompute-method block), for a full candidate;
+/// `selective+` the plan's modules for a selective one.
+std::string recompute_token(Recompute rc, const std::optional<std::int64_t>& block,
+                            const std::optional<std::uint8_t>& modules) {
   if (rc == Recompute::None) return "norecomp";
   if (rc == Recompute::Full && block) return "block" + std::to_string(*block);
+  if (rc == Recompute::Selective && modules)
+    return "selective+" + (*modules ? recompute_modules_token(*modules) : std::string("none"));
   return to_string(rc);
 }
 
 std::string describe(std::int64_t tp, std::int64_t pp, std::int64_t cp, std::int64_t dp,
                      const std::optional<std::int64_t>& vpl, std::int64_t mb, Recompute rc,
-                     const std::optional<std::int64_t>& block, bool sp, std::int64_t zero,
+                     const std::optional<std::int64_t>& block,
+                     const std::optional<std::uint8_t>& modules, bool sp, std::int64_t zero,
                      bool distopt, bool offload) {
   std::ostringstream o;
   o << "tp" << tp << " pp" << pp;
   if (cp > 1) o << " cp" << cp;
   o << " dp" << dp;
   if (vpl) o << " vpl" << *vpl;
-  o << " mb" << mb << " " << recompute_token(rc, block);
+  o << " mb" << mb << " " << recompute_token(rc, block, modules);
   if (sp) o << " sp";
   if (zero > 0) o << " zero" << zero;
   if (distopt) o << " distopt";
@@ -354,6 +380,13 @@ std::vector<std::optional<std::int64_t>> block_choices(const PlanConfig& plan,
                 ? std::optional<std::int64_t>(base.parallel.recompute_num_layers)
                 : std::nullopt};
   return {plan.recompute_num_layers.begin(), plan.recompute_num_layers.end()};
+}
+
+/// The module sets of a candidate with granularity `rc`: the plan's for a selective one, else
+/// the scenario's own (nullopt).
+std::vector<std::optional<std::uint8_t>> module_choices(const PlanConfig& plan, Recompute rc) {
+  if (rc != Recompute::Selective || plan.recompute_modules.empty()) return {std::nullopt};
+  return {plan.recompute_modules.begin(), plan.recompute_modules.end()};
 }
 
 }  // namespace
@@ -374,6 +407,7 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
             for (std::int64_t mb : plan.micro_batch_size)
               for (Recompute rc : plan.recompute_granularity)
                 for (const auto& block : block_choices(plan, base, rc))
+                 for (const auto& modules : module_choices(plan, rc))
                   for (bool sp_asked : plan.sequence_parallel)
                     for (std::int64_t zero : plan.zero_stage)
                       for (bool distopt : plan.use_distributed_optimizer)
@@ -389,16 +423,19 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                             continue;
                           // With fused/flash attention selective recomputation of core_attn
                           // recomputes nothing (models/builder/pipeline_pass.cpp): the same run
-                          // as none, unless the scenario's recompute_modules name other modules.
+                          // as none, unless its recompute_modules (the plan's, or the scenario's)
+                          // name other modules.
+                          const std::uint8_t recomputed_modules =
+                              modules ? *modules : base.parallel.recompute_modules;
                           if (rc == Recompute::Selective && flash_attention &&
-                              !(base.parallel.recompute_modules & ~kRecomputeCoreAttn))
+                              !(recomputed_modules & ~kRecomputeCoreAttn))
                             continue;
                           PlanCandidate c;
                           c.index = out.size();
                           const std::int64_t dp =
                               gpus % (tp * pp * cp) == 0 ? gpus / (tp * pp * cp) : 0;
-                          c.layout = describe(tp, pp, cp, dp, vpl, mb, rc, block, sp, zero,
-                                              distopt, offload);
+                          c.layout = describe(tp, pp, cp, dp, vpl, mb, rc, block, modules, sp,
+                                              zero, distopt, offload);
                           if (ep > 1) c.layout += " ep" + std::to_string(ep);
                           auto set = [&](const char* k, const std::string& v) {
                             c.overrides.emplace_back(k, v);
@@ -413,8 +450,11 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                           set("parallel.pipeline_schedule", vpl ? "interleaved" : "1f1b");
                           set("parallel.micro_batch_size", std::to_string(mb));
                           set("parallel.recompute_granularity", recompute_value(rc));
-                          // The scenario's recompute_modules apply to its selective candidates.
+                          // The scenario's recompute_modules (or the plan's) apply to its
+                          // selective candidates.
                           if (rc != Recompute::Selective) set("parallel.recompute_modules", "null");
+                          if (modules)
+                            set("parallel.recompute_modules", recompute_modules_yaml(*modules));
                           // The scenario's full recomputation method and layer count go to its
                           // full candidates (or the plan's block layer counts); the others take
                           // none (Megatron applies them to full recomputation only).

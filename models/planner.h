@@ -50,6 +50,9 @@ struct PlanConfig {
   /// `recompute_num_layers`: full candidates run Megatron's block recomputation with each of
   /// these layer counts; empty: the scenario's own method.
   std::vector<std::int64_t> recompute_num_layers;
+  /// `recompute_modules`: selective candidates run each of these module sets (kRecompute*
+  /// bits, Megatron-Core --recompute-modules); empty: the scenario's own modules.
+  std::vector<std::uint8_t> recompute_modules;
   std::vector<bool> sequence_parallel;
   std::vector<std::int64_t> zero_stage;
   std::vector<bool> use_distributed_optimizer;

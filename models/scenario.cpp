@@ -1101,16 +1101,8 @@ void read_recompute_modules(const Reader& r, ParallelConfig& p) {
   p.recompute_modules = 0;
   for (const YAML::Node& m : n) {
     const std::string name = m.IsScalar() ? m.Scalar() : "";
-    if (name == "core_attn") {
-      p.recompute_modules |= kRecomputeCoreAttn;
-    } else if (name == "layernorm") {
-      p.recompute_modules |= kRecomputeLayernorm;
-    } else if (name == "moe_act") {
-      p.recompute_modules |= kRecomputeMoeAct;
-    } else if (name == "mlp") {
-      p.recompute_modules |= kRecomputeMlp;
-    } else if (name == "moe") {
-      p.recompute_modules |= kRecomputeMoe;
+    if (const auto bit = recompute_module_bit(name)) {
+      p.recompute_modules |= *bit;
     } else if (name == "shared_experts" || name == "mla_up_proj") {
       r.fail(f, m, "module '" + name + "' is a Megatron-Core recompute module that trainsim "
                    "does not model yet (modelled: core_attn, layernorm, moe_act, mlp, moe)");
@@ -1847,6 +1839,29 @@ const char* to_string(Precision p) {
   }
   throw std::logic_error("to_string: Precision out of range");
 }
+
+namespace {
+const std::pair<const char*, std::uint8_t> kRecomputeModuleNames[] = {
+    {"core_attn", kRecomputeCoreAttn}, {"layernorm", kRecomputeLayernorm},
+    {"moe_act", kRecomputeMoeAct},     {"mlp", kRecomputeMlp},
+    {"moe", kRecomputeMoe}};
+std::string join_modules(std::uint8_t bits, const char* sep) {
+  std::string out;
+  for (const auto& [name, bit] : kRecomputeModuleNames)
+    if (bits & bit) out += (out.empty() ? "" : sep) + std::string(name);
+  return out;
+}
+}  // namespace
+
+std::optional<std::uint8_t> recompute_module_bit(const std::string& name) {
+  for (const auto& [n, bit] : kRecomputeModuleNames)
+    if (name == n) return bit;
+  return std::nullopt;
+}
+
+std::string recompute_modules_yaml(std::uint8_t bits) { return "[" + join_modules(bits, ", ") + "]"; }
+
+std::string recompute_modules_token(std::uint8_t bits) { return join_modules(bits, "+"); }
 
 const char* to_string(Recompute r) {
   switch (r) {

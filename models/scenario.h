@@ -399,6 +399,13 @@ std::string scenario_text_with_overrides(
 void validate_scenario(Scenario& scenario);
 
 const char* to_string(Recompute r);
+/// Megatron-Core --recompute-modules names that trainsim models, as kRecompute* bits
+/// (nullopt: another name).
+std::optional<std::uint8_t> recompute_module_bit(const std::string& name);
+/// The modules of `bits` as a YAML list in bit order ("[layernorm, moe]"; "[]" for none), and
+/// joined by '+' for a planner layout ("layernorm+moe").
+std::string recompute_modules_yaml(std::uint8_t bits);
+std::string recompute_modules_token(std::uint8_t bits);
 const char* to_string(Runtime r);
 const char* to_string(Normalization n);
 const char* to_string(PositionEmbedding p);

@@ -320,6 +320,73 @@ TEST(PlannerReducedGraph, MicrobatchesReachTheFullRunsWarmUp) {
 // spaces: Megatron-LM's DDP on a 40 GB A100; Megatron-FSDP with pipeline stages, and DeepSpeed
 // ZeRO-2/3, whose gradient buckets appear with the first backward (a forward after it must be
 // in the reduced graph).
+// plan.recompute_modules: each module set a selective candidate of its own, named in its layout
+// and written to its scenario; the other granularities are not multiplied. [] recomputes nothing
+// with flash attention (the run of none) and is not enumerated; 'moe' on a model without MoE
+// layers is an invalid candidate (validation refuses it).
+TEST(PlannerEnumeration, RecomputeModuleSetsAreSelectiveCandidatesOfTheirOwn) {
+  ScratchDir dir("plan");
+  const std::string head =
+      "name: plan_test\nruntime: megatron-core\nmodel: {num_layers: 4, hidden_size: 256, "
+      "num_attention_heads: 8, seq_length: 128, padded_vocab_size: 1024, "
+      "attention_backend: flash, num_experts: 4, moe_ffn_hidden_size: 256, "
+      "moe_layer_freq: [0, 1, 1, 1]}\n"
+      "parallel: {micro_batch_size: 1, global_batch_size: 8}\n"
+      "cluster: {system: dgx-h100, nodes: 1}\n"
+      "plan: {tensor_model_parallel_size: [1], pipeline_model_parallel_size: [1], "
+      "micro_batch_size: [1], recompute_granularity: [none, selective, full], ";
+  const std::string path =
+      dir.write("s.yaml", head + "recompute_modules: [[], [moe], [mlp, moe, layernorm], [moe]]}\n");
+  EXPECT_EQ(valid_layouts(path),
+            (std::vector<std::string>{"tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 selective+moe",
+                                      "tp1 pp1 dp8 mb1 selective+layernorm+mlp+moe",
+                                      "tp1 pp1 dp8 mb1 full"}));
+  const Scenario base = load_scenario(path);
+  const std::vector<PlanCandidate> cands = enumerate_candidates(load_plan_config(path, base), base);
+  ASSERT_EQ(cands.size(), 4u);
+  auto override_of = [](const PlanCandidate& c, const std::string& key) {
+    std::string v = "(unset)";
+    for (const auto& [k, value] : c.overrides)
+      if (k == key) v = value;
+    return v;
+  };
+  EXPECT_EQ(override_of(cands[1], "parallel.recompute_modules"), "[moe]");
+  EXPECT_EQ(override_of(cands[2], "parallel.recompute_modules"), "[layernorm, mlp, moe]");
+  EXPECT_EQ(override_of(cands[3], "parallel.recompute_modules"), "null");
+  // The candidate's scenario is the one simulated: its modules as set.
+  EXPECT_EQ(load_scenario(path, cands[2].overrides).parallel.recompute_modules,
+            kRecomputeLayernorm | kRecomputeMlp | kRecomputeMoe);
+
+  // Bad sets name the field and the value.
+  const std::pair<std::string, std::string> bad[] = {
+      {"recompute_modules: [moe]}", "'moe': expected a list of module lists"},
+      {"recompute_modules: [[moe, attention]]}", "'attention': expected core_attn, layernorm"},
+      {"recompute_modules: []}", "(a list): expected a list of module lists"},
+  };
+  for (const auto& [plan, expect] : bad) {
+    const std::string p = dir.write("bad.yaml", head + plan + "\n");
+    try {
+      load_plan_config(p, load_scenario(p));
+      ADD_FAILURE() << plan << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("field 'plan.recompute_modules' = " + expect),
+                std::string::npos) << e.what();
+    }
+  }
+  // 'mlp' on a model whose layers are all MoE: an invalid candidate, with validation's reason.
+  std::string all_moe = head + "recompute_modules: [[mlp]]}\n";
+  all_moe.replace(all_moe.find(", moe_layer_freq: [0, 1, 1, 1]"),
+                  std::string(", moe_layer_freq: [0, 1, 1, 1]").size(), "");
+  const std::string p = dir.write("all_moe.yaml", all_moe);
+  const Scenario b = load_scenario(p);
+  for (const PlanCandidate& c : enumerate_candidates(load_plan_config(p, b), b)) {
+    const CandidateEstimate e = estimate_candidate(p, {}, c, 0.05);
+    if (c.layout.find("selective") == std::string::npos) continue;
+    EXPECT_EQ(e.rejection, PlanRejection::Invalid) << c.layout;
+    EXPECT_NE(e.reason.find("'mlp' recomputes dense layers' MLPs"), std::string::npos) << e.reason;
+  }
+}
+
 TEST(PlannerMemoryFilter, AgreesWithSimulateOnEveryCandidate) {
   ScratchDir dir("plan");
   const std::string model =
@@ -340,7 +407,18 @@ TEST(PlannerMemoryFilter, AgreesWithSimulateOnEveryCandidate) {
                 "{tensor_model_parallel_size: [1, 2], pipeline_model_parallel_size: [1], "
                 "micro_batch_size: [1, 4, 8], recompute_granularity: [none], "
                 "zero_stage: [2, 3]}",
-                "dgx-a100-40gb")};
+                "dgx-a100-40gb"),
+      // MoE with dense layers, whole-module recomputation sets.
+      "name: plan_test\nruntime: megatron-core\nmodel: {num_layers: 8, hidden_size: 2048, "
+      "num_attention_heads: 16, seq_length: 4096, padded_vocab_size: 51200, "
+      "attention_backend: flash, swiglu: true, num_experts: 16, moe_router_topk: 4, "
+      "moe_ffn_hidden_size: 1024, moe_grouped_gemm: true, moe_layer_freq: \"[0]*2+[1]*6\"}\n"
+      "parallel: {use_distributed_optimizer: true, expert_model_parallel_size: 8, "
+      "micro_batch_size: 1, global_batch_size: 64, precision: bf16}\n"
+      "cluster: {system: dgx-h100, nodes: 1}\n"
+      "plan: {tensor_model_parallel_size: [1], pipeline_model_parallel_size: [1], "
+      "micro_batch_size: [2, 8], recompute_granularity: [none, selective], "
+      "recompute_modules: [[moe_act, layernorm], [moe], [mlp, moe]]}\n"};
   for (std::size_t i = 0; i < std::size(spaces); ++i) {
     const std::string path = dir.write("s" + std::to_string(i) + ".yaml", spaces[i]);
     const Scenario base = load_scenario(path);
