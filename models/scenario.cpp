@@ -855,6 +855,8 @@ void read_model_shape(const Reader& r, ModelConfig& m) {
 /// Python list expression over digits, commas, brackets, parentheses, + and *, e.g.
 /// "([0]*3+[1]*58)" or "([1]*3+[0]*1)*3"), evaluated without Python: lists concatenate with +,
 /// repeat with * by an integer, integers multiply. The result must be a list of 0 and 1.
+/// Hostile input is bounded: nesting deeper than kMaxDepth and more than kMaxWork elements
+/// produced along the way are errors (no deep recursion, no long loops).
 class LayerPatternParser {
  public:
   explicit LayerPatternParser(std::string text) {
@@ -888,6 +890,25 @@ class LayerPatternParser {
     std::vector<std::int64_t> list;
   };
   static constexpr std::int64_t kMaxEntries = 65534;  // the num_layers limit
+  static constexpr int kMaxDepth = 64;
+  static constexpr std::int64_t kMaxWork = 1 << 22;
+
+  /// Counts `n` elements produced (or repetitions made); too many is an error.
+  void spend(std::int64_t n) {
+    work_ += n;
+    if (work_ > kMaxWork)
+      throw std::invalid_argument("takes more than " + std::to_string(kMaxWork) +
+                                  " list operations to evaluate");
+  }
+  /// Enters a parenthesis or a list; too deep is an error.
+  struct Nest {
+    explicit Nest(LayerPatternParser& p) : p_(p) {
+      if (++p_.depth_ > kMaxDepth)
+        throw std::invalid_argument(p_.at("nests deeper than " + std::to_string(kMaxDepth) + " levels"));
+    }
+    ~Nest() { --p_.depth_; }
+    LayerPatternParser& p_;
+  };
 
   std::string at(const std::string& what) const {
     return what + " at character " + std::to_string(pos_ + 1);
@@ -907,6 +928,7 @@ class LayerPatternParser {
       if (v.is_list) {
         if (v.list.size() + w.list.size() > std::size_t(kMaxEntries))
           throw std::invalid_argument("is longer than " + std::to_string(kMaxEntries) + " layers");
+        spend(std::int64_t(w.list.size()) + 1);
         v.list.insert(v.list.end(), w.list.begin(), w.list.end());
       } else {
         v.n = std::min(v.n + w.n, kMaxEntries + 1);
@@ -929,19 +951,23 @@ class LayerPatternParser {
         throw std::invalid_argument("is longer than " + std::to_string(kMaxEntries) + " layers");
       Value out;
       out.is_list = true;
-      for (std::int64_t i = 0; i < times; ++i)
-        out.list.insert(out.list.end(), list.list.begin(), list.list.end());
+      spend(list.list.empty() ? 1 : std::int64_t(list.list.size()) * times + 1);
+      if (!list.list.empty())
+        for (std::int64_t i = 0; i < times; ++i)
+          out.list.insert(out.list.end(), list.list.begin(), list.list.end());
       v = std::move(out);
     }
     return v;
   }
   Value factor() {
     if (eat('(')) {
+      const Nest nest(*this);
       Value v = expr();
       if (!eat(')')) throw std::invalid_argument(at("expected ')'"));
       return v;
     }
     if (eat('[')) {
+      const Nest nest(*this);
       Value v;
       v.is_list = true;
       if (eat(']')) return v;
@@ -969,6 +995,8 @@ class LayerPatternParser {
 
   std::string text_;
   std::size_t pos_ = 0;
+  int depth_ = 0;
+  std::int64_t work_ = 0;
 };
 
 /// --moe-layer-freq: an integer N, a YAML list of 0/1 per layer, or Megatron's string

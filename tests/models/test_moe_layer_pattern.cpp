@@ -82,6 +82,15 @@ TEST(MoeLayerPattern, BadPatternsNameTheFieldAndTheValue) {
       {"[]", "the pattern is empty"},
       {"0", "must be a positive integer"},
       {"{a: 1}", "'model.moe_layer_freq'"},
+      // Hostile expressions end in an error, not in a deep recursion or a long loop.
+      {"\"" + std::string(100, '(') + "[1]" + std::string(100, ')') + "\"",
+       "nests deeper than 64 levels"},
+      {"\"[1]*65534" + [] {
+         std::string s;
+         for (int i = 0; i < 100; ++i) s += "*1";
+         return s;
+       }() + "\"",
+       "takes more than 4194304 list operations"},
   };
   for (const auto& [value, expect] : cases) {
     try {
