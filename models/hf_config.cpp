@@ -93,7 +93,9 @@ void import_moe_layers(const json& c, const std::string& path, std::int64_t laye
 /// Sliding windows: on every layer (Mistral style) or alternating with full attention.
 void import_windows(const json& c, const std::string& path, const std::string& a, Keys& out) {
   const bool sliding = c.contains("sliding_window") && c["sliding_window"].is_number_integer() &&
-                       c.value("use_sliding_window", a == "GptOssForCausalLM" || a == "MixtralForCausalLM");
+                       c.value("use_sliding_window", a == "GptOssForCausalLM" ||
+                                                         a == "MixtralForCausalLM" ||
+                                                         a == "MistralForCausalLM");
   if (!sliding) return;
   out.emplace_back("window_size", std::to_string(c["sliding_window"].get<std::int64_t>()));
   if (!c.contains("layer_types") || !c["layer_types"].is_array()) return;
@@ -115,13 +117,14 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
   if (!c.is_object()) throw InputError(path + ": a Hugging Face config.json is a JSON object");
   const std::vector<std::string> known = {"LlamaForCausalLM", "Qwen3ForCausalLM",
                                           "Qwen3MoeForCausalLM", "MixtralForCausalLM",
+                                          "MistralForCausalLM",
                                           "GptOssForCausalLM"};
   const json arch = c.value("architectures", json::array());
   if (!arch.is_array() || arch.size() != 1 || !arch[0].is_string() ||
       std::find(known.begin(), known.end(), arch[0].get<std::string>()) == known.end())
     bad(path, "architectures", arch,
         "trainsim imports LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-        "MixtralForCausalLM and GptOssForCausalLM");
+        "MixtralForCausalLM, MistralForCausalLM and GptOssForCausalLM");
   const std::string a = arch[0].get<std::string>();
   for (const char* mla : {"q_lora_rank", "kv_lora_rank"})
     if (c.contains(mla) && !c[mla].is_null())

@@ -838,5 +838,28 @@ TEST(ModernModels, HuggingFaceConfigImportFillsTheModelSection) {
   EXPECT_THROW(import_hf_config(mla), InputError);
 }
 
+// Mistral 7B v0.1 (its config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads, SwiGLU
+// 14336, vocabulary 32000, untied, sliding window 4096 on every layer): 7,241,732,096
+// parameters, the count Hugging Face reports for the checkpoint.
+TEST(ModernModels, HuggingFaceMistralImportsItsSlidingWindowOnEveryLayer) {
+  ScratchDir dir("hf_mistral");
+  const std::string cfg = dir.write(
+      "config.json",
+      "{\"architectures\": [\"MistralForCausalLM\"], \"num_hidden_layers\": 32, "
+      "\"hidden_size\": 4096, \"num_attention_heads\": 32, \"num_key_value_heads\": 8, "
+      "\"intermediate_size\": 14336, \"hidden_act\": \"silu\", \"rms_norm_eps\": 1e-05, "
+      "\"rope_theta\": 10000.0, \"sliding_window\": 4096, \"tie_word_embeddings\": false, "
+      "\"vocab_size\": 32000}");
+  const std::string path = dir.write(
+      "s.yaml", "runtime: megatron-core\nmodel: {hf_config: " + cfg +
+                    ", seq_length: 8192}\nparallel: {micro_batch_size: 1, global_batch_size: 8}\n"
+                    "cluster: {system: dgx-h100, nodes: 1}\n");
+  const Scenario sc = load_scenario(path);
+  EXPECT_EQ(total_params(sc.model), 7241732096LL);
+  EXPECT_EQ(sc.model.window_size, 4096);
+  EXPECT_EQ(sc.model.window_attn_skip_freq, 0);  // every layer windowed
+  EXPECT_FALSE(sc.model.is_moe());
+}
+
 }  // namespace
 }  // namespace trainsim
