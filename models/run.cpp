@@ -31,27 +31,68 @@ constexpr double kSecondsPerTask = 13e-6;
 
 double ceil_div(double a, double b) { return b > 0 ? std::ceil(a / b) : 0; }
 
-/// Tasks one rank at `stage` issues (models/graph_builder.cpp emits these, per
-/// microbatch and layer: the attention and MLP blocks, forward, backward and, with full
-/// recomputation, recomputed; their tensor-parallel collectives; the embedding, logits and
-/// pipeline messages; ZeRO-3 gathers; gradient buckets; optimizer sub-groups and copies).
+/// Tasks one rank at `stage` issues, as models/builder emits them (test_run_estimate.cpp holds
+/// it to the built graphs), per microbatch and layer: the attention and MLP blocks, forward,
+/// backward and, with full recomputation, recomputed, or the MLP module's re-run with
+/// --recompute-modules mlp / moe; each block's tensor-parallel collectives (none inside
+/// Transformer Engine's TP overlap; the amax all-reduce of FP8 current scaling; none in an MoE
+/// block that keeps its tokens local) and context-parallel exchange; an MoE layer's token
+/// exchanges; the embedding and logits; each chunk's pipeline messages (and their scatter/gather
+/// all-gathers); FSDP's and ZeRO-3's gathers; gradient buckets (and the distributed optimizer's
+/// parameter gathers); optimizer sub-groups and copies.
 double tasks_of_rank(const Scenario& sc, std::int64_t stage) {
   const ParallelConfig& p = sc.parallel;
-  const double t = double(p.tensor_model_parallel_size), mb = double(p.num_microbatches);
-  const double layers = double(p.layers_of_stage(stage));
-  const double tp_colls = t > 1 ? (p.sequence_parallel ? 4 : 2) : 0;  // per block pair
-  // With the block method fewer layers run their forward twice: an upper bound then.
-  const double passes = p.recompute_granularity == Recompute::Full ? 3 : 2;
-  double per_mb = layers * passes * (2 + tp_colls) + 8;  // + embedding, logits, messages
+  const ModelConfig& m = sc.model;
+  const double mb = double(p.num_microbatches), v = double(p.virtual_pipeline_size);
+  const bool core = sc.runtime == Runtime::MegatronCore, sp = p.sequence_parallel;
+  const bool tp = p.tensor_model_parallel_size > 1;
+  const bool amax = core && tp && sp && p.fp8 != Fp8Format::None &&
+                    p.fp8_recipe == Fp8Recipe::Tensorwise;
+  // Per block and pass: the gather and reduce-scatter (SP) or the all-reduce, and the amax.
+  const double tp_block = (tp && !(core && p.uses_tp_comm_overlap()) ? (sp ? 2 : 1) : 0) +
+                          (amax ? 1 : 0);
+  const bool moe_local = sp && tp && p.expert_tensor_parallel_size == 1 &&
+                         m.moe_shared_expert_intermediate_size == 0;
+  const double cp = p.context_parallel_size > 1 ? 1 : 0;  // the ring exchange per attention block
+  const std::vector<bool> recomputed = p.fully_recomputed_layers(m.num_layers);
+  const bool exchanges = m.is_moe() && p.expert_model_parallel_size > 1;
+  const std::int64_t pp = p.pipeline_model_parallel_size;
+  const bool first = stage == 0, last = stage == pp - 1;
+  // The embedding forward and backward on the first stage; the logits and their TP
+  // collectives on the last.
+  double per_mb = (first ? 2 : 0) + (last ? 2 + (tp ? 2 : 0) : 0);
+  if (pp > 1) {  // per chunk a send and a receive each way, but none off the model's two ends
+    const bool scatter_gather = p.scatter_gather_tensors_in_pipeline && !sp && tp;
+    const double receives = 2 * v - (first ? 1 : 0) - (last ? 1 : 0);
+    per_mb += 2 * receives * (scatter_gather ? 1.5 : 1);  // and an all-gather per receive
+  }
+  double layers = 0, recomputed_layers = 0;
+  for (std::int64_t l : p.stage_layers(stage)) {
+    const bool moe = m.moe_layer(l), rerun = mlp_checkpointed(sc, l);
+    const bool full = recomputed[std::size_t(l)];
+    const double mlp_tp = moe && moe_local ? 0 : tp_block;
+    per_mb += (full ? 3 : 2) * (2 + tp_block + mlp_tp + cp);
+    if (rerun) per_mb += 1 + mlp_tp;
+    if (moe && exchanges) per_mb += 4 + (rerun || full ? 2 : 0);
+    layers += 1;
+    recomputed_layers += full ? 1 : 0;
+  }
   const ZeroConfig& z = sc.zero;
-  if (z.stage >= 3) per_mb += 2 * (double(sc.model.num_layers) + 2);  // gathers, both passes
+  const bool fsdp = p.uses_fsdp();
+  if (fsdp)  // each layer, the embedding and the output gathered each pass, reduce-scattered once
+    per_mb += 3 * (layers + 2);
+  else if (z.stage >= 3)  // DeepSpeed's fetches: four linear submodules a layer in the forward
+    // and in the backward; a recomputed forward's fetches are partly still gathered for the
+    // backward (stage3_max_reuse_distance): about two more a layer on the shipped scenarios.
+    per_mb += 8 * layers + 2 * recomputed_layers + 4;
   double tasks = mb * per_mb;
   const double params = double(params_per_rank(sc, stage));
-  if (p.data_parallel_size > 1 || z.offload_optimizer.enabled) {
-    if (z.stage == 0)
-      tasks += ceil_div(params, double(p.ddp_bucket_size));
-    else  // reduce-scatter + up to two copies per bucket; stage >= 2 per microbatch
-      tasks += 3 * ceil_div(params, double(z.reduce_bucket_size)) * (z.stage >= 2 ? mb : 1);
+  if (!fsdp && (p.data_parallel_size > 1 || z.offload_optimizer.enabled)) {
+    if (z.stage == 0)  // a reduction per bucket, and the distributed optimizer's gather
+      tasks += (p.use_distributed_optimizer ? 2 : 1) * ceil_div(params, double(p.ddp_bucket_size));
+    else  // reduce-scatter (+ up to two copies with offload) per bucket; stage >= 2 per microbatch
+      tasks += (z.offload_optimizer.enabled ? 3 : 1) *
+               ceil_div(params, double(z.reduce_bucket_size)) * (z.stage >= 2 ? mb : 1);
   }
   tasks += 2 * ceil_div(double(cpu_stepped_params(sc, stage)), double(z.sub_group_size)) + 4;
   return tasks;
