@@ -89,7 +89,7 @@ int run(int argc, char** argv) {
   std::string hf_path;
   CLI::App* import_hf = app.add_subcommand(
       "import-hf", "print the scenario's model: section for a Hugging Face config.json");
-  import_hf->add_option("config", hf_path, "config.json (Llama, Mistral, Qwen3, Qwen3-MoE, Mixtral, GPT-OSS)")
+  import_hf->add_option("config", hf_path, "config.json (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, GPT-OSS)")
       ->required();
 
   PlanArgs pln;

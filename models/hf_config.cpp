@@ -6,7 +6,8 @@
 //   intermediate_size -> ffn_hidden_size (Mixtral, GPT-OSS: the expert size, moe_ffn_hidden_size);
 //   hidden_act silu -> swiglu (these families' MLPs are gated SiLU); rms_norm_eps -> RMSNorm;
 //   rope_theta -> position_embedding_type rope; tie_word_embeddings false ->
-//   untie_embeddings_and_output_weights; attention_bias -> add_bias_linear;
+//   untie_embeddings_and_output_weights; attention_bias -> add_bias_linear; Qwen2's q, k, v
+//   biases (always there, transformers modeling_qwen2.py) -> add_qkv_bias;
 //   vocab_size -> padded_vocab_size, padded to a multiple of 128 (Megatron's
 //   --make-vocab-size-divisible-by default; the TP factor is the scenario's to add);
 //   attention_dropout; no hidden dropout in these families (hidden_dropout 0);
@@ -117,14 +118,14 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
   if (!c.is_object()) throw InputError(path + ": a Hugging Face config.json is a JSON object");
   const std::vector<std::string> known = {"LlamaForCausalLM", "Qwen3ForCausalLM",
                                           "Qwen3MoeForCausalLM", "MixtralForCausalLM",
-                                          "MistralForCausalLM",
+                                          "MistralForCausalLM", "Qwen2ForCausalLM",
                                           "GptOssForCausalLM"};
   const json arch = c.value("architectures", json::array());
   if (!arch.is_array() || arch.size() != 1 || !arch[0].is_string() ||
       std::find(known.begin(), known.end(), arch[0].get<std::string>()) == known.end())
     bad(path, "architectures", arch,
         "trainsim imports LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-        "MixtralForCausalLM, MistralForCausalLM and GptOssForCausalLM");
+        "MixtralForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and GptOssForCausalLM");
   const std::string a = arch[0].get<std::string>();
   for (const char* mla : {"q_lora_rank", "kv_lora_rank"})
     if (c.contains(mla) && !c[mla].is_null())
@@ -151,6 +152,7 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
   if (c.contains("rope_theta") || c.contains("rope_scaling")) put("position_embedding_type", "rope");
   put("untie_embeddings_and_output_weights", text(!c.value("tie_word_embeddings", false)));
   put("add_bias_linear", text(c.value("attention_bias", false)));
+  if (a == "Qwen2ForCausalLM") put("add_qkv_bias", "true");
   const std::int64_t vocab = need_int(c, path, "vocab_size");
   put("padded_vocab_size", std::to_string((vocab + 127) / 128 * 128));
   put("hidden_dropout", "0.0");

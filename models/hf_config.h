@@ -1,5 +1,5 @@
 // Hugging Face `config.json` -> the scenario's `model:` keys (Megatron-Core names), for the
-// Llama, Mistral, Qwen3, Qwen3-MoE, Mixtral and GPT-OSS families (models/hf_config.cpp lists the
+// Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral and GPT-OSS families (models/hf_config.cpp lists the
 // mapping). A scenario's `model: {hf_config: path}` imports it, keys written in the scenario
 // override the imported ones; `trainsim import-hf CONFIG.json` prints the section.
 #pragma once

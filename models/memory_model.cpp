@@ -54,13 +54,13 @@ ModelFeatures model_features(const Scenario& sc) {
 
 // Linear layers (Megatron ColumnParallelLinear / RowParallelLinear): QKV h x (a + 2g)d split
 // by t (its bias too), projection ad x h by t (bias replicated), fc1 h x f (x 2 for SwiGLU's
-// gate) by t (bias too), fc2 f x h by t (bias replicated); biases only with add_bias_linear;
-// two norms of norm_params each, replicated.
+// gate) by t (bias too), fc2 f x h by t (bias replicated); biases only with add_bias_linear,
+// the QKV bias alone with add_qkv_bias; two norms of norm_params each, replicated.
 std::int64_t layer_params_per_rank(const ModelConfig& m, std::int64_t tp) {
   const std::int64_t h = m.hidden_size, ad = attn_width(m), f = m.ffn_hidden_size;
   const std::int64_t q = qkv_width(m), f1 = m.swiglu ? 2 * f : f;
   const bool bias = m.add_bias_linear;
-  const std::int64_t qkv = (h * q) / tp + (bias ? q / tp : 0);
+  const std::int64_t qkv = (h * q) / tp + (bias || m.add_qkv_bias ? q / tp : 0);
   const std::int64_t proj = (ad * h) / tp + (bias ? h : 0);
   const std::int64_t fc1 = (h * f1) / tp + (bias ? f1 / tp : 0);
   const std::int64_t fc2 = (f * h) / tp + (bias ? h : 0);
@@ -71,17 +71,17 @@ std::vector<LayerSubmodule> layer_submodules_per_rank(const ModelConfig& m, std:
   const std::int64_t h = m.hidden_size, ad = attn_width(m), f = m.ffn_hidden_size;
   const std::int64_t q = qkv_width(m), f1 = m.swiglu ? 2 * f : f;
   const bool bias = m.add_bias_linear, ln = m.normalization != Normalization::RMSNorm;
-  auto linear = [&](std::int64_t weight, std::int64_t b) {
-    return bias ? std::vector<std::int64_t>{weight, b} : std::vector<std::int64_t>{weight};
+  auto linear = [&](std::int64_t weight, std::int64_t b, bool with_bias) {
+    return with_bias ? std::vector<std::int64_t>{weight, b} : std::vector<std::int64_t>{weight};
   };
   const std::vector<std::int64_t> norm = ln ? std::vector<std::int64_t>{h, h}
                                             : std::vector<std::int64_t>{h};
   return {{"input_norm", false, norm},
-          {"qkv", false, linear(h * q / tp, q / tp)},
-          {"proj", false, linear(ad * h / tp, h)},
+          {"qkv", false, linear(h * q / tp, q / tp, bias || m.add_qkv_bias)},
+          {"proj", false, linear(ad * h / tp, h, bias)},
           {"post_attention_norm", true, norm},
-          {"fc1", true, linear(h * f1 / tp, f1 / tp)},
-          {"fc2", true, linear(f * h / tp, h)}};
+          {"fc1", true, linear(h * f1 / tp, f1 / tp, bias)},
+          {"fc2", true, linear(f * h / tp, h, bias)}};
 }
 
 namespace {
@@ -89,7 +89,8 @@ namespace {
 std::int64_t attention_params_per_rank(const ModelConfig& m, std::int64_t tp) {
   const std::int64_t h = m.hidden_size, q = qkv_width(m), ad = attn_width(m);
   const bool bias = m.add_bias_linear;
-  return (h * q) / tp + (bias ? q / tp : 0) + (ad * h) / tp + (bias ? h : 0) + 2 * norm_params(m);
+  return (h * q) / tp + (bias || m.add_qkv_bias ? q / tp : 0) + (ad * h) / tp + (bias ? h : 0) +
+         2 * norm_params(m);
 }
 }  // namespace
 

@@ -44,6 +44,7 @@ const std::vector<std::string>& leaf_paths() {
       // models trained today (Megatron-Core argument names)
       "model.num_query_groups", "model.group_query_attention", "model.swiglu",
       "model.normalization", "model.position_embedding_type", "model.add_bias_linear",
+      "model.add_qkv_bias",
       "model.hidden_dropout", "model.attention_dropout", "model.window_size",
       "model.window_attn_skip_freq", "model.attention_backend", "model.use_flash_attn",
       "model.num_experts", "model.moe_router_topk", "model.moe_ffn_hidden_size",
@@ -817,6 +818,7 @@ void read_model_shape(const Reader& r, ModelConfig& m) {
   if (auto pe = r.get_enum("model.position_embedding_type", {"learned_absolute", "rope"}))
     m.position_embedding_type = *pe == 0 ? PositionEmbedding::LearnedAbsolute : PositionEmbedding::Rope;
   m.add_bias_linear = r.get_bool("model.add_bias_linear").value_or(true);
+  m.add_qkv_bias = r.get_bool("model.add_qkv_bias").value_or(false);
   m.hidden_dropout = get_fraction(r, "model.hidden_dropout", 0, 1, true).value_or(0.1);
   m.attention_dropout = get_fraction(r, "model.attention_dropout", 0, 1, true).value_or(0.1);
   if (r.at("model.window_size").IsSequence()) {
@@ -1676,6 +1678,7 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {m.position_embedding_type != PositionEmbedding::LearnedAbsolute,
        "model.position_embedding_type (rope)"},
       {!m.add_bias_linear, "model.add_bias_linear (false)"},
+      {m.add_qkv_bias, "model.add_qkv_bias (true)"},
       {m.hidden_dropout != 0.1 || m.attention_dropout != 0.1, "model.hidden_dropout / attention_dropout"},
       {m.window_size != 0, kv("model.window_size", m.window_size)},
       {m.attention_backend != AttentionBackend::Unfused,

@@ -72,6 +72,8 @@ struct ModelConfig {
   Normalization normalization = Normalization::LayerNorm;
   PositionEmbedding position_embedding_type = PositionEmbedding::LearnedAbsolute;
   bool add_bias_linear = true;  ///< --disable-bias-linear sets false
+  /// --add-qkv-bias: biases on the QKV projection even without add_bias_linear (Qwen2).
+  bool add_qkv_bias = false;
   double hidden_dropout = 0.1;     ///< --hidden-dropout
   double attention_dropout = 0.1;  ///< --attention-dropout
   /// --window-size (left window, tokens) of sliding-window attention; 0 = full attention.

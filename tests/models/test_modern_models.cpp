@@ -861,5 +861,35 @@ TEST(ModernModels, HuggingFaceMistralImportsItsSlidingWindowOnEveryLayer) {
   EXPECT_FALSE(sc.model.is_moe());
 }
 
+// Qwen2.5-7B (its config.json: 28 layers, hidden 3584, 28 heads, 4 KV heads of 128, SwiGLU
+// 18944, vocabulary 152064, untied; q, k, v with biases, the output projection without):
+// 7,615,616,512 parameters, the count Hugging Face reports for the checkpoint. Megatron
+// --add-qkv-bias: the QKV bias alone.
+TEST(ModernModels, HuggingFaceQwen2ImportsItsQkvBias) {
+  ScratchDir dir("hf_qwen2");
+  const std::string cfg = dir.write(
+      "config.json",
+      "{\"architectures\": [\"Qwen2ForCausalLM\"], \"num_hidden_layers\": 28, "
+      "\"hidden_size\": 3584, \"num_attention_heads\": 28, \"num_key_value_heads\": 4, "
+      "\"intermediate_size\": 18944, \"hidden_act\": \"silu\", \"rms_norm_eps\": 1e-06, "
+      "\"rope_theta\": 1000000.0, \"sliding_window\": 131072, \"use_sliding_window\": false, "
+      "\"tie_word_embeddings\": false, \"vocab_size\": 152064}");
+  const std::string path = dir.write(
+      "s.yaml", "runtime: megatron-core\nmodel: {hf_config: " + cfg +
+                    ", seq_length: 4096}\nparallel: {micro_batch_size: 1, global_batch_size: 8}\n"
+                    "cluster: {system: dgx-h100, nodes: 1}\n");
+  const Scenario sc = load_scenario(path);
+  EXPECT_TRUE(sc.model.add_qkv_bias);
+  EXPECT_FALSE(sc.model.add_bias_linear);
+  EXPECT_EQ(sc.model.window_size, 0);
+  EXPECT_EQ(total_params(sc.model), 7615616512LL);
+  // Per layer the bias is (28 + 2 x 4) x 128 = 4,608 of 233,057,792; TP 4 splits it.
+  Scenario no_bias = sc;
+  no_bias.model.add_qkv_bias = false;
+  EXPECT_EQ(layer_params_per_rank(sc.model, 4) - layer_params_per_rank(no_bias.model, 4), 4608 / 4);
+  // A Megatron-Core argument: the 2021 runtime refuses it.
+  EXPECT_THROW(load_scenario(path, {{"runtime", "megatron-2021"}}), InputError);
+}
+
 }  // namespace
 }  // namespace trainsim
