@@ -58,9 +58,10 @@ struct RunRequest {
 };
 
 /// Size of the graph a scenario builds, estimated from the scenario alone before anything is
-/// built or allocated (models/run.cpp estimate_run: tasks per rank from the pipeline order,
-/// the tensor-parallel collectives, ZeRO-3 gathers, gradient buckets and optimizer
-/// sub-groups; bytes and seconds per task from bench_sim_scale's measurement).
+/// built or allocated (models/run.cpp tasks_of_rank: each layer's blocks, collectives and
+/// exchanges as the builder emits them, pipeline messages, gathers, gradient buckets and
+/// optimizer sub-groups; tests/models/test_run_estimate.cpp holds it within a fifth of the built
+/// graph; bytes and seconds per task from bench_sim_scale's measurement).
 struct RunEstimate {
   double tasks = 0;           ///< tasks of the graph as it would be built (folded or not)
   double unfolded_tasks = 0;  ///< tasks without folding
