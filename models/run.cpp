@@ -187,9 +187,8 @@ std::pair<bool, std::string> fold_decision(const Scenario& sc) {
   const ParallelConfig& p = sc.parallel;
   if (p.tensor_model_parallel_size * p.data_parallel_size * p.context_parallel_size == 1)
     return {false, "nothing to fold (TP x DP = 1)"};
-  // Rough size of the unfolded graph: up to 12 tasks per layer and microbatch on every rank.
-  const double tasks = double(sc.world_size()) * double(p.num_microbatches) *
-                       (double(sc.model.num_layers) / double(p.pipeline_model_parallel_size)) * 12;
+  // The unfolded graph's size, as estimate_run counts it.
+  const double tasks = estimate_run(sc, false).unfolded_tasks;
   if (tasks > kFoldAutoTasks)
     return {true, "simulation.fold: auto: the " + std::to_string(p.tensor_model_parallel_size) +
                       " TP ranks and " + std::to_string(p.data_parallel_size) +
