@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "models/builder/rank_context.h"
 #include "models/graph_builder.h"
 #include "models/local_device.h"
 #include "models/memory_model.h"
@@ -40,37 +41,31 @@ double ceil_div(double a, double b) { return b > 0 ? std::ceil(a / b) : 0; }
 /// exchanges; the embedding and logits; each chunk's pipeline messages (and their scatter/gather
 /// all-gathers); FSDP's and ZeRO-3's gathers; gradient buckets (and the distributed optimizer's
 /// parameter gathers); optimizer sub-groups and copies.
-double tasks_of_rank(const Scenario& sc, std::int64_t stage) {
+/// `d` and `recomputed` are the builder's dims and fully recomputed layers of `sc`.
+double tasks_of_rank(const Scenario& sc, const builder::ModelDims& d,
+                     const std::vector<bool>& recomputed, std::int64_t stage) {
   const ParallelConfig& p = sc.parallel;
   const ModelConfig& m = sc.model;
-  const double mb = double(p.num_microbatches), v = double(p.virtual_pipeline_size);
-  const bool core = sc.runtime == Runtime::MegatronCore, sp = p.sequence_parallel;
-  const bool tp = p.tensor_model_parallel_size > 1;
-  const bool amax = core && tp && sp && p.fp8 != Fp8Format::None &&
-                    p.fp8_recipe == Fp8Recipe::Tensorwise;
-  // Per block and pass: the gather and reduce-scatter (SP) or the all-reduce, and the amax.
-  const double tp_block = (tp && !(core && p.uses_tp_comm_overlap()) ? (sp ? 2 : 1) : 0) +
-                          (amax ? 1 : 0);
-  const bool moe_local = sp && tp && p.expert_tensor_parallel_size == 1 &&
-                         m.moe_shared_expert_intermediate_size == 0;
-  const double cp = p.context_parallel_size > 1 ? 1 : 0;  // the ring exchange per attention block
-  const std::vector<bool> recomputed = p.fully_recomputed_layers(m.num_layers);
+  const double mb = double(d.nmb), v = double(d.v);
+  const bool tp = d.t > 1;
+  // Per block and pass, as the tensor-parallel pass emits them: the gather and reduce-scatter
+  // (SP) or the all-reduce, none inside TE's overlap; and the FP8 amax all-reduce.
+  const double tp_block = (tp && !d.tp_overlap ? (d.sp ? 2 : 1) : 0) + (d.fp8_amax_reduce ? 1 : 0);
+  const double cp = d.cp > 1 ? 1 : 0;  // the ring exchange per attention block
   const bool exchanges = m.is_moe() && p.expert_model_parallel_size > 1;
-  const std::int64_t pp = p.pipeline_model_parallel_size;
-  const bool first = stage == 0, last = stage == pp - 1;
+  const bool first = stage == 0, last = stage == d.pp - 1;
   // The embedding forward and backward on the first stage; the logits and their TP
   // collectives on the last.
   double per_mb = (first ? 2 : 0) + (last ? 2 + (tp ? 2 : 0) : 0);
-  if (pp > 1) {  // per chunk a send and a receive each way, but none off the model's two ends
-    const bool scatter_gather = p.scatter_gather_tensors_in_pipeline && !sp && tp;
+  if (d.pp > 1) {  // per chunk a send and a receive each way, but none off the model's two ends
     const double receives = 2 * v - (first ? 1 : 0) - (last ? 1 : 0);
-    per_mb += 2 * receives * (scatter_gather ? 1.5 : 1);  // and an all-gather per receive
+    per_mb += 2 * receives * (d.scatter_gather ? 1.5 : 1);  // and an all-gather per receive
   }
   double layers = 0, recomputed_layers = 0;
   for (std::int64_t l : p.stage_layers(stage)) {
-    const bool moe = m.moe_layer(l), rerun = mlp_checkpointed(sc, l);
+    const bool moe = d.moe_layer(l), rerun = mlp_checkpointed(sc, l);
     const bool full = recomputed[std::size_t(l)];
-    const double mlp_tp = moe && moe_local ? 0 : tp_block;
+    const double mlp_tp = moe && d.moe_block_local ? 0 : tp_block;
     per_mb += (full ? 3 : 2) * (2 + tp_block + mlp_tp + cp);
     if (rerun) per_mb += 1 + mlp_tp;
     if (moe && exchanges) per_mb += 4 + (rerun || full ? 2 : 0);
@@ -102,9 +97,11 @@ double tasks_of_rank(const Scenario& sc, std::int64_t stage) {
 
 RunEstimate estimate_run(const Scenario& sc, bool fold) {
   const ParallelConfig& p = sc.parallel;
+  const builder::ModelDims d(sc);
+  const std::vector<bool> recomputed = p.fully_recomputed_layers(sc.model.num_layers);
   double per_stage = 0;  // one rank of every pipeline stage
   for (std::int64_t stage = 0; stage < p.pipeline_model_parallel_size; ++stage)
-    per_stage += tasks_of_rank(sc, stage);
+    per_stage += tasks_of_rank(sc, d, recomputed, stage);
   const double replicas = double(p.tensor_model_parallel_size) * double(p.data_parallel_size) *
                           double(p.context_parallel_size);
   RunEstimate e;
