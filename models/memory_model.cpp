@@ -8,6 +8,11 @@
 namespace trainsim {
 
 namespace {
+
+/// The --recompute-modules bit that checkpoints a layer's whole MLP module: `moe` for an MoE
+/// layer, `mlp` for a dense one (Megatron-Core applies `mlp` to dense layers only).
+std::uint8_t mlp_module_bit(bool moe_layer) { return moe_layer ? kRecomputeMoe : kRecomputeMlp; }
+
 std::int64_t attn_width(const ModelConfig& m) { return m.num_attention_heads * m.kv_channels; }
 /// Query, key and value columns: (heads + 2 groups) x kv_channels (GQA; groups = heads
 /// without it).
@@ -125,9 +130,8 @@ std::int64_t layer_params_at(const Scenario& sc, std::int64_t layer) {
 }
 
 bool mlp_checkpointed(const Scenario& sc, std::int64_t layer) {
-  if (sc.parallel.recompute_granularity != Recompute::Selective) return false;
-  return sc.model.moe_layer(layer) ? (sc.parallel.recompute_modules & kRecomputeMoe) != 0
-                                    : (sc.parallel.recompute_modules & kRecomputeMlp) != 0;
+  return sc.parallel.recompute_granularity == Recompute::Selective &&
+         (sc.parallel.recompute_modules & mlp_module_bit(sc.model.moe_layer(layer))) != 0;
 }
 
 std::int64_t largest_layer_params(const Scenario& sc) {
@@ -149,10 +153,7 @@ std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage) {
   const ParallelConfig& p = sc.parallel;
   const std::int64_t tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size;
   std::int64_t params = 0;
-  if (!m.is_moe())
-    params = p.layers_of_stage(stage) * layer_params_per_rank(m, tp);
-  else
-    for (std::int64_t l : p.stage_layers(stage)) params += layer_params_at(sc, l);
+  for (std::int64_t l : p.stage_layers(stage)) params += layer_params_at(sc, l);
   if (stage == 0) params += embedding_params_per_rank(m, tp);
   if (stage == pp - 1) {
     params += norm_params(m);  // final norm
@@ -170,7 +171,6 @@ std::int64_t linear_weights_per_rank(const Scenario& sc, std::int64_t stage) {
   const std::int64_t h = m.hidden_size, f = m.ffn_hidden_size;
   const std::int64_t dense =
       (h * qkv_width(m) + attn_width(m) * h + h * (m.swiglu ? 2 * f : f) + f * h) / tp;
-  if (!m.is_moe()) return sc.parallel.layers_of_stage(stage) * dense;
   // An MoE layer's attention, local experts and shared expert run in FP8.
   const std::int64_t moe = (h * qkv_width(m) + attn_width(m) * h) / tp +
                            moe_layer_params_per_rank(sc).expert +
@@ -272,7 +272,7 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc, bool moe_la
   // and for an MoE layer its separate pre-MLP norm, whose input and statistics stay and whose
   // output is the checkpoint's input (dropped too with the layernorm module). A dense layer's
   // norm is fused into fc1 (TELayerNormColumnParallelLinear), inside the checkpoint.
-  if (moe_layer ? (p.recompute_modules & kRecomputeMoe) : (p.recompute_modules & kRecomputeMlp)) {
+  if (p.recompute_modules & mlp_module_bit(moe_layer)) {
     const bool ln = (p.recompute_modules & kRecomputeLayernorm) != 0;
     const std::int64_t kept = moe_layer ? e * tk.Tsp * h + stats + (ln ? 0 : e * tk.Tsp * h) + mask
                                         : e * tk.Tsp * h + mask;
