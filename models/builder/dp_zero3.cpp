@@ -46,8 +46,6 @@ class Zero3 final : public DataParallelStrategy {
         prefetch_(zero3_prefetch_layers(ctx.scenario())),
         fp8_layers_(ctx.scenario().parallel.fp8_param_gather) {
     const ModelConfig& m = ctx.scenario().model;
-    for (std::int64_t l = 0; l < m.num_layers; ++l)
-      mlp_rerun_.push_back(mlp_checkpointed(ctx.scenario(), l));
     embed_params_ = embedding_params_per_rank(m, ctx.dims().t);
     output_params_ = word_embedding_params_per_rank(m, ctx.dims().t);
     const ZeroConfig& z = ctx.scenario().zero;
@@ -160,8 +158,6 @@ class Zero3 final : public DataParallelStrategy {
   std::size_t cursor_ = 0;      ///< the next consumer to be computed
   const bool submodules_;
   const std::vector<bool> recomputed_;  ///< per global layer: full recomputation
-  /// Per global layer: its MLP module checkpointed (--recompute-modules mlp / moe).
-  std::vector<bool> mlp_rerun_;
 
   ZeroGradientBuckets buckets_;
   const bool gathers_;  ///< dp > 1: there is something to gather
@@ -192,7 +188,7 @@ class Zero3 final : public DataParallelStrategy {
 /// Issues the all-gathers of the units up to `unit` + prefetch (each may start once the
 /// compute issued so far is done), makes the next block wait for this unit's and its last
 /// block release it.
-void Zero3::begin_submodule_pass(RankContext&, bool forward) {
+void Zero3::begin_submodule_pass(RankContext& ctx, bool forward) {
   numel_.clear();
   consumers_.clear();
   live_.clear();
@@ -213,7 +209,7 @@ void Zero3::begin_submodule_pass(RankContext&, bool forward) {
     if (recomputed_[std::size_t(l)]) {  // the checkpointed forward runs again first, with its own hooks
       add_consumer(UnitKind::Layer, l, false);
       add_consumer(UnitKind::Layer, l, true);
-    } else if (mlp_rerun_[std::size_t(l)]) {  // the checkpointed MLP module's forward re-runs
+    } else if (mlp_checkpointed(ctx.scenario(), l)) {  // the checkpointed MLP module re-runs
       add_consumer(UnitKind::Layer, l, true);
     }
     add_consumer(UnitKind::Layer, l, true, true);

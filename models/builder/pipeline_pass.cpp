@@ -149,14 +149,11 @@ ComputeOps add_compute_ops(GraphBuild& b) {
   return ops;
 }
 
-/// Where a pipeline step runs: its microbatch and chunk, whether the chunk is the first or
-/// last virtual stage of the model, its first global layer.
-struct StepAt {
+/// Where a pipeline step runs: its chunk's span (RankContext::chunk_span), its microbatch and
+/// chunk index.
+struct StepAt : ChunkSpan {
   std::uint16_t mb = 0;
   std::uint8_t chunk = 0;
-  bool first_vstage = false, last_vstage = false;
-  std::int64_t first_layer = 0;
-  std::int64_t layers = 0;  ///< transformer layers of the chunk
 };
 
 /// The program of one rank, emitted in issue order by run().
@@ -212,14 +209,9 @@ class RankProgram {
 
  private:
   StepAt at(const PipelineStep& step) const {
-    const ChunkSpan c = ctx_.chunk_span(step.chunk);
-    StepAt s;
+    StepAt s{ctx_.chunk_span(step.chunk)};
     s.mb = static_cast<std::uint16_t>(step.microbatch);
     s.chunk = static_cast<std::uint8_t>(step.chunk);
-    s.first_vstage = c.first_vstage;
-    s.last_vstage = c.last_vstage;
-    s.first_layer = c.first_layer;
-    s.layers = c.layers;
     return s;
   }
 
@@ -311,7 +303,7 @@ class RankProgram {
   /// combine's (a reduce-scatter's adjoint is an all-gather: the dispatch op), then the
   /// dispatch's (the combine op); an all-to-all is its own adjoint.
   void moe_exchange(Phase phase, const StepAt& s, std::int64_t l, bool second) {
-    if (ctx_.ep_group == kNone || !ctx_.dims().moe_layer(l)) return;
+    if (ctx_.ep_group == kNone || !moe_mlp(l)) return;
     ctx_.last_compute = ctx_.collective(second ? ops_.moe_combine : ops_.moe_dispatch,
                                         ctx_.ep_group, StreamId::TpComm, phase, Part::Mlp, s.mb,
                                         std::uint16_t(l), ctx_.last_compute);
