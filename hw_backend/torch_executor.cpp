@@ -305,14 +305,14 @@ class Executor {
 
   void compute(TaskId id, const Task& t, const OpDesc& op) {
     const std::uint32_t mb = t.microbatch;
+    // The task's layer's entry of a per-layer flag of the replay model (false off its layers).
+    auto of_layer = [&](const std::vector<bool>& flags) {
+      return t.layer != kNoIndex && std::size_t(t.layer) < flags.size() && flags[t.layer];
+    };
     // Full recomputation of this task's layer (every layer with `full`, block's first ones).
-    const bool full = t.layer != kNoIndex &&
-                      std::size_t(t.layer) < model_.recomputed_layers.size() &&
-                      model_.recomputed_layers[t.layer];
+    const bool full = of_layer(model_.recomputed_layers);
     // The layer's MLP module checkpointed (--recompute-modules mlp / moe).
-    const bool mlp_ckpt = op.kind == OpKind::MlpFwd && t.layer != kNoIndex &&
-                          std::size_t(t.layer) < model_.mlp_checkpointed_layers.size() &&
-                          model_.mlp_checkpointed_layers[t.layer];
+    const bool mlp_ckpt = op.kind == OpKind::MlpFwd && of_layer(model_.mlp_checkpointed_layers);
     switch (op.kind) {
       case OpKind::EmbedFwd: {
         torch::Tensor out = embed_forward(word_, pos_, tokens_[mb], d_, dropout_);
