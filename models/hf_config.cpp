@@ -47,11 +47,12 @@ std::string text(bool b) { return b ? "true" : "false"; }
 
 using Keys = std::vector<std::pair<std::string, std::string>>;
 
-/// num_experts / num_local_experts, top-k, expert and shared-expert sizes.
-void import_moe(const json& c, const std::string& path, std::int64_t ffn, Keys& out) {
+/// num_experts / num_local_experts, top-k, expert and shared-expert sizes; false for a dense
+/// model.
+bool import_moe(const json& c, const std::string& path, std::int64_t ffn, Keys& out) {
   auto put = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
   const char* experts_key = c.contains("num_experts") ? "num_experts" : "num_local_experts";
-  if (!c.contains(experts_key) || c[experts_key].is_null() || c[experts_key] == 0) return;
+  if (!c.contains(experts_key) || c[experts_key].is_null() || c[experts_key] == 0) return false;
   put("num_experts", std::to_string(need_int(c, path, experts_key)));
   put("moe_router_topk", std::to_string(need_int(c, path, "num_experts_per_tok")));
   put("moe_ffn_hidden_size", std::to_string(c.contains("moe_intermediate_size")
@@ -61,6 +62,7 @@ void import_moe(const json& c, const std::string& path, std::int64_t ffn, Keys& 
     put("moe_shared_expert_intermediate_size",
         std::to_string(need_int(c, path, "shared_expert_intermediate_size")));
   put("moe_grouped_gemm", "true");
+  return true;
 }
 
 /// Qwen3-MoE's dense layers (transformers models/qwen3_moe/modeling_qwen3_moe.py,
@@ -68,10 +70,9 @@ void import_moe(const json& c, const std::string& path, std::int64_t ffn, Keys& 
 /// and (i + 1) % decoder_sparse_step == 0, else a dense MLP of intermediate_size. Anything but
 /// MoE on every layer becomes Megatron's moe_layer_freq pattern, one 0/1 per layer.
 void import_moe_layers(const json& c, const std::string& path, std::int64_t layers, Keys& out) {
-  const bool moe = std::any_of(out.begin(), out.end(), [](const auto& kv) { return kv.first == "num_experts"; });
   const bool has_step = c.contains("decoder_sparse_step") && !c["decoder_sparse_step"].is_null();
   const bool has_only = c.contains("mlp_only_layers") && !c["mlp_only_layers"].is_null();
-  if (!moe || (!has_step && !has_only)) return;
+  if (!has_step && !has_only) return;
   const std::int64_t step = has_step ? need_int(c, path, "decoder_sparse_step") : 1;
   std::vector<bool> is_moe(std::size_t(layers), false);
   for (std::int64_t i = 0; i < layers; ++i) is_moe[std::size_t(i)] = (i + 1) % step == 0;
@@ -136,7 +137,8 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
   std::vector<std::pair<std::string, std::string>> out;
   auto put = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
   const std::int64_t heads = need_int(c, path, "num_attention_heads");
-  put("num_layers", std::to_string(need_int(c, path, "num_hidden_layers")));
+  const std::int64_t layers = need_int(c, path, "num_hidden_layers");
+  put("num_layers", std::to_string(layers));
   put("hidden_size", std::to_string(need_int(c, path, "hidden_size")));
   put("num_attention_heads", std::to_string(heads));
   if (c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()) {
@@ -159,8 +161,7 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
   if (c.contains("attention_dropout") && c["attention_dropout"].is_number())
     put("attention_dropout", c["attention_dropout"].dump());
   put("attention_backend", "flash");
-  import_moe(c, path, ffn, out);
-  import_moe_layers(c, path, need_int(c, path, "num_hidden_layers"), out);
+  if (import_moe(c, path, ffn, out)) import_moe_layers(c, path, layers, out);
   import_windows(c, path, a, out);
   return out;
 }
