@@ -19,6 +19,7 @@
 #include "models/scenario.h"
 #include "models/zero_offload.h"
 #include "tests/support/paths.h"
+#include "tests/support/scenario_yaml.h"
 
 namespace trainsim {
 namespace {
@@ -812,10 +813,7 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
 TEST(ModernModels, HuggingFaceConfigImportFillsTheModelSection) {
   ScratchDir dir("hf");
   const std::string cfg = test_support::source_path("scenarios/h100/hf/llama3-8b.config.json");
-  const std::string path = dir.write(
-      "s.yaml", "runtime: megatron-core\nmodel: {hf_config: " + cfg +
-                    ", seq_length: 8192}\nparallel: {micro_batch_size: 1, global_batch_size: 8}\n"
-                    "cluster: {system: dgx-h100, nodes: 1}\n");
+  const std::string path = dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 8192));
   const Scenario sc = load_scenario(path);
   EXPECT_EQ(total_params(sc.model), 8030261248LL);  // the same shape as written by hand
   EXPECT_EQ(sc.model.num_query_groups, 8);
@@ -850,10 +848,7 @@ TEST(ModernModels, HuggingFaceMistralImportsItsSlidingWindowOnEveryLayer) {
       "\"intermediate_size\": 14336, \"hidden_act\": \"silu\", \"rms_norm_eps\": 1e-05, "
       "\"rope_theta\": 10000.0, \"sliding_window\": 4096, \"tie_word_embeddings\": false, "
       "\"vocab_size\": 32000}");
-  const std::string path = dir.write(
-      "s.yaml", "runtime: megatron-core\nmodel: {hf_config: " + cfg +
-                    ", seq_length: 8192}\nparallel: {micro_batch_size: 1, global_batch_size: 8}\n"
-                    "cluster: {system: dgx-h100, nodes: 1}\n");
+  const std::string path = dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 8192));
   const Scenario sc = load_scenario(path);
   EXPECT_EQ(total_params(sc.model), 7241732096LL);
   EXPECT_EQ(sc.model.window_size, 4096);
@@ -874,10 +869,7 @@ TEST(ModernModels, HuggingFaceQwen2ImportsItsQkvBias) {
       "\"intermediate_size\": 18944, \"hidden_act\": \"silu\", \"rms_norm_eps\": 1e-06, "
       "\"rope_theta\": 1000000.0, \"sliding_window\": 131072, \"use_sliding_window\": false, "
       "\"tie_word_embeddings\": false, \"vocab_size\": 152064}");
-  const std::string path = dir.write(
-      "s.yaml", "runtime: megatron-core\nmodel: {hf_config: " + cfg +
-                    ", seq_length: 4096}\nparallel: {micro_batch_size: 1, global_batch_size: 8}\n"
-                    "cluster: {system: dgx-h100, nodes: 1}\n");
+  const std::string path = dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 4096));
   const Scenario sc = load_scenario(path);
   EXPECT_TRUE(sc.model.add_qkv_bias);
   EXPECT_FALSE(sc.model.add_bias_linear);

@@ -18,6 +18,7 @@
 #include "models/memory_model.h"
 #include "models/scenario.h"
 #include "tests/support/paths.h"
+#include "tests/support/scenario_yaml.h"
 
 namespace trainsim {
 namespace {
@@ -241,10 +242,7 @@ TEST(MoeLayerPattern, HuggingFaceQwen3MoeSparseStepAndMlpOnlyLayers) {
       "\"num_experts\": 8, \"num_experts_per_tok\": 2, \"decoder_sparse_step\": 2, "
       "\"mlp_only_layers\": [5], \"hidden_act\": \"silu\", \"rms_norm_eps\": 1e-6, "
       "\"rope_theta\": 1000000, \"tie_word_embeddings\": false, \"vocab_size\": 4096}");
-  const std::string path = dir.write(
-      "s.yaml", "runtime: megatron-core\nmodel: {hf_config: " + cfg +
-                    ", seq_length: 512}\nparallel: {micro_batch_size: 1, global_batch_size: 8}\n"
-                    "cluster: {system: dgx-h100, nodes: 1}\n");
+  const std::string path = dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 512));
   const Scenario sc = load_scenario(path);
   EXPECT_EQ(layers_of(sc.model), (std::vector<int>{0, 1, 0, 1, 0, 0, 0, 1}));
   EXPECT_EQ(total_params(sc.model), 5 * kDense + 3 * kMoe + kEmbed);

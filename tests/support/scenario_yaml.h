@@ -46,4 +46,13 @@ inline Scenario gpt_scenario(const std::string& name, const GptModel& m,
                         name + ".yaml");
 }
 
+/// A megatron-core scenario on one DGX-H100 node whose model section imports the Hugging Face
+/// config at `config_path` (model.hf_config) and sets `seq_length`; micro batch 1, global 8.
+inline std::string hf_scenario_yaml(const std::string& config_path, std::int64_t seq_length) {
+  return "runtime: megatron-core\nmodel: {hf_config: " + config_path +
+         ", seq_length: " + std::to_string(seq_length) +
+         "}\nparallel: {micro_batch_size: 1, global_batch_size: 8}\n"
+         "cluster: {system: dgx-h100, nodes: 1}\n";
+}
+
 }  // namespace trainsim::test_support
