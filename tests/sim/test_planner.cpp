@@ -49,6 +49,18 @@ double max_exposed_comm_s(const Summary& s) {
   return exposed;
 }
 
+/// Stage (b)'s estimate of the scenario as written lies within `tolerance` (relative) of its
+/// simulated iteration, whose slowest rank exposes more than `min_comm_share` of it as
+/// communication (the case exercises the communication the estimate models).
+void expect_estimate_near_simulated(const std::string& path, double tolerance,
+                                    double min_comm_share) {
+  const CandidateEstimate e = estimate_as_written(path);
+  ASSERT_EQ(e.rejection, PlanRejection::None) << e.reason;
+  const Summary sum = simulated(path);
+  EXPECT_NEAR(e.estimate_iteration_s, sum.iteration_time_s, tolerance * sum.iteration_time_s);
+  EXPECT_GT(max_exposed_comm_s(sum), min_comm_share * sum.iteration_time_s);
+}
+
 /// The layouts of a scenario file's plan space, in enumeration order; each candidate must pass
 /// the planner's validation (none refused as invalid, out of memory or otherwise).
 std::vector<std::string> valid_layouts(const std::string& path) {
@@ -481,11 +493,8 @@ TEST(PlannerEstimate, AllToAllAcrossNodesCostsTheRanksOwnNic) {
       "parallel: {expert_model_parallel_size: 32, micro_batch_size: 1, global_batch_size: 64, "
       "precision: bf16, use_distributed_optimizer: true}\n"
       "cluster: {system: dgx-h100, nodes: 4}\n");
-  const CandidateEstimate e = estimate_as_written(path);
-  ASSERT_EQ(e.rejection, PlanRejection::None) << e.reason;
-  const Summary sum = simulated(path);
-  EXPECT_NEAR(e.estimate_iteration_s, sum.iteration_time_s, 0.05 * sum.iteration_time_s);
-  EXPECT_GT(max_exposed_comm_s(sum), 0.3 * sum.iteration_time_s);  // the all-to-all matters here
+  // Within 5%; the all-to-all matters here (over 30% of the iteration exposed).
+  expect_estimate_near_simulated(path, 0.05, 0.3);
 }
 
 // Stage (b) with DeepSpeed ZeRO-3 across nodes: every microbatch gathers each submodule in
@@ -502,11 +511,8 @@ TEST(PlannerEstimate, ZeroThreeGathersCountEveryMicrobatchAsTheirStreamRunsThem)
       "seq_length: 2048, padded_vocab_size: 51200}\nparallel: {micro_batch_size: 1, "
       "global_batch_size: 1024, precision: fp16}\ndeepspeed: {zero_optimization: {stage: 3}}\n"
       "cluster: {system: dgx-a100-80gb, nodes: 8}\n");
-  const CandidateEstimate e = estimate_as_written(path);
-  ASSERT_EQ(e.rejection, PlanRejection::None) << e.reason;
-  const Summary sum = simulated(path);
-  EXPECT_NEAR(e.estimate_iteration_s, sum.iteration_time_s, 0.07 * sum.iteration_time_s);
-  EXPECT_GT(max_exposed_comm_s(sum), 0.1 * sum.iteration_time_s);  // the gathers matter here
+  // Within 7%; the gathers matter here (over 10% of the iteration exposed).
+  expect_estimate_near_simulated(path, 0.07, 0.1);
 }
 
 TEST(PlannerRanking, TokensPerSecondThenMemoryThenEnumerationOrder) {
