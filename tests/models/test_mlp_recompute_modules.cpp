@@ -18,6 +18,7 @@
 #include "models/hardware.h"
 #include "models/memory_model.h"
 #include "models/scenario.h"
+#include "tests/support/scenario_yaml.h"
 
 namespace trainsim {
 namespace {
@@ -34,9 +35,7 @@ const std::string kMoe = kDense + ", num_experts: 8, moe_router_topk: 2, moe_ffn
                                   "moe_grouped_gemm: true, moe_layer_freq: \"[0]*2+[1]*6\"";
 
 Scenario scenario(const std::string& model, const std::string& parallel) {
-  return parse_scenario("runtime: megatron-core\nmodel: {" + model + "}\nparallel: {" + parallel +
-                            "}\ncluster: {system: dgx-h100, nodes: 1}\n",
-                        "modules.yaml");
+  return parse_scenario(test_support::core_scenario_yaml(model, parallel), "modules.yaml");
 }
 
 ScheduleGraph unfolded(const Scenario& sc) {

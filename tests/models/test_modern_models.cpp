@@ -34,9 +34,7 @@ const char* kLlama8b =
 
 Scenario core(const std::string& model, const std::string& parallel, std::int64_t nodes = 1,
               const std::string& system = "dgx-h100") {
-  return parse_scenario("runtime: megatron-core\nmodel: {" + model + "}\nparallel: {" + parallel +
-                            "}\ncluster: {system: " + system + ", nodes: " + std::to_string(nodes) +
-                            "}\n",
+  return parse_scenario(test_support::core_scenario_yaml(model, parallel, nodes, system),
                         "modern.yaml");
 }
 

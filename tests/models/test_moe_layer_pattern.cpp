@@ -35,11 +35,11 @@ const char* kModel =
     "attention_backend: flash, seq_length: 512, padded_vocab_size: 4096";
 
 Scenario moe(const std::string& freq, const std::string& parallel) {
-  return parse_scenario("runtime: megatron-core\nmodel: {" + std::string(kModel) +
-                            (freq.empty() ? "" : ", moe_layer_freq: " + freq) +
-                            "}\nparallel: {precision: bf16, " + parallel +
-                            "}\ncluster: {system: dgx-h100, nodes: 1}\n",
-                        "pattern.yaml");
+  return parse_scenario(
+      test_support::core_scenario_yaml(
+          std::string(kModel) + (freq.empty() ? "" : ", moe_layer_freq: " + freq),
+          "precision: bf16, " + parallel),
+      "pattern.yaml");
 }
 
 std::vector<int> layers_of(const ModelConfig& m) {

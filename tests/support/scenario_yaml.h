@@ -46,6 +46,15 @@ inline Scenario gpt_scenario(const std::string& name, const GptModel& m,
                         name + ".yaml");
 }
 
+/// A megatron-core scenario: model: {MODEL}, parallel: {PARALLEL} (the mappings' keys, without
+/// braces), cluster: {system: SYSTEM, nodes: NODES}.
+inline std::string core_scenario_yaml(const std::string& model, const std::string& parallel,
+                                      std::int64_t nodes = 1,
+                                      const std::string& system = "dgx-h100") {
+  return "runtime: megatron-core\nmodel: {" + model + "}\nparallel: {" + parallel +
+         "}\ncluster: {system: " + system + ", nodes: " + std::to_string(nodes) + "}\n";
+}
+
 /// A megatron-core scenario on one DGX-H100 node whose model section imports the Hugging Face
 /// config at `config_path` (model.hf_config) and sets `seq_length`; micro batch 1, global 8.
 inline std::string hf_scenario_yaml(const std::string& config_path, std::int64_t seq_length) {
