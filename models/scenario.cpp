@@ -861,7 +861,8 @@ void read_model_shape(const Reader& r, ModelConfig& m) {
 /// produced along the way are errors (no deep recursion, no long loops).
 class LayerPatternParser {
  public:
-  explicit LayerPatternParser(std::string text) {
+  /// `max_entries`: the longest pattern (model.num_layers' size limit).
+  LayerPatternParser(std::string text, std::int64_t max_entries) : max_entries_(max_entries) {
     for (char c : text)
       if (!std::isspace(static_cast<unsigned char>(c))) text_ += c;
   }
@@ -891,7 +892,6 @@ class LayerPatternParser {
     std::int64_t n = 0;
     std::vector<std::int64_t> list;
   };
-  static constexpr std::int64_t kMaxEntries = 65534;  // the num_layers limit
   static constexpr int kMaxDepth = 64;
   static constexpr std::int64_t kMaxWork = 1 << 22;
 
@@ -912,6 +912,9 @@ class LayerPatternParser {
     LayerPatternParser& p_;
   };
 
+  [[noreturn]] void too_long() const {
+    throw std::invalid_argument("is longer than " + std::to_string(max_entries_) + " layers");
+  }
   std::string at(const std::string& what) const {
     return what + " at character " + std::to_string(pos_ + 1);
   }
@@ -928,12 +931,11 @@ class LayerPatternParser {
       Value w = term();
       if (v.is_list != w.is_list) throw std::invalid_argument(at("adds a list and an integer"));
       if (v.is_list) {
-        if (v.list.size() + w.list.size() > std::size_t(kMaxEntries))
-          throw std::invalid_argument("is longer than " + std::to_string(kMaxEntries) + " layers");
+        if (v.list.size() + w.list.size() > std::size_t(max_entries_)) too_long();
         spend(std::int64_t(w.list.size()) + 1);
         v.list.insert(v.list.end(), w.list.begin(), w.list.end());
       } else {
-        v.n = std::min(v.n + w.n, kMaxEntries + 1);
+        v.n = std::min(v.n + w.n, max_entries_ + 1);
       }
     }
     return v;
@@ -944,13 +946,12 @@ class LayerPatternParser {
       Value w = factor();
       if (v.is_list && w.is_list) throw std::invalid_argument(at("multiplies two lists"));
       if (!v.is_list && !w.is_list) {
-        v.n = std::min(v.n * w.n, kMaxEntries + 1);  // both <= kMaxEntries + 1: no overflow
+        v.n = std::min(v.n * w.n, max_entries_ + 1);  // both <= max_entries_ + 1: no overflow
         continue;
       }
       const Value& list = v.is_list ? v : w;
       const std::int64_t times = v.is_list ? w.n : v.n;
-      if (std::int64_t(list.list.size()) * times > kMaxEntries)
-        throw std::invalid_argument("is longer than " + std::to_string(kMaxEntries) + " layers");
+      if (std::int64_t(list.list.size()) * times > max_entries_) too_long();
       Value out;
       out.is_list = true;
       spend(list.list.empty() ? 1 : std::int64_t(list.list.size()) * times + 1);
@@ -976,8 +977,7 @@ class LayerPatternParser {
       do {
         Value x = expr();
         if (x.is_list) throw std::invalid_argument(at("nests a list in a list"));
-        if (std::int64_t(v.list.size()) >= kMaxEntries)
-          throw std::invalid_argument("is longer than " + std::to_string(kMaxEntries) + " layers");
+        if (std::int64_t(v.list.size()) >= max_entries_) too_long();
         v.list.push_back(x.n);
       } while (eat(','));
       if (!eat(']')) throw std::invalid_argument(at("expected ']' or ','"));
@@ -991,10 +991,13 @@ class LayerPatternParser {
                                       : "ends early");
     Value v;
     const std::string digits = text_.substr(start, pos_ - start);
-    v.n = digits.size() > 6 ? kMaxEntries + 1 : std::min<std::int64_t>(std::stoll(digits), kMaxEntries + 1);
+    // Any integer above the longest pattern acts as that bound plus one (18 digits fit stoll).
+    v.n = digits.size() > 18 ? max_entries_ + 1
+                             : std::min<std::int64_t>(std::stoll(digits), max_entries_ + 1);
     return v;
   }
 
+  const std::int64_t max_entries_;
   std::string text_;
   std::size_t pos_ = 0;
   int depth_ = 0;
@@ -1006,6 +1009,7 @@ class LayerPatternParser {
 void read_moe_layer_freq(const Reader& r, ModelConfig& m) {
   const std::string f = "model.moe_layer_freq";
   const YAML::Node n = r.at(f);
+  const std::int64_t max_layers = scenario_size_limit("model.num_layers");
   auto pattern_of = [&](const YAML::Node& node, std::vector<std::uint8_t> p) {
     if (p.empty()) r.fail(f, node, "the pattern is empty; it needs one entry per layer");
     m.moe_layer_pattern = std::move(p);
@@ -1015,7 +1019,8 @@ void read_moe_layer_freq(const Reader& r, ModelConfig& m) {
     for (const YAML::Node& x : n) {
       if (!x.IsScalar() || (x.Scalar() != "0" && x.Scalar() != "1"))
         r.fail(f, x, "each entry of the list is 0 (a dense layer) or 1 (an MoE layer)");
-      if (p.size() >= 65534) r.fail(f, n, "is longer than 65534 layers");
+      if (std::int64_t(p.size()) >= max_layers)
+        r.fail(f, n, "is longer than " + std::to_string(max_layers) + " layers");
       p.push_back(x.Scalar() == "1" ? 1 : 0);
     }
     pattern_of(n, std::move(p));
@@ -1023,7 +1028,7 @@ void read_moe_layer_freq(const Reader& r, ModelConfig& m) {
   }
   if (n.IsDefined() && n.IsScalar() && n.Scalar().find('[') != std::string::npos) {
     std::string why;
-    auto p = LayerPatternParser(n.Scalar()).parse(why);
+    auto p = LayerPatternParser(n.Scalar(), max_layers).parse(why);
     if (!p)
       r.fail(f, n, "not a layer pattern (Megatron's list expression, e.g. \"([0]*3+[1]*58)\"): " +
                        why);
