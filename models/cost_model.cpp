@@ -348,6 +348,15 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   // of the table's (profile nccl_nvls_latency_s, when the profile has one).
   if (is_nvls(c.algo) && profile_.nccl_nvls_latency_s > 0)
     c.latency_s += profile_.nccl_nvls_latency_s - nccl_nvls_table_latency_s(nccl_version_);
+  // An NVLS / NVLS-Tree all-reduce also fills and drains its loop's pipeline, which NCCL's
+  // model, and so its choice, leaves out (nvls_all_reduce_fill_s): its NVLink stages at the
+  // simulated NVLink's rate, its network hops at one NIC's, its iteration at the algorithm
+  // bandwidth the simulated flows are held to.
+  if (is_nvls(c.algo) && kind == OpKind::AllReduce) {
+    const double n = double(ranks);
+    const double alg = c.bus_bw_bytes_per_s * n / (2 * (n - 1));
+    c.latency_s += nvls_all_reduce_fill_s(g, c.algo == NcclAlgo::NvlsTree, bytes, nvlink, nic, alg);
+  }
   return c;
 }
 

@@ -244,6 +244,49 @@ NvlsGraph nvls_graph(const NcclGroup& g) {
   return out;
 }
 
+NvlsLoop nvls_all_reduce_loop(const NcclGroup& g, bool tree, double bytes) {
+  NvlsLoop out;
+  const NvlsGraph graph = nvls_graph(g);
+  if (graph.channels == 0 || !(bytes > 0)) return out;
+  out.heads = graph.channels;
+  out.channels = kNvlsChannelsSm90;
+  const bool v2_29 = release(g).nvls_v2_29;
+  constexpr double KiB = 1024;
+  const double ops = double(out.channels) * double(out.heads);  // concurrentOps
+  double chunk = 0;
+  if (!tree) {
+    chunk = 128 * KiB;
+    if (bytes < 64 * ops * chunk && chunk > 64 * KiB) chunk = 64 * KiB;
+    if (bytes < 8 * ops * chunk && chunk > 32 * KiB) chunk = 32 * KiB;
+    if (bytes < 2 * ops * chunk && chunk > 16 * KiB) chunk = 16 * KiB;
+  } else {
+    chunk = v2_29 ? (g.nodes >= 4 ? 64 * KiB : 128 * KiB) : 512 * KiB;
+    if (bytes < 32 * ops * chunk && chunk > 256 * KiB) chunk = 256 * KiB;
+    if (bytes < 16 * ops * chunk && chunk > 128 * KiB) chunk = 128 * KiB;
+    if (bytes < 4 * ops * chunk && chunk > 64 * KiB) chunk = 64 * KiB;
+    if (bytes < 1 * ops * chunk && chunk > 32 * KiB) chunk = 32 * KiB;
+  }
+  out.chunk_bytes = chunk;
+  const double loop = ops * chunk;
+  out.iteration_bytes = std::min(bytes, loop);
+  out.iterations = std::int64_t(std::ceil(bytes / loop));
+  return out;
+}
+
+double nvls_all_reduce_fill_s(const NcclGroup& g, bool tree, double bytes,
+                              double nvlink_bytes_per_s, double nic_bytes_per_s,
+                              double alg_bytes_per_s) {
+  const NvlsLoop loop = nvls_all_reduce_loop(g, tree, bytes);
+  if (loop.heads == 0 || !(nvlink_bytes_per_s > 0) || !(alg_bytes_per_s > 0)) return 0;
+  if (tree && !(nic_bytes_per_s > 0)) return 0;
+  const double s = loop.iteration_bytes, k = double(loop.heads);
+  const double d = tree ? double(std::max(log2i(double(g.nodes)), 1)) : 0;
+  const double nvlink_s = (2 * s * (k - 1) / k + (2 * d + 1) * s / k) / nvlink_bytes_per_s;
+  const double hop_bytes = s / k * (g.nodes == 2 ? 0.5 : 1.0);
+  const double net_s = 2 * d * hop_bytes / (tree ? nic_bytes_per_s : 1.0);
+  return std::max(0.0, nvlink_s + net_s - s / alg_bytes_per_s);
+}
+
 const char* to_string(NcclAlgo a) {
   switch (a) {
     case NcclAlgo::Ring: return "ring";

@@ -26,7 +26,10 @@
 // LL, LL128, Simple (LL128 on, as NCCL enables it on NVLink-connected x86 DGX nodes with the
 // NIC behind the GPU's PCIe switch; NVLS and NVLS-Tree run Simple only). NVLS's channel count
 // and per-channel bandwidths come from NCCL's topology search in closed form (nvls_graph()
-// in nccl_model.cpp). Not modelled: CollNet (in-network reduction over the IB fabric), PAT;
+// in nccl_model.cpp). NCCL's model rates a loop by its bandwidth; an NVLS / NVLS-Tree
+// all-reduce also fills and drains its loop's store-and-forward pipeline, which the run pays
+// and NCCL's choice does not see (nvls_all_reduce_fill_s, added by CostModel::nccl_collective
+// at the simulated links' rates). Not modelled: CollNet (in-network reduction over the IB fabric), PAT;
 // the per-channel bandwidth caps of Ring/Tree (they need the channel count of NCCL's ring
 // search) and NCCL's aggregation of several operations into one launch. The ring "plateau"
 // factor (Simple all-reduce across nodes: latency x 1.4 on Ampere and later, x 1.9 before,
@@ -110,6 +113,49 @@ double nccl_nvls_table_latency_s(NcclVersion v);
 /// NCCL_STEPS 8 (ncclNvlsBufferSetup); v2.18.5 the Simple protocol buffer 4 MiB +
 /// NVLS_MEM_ALIGN_SIZE 2 MiB (ncclNvlsSetup).
 std::int64_t nccl_nvls_buffer_bytes(NcclVersion v, std::int64_t local_ranks);
+
+/// The loop an NVLS or NVLS-Tree all-reduce runs (src/device/all_reduce.h, RunWorkColl for
+/// NCCL_ALGO_NVLS / NCCL_ALGO_NVLS_TREE): each of the NVLS channels takes `heads` chunks of the
+/// buffer per iteration, one for each head GPU, and moves them through store-and-forward
+/// stages, each warp group a stage (scatter to the heads, the heads' multimem reduce, on
+/// NVLS-Tree the network up and down the tree, the multicast, the gather). The chunk size is
+/// enqueue.cc's for the algorithm and release (computeColl / ncclCollPreconnect's chunk rules):
+///   NVLS: min(Simple step 512 KiB, 128 KiB: v2.18.5 maxChunkSize, v2.29.7 nvlsChunkSize), then
+///     64 KiB below 64 x, 32 KiB below 8 x, 16 KiB below 2 x (channels x heads x chunk);
+///   NVLS-Tree: v2.18.5 the Simple step (4 MiB buffer / NCCL_STEPS 8 = 512 KiB); v2.29.7
+///     nvlsChunkSize 128 KiB, 64 KiB from 4 nodes on (NCCL_NVLSTREE_MAX_CHUNKSIZE's default);
+///     then 256 KiB below 32 x, 128 KiB below 16 x, 64 KiB below 4 x, 32 KiB below 1 x.
+/// heads = 0 when the group runs no NVLS (nvls_graph() finds no channel).
+struct NvlsLoop {
+  double chunk_bytes = 0;       ///< per head and channel
+  std::int64_t heads = 0;       ///< channels[0].nvls.nHeads: one per local GPU
+  int channels = 0;             ///< nvlsChannels: NVLS_NCHANNELS_SM90, 16
+  /// The buffer one iteration covers: channels x heads x chunk, at most the buffer.
+  double iteration_bytes = 0;
+  std::int64_t iterations = 0;  ///< ceil(bytes / (channels x heads x chunk))
+};
+NvlsLoop nvls_all_reduce_loop(const NcclGroup& g, bool tree, double bytes);
+
+/// The time an NVLS / NVLS-Tree all-reduce of `bytes` spends filling and draining its pipeline
+/// beyond its bandwidth term (NCCL's model has none: it rates the loop by its slowest stage).
+/// A loop of store-and-forward stages passes its first iteration through every stage one after
+/// another and then delivers one iteration per slowest-stage time (a flow shop of identical
+/// jobs: sum of the stages + (N - 1) x the slowest), so beyond N iterations at the algorithm
+/// bandwidth it costs
+///     fill = max(0, sum over the stages of one iteration's time - one iteration at alg_bw)
+/// with S = iteration_bytes, k = heads, d = log2(nodes) (NCCL's tree depth in its latency):
+///   scatter and gather: S (k - 1) / k each on NVLink (the own head's chunk stays local);
+///   multimem reduce / multicast: S / k each, one on one node (the head reduces and multicasts
+///     in one warp group), 2 d + 1 on a tree (the leaf's reduce, d - 1 inner reduces, the
+///     root's reduce-and-broadcast, d - 1 inner broadcasts, the leaf's broadcast);
+///   network hops (tree): 2 d, each S / k per NIC on more than 2 nodes, S / 2k on 2 (the two
+///     trees of the channels, c % 2, send their first chunks up in opposite directions).
+/// NVLink stages at `nvlink_bytes_per_s` (per direction), hops at `nic_bytes_per_s`, the
+/// iteration at `alg_bytes_per_s` (the all-reduce's algorithm bandwidth). 0 when NVLS does not
+/// apply.
+double nvls_all_reduce_fill_s(const NcclGroup& g, bool tree, double bytes,
+                              double nvlink_bytes_per_s, double nic_bytes_per_s,
+                              double alg_bytes_per_s);
 
 struct NcclChoice {
   NcclAlgo algo = NcclAlgo::Ring;

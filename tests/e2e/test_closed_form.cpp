@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -116,6 +117,9 @@ double model_tflops_per_gpu(double B, double T, double N) {
 /// its own traffic), and the latency the simulation runs it with.
 struct HandAlgo {
   double latency_s, bus_bw, wire, run_latency_s;
+  /// Seconds the run adds for a buffer of that many bytes beyond its latency and bandwidth
+  /// terms (NVLS: the fill of its loop's pipeline); none when empty.
+  std::function<double(double)> run_fill_s = {};
 };
 
 /// The ring's three protocols on one node of n GPUs over links of `bw` (NVIDIA/nccl v2.29.7
@@ -141,7 +145,8 @@ double by_hand_allreduce_s(double bytes, double n, double bw, const std::vector<
     if (t < best_s) best_s = t, best = &a;
   }
   const double ring = 2 * (n - 1) / n * bytes;
-  const double lat = best->run_latency_s > 0 ? best->run_latency_s : best->latency_s;
+  const double lat = (best->run_latency_s > 0 ? best->run_latency_s : best->latency_s) +
+                     (best->run_fill_s ? best->run_fill_s(bytes) : 0.0);
   if (best->wire == 0) return lat + ring / best->bus_bw;
   return lat + std::max(best->wire * ring / bw, ring / best->bus_bw);
 }
@@ -256,8 +261,11 @@ TEST(ClosedForm, EightH100DataParallelAllReducesOnNvls) {
   //     LL cap 141 GB/s;
   //   NVLS  NCCL's search: 8 channels of 40 GB/s (9 x 40 <= 18 links x 20.6 GB/s), bus
   //     bandwidth 8 x 40 x 0.85 x 7/8 x 2 = 476 GB/s, chosen with NCCL's 25 us and run with
-  //     the profile's measured NVLS round (nccl_nvls_latency_s); a rank's link carries
-  //     S x 9/8 each way, far below the link.
+  //     the profile's measured NVLS round (nccl_nvls_latency_s) and the fill of its loop's
+  //     pipeline: a bucket of S <= 2 MiB is one iteration (enqueue.cc: 16 KiB chunks below
+  //     2 x 16 channels x 8 heads x 32 KiB), whose scatter (S x 7/8), reduce-and-multicast
+  //     (S / 8) and gather (S x 7/8) pass the link one after another, less the iteration at
+  //     the algorithm bandwidth; a rank's link carries S x 9/8 each way, far below the link.
   // With nccl_nvls_enable false the same run is all ring.
   const std::int64_t bucket = 1'000'000;
   const std::string args = "'" + source_path(kTinyFile) +
@@ -272,8 +280,11 @@ TEST(ClosedForm, EightH100DataParallelAllReducesOnNvls) {
   const double n = 8, bw = 450e9 * profile.nvlink_efficiency;
   auto allreduce_s = [&](std::int64_t params, bool nvls) {
     std::vector<HandAlgo> algos = ring_protocols(n, bw, 141e9);
-    if (nvls)
-      algos.push_back({25e-6, 8 * 40 * 0.85 * 7.0 / 8 * 2 * 1e9, 0, profile.nccl_nvls_latency_s});
+    const double nvls_bus = 8 * 40 * 0.85 * 7.0 / 8 * 2 * 1e9;
+    auto nvls_fill_s = [&](double s) {
+      return std::max(0.0, (2 * s * 7 / 8 + s / 8) / bw - s / (nvls_bus * n / (2 * (n - 1))));
+    };
+    if (nvls) algos.push_back({25e-6, nvls_bus, 0, profile.nccl_nvls_latency_s, nvls_fill_s});
     return by_hand_allreduce_s(double(params * 2), n, bw, algos);
   };
   const std::int64_t full_buckets = kParams / bucket, rest = kParams % bucket;

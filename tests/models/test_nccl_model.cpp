@@ -459,5 +459,98 @@ TEST(NcclModel, NvlsTrafficIsTheSwitchsNotTheRings) {
   EXPECT_DOUBLE_EQ(n.transfer_s(ring, 1e9), n.nvls_nvlink_bytes / 1e9);
 }
 
+TEST(NcclModel, NvlsLoopChunkIsEnqueueCcs) {
+  constexpr double KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
+  // 16 NVLS channels x 8 heads = 128 concurrent chunks (concurrentOps).
+  // v2.29.7 NVLS-Tree, 2 nodes: nvlsChunkSize 128 KiB; 64 MiB is not below 4 x 128 x 128 KiB,
+  // so 128 KiB: 16 MiB per iteration, 4 iterations.
+  const NcclGroup t2 = h100(OpKind::AllReduce, 16, 2);
+  NvlsLoop l = nvls_all_reduce_loop(t2, true, 64 * MiB);
+  EXPECT_EQ(l.heads, 8);
+  EXPECT_EQ(l.channels, 16);
+  EXPECT_DOUBLE_EQ(l.chunk_bytes, 128 * KiB);
+  EXPECT_DOUBLE_EQ(l.iteration_bytes, 16 * MiB);
+  EXPECT_EQ(l.iterations, 4);
+  EXPECT_EQ(nvls_all_reduce_loop(t2, true, GiB).iterations, 64);
+  // 16 MiB < 64 MiB: 64 KiB; not below 1 x 128 x 64 KiB = 8 MiB: stays, 2 iterations of 8 MiB.
+  l = nvls_all_reduce_loop(t2, true, 16 * MiB);
+  EXPECT_DOUBLE_EQ(l.chunk_bytes, 64 * KiB);
+  EXPECT_EQ(l.iterations, 2);
+  // 4 MiB < 8 MiB: 32 KiB, one iteration covering the whole 4 MiB.
+  l = nvls_all_reduce_loop(t2, true, 4 * MiB);
+  EXPECT_DOUBLE_EQ(l.chunk_bytes, 32 * KiB);
+  EXPECT_DOUBLE_EQ(l.iteration_bytes, 4 * MiB);
+  EXPECT_EQ(l.iterations, 1);
+  // 4 nodes and more: NCCL_NVLSTREE_MAX_CHUNKSIZE's default 64 KiB, 8 MiB per iteration.
+  l = nvls_all_reduce_loop(h100(OpKind::AllReduce, 32, 4), true, GiB);
+  EXPECT_DOUBLE_EQ(l.chunk_bytes, 64 * KiB);
+  EXPECT_EQ(l.iterations, 128);
+  // v2.18.5 NVLS-Tree starts at the 512 KiB Simple step: 4 GiB keeps it (not below 32 x 128 x
+  // 512 KiB = 2 GiB), 1 GiB halves once (below 2 GiB, not below 16 x 128 x 256 KiB = 512 MiB).
+  const NcclGroup o2 = h100(OpKind::AllReduce, 16, 2, NcclVersion::V2_18_5);
+  EXPECT_DOUBLE_EQ(nvls_all_reduce_loop(o2, true, 4 * GiB).chunk_bytes, 512 * KiB);
+  EXPECT_DOUBLE_EQ(nvls_all_reduce_loop(o2, true, GiB).chunk_bytes, 256 * KiB);
+  // NVLS on one node: 128 KiB at 1 GiB (not below 64 x 128 x 128 KiB = 1 GiB); 64 MiB halves
+  // once (not below 8 x 128 x 64 KiB = 64 MiB); 1 MiB down to 16 KiB (below 2 x 128 x 32 KiB).
+  const NcclGroup n1 = h100(OpKind::AllReduce, 8, 1);
+  EXPECT_DOUBLE_EQ(nvls_all_reduce_loop(n1, false, GiB).chunk_bytes, 128 * KiB);
+  l = nvls_all_reduce_loop(n1, false, 64 * MiB);
+  EXPECT_DOUBLE_EQ(l.chunk_bytes, 64 * KiB);
+  EXPECT_EQ(l.iterations, 8);
+  l = nvls_all_reduce_loop(n1, false, MiB);
+  EXPECT_DOUBLE_EQ(l.chunk_bytes, 16 * KiB);
+  EXPECT_DOUBLE_EQ(l.iteration_bytes, MiB);
+  EXPECT_EQ(l.iterations, 1);
+  // No NVLS graph (one GPU per node): no loop.
+  EXPECT_EQ(nvls_all_reduce_loop(h100(OpKind::AllReduce, 4, 4), true, GiB).heads, 0);
+}
+
+TEST(NcclModel, NvlsFillIsTheFirstIterationThroughEveryStage) {
+  constexpr double MiB = 1024.0 * 1024, GiB = 1024 * MiB;
+  const double nvlink = 369e9, nic = 48e9, alg = 240e9;
+  // 2 nodes, 64 MiB: S = 16 MiB. NVLink: scatter and gather 2 x 16 x 7/8 = 28 MiB, three
+  // multimem stages (leaf reduce, root reduce-and-broadcast, leaf broadcast) 3 x 2 MiB; the
+  // network up and down, 2 MiB per NIC split over the two trees: 1 MiB each way.
+  const NcclGroup t2 = h100(OpKind::AllReduce, 16, 2);
+  EXPECT_NEAR(nvls_all_reduce_fill_s(t2, true, 64 * MiB, nvlink, nic, alg),
+              34 * MiB / nvlink + 2 * MiB / nic - 16 * MiB / alg, 1e-12);
+  // 8 nodes, 1 GiB: 64 KiB chunks, S = 8 MiB; depth 3: 2 x 7 MiB + 7 x 1 MiB on NVLink and six
+  // hops of S / k = 1 MiB.
+  EXPECT_NEAR(nvls_all_reduce_fill_s(h100(OpKind::AllReduce, 64, 8), true, GiB, nvlink, nic, alg),
+              21 * MiB / nvlink + 6 * MiB / nic - 8 * MiB / alg, 1e-12);
+  // One node, 1 GiB: S = 16 MiB, scatter and gather 28 MiB and the head's reduce-and-multicast
+  // 2 MiB; no network.
+  const NcclGroup n1 = h100(OpKind::AllReduce, 8, 1);
+  EXPECT_NEAR(nvls_all_reduce_fill_s(n1, false, GiB, nvlink, 0, 266e9),
+              30 * MiB / nvlink - 16 * MiB / 266e9, 1e-12);
+  // Never negative: stages faster than the iteration fill nothing.
+  EXPECT_EQ(nvls_all_reduce_fill_s(t2, true, 64 * MiB, 1e15, 1e15, alg), 0.0);
+  // No NVLS graph, or no rate: nothing.
+  EXPECT_EQ(nvls_all_reduce_fill_s(h100(OpKind::AllReduce, 4, 4), true, GiB, nvlink, nic, alg),
+            0.0);
+  EXPECT_EQ(nvls_all_reduce_fill_s(t2, true, GiB, nvlink, 0, alg), 0.0);
+}
+
+TEST(NcclModel, CostModelAddsTheNvlsFillToTheRunsLatencyNotToNcclsChoice) {
+  const SystemSpec h = find_system("dgx-h100");
+  const CalibrationProfile prof = default_calibration(h.gpu.name);
+  const CostModel cost(h, prof);
+  const double bytes = 64.0 * 1024 * 1024;
+  const NcclChoice c = cost.nccl_collective(OpKind::AllReduce, bytes, 16, 2);
+  ASSERT_EQ(c.algo, NcclAlgo::NvlsTree);
+  // The measured NVLS round in place of the table's 25 us, NCCL's 2 x 20.9 us network hops,
+  // and the fill at the simulated links' rates: NVLink 450 GB/s and one NIC's path at their
+  // efficiencies, the iteration at the bus bandwidth's algorithm bandwidth (16 / 30).
+  const double nvlink = 450e9 * prof.nvlink_efficiency;
+  const double nic = std::min(50e9 * prof.network_efficiency, 64e9 * 256.0 / 282.0);
+  const double alg = c.bus_bw_bytes_per_s * 16 / 30;
+  const NcclGroup g = h100(OpKind::AllReduce, 16, 2);
+  const double fill = nvls_all_reduce_fill_s(g, true, bytes, nvlink, nic, alg);
+  EXPECT_GT(fill, 50 * kUs);
+  EXPECT_NEAR(c.latency_s, prof.nccl_nvls_latency_s + 2 * 20.9 * kUs + fill, 1e-12);
+  // NCCL's prediction, and so its choice, has no fill.
+  EXPECT_NEAR(c.time_s, (25 + 2 * 20.9) * kUs + bytes / alg, 1e-9);
+}
+
 }  // namespace
 }  // namespace trainsim
