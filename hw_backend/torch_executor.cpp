@@ -309,8 +309,10 @@ class Executor {
     auto of_layer = [&](const std::vector<bool>& flags) {
       return t.layer != kNoIndex && std::size_t(t.layer) < flags.size() && flags[t.layer];
     };
-    // Full recomputation of this task's layer (every layer with `full`, block's first ones).
+    // Full recomputation of this task's layer (every layer with `full`, block's first ones),
+    // and whether the layer starts its checkpoint unit (its input is the unit's stash).
     const bool full = of_layer(model_.recomputed_layers);
+    const bool unit_start = of_layer(model_.recompute_unit_starts);
     // The layer's MLP module checkpointed (--recompute-modules mlp / moe).
     const bool mlp_ckpt = op.kind == OpKind::MlpFwd && of_layer(model_.mlp_checkpointed_layers);
     switch (op.kind) {
@@ -325,11 +327,11 @@ class Executor {
         const LayerWeights& w = weights_.at(t.layer);
         const bool attn = op.kind == OpKind::AttnFwd;
         if (t.phase == Phase::Forward && full) {
-          // Full recomputation (Megatron checkpointed layer): no autograd state, keep only
-          // the layer input for the recompute task.
+          // Full recomputation (Megatron checkpoint unit): no autograd state, keep only the
+          // unit's input for the recompute tasks.
           torch::NoGradGuard no_grad;
           torch::Tensor x = take(act_, mb, id, "input activation");
-          if (attn) stash_[mb_key(mb, t.layer)] = x;
+          if (attn && unit_start) stash_[mb_key(mb, t.layer)] = x;
           act_[mb] = attn ? attn_forward(w, x, mask_, d_, dropout_).output
                           : mlp_forward(w, x, d_, dropout_).output;
           return;
@@ -343,7 +345,10 @@ class Executor {
           return;
         }
         torch::Tensor x;
-        if (t.phase == Phase::Recompute && (attn || mlp_ckpt)) {
+        if (t.phase == Phase::Recompute && attn && full && !unit_start) {
+          // Inside a checkpoint unit: the previous layer's re-run gives this layer's input.
+          x = take(act_, mb, id, "re-run input");
+        } else if (t.phase == Phase::Recompute && (attn || mlp_ckpt)) {
           auto it = stash_.find(mb_key(mb, t.layer));
           if (it == stash_.end())
             throw std::logic_error("replay: recompute task " + g_.label(id) + " has no stashed input");
@@ -354,8 +359,13 @@ class Executor {
         }
         BlockState st = attn ? attn_forward(w, x, mask_, d_, dropout_, selective_)
                              : mlp_forward(w, x, d_, dropout_);
-        // The recomputed MLP output feeds nothing: the backward starts from the gradient.
-        if (t.phase != Phase::Recompute || attn) act_[mb] = st.output.detach();
+        // The recomputed MLP output feeds nothing (the backward starts from the gradient),
+        // except the next layer's re-run inside the same checkpoint unit.
+        const std::size_t next = std::size_t(t.layer) + 1;
+        const bool unit_goes_on = full && next < model_.recomputed_layers.size() &&
+                                  model_.recomputed_layers[next] &&
+                                  !model_.recompute_unit_starts[next];
+        if (t.phase != Phase::Recompute || attn || unit_goes_on) act_[mb] = st.output.detach();
         blocks_[block_key(mb, t.layer, t.part)] = std::move(st);
         return;
       }

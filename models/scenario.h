@@ -131,10 +131,10 @@ struct ParallelConfig {
   /// when recomputation is not selective.
   std::uint8_t recompute_modules = 0;
   /// Megatron's --recompute-method and --recompute-num-layers with full recomputation
-  /// (transformer_config.py): `uniform` checkpoints units of recompute_num_layers layers
-  /// (trainsim models units of 1, each layer checkpointed: Megatron-LM 2021's
-  /// --checkpoint-num-layers 1, the default here); `block` checkpoints the first
-  /// recompute_num_layers layers of each model chunk and keeps the others' activations.
+  /// (transformer_config.py): `uniform` (the default, with 1 layer: Megatron-LM 2021's
+  /// --checkpoint-num-layers 1) checkpoints each model chunk's layers in units of
+  /// recompute_num_layers; `block` checkpoints the first recompute_num_layers layers of each
+  /// model chunk and keeps the others' activations (recompute_units()).
   bool recompute_block = false;
   std::int64_t recompute_num_layers = 1;
   bool sequence_parallel = false;
@@ -214,20 +214,38 @@ struct ParallelConfig {
     for (std::int64_t v = 0; v < vstage; ++v) first += virtual_stage_layers[std::size_t(v)];
     return first;
   }
-  /// Per global layer (of `num_layers`), whether it runs full recomputation (checkpointed, its
-  /// forward re-run in the backward): every layer with `full`, and with the block method the
-  /// first recompute_num_layers of each model chunk (Megatron-Core TransformerBlock
-  /// _checkpointed_forward). Valid once validated.
-  std::vector<bool> fully_recomputed_layers(std::int64_t num_layers) const {
-    std::vector<bool> out(std::size_t(num_layers), recompute_granularity == Recompute::Full);
-    if (recompute_granularity != Recompute::Full || !recompute_block) return out;
-    for (std::int64_t v = 0, first = 0;
-         v < pipeline_model_parallel_size * virtual_pipeline_size && first < num_layers; ++v) {
-      const std::int64_t n = layers_of_virtual_stage(v);
-      for (std::int64_t k = 0; k < n && first + k < num_layers; ++k)
-        out[std::size_t(first + k)] = k < recompute_num_layers;
+  /// Per global layer (of `num_layers`), the first layer of its checkpoint unit under full
+  /// recomputation, -1 for a layer that keeps its activations (Megatron-Core recompute.py, as
+  /// TransformerBlock._checkpointed_forward calls it on each model chunk; Megatron-LM 2021's
+  /// --checkpoint-num-layers alike). A unit stashes its first layer's input and re-runs its
+  /// layers' forward before the backward of its last. `uniform`: each model chunk's layers in
+  /// units of recompute_num_layers, the last one shorter; `block`: the first
+  /// recompute_num_layers layers of each chunk, each a unit of its own. Valid once validated.
+  std::vector<std::int64_t> recompute_units(std::int64_t num_layers) const {
+    std::vector<std::int64_t> out(std::size_t(num_layers), -1);
+    if (recompute_granularity != Recompute::Full) return out;
+    const std::int64_t unit = std::max<std::int64_t>(recompute_num_layers, 1);
+    // Chunk by chunk; layers past the chunks (a configuration not validated yet) as one more.
+    const std::int64_t chunks = pipeline_model_parallel_size * virtual_pipeline_size;
+    for (std::int64_t v = 0, first = 0; first < num_layers; ++v) {
+      const std::int64_t n = v < chunks ? layers_of_virtual_stage(v) : num_layers - first;
+      for (std::int64_t k = 0; k < n && first + k < num_layers; ++k) {
+        if (recompute_block)
+          out[std::size_t(first + k)] = k < recompute_num_layers ? first + k : -1;
+        else
+          out[std::size_t(first + k)] = first + k / unit * unit;
+      }
       first += n;
     }
+    return out;
+  }
+  /// Per global layer, whether it runs full recomputation (checkpointed, its forward re-run in
+  /// the backward): every layer with `full` and `uniform`, the block method's first
+  /// recompute_num_layers of each model chunk (recompute_units). Valid once validated.
+  std::vector<bool> fully_recomputed_layers(std::int64_t num_layers) const {
+    const std::vector<std::int64_t> units = recompute_units(num_layers);
+    std::vector<bool> out(units.size());
+    for (std::size_t l = 0; l < units.size(); ++l) out[l] = units[l] >= 0;
     return out;
   }
 

@@ -122,6 +122,11 @@ struct ReplayModel {
   /// Per global layer, whether it is checkpointed (all with recompute_full, the block method's
   /// first layers of each chunk).
   std::vector<bool> recomputed_layers;
+  /// Per global layer, whether it starts a checkpoint unit (its input is the unit's stash;
+  /// ParallelConfig::recompute_units): every checkpointed layer with units of one layer, the
+  /// first of each unit with `uniform` and recompute_num_layers > 1, whose other layers'
+  /// re-run takes its input from the previous layer's.
+  std::vector<bool> recompute_unit_starts;
   /// recompute_granularity: selective with core_attn among the modules (the core attention is
   /// recomputed in the backward).
   bool recompute_selective = false;

@@ -164,7 +164,7 @@ class RankProgram {
       : ctx_(build, coords), ops_(ops), tp_(tp), p2p_op_(p2p_op),
         dp_(make_data_parallel_strategy(ctx_)),
         bytes_{layer_bytes(build.scenario, false), layer_bytes(build.scenario, true)},
-        recomputed_(build.scenario.parallel.fully_recomputed_layers(build.scenario.model.num_layers)),
+        units_(build.scenario.parallel.recompute_units(build.scenario.model.num_layers)),
         batched_exchanges_(build.scenario.runtime == Runtime::Megatron2021 &&
                            build.scenario.parallel.pipeline_schedule ==
                                PipelineSchedule::Interleaved) {}
@@ -223,10 +223,16 @@ class RankProgram {
     for (std::int64_t l = s.first_layer; l < s.first_layer + s.layers; ++l) {
       dp_->before_unit(ctx_, true, {UnitKind::Layer, l});
       const LayerBytes& lb = bytes_of(l);
-      if (recomputed_[std::size_t(l)])  // only the layer input is stashed; the rest is freed
+      if (unit_start(l))  // only the unit's input is stashed; the rest is freed
         layer_forward(Phase::Forward, s, l,
                       {{lb.act.attn, MemCategory::Activations},
                        {lb.full.attn, MemCategory::Activations},
+                       {-lb.full.attn, MemCategory::Activations, true}},
+                      {{lb.full.mlp, MemCategory::Activations},
+                       {-lb.full.mlp, MemCategory::Activations, true}});
+      else if (recomputed(l))  // inside a unit: nothing stashed
+        layer_forward(Phase::Forward, s, l,
+                      {{lb.full.attn, MemCategory::Activations},
                        {-lb.full.attn, MemCategory::Activations, true}},
                       {{lb.full.mlp, MemCategory::Activations},
                        {-lb.full.mlp, MemCategory::Activations, true}});
@@ -248,12 +254,19 @@ class RankProgram {
     for (std::int64_t l = s.first_layer + s.layers - 1; l >= s.first_layer; --l) {
       dp_->before_unit(ctx_, false, {UnitKind::Layer, l});
       const LayerBytes& lb = bytes_of(l);
-      if (recomputed_[std::size_t(l)]) {
-        // Megatron's per-layer checkpoint: recompute the layer's forward, then its backward.
-        layer_forward(Phase::Recompute, s, l, {{lb.full.attn, MemCategory::Activations}},
-                      {{lb.full.mlp, MemCategory::Activations}});
+      if (recomputed(l)) {
+        // Megatron's checkpoint unit: before the backward of its last layer, the forward of
+        // all its layers again (each re-materializing its activations); each layer's backward
+        // then frees its own, the unit's first layer also the stashed input.
+        if (unit_end(l))
+          for (std::int64_t k = units_[std::size_t(l)]; k <= l; ++k) {
+            const LayerBytes& kb = bytes_of(k);
+            layer_forward(Phase::Recompute, s, k, {{kb.full.attn, MemCategory::Activations}},
+                          {{kb.full.mlp, MemCategory::Activations}});
+          }
+        const std::int64_t stash = unit_start(l) ? lb.act.attn : 0;
         layer_backward(s, l, {{-lb.full.mlp, MemCategory::Activations, true}},
-                       {{-(lb.full.attn + lb.act.attn), MemCategory::Activations, true}});
+                       {{-(lb.full.attn + stash), MemCategory::Activations, true}});
       } else if (mlp_checkpointed(ctx_.scenario(), l)) {
         // --recompute-modules mlp / moe: the MLP module's forward again (its token exchanges
         // too), re-materializing what it dropped, then the layer's backward frees all of it.
@@ -588,9 +601,17 @@ class RankProgram {
   const LayerBytes& bytes_of(std::int64_t l) const { return bytes_[moe_mlp(l) ? 1 : 0]; }
 
   const LayerBytes bytes_[2];  ///< [0] a dense layer's, [1] an MoE layer's
-  /// Per global layer: full recomputation (every layer with `full`; the block method's first
-  /// layers of each chunk). A layer that is not keeps its activations: `kept`.
-  const std::vector<bool> recomputed_;
+  /// Per global layer: the first layer of its checkpoint unit under full recomputation, -1
+  /// for a layer that keeps its activations (`kept`) (ParallelConfig::recompute_units).
+  const std::vector<std::int64_t> units_;
+  bool recomputed(std::int64_t l) const { return units_[std::size_t(l)] >= 0; }
+  /// The unit's first layer (its input is the unit's stash) and its last (the unit's forward
+  /// runs again before its backward).
+  bool unit_start(std::int64_t l) const { return units_[std::size_t(l)] == l; }
+  bool unit_end(std::int64_t l) const {
+    return recomputed(l) &&
+           (std::size_t(l) + 1 == units_.size() || units_[std::size_t(l) + 1] != units_[std::size_t(l)]);
+  }
   /// Megatron-LM 2021's interleaved schedule exchanges in batches (exchange()).
   const bool batched_exchanges_;
   /// Batched exchanges, per direction (0: forward activations, 1: backward gradients): the

@@ -193,6 +193,31 @@ TEST(ClosedForm, SingleGpuIterationIsTheSumOfComputeTimes) {
   std::printf("[closed-form] 1 GPU: simulated %.9e s, by hand %.9e s\n", T, by_hand);
 }
 
+// Full recomputation on one GPU, uniform units of 1, 2 and all 4 layers: every layer's
+// forward runs once more before its backward, whatever the unit, so the iteration is the
+// compute of the plain run plus each layer's attention and MLP forward per microbatch. Only
+// the order of the re-runs (and the memory) differ between unit sizes.
+TEST(ClosedForm, UniformRecomputationUnitsAddOneForwardPerLayer) {
+  const SystemSpec& system = find_system("dgx-a100-80gb");
+  const CalibrationProfile profile = default_calibration(system.gpu.name);
+  const CostModel cost(system, profile);
+  const std::int64_t m = 4;  // 8 / 2
+  const double by_hand =
+      m * (microbatch_compute_s(cost) + kL * (cost.compute_time_s(tiny_op(OpKind::AttnFwd)) +
+                                              cost.compute_time_s(tiny_op(OpKind::MlpFwd)))) +
+      optimizer_s(cost);
+  for (std::int64_t n : {1, 2, 4}) {
+    const json s = simulate_json("'" + source_path(kTinyFile) +
+                                 "' --set parallel.recompute_granularity=full"
+                                 " --set parallel.recompute_method=uniform"
+                                 " --set parallel.recompute_num_layers=" + std::to_string(n));
+    const double T = s.at("iteration_time_s").get<double>();
+    EXPECT_NEAR(T, by_hand, 1e-9 * by_hand) << n;
+    std::printf("[closed-form] 1 GPU, uniform recomputation in units of %lld: simulated %.9e s, "
+                "by hand %.9e s\n", static_cast<long long>(n), T, by_hand);
+  }
+}
+
 TEST(ClosedForm, TwoGpuDataParallelIsComputePlusRingAllReducePlusStep) {
   const std::int64_t bucket = 1'000'000;  // parameters per DDP bucket, so there are several
   const std::string args = "'" + source_path(kTinyFile) +

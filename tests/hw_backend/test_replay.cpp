@@ -179,6 +179,35 @@ TEST(Replay, BlockRecomputationChecksOnlyTheFirstLayersOfAStage) {
   }
 }
 
+// Uniform recomputation in units of 2 layers over 5 (units {0, 1}, {2, 3}, {4}): each unit keeps
+// only its first layer's input; before the backward of its last layer the replay re-runs its
+// layers in order, each inner layer taking the previous one's re-run output as its input.
+TEST(Replay, UniformRecomputationReRunsUnitsOfSeveralLayers) {
+  auto run = [&](const std::string& recompute) {
+    const Scenario sc = parse_scenario(
+        "name: uniform\nmodel: {num_layers: 5, hidden_size: 128, num_attention_heads: 4, "
+        "seq_length: 64, padded_vocab_size: 512}\nparallel: {micro_batch_size: 1, "
+        "global_batch_size: 2, precision: fp16" + recompute + "}\n"
+        "cluster: {system: dgx-a100-80gb, nodes: 1, gpus_per_node: 1}\n",
+        "uniform.yaml");
+    const ScheduleGraph g = build(sc);
+    const ExecutionRecord r = hw::replay(g, cpu_opts(0));
+    check_record(g, r, 0);
+    // The re-run layers in task order, for the first microbatch.
+    std::vector<std::uint16_t> rerun;
+    for (TaskId id : compute_tasks(g, 0, 0, Phase::Recompute))
+      if (g.task(id).part == Part::Attn) rerun.push_back(g.task(id).layer);
+    const auto fwd = compute_tasks(g, 0, 0, Phase::Forward);
+    return std::make_pair(rerun, mem_after(r, fwd[fwd.size() - 2]) - mem_after(r, fwd[0]));
+  };
+  const auto [one, one_mem] = run(", recompute_granularity: full");
+  const auto [two, two_mem] = run(", recompute_granularity: full, recompute_method: uniform, "
+                                  "recompute_num_layers: 2");
+  EXPECT_EQ(one, (std::vector<std::uint16_t>{4, 3, 2, 1, 0}));
+  EXPECT_EQ(two, (std::vector<std::uint16_t>{4, 2, 3, 0, 1}));
+  EXPECT_LT(two_mem, one_mem);  // 3 stashed inputs instead of 5
+}
+
 // Megatron-Core --recompute-modules mlp: each MLP module keeps only its input through the
 // forward (no autograd state) and re-runs before its backward; attention keeps its state.
 TEST(Replay, MlpModuleRecomputationKeepsOnlyTheModuleInput) {

@@ -626,6 +626,99 @@ TEST(ModernModels, RecomputeBlockChecksFirstLayersOfEachChunk) {
   for (std::int64_t l = 0; l < 32; ++l) EXPECT_EQ(layers[std::size_t(l)], l % 2 == 0) << l;
 }
 
+// Uniform recomputation in units of N layers (Megatron-Core recompute.py: each model chunk's
+// layers in units of recompute_num_layers, the last one shorter): a unit stashes only its first
+// layer's input, and before the backward of its last layer re-runs the forward of all its
+// layers, whose activations are then all live at once.
+TEST(ModernModels, RecomputeUniformUnitsOfSeveralLayers) {
+  const std::string full = "use_distributed_optimizer: true, micro_batch_size: 1, "
+                           "global_batch_size: 8, recompute_granularity: full";
+  // Units by chunk: 8 layers in units of 3 on one stage; interleaved chunks of 4 layers (PP 2,
+  // VP 2 on 16 layers) restart their units at each chunk.
+  const Scenario one = core(kLlama8b, full + ", recompute_method: uniform, recompute_num_layers: 3, "
+                                             "pipeline_model_parallel_size: 4");
+  const std::vector<std::int64_t> u = one.parallel.recompute_units(32);
+  for (std::int64_t l = 0; l < 8; ++l) EXPECT_EQ(u[std::size_t(l)], l / 3 * 3) << l;
+  for (std::int64_t l = 8; l < 16; ++l) EXPECT_EQ(u[std::size_t(l)], 8 + (l - 8) / 3 * 3) << l;
+  const Scenario vp = core(kLlama8b, full + ", recompute_method: uniform, recompute_num_layers: 3, "
+                                            "pipeline_model_parallel_size: 4, "
+                                            "num_layers_per_virtual_pipeline_stage: 4");
+  const std::vector<std::int64_t> v = vp.parallel.recompute_units(32);
+  for (std::int64_t l = 0; l < 32; ++l) EXPECT_EQ(v[std::size_t(l)], l / 4 * 4 + (l % 4) / 3 * 3) << l;
+  // A unit longer than the chunk is the chunk; block units are single layers; no unit without
+  // full recomputation.
+  EXPECT_EQ(core(kLlama8b, full + ", recompute_num_layers: 64, pipeline_model_parallel_size: 4")
+                .parallel.recompute_units(32)[7],
+            0);
+  EXPECT_EQ(core(kLlama8b, full + ", recompute_method: block, recompute_num_layers: 2")
+                .parallel.recompute_units(32)[1],
+            1);
+  EXPECT_EQ(core(kLlama8b, "micro_batch_size: 1, global_batch_size: 8").parallel.recompute_units(32)[0],
+            -1);
+  // A configuration not validated yet (its default split: one chunk of one layer): the layers
+  // past its chunks form one more, so every layer is still in a unit.
+  ParallelConfig raw;
+  raw.recompute_granularity = Recompute::Full;
+  raw.recompute_num_layers = 2;
+  EXPECT_EQ(raw.recompute_units(5), (std::vector<std::int64_t>{0, 1, 1, 3, 3}));
+
+  // The graph, one stage, one microbatch: stashed inputs and the re-run of a whole unit.
+  for (std::int64_t n : {1, 4, 5}) {
+    SCOPED_TRACE(n);
+    const Scenario sc = core(kLlama8b, full + ", recompute_method: uniform, recompute_num_layers: " +
+                                           std::to_string(n));
+    const ScheduleGraph g = folded_graph(sc);
+    const std::vector<TaskId> tasks = g.tasks_of_rank(0);
+    // Activation bytes on the device after each task (start effects, then end effects).
+    std::vector<std::int64_t> act;
+    std::int64_t cur = 0;
+    for (TaskId id : tasks) {
+      for (const MemEffect* e = g.effects_begin(id); e != g.effects_end(id); ++e)
+        if (!e->on_host && e->category == MemCategory::Activations) cur += e->bytes;
+      act.push_back(cur);
+    }
+    auto layer_task = [&](Phase phase, bool first) {
+      std::size_t found = tasks.size();
+      for (std::size_t i = 0; i < tasks.size(); ++i) {
+        const Task& t = g.task(tasks[i]);
+        if (t.phase != phase || t.kind != TaskKind::Compute || t.layer == kNoIndex) continue;
+        found = i;
+        if (first) break;
+      }
+      return found;
+    };
+    const std::size_t first_fwd = layer_task(Phase::Forward, true);
+    const std::size_t last_fwd = layer_task(Phase::Forward, false);
+    const std::size_t first_bwd = layer_task(Phase::Backward, true);
+    ASSERT_LT(last_fwd, first_bwd);
+    const std::int64_t input = layer_activation_bytes(sc).total();
+    const std::int64_t layer = layer_activation_bytes_no_recompute(sc).total();
+    const std::int64_t units = (32 + n - 1) / n;
+    // Through the forward only the units' inputs stay (the embedding's own activations come
+    // before the first layer task).
+    const std::int64_t before_first = first_fwd > 0 ? act[first_fwd - 1] : 0;
+    EXPECT_EQ(act[last_fwd] - before_first, units * input);
+    // The last unit (layers 32 - r .. 31, r = 32 - (units - 1) n) re-runs all its layers
+    // before the first backward: r layers' activations on top of the stash.
+    const std::int64_t r = 32 - (units - 1) * n;
+    std::set<std::uint16_t> rerun;
+    for (std::size_t i = last_fwd + 1; i < first_bwd; ++i) {
+      const Task& t = g.task(tasks[i]);
+      if (t.phase == Phase::Recompute && t.kind == TaskKind::Compute) rerun.insert(t.layer);
+    }
+    EXPECT_EQ(rerun.size(), std::size_t(r));
+    EXPECT_EQ(*rerun.begin(), 32 - r);
+    EXPECT_EQ(act[first_bwd - 1] - before_first, units * input + r * layer);
+    // Every layer re-runs exactly once.
+    std::multiset<std::uint16_t> all;
+    for (TaskId id : tasks)
+      if (g.task(id).phase == Phase::Recompute && g.task(id).part == Part::Attn)
+        all.insert(g.task(id).layer);
+    EXPECT_EQ(all.size(), 32u);
+    EXPECT_EQ(std::set<std::uint16_t>(all.begin(), all.end()).size(), 32u);
+  }
+}
+
 TEST(ModernModels, ContextParallelRingExchangeBytesAndGroups) {
   Scenario sc = core(std::string(kLlama8b),
                      "tensor_model_parallel_size: 8, context_parallel_size: 2, "
@@ -727,8 +820,10 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
        "global_batch_size: 8", "dgx-h100",
        "field 'parallel.recompute_method' = 'block': needs parallel.recompute_granularity full"},
       {base, "recompute_granularity: full, recompute_method: uniform, recompute_num_layers: 2, "
-       "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
-       "field 'parallel.recompute_num_layers' = '2': with recompute_method uniform"},
+       "use_megatron_fsdp: true, precision: bf16, micro_batch_size: 1, global_batch_size: 8",
+       "dgx-h100",
+       "parallel.recompute_num_layers (2) with recompute_method uniform and FSDP: trainsim "
+       "gathers"},
       {base, "recompute_granularity: full, recompute_method: blocks, micro_batch_size: 1, "
        "global_batch_size: 8", "dgx-h100",
        "field 'parallel.recompute_method' = 'blocks': expected one of: uniform, block"},
