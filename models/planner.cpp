@@ -341,12 +341,14 @@ std::vector<std::optional<std::int64_t>> virtual_choices(const PlanConfig& plan,
   return out;
 }
 
-/// `block` with this many layers (Megatron --recompute-method block), for a full candidate;
-/// `selective+` the plan's modules for a selective one.
+/// `block` with this many layers (Megatron --recompute-method block), or `uniform` with units
+/// of more than one layer (the scenario's own method), for a full candidate; `selective+` the
+/// plan's modules for a selective one.
 std::string recompute_token(Recompute rc, const std::optional<std::int64_t>& block,
-                            const std::optional<std::uint8_t>& modules) {
+                            std::int64_t uniform_units, const std::optional<std::uint8_t>& modules) {
   if (rc == Recompute::None) return "norecomp";
   if (rc == Recompute::Full && block) return "block" + std::to_string(*block);
+  if (rc == Recompute::Full && uniform_units > 1) return "uniform" + std::to_string(uniform_units);
   if (rc == Recompute::Selective && modules)
     return "selective+" + (*modules ? recompute_modules_token(*modules) : std::string("none"));
   return to_string(rc);
@@ -354,7 +356,7 @@ std::string recompute_token(Recompute rc, const std::optional<std::int64_t>& blo
 
 std::string describe(std::int64_t tp, std::int64_t pp, std::int64_t cp, std::int64_t dp,
                      const std::optional<std::int64_t>& vpl, std::int64_t mb, Recompute rc,
-                     const std::optional<std::int64_t>& block,
+                     const std::optional<std::int64_t>& block, std::int64_t uniform_units,
                      const std::optional<std::uint8_t>& modules, bool sp, std::int64_t zero,
                      bool distopt, bool offload) {
   std::ostringstream o;
@@ -362,7 +364,7 @@ std::string describe(std::int64_t tp, std::int64_t pp, std::int64_t cp, std::int
   if (cp > 1) o << " cp" << cp;
   o << " dp" << dp;
   if (vpl) o << " vpl" << *vpl;
-  o << " mb" << mb << " " << recompute_token(rc, block, modules);
+  o << " mb" << mb << " " << recompute_token(rc, block, uniform_units, modules);
   if (sp) o << " sp";
   if (zero > 0) o << " zero" << zero;
   if (distopt) o << " distopt";
@@ -399,6 +401,11 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                                base.model.attention_backend != AttentionBackend::Unfused;
   const std::vector<bool> offload_choices =
       plan.allow_offload ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  // The scenario's own uniform units, which its full candidates keep (named in their layout).
+  const std::int64_t uniform_units =
+      base.parallel.recompute_granularity == Recompute::Full && !base.parallel.recompute_block
+          ? base.parallel.recompute_num_layers
+          : 1;
   for (std::int64_t tp : plan.tensor_model_parallel_size)
     for (std::int64_t pp : plan.pipeline_model_parallel_size)
       for (std::int64_t cp : plan.context_parallel_size)
@@ -434,8 +441,8 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                           c.index = out.size();
                           const std::int64_t dp =
                               gpus % (tp * pp * cp) == 0 ? gpus / (tp * pp * cp) : 0;
-                          c.layout = describe(tp, pp, cp, dp, vpl, mb, rc, block, modules, sp,
-                                              zero, distopt, offload);
+                          c.layout = describe(tp, pp, cp, dp, vpl, mb, rc, block, uniform_units,
+                                              modules, sp, zero, distopt, offload);
                           if (ep > 1) c.layout += " ep" + std::to_string(ep);
                           auto set = [&](const char* k, const std::string& v) {
                             c.overrides.emplace_back(k, v);

@@ -306,6 +306,15 @@ TEST(PlannerEnumeration, RecomputeMethodGoesWithFullRecomputationOnly) {
                          "tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 block1",
                          "tp1 pp1 dp8 mb1 block2", "tp1 pp2 dp4 mb1 norecomp",
                          "tp1 pp2 dp4 mb1 block1", "tp1 pp2 dp4 mb1 block2"}));
+  // A scenario whose own method is uniform with units of 2 layers: its full candidates keep
+  // them, and say so.
+  text = slurp_text(path);
+  text.replace(text.find("recompute_method: block, recompute_num_layers: 1"),
+               std::string("recompute_method: block, recompute_num_layers: 1").size(),
+               "recompute_method: uniform, recompute_num_layers: 2");
+  EXPECT_EQ(valid_layouts(dir.write("u.yaml", text)), (std::vector<std::string>{
+                                    "tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 uniform2",
+                                    "tp1 pp2 dp4 mb1 norecomp", "tp1 pp2 dp4 mb1 uniform2"}));
 }
 
 TEST(PlannerReducedGraph, MicrobatchesReachTheFullRunsWarmUp) {
