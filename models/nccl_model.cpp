@@ -283,7 +283,7 @@ double nvls_all_reduce_fill_s(const NcclGroup& g, bool tree, double bytes,
   const double d = tree ? double(std::max(log2i(double(g.nodes)), 1)) : 0;
   const double nvlink_s = (2 * s * (k - 1) / k + (2 * d + 1) * s / k) / nvlink_bytes_per_s;
   const double hop_bytes = s / k * (g.nodes == 2 ? 0.5 : 1.0);
-  const double net_s = 2 * d * hop_bytes / (tree ? nic_bytes_per_s : 1.0);
+  const double net_s = tree ? 2 * d * hop_bytes / nic_bytes_per_s : 0.0;
   return std::max(0.0, nvlink_s + net_s - s / alg_bytes_per_s);
 }
 
