@@ -1848,15 +1848,6 @@ void check_zero(const Scenario& s, const Fail& fail) {
     fail(st + " with " + pps +
          ": DeepSpeed does not support ZeRO stage 2 or 3 with pipeline parallelism "
          "(use stage 0 or 1, or pp = 1)");
-  const ParallelConfig& p = s.parallel;
-  if (p.recompute_granularity == Recompute::Full && !p.recompute_block &&
-      p.recompute_num_layers > 1 && (z.stage == 3 || p.uses_fsdp()))
-    fail(kv("parallel.recompute_num_layers", p.recompute_num_layers) +
-         " with recompute_method uniform and " +
-         (z.stage == 3 ? st : std::string("FSDP")) +
-         ": trainsim gathers ZeRO-3 / FSDP parameters for a checkpoint unit of one layer, not "
-         "for a unit that re-runs several layers' forward at once (use recompute_num_layers 1, "
-         "or recompute_method block)");
 }
 
 }  // namespace

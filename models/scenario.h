@@ -239,6 +239,12 @@ struct ParallelConfig {
     }
     return out;
   }
+  /// Whether layer `l` is the last of its checkpoint unit in `units` (recompute_units()):
+  /// where the unit's forward runs again, before that layer's backward.
+  static bool recompute_unit_end(const std::vector<std::int64_t>& units, std::int64_t l) {
+    const std::size_t i = std::size_t(l);
+    return units[i] >= 0 && (i + 1 == units.size() || units[i + 1] != units[i]);
+  }
   /// Per global layer, whether it runs full recomputation (checkpointed, its forward re-run in
   /// the backward): every layer with `full` and `uniform`, the block method's first
   /// recompute_num_layers of each model chunk (recompute_units). Valid once validated.

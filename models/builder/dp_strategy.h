@@ -70,7 +70,8 @@ class DataParallelStrategy {
   virtual void on_step_begin(RankContext&, const PipelineStep&) {}
   virtual void on_step_end(RankContext&, const PipelineStep&) {}
   /// Before the first block of `unit` in the forward (`forward`) or backward pass; a
-  /// Recompute pass belongs to the backward.
+  /// Recompute pass belongs to the backward, so a checkpointed layer's hook comes before its
+  /// re-run (a checkpoint unit's layers in forward order, before the unit's backward).
   virtual void before_unit(RankContext&, bool /*forward*/, const Unit&) {}
   /// Right after a compute block was emitted.
   virtual void on_block_computed(RankContext&, const Block&) {}

@@ -14,13 +14,15 @@
 //    then kept until that use). After use a submodule is released unless it is used again
 //    before stage3_max_reuse_distance elements of other submodules (__params_to_release, DeepSpeed
 //    v0.19.5); with full recomputation the backward pass re-runs every layer's forward, which
-//    fetches the layer's submodules again (those released since the forward). The gathers
+//    fetches the layer's submodules again (those released since the forward; a checkpoint
+//    unit of several layers re-runs all of them, in order, before their backward). The gathers
 //    issued at block c's hook start once block c-1 has run, so what was prefetched for c+1
 //    overlaps block c. The blocks are the skeleton's attention and MLP tasks; a block waits
 //    for the gathers of all its submodules.
 //  * FSDP (Megatron-FSDP, torch FSDP2; and MoE layers): one unit per layer of the step's model
 //    chunk (the embedding on the model's first virtual stage, the chunk's layers, the output
-//    layer on the last; in use order: forward, then reversed in backward), gathered up to
+//    layer on the last; in the order of first use: forward, then reversed in backward except
+//    that a checkpoint unit's layers come in forward order, at its re-run), gathered up to
 //    zero3_prefetch_layers units ahead, released after the unit's last block of the pass. With
 //    pipeline parallelism (Megatron-FSDP) a pass is one pipeline step's chunk.
 #include <algorithm>
@@ -39,7 +41,7 @@ class Zero3 final : public DataParallelStrategy {
  public:
   explicit Zero3(const RankContext& ctx)
       : submodules_(!ctx.scenario().parallel.uses_fsdp() && !ctx.scenario().model.is_moe()),
-        recomputed_(ctx.scenario().parallel.fully_recomputed_layers(ctx.scenario().model.num_layers)),
+        ckpt_units_(ctx.scenario().parallel.recompute_units(ctx.scenario().model.num_layers)),
         buckets_(ctx),
         gathers_(ctx.dims().dp > 1),
         layers_(ctx.dims().layers),
@@ -81,8 +83,20 @@ class Zero3 final : public DataParallelStrategy {
     const bool head = step.forward ? has_embedding_ : has_output_;
     const bool tail = step.forward ? has_output_ : has_embedding_;
     if (head) units_.push_back({step.forward ? embed_params_ : output_params_, false});
-    for (std::int64_t l = 0; l < chunk_layers_; ++l)  // a dense or an MoE layer's parameters
-      units_.push_back({layer_params_at(ctx.scenario(), first_layer_ + l), true});
+    // The chunk's layers in the order of their first use (a dense or an MoE layer's
+    // parameters): forward in order; backward reversed, except that a checkpoint unit re-runs
+    // its layers in forward order first.
+    std::vector<std::int64_t> order;
+    if (step.forward) {
+      for (std::int64_t l = 0; l < chunk_layers_; ++l) order.push_back(first_layer_ + l);
+    } else {
+      order = backward_first_uses(first_layer_, chunk_layers_);
+    }
+    layer_pos_.assign(std::size_t(chunk_layers_), 0);
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      layer_pos_[std::size_t(order[i] - first_layer_)] = i;
+      units_.push_back({layer_params_at(ctx.scenario(), order[i]), true});
+    }
     if (tail) units_.push_back({step.forward ? output_params_ : embed_params_, false});
     gather_.assign(units_.size(), kNone);
     next_ = 0;
@@ -111,13 +125,24 @@ class Zero3 final : public DataParallelStrategy {
     const std::size_t layers = std::size_t(chunk_layers_);
     switch (unit.kind) {
       case UnitKind::Embedding: return forward ? 0 : head + layers;
-      case UnitKind::Layer: {
-        const std::size_t local = std::size_t(unit.layer - first_layer_);
-        return head + (forward ? local : layers - 1 - local);
-      }
+      case UnitKind::Layer: return head + layer_pos_[std::size_t(unit.layer - first_layer_)];
       case UnitKind::Output: return forward ? head + layers : 0;
     }
     return 0;
+  }
+  /// The layers [first, first + n) in the order the backward pass first uses them: from the
+  /// last down, a checkpoint unit's layers (ParallelConfig::recompute_units) in forward order
+  /// at its last layer, when its forward runs again.
+  std::vector<std::int64_t> backward_first_uses(std::int64_t first, std::int64_t n) const {
+    std::vector<std::int64_t> out;
+    for (std::int64_t l = first + n - 1; l >= first; --l) {
+      const std::int64_t unit = ckpt_units_[std::size_t(l)];
+      if (unit < 0)
+        out.push_back(l);
+      else if (ParallelConfig::recompute_unit_end(ckpt_units_, l))
+        for (std::int64_t k = unit; k <= l; ++k) out.push_back(k);
+    }
+    return out;
   }
   static Part part_of(const Unit& unit) {
     switch (unit.kind) {
@@ -157,7 +182,8 @@ class Zero3 final : public DataParallelStrategy {
   std::int64_t live_numel_ = 0;
   std::size_t cursor_ = 0;      ///< the next consumer to be computed
   const bool submodules_;
-  const std::vector<bool> recomputed_;  ///< per global layer: full recomputation
+  /// Per global layer: the first layer of its checkpoint unit, -1 when it is not recomputed.
+  const std::vector<std::int64_t> ckpt_units_;
 
   ZeroGradientBuckets buckets_;
   const bool gathers_;  ///< dp > 1: there is something to gather
@@ -172,6 +198,7 @@ class Zero3 final : public DataParallelStrategy {
   std::vector<PassUnit> units_;
   bool has_embedding_ = false, has_output_ = false;  ///< the chunk's ends of the model
   std::int64_t first_layer_ = 0, chunk_layers_ = 0;   ///< the chunk's global layers
+  std::vector<std::size_t> layer_pos_;  ///< per local layer: its place among the pass's layers
   /// --fp8-param-gather (FSDP): the layers' weights are gathered in FP8 (1 byte; their few
   /// bf16 norm elements are neglected, as for the distributed optimizer's gathers).
   bool fp8_layers_ = false;
@@ -181,8 +208,10 @@ class Zero3 final : public DataParallelStrategy {
   }
   std::vector<TaskId> gather_;
   std::size_t next_ = 0;
-  TaskId wait_ = kNone;       ///< the gather the next compute block waits for
-  std::int64_t release_ = 0;  ///< gathered bytes freed at the end of the unit's last block
+  TaskId wait_ = kNone;  ///< the gather the next compute block waits for
+  /// Gathered bytes of each unit in use (by its place in the pass), freed at the end of the
+  /// unit's last block: several at once while a checkpoint unit re-runs its layers.
+  std::map<std::size_t, std::int64_t> release_;
 };
 
 /// Issues the all-gathers of the units up to `unit` + prefetch (each may start once the
@@ -206,9 +235,15 @@ void Zero3::begin_submodule_pass(RankContext& ctx, bool forward) {
   }
   add_consumer(UnitKind::Output, -1, false);
   for (std::int64_t l = layers_ - 1; l >= 0; --l) {
-    if (recomputed_[std::size_t(l)]) {  // the checkpointed forward runs again first, with its own hooks
-      add_consumer(UnitKind::Layer, l, false);
-      add_consumer(UnitKind::Layer, l, true);
+    const std::int64_t unit = ckpt_units_[std::size_t(l)];
+    if (unit >= 0) {
+      // A checkpoint unit's forward runs again before the backward of its last layer, each
+      // layer with its own hooks.
+      if (ParallelConfig::recompute_unit_end(ckpt_units_, l))
+        for (std::int64_t k = unit; k <= l; ++k) {
+          add_consumer(UnitKind::Layer, k, false);
+          add_consumer(UnitKind::Layer, k, true);
+        }
     } else if (mlp_checkpointed(ctx.scenario(), l)) {  // the checkpointed MLP module re-runs
       add_consumer(UnitKind::Layer, l, true);
     }
@@ -346,7 +381,7 @@ void Zero3::before_unit(RankContext& ctx, bool forward, const Unit& unit) {
   }
   wait_ = gather_[k];
   const std::int64_t bytes = unit_bytes(k, d.e);
-  release_ = bytes - bytes / d.dp;
+  release_[k] = bytes - bytes / d.dp;
 }
 
 void Zero3::on_block_computed(RankContext& ctx, const Block& block) {
@@ -360,10 +395,11 @@ void Zero3::on_block_computed(RankContext& ctx, const Block& block) {
     wait_ = kNone;
   }
   buckets_.on_block_computed(ctx, block);
-  if (block.last && block.phase != Phase::Recompute && release_ > 0) {
-    ctx.add_effect(block.task, {-release_, MemCategory::Parameters, true});
-    release_ = 0;
-  }
+  if (!block.last || block.phase == Phase::Recompute) return;
+  const auto r = release_.find(index_of(block.phase == Phase::Forward, block.unit));
+  if (r == release_.end()) return;
+  if (r->second > 0) ctx.add_effect(block.task, {-r->second, MemCategory::Parameters, true});
+  release_.erase(r);
 }
 
 }  // namespace

@@ -252,7 +252,9 @@ class RankProgram {
     else
       receive(next_rank(), Phase::Backward, s);
     for (std::int64_t l = s.first_layer + s.layers - 1; l >= s.first_layer; --l) {
-      dp_->before_unit(ctx_, false, {UnitKind::Layer, l});
+      // The DP strategy's hook at each layer's first use in the backward pass: its re-run
+      // when it is checkpointed (a unit's layers in forward order), else its backward.
+      if (!recomputed(l)) dp_->before_unit(ctx_, false, {UnitKind::Layer, l});
       const LayerBytes& lb = bytes_of(l);
       if (recomputed(l)) {
         // Megatron's checkpoint unit: before the backward of its last layer, the forward of
@@ -260,6 +262,7 @@ class RankProgram {
         // then frees its own, the unit's first layer also the stashed input.
         if (unit_end(l))
           for (std::int64_t k = units_[std::size_t(l)]; k <= l; ++k) {
+            dp_->before_unit(ctx_, false, {UnitKind::Layer, k});
             const LayerBytes& kb = bytes_of(k);
             layer_forward(Phase::Recompute, s, k, {{kb.full.attn, MemCategory::Activations}},
                           {{kb.full.mlp, MemCategory::Activations}});
@@ -608,10 +611,7 @@ class RankProgram {
   /// The unit's first layer (its input is the unit's stash) and its last (the unit's forward
   /// runs again before its backward).
   bool unit_start(std::int64_t l) const { return units_[std::size_t(l)] == l; }
-  bool unit_end(std::int64_t l) const {
-    return recomputed(l) &&
-           (std::size_t(l) + 1 == units_.size() || units_[std::size_t(l) + 1] != units_[std::size_t(l)]);
-  }
+  bool unit_end(std::int64_t l) const { return ParallelConfig::recompute_unit_end(units_, l); }
   /// Megatron-LM 2021's interleaved schedule exchanges in batches (exchange()).
   const bool batched_exchanges_;
   /// Batched exchanges, per direction (0: forward activations, 1: backward gradients): the

@@ -81,6 +81,32 @@ TEST(DpZero3, RecomputationFetchesAgainWhatWasReleased) {
   EXPECT_EQ(gathers(k, 0).size(), 2u * (26 + 26));
 }
 
+// Uniform recomputation in units of 2 layers: before the backward of a unit's last layer the
+// unit re-runs the forward of both its layers, each with its own hooks, so the backward pass's
+// submodule order is re-run(a), re-run(b), backward(b), backward(a). Every re-run block waits
+// for a gather of its parameters (the backward pass fetches anew); with DeepSpeed's default
+// reuse window nothing is fetched twice, as with units of one layer.
+TEST(DpZero3, UniformRecomputationUnitsFetchForTheirReRun) {
+  for (const char* recompute : {"full", "full, recompute_num_layers: 2",
+                                "full, recompute_num_layers: 8"}) {
+    SCOPED_TRACE(recompute);
+    const ScheduleGraph g = build_graph(zero3(recompute));
+    EXPECT_EQ(gathers(g, 0).size(), 2u * (26 + 26));
+    std::size_t reruns = 0;
+    for (TaskId id : g.tasks_of_rank(0)) {
+      if (g.task(id).phase != Phase::Recompute || g.task(id).kind != TaskKind::Compute) continue;
+      ++reruns;
+      bool waits = false;
+      for (auto [e, end] = boost::in_edges(id, g.dependencies()); e != end; ++e) {
+        const TaskId from = boost::source(*e, g.dependencies());
+        waits |= g.task(from).phase == Phase::ParamSync && g.op(from).kind == OpKind::AllGather;
+      }
+      EXPECT_TRUE(waits) << g.label(id);
+    }
+    EXPECT_EQ(reruns, 2u * 8 * 2);  // 2 microbatches x 8 layers x attention and MLP
+  }
+}
+
 TEST(DpZero3, PersistenceThresholdDecidesWhatIsFetched) {
   // Threshold 300,000: nothing of the tiny model is fetched.
   EXPECT_EQ(gathers(build_graph(zero3("null", ", stage3_param_persistence_threshold: 300000")), 0)

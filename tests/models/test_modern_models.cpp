@@ -719,6 +719,84 @@ TEST(ModernModels, RecomputeUniformUnitsOfSeveralLayers) {
   }
 }
 
+// FSDP with uniform recomputation in units of 4 layers: the backward pass gathers each layer
+// once, at its first use (the unit's re-run, its layers in forward order), and releases it
+// after its backward; while a unit re-runs, all its layers' parameters are gathered.
+TEST(ModernModels, FsdpGathersACheckpointUnitsLayersForItsReRun) {
+  auto graph = [](std::int64_t n) {
+    return folded_graph(core(kLlama8b, "use_megatron_fsdp: true, precision: bf16, "
+                                       "micro_batch_size: 1, global_batch_size: 8, "
+                                       "recompute_granularity: full, recompute_num_layers: " +
+                                           std::to_string(n)));
+  };
+  std::int64_t params_peak[2] = {0, 0};
+  for (std::int64_t n : {1, 4}) {
+    SCOPED_TRACE(n);
+    const ScheduleGraph g = graph(n);
+    const std::vector<TaskId> tasks = g.tasks_of_rank(0);
+    std::size_t layer_gathers = 0;
+    std::int64_t params = 0, peak = 0;
+    for (TaskId id : tasks) {
+      const Task& t = g.task(id);
+      if (t.phase == Phase::ParamSync && g.op(id).kind == OpKind::AllGather &&
+          t.part == Part::Params)
+        ++layer_gathers;
+      for (const MemEffect* e = g.effects_begin(id); e != g.effects_end(id); ++e)
+        if (!e->on_host && e->category == MemCategory::Parameters) params += e->bytes;
+      if (t.phase == Phase::Recompute) peak = std::max(peak, params);
+      if (t.phase != Phase::Recompute || t.kind != TaskKind::Compute) continue;
+      bool waits = false;
+      for (auto [e, end] = boost::in_edges(id, g.dependencies()); e != end; ++e) {
+        const TaskId from = boost::source(*e, g.dependencies());
+        waits |= g.task(from).phase == Phase::ParamSync;
+      }
+      if (t.part == Part::Attn) EXPECT_TRUE(waits) << g.label(id);
+    }
+    EXPECT_EQ(layer_gathers, 2u * 32);  // one forward and one backward gather per layer
+    params_peak[n == 1 ? 0 : 1] = peak;
+  }
+  // While re-running, units of one layer hold that layer and the next, prefetched (one layer
+  // ahead: zero3_prefetch_layers); units of 4 hold the unit's 4 layers and the next unit's
+  // first: 3 layers' gathered bytes more (bf16, the 7/8 gathered from the other ranks).
+  const Scenario sc = core(kLlama8b, "use_megatron_fsdp: true, precision: bf16, "
+                                     "micro_batch_size: 1, global_batch_size: 8");
+  ASSERT_EQ(zero3_prefetch_layers(sc), 1);
+  const std::int64_t layer = layer_params_at(sc, 0) * 2 * 7 / 8;
+  EXPECT_EQ(params_peak[1] - params_peak[0], 3 * layer);
+}
+
+// The order FSDP gathers layers in the backward pass with checkpoint units of 4 over 8 layers:
+// each unit's layers in forward order at its re-run, the last unit first (4, 5, 6, 7, 0, 1,
+// 2, 3). An MoE pattern makes the layers' sizes tell them apart (layers 3 and 4 MoE).
+TEST(ModernModels, FsdpGathersLayersInTheOrderOfTheirFirstUseInTheBackward) {
+  const Scenario sc = core(
+      "num_layers: 8, hidden_size: 128, num_attention_heads: 4, num_query_groups: 2, "
+      "ffn_hidden_size: 256, swiglu: true, normalization: RMSNorm, position_embedding_type: rope, "
+      "add_bias_linear: false, attention_backend: flash, seq_length: 64, padded_vocab_size: 512, "
+      "num_experts: 4, moe_router_topk: 2, moe_ffn_hidden_size: 64, "
+      "moe_layer_freq: [0, 0, 0, 1, 1, 0, 0, 0]",
+      "micro_batch_size: 1, global_batch_size: 8, precision: bf16, "
+      "expert_model_parallel_size: 2, use_megatron_fsdp: true, recompute_granularity: full, "
+      "recompute_num_layers: 4");
+  ASSERT_NE(layer_params_at(sc, 3), layer_params_at(sc, 2));
+  const ScheduleGraph g = folded_graph(sc);
+  // Bytes of the parameter gathers in the order they are issued (a gather prefetched at a
+  // unit's hook carries that unit's part, so the bytes tell them apart, not the part): the
+  // embedding (its word table: 512 x 128), the layers, the output layer (the tied table).
+  std::vector<std::int64_t> gathered;
+  for (TaskId id : g.tasks_of_rank(0))
+    if (g.task(id).phase == Phase::ParamSync && g.op(id).kind == OpKind::AllGather)
+      gathered.push_back(g.op(id).bytes);
+  const std::int64_t word = 2 * 512 * 128;
+  std::vector<std::int64_t> expected = {word};
+  for (std::int64_t l : {0, 1, 2, 3, 4, 5, 6, 7}) expected.push_back(2 * layer_params_at(sc, l));
+  expected.push_back(word);
+  expected.push_back(word);
+  for (std::int64_t l : {4, 5, 6, 7, 0, 1, 2, 3}) expected.push_back(2 * layer_params_at(sc, l));
+  expected.push_back(word);
+  EXPECT_EQ(gathered, expected);
+}
+
 TEST(ModernModels, ContextParallelRingExchangeBytesAndGroups) {
   Scenario sc = core(std::string(kLlama8b),
                      "tensor_model_parallel_size: 8, context_parallel_size: 2, "
@@ -819,11 +897,6 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
       {base, "recompute_method: block, recompute_num_layers: 2, micro_batch_size: 1, "
        "global_batch_size: 8", "dgx-h100",
        "field 'parallel.recompute_method' = 'block': needs parallel.recompute_granularity full"},
-      {base, "recompute_granularity: full, recompute_method: uniform, recompute_num_layers: 2, "
-       "use_megatron_fsdp: true, precision: bf16, micro_batch_size: 1, global_batch_size: 8",
-       "dgx-h100",
-       "parallel.recompute_num_layers (2) with recompute_method uniform and FSDP: trainsim "
-       "gathers"},
       {base, "recompute_granularity: full, recompute_method: blocks, micro_batch_size: 1, "
        "global_batch_size: 8", "dgx-h100",
        "field 'parallel.recompute_method' = 'blocks': expected one of: uniform, block"},

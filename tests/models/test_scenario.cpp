@@ -601,20 +601,6 @@ TEST_F(ScenarioFiles, InconsistentZeroAndOffload) {
       {{"parallel.pipeline_model_parallel_size", "1"}});
   EXPECT_EQ(s.zero.stage, 3);
   EXPECT_EQ(s.parallel.data_parallel_size, 4);
-  // ... but not with uniform recomputation in units of several layers (trainsim gathers ZeRO-3
-  // parameters for units of one layer); units of one layer are fine.
-  const std::string zero3_uniform =
-      replace(replace(replace(kBase, "    stage: 0\n", "    stage: 3\n"),
-                      "  pipeline_model_parallel_size: 2\n", "  pipeline_model_parallel_size: 1\n"),
-              "  global_batch_size: 16\n",
-              "  global_batch_size: 16\n  recompute_granularity: full\n  recompute_num_layers: 2\n");
-  expect_error(zero3_uniform, {"parallel.recompute_num_layers (2)", "recompute_method uniform",
-                               "deepspeed.zero_optimization.stage (3)"});
-  EXPECT_EQ(load_scenario(write(replace(zero3_uniform, "recompute_num_layers: 2",
-                                        "recompute_num_layers: 1"),
-                                "zero3_units_of_one"))
-                .parallel.recompute_num_layers,
-            1);
   // Sequence parallelism with tp = 1.
   expect_error(replace(replace(kBase, "  tensor_model_parallel_size: 2\n", "  tensor_model_parallel_size: 1\n"),
                        "  global_batch_size: 16\n", "  global_batch_size: 16\n  sequence_parallel: true\n"),
