@@ -25,6 +25,7 @@
 #include "hw_backend/transformer_layer.h"
 #include "kernels/cpu_adam.h"
 #include "models/precision.h"
+#include "models/scenario.h"
 
 namespace trainsim::hw {
 
@@ -309,10 +310,14 @@ class Executor {
     auto of_layer = [&](const std::vector<bool>& flags) {
       return t.layer != kNoIndex && std::size_t(t.layer) < flags.size() && flags[t.layer];
     };
-    // Full recomputation of this task's layer (every layer with `full`, block's first ones),
-    // and whether the layer starts its checkpoint unit (its input is the unit's stash).
-    const bool full = of_layer(model_.recomputed_layers);
-    const bool unit_start = of_layer(model_.recompute_unit_starts);
+    // Full recomputation of this task's layer (every layer with `full`, block's first ones):
+    // its checkpoint unit, and whether the layer starts it (its input is the unit's stash).
+    const std::int64_t unit =
+        t.layer != kNoIndex && std::size_t(t.layer) < model_.recompute_units.size()
+            ? model_.recompute_units[t.layer]
+            : -1;
+    const bool full = unit >= 0;
+    const bool unit_start = full && unit == std::int64_t(t.layer);
     // The layer's MLP module checkpointed (--recompute-modules mlp / moe).
     const bool mlp_ckpt = op.kind == OpKind::MlpFwd && of_layer(model_.mlp_checkpointed_layers);
     switch (op.kind) {
@@ -361,10 +366,8 @@ class Executor {
                              : mlp_forward(w, x, d_, dropout_);
         // The recomputed MLP output feeds nothing (the backward starts from the gradient),
         // except the next layer's re-run inside the same checkpoint unit.
-        const std::size_t next = std::size_t(t.layer) + 1;
-        const bool unit_goes_on = full && next < model_.recomputed_layers.size() &&
-                                  model_.recomputed_layers[next] &&
-                                  !model_.recompute_unit_starts[next];
+        const bool unit_goes_on =
+            full && !ParallelConfig::recompute_unit_end(model_.recompute_units, t.layer);
         if (t.phase != Phase::Recompute || attn || unit_goes_on) act_[mb] = st.output.detach();
         blocks_[block_key(mb, t.layer, t.part)] = std::move(st);
         return;

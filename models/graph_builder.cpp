@@ -125,12 +125,9 @@ ScheduleGraph build_schedule_graph(const Scenario& scenario_in, const SystemSpec
   rm.recompute_full = scenario.parallel.recompute_granularity == Recompute::Full;
   rm.recompute_selective = scenario.parallel.recompute_granularity == Recompute::Selective &&
                            (scenario.parallel.recompute_modules & kRecomputeCoreAttn) != 0;
-  const std::vector<std::int64_t> units = scenario.parallel.recompute_units(scenario.model.num_layers);
-  for (std::int64_t l = 0; l < scenario.model.num_layers; ++l) {
-    rm.recomputed_layers.push_back(units[std::size_t(l)] >= 0);
-    rm.recompute_unit_starts.push_back(units[std::size_t(l)] == l);
+  rm.recompute_units = scenario.parallel.recompute_units(scenario.model.num_layers);
+  for (std::int64_t l = 0; l < scenario.model.num_layers; ++l)
     rm.mlp_checkpointed_layers.push_back(mlp_checkpointed(scenario, l));
-  }
   rm.precision = scenario.parallel.precision;
   for (std::int64_t stage = 0; stage < layout.pp; ++stage)
     rm.params_per_stage.push_back(params_per_rank(scenario, stage));

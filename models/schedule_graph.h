@@ -119,14 +119,11 @@ struct ReplayModel {
   bool untie_embeddings_and_output_weights = false;
   /// recompute_granularity: full (checkpointed layers: the forward keeps only the layer input).
   bool recompute_full = false;
-  /// Per global layer, whether it is checkpointed (all with recompute_full, the block method's
-  /// first layers of each chunk).
-  std::vector<bool> recomputed_layers;
-  /// Per global layer, whether it starts a checkpoint unit (its input is the unit's stash;
-  /// ParallelConfig::recompute_units): every checkpointed layer with units of one layer, the
-  /// first of each unit with `uniform` and recompute_num_layers > 1, whose other layers'
-  /// re-run takes its input from the previous layer's.
-  std::vector<bool> recompute_unit_starts;
+  /// Per global layer, the first layer of its checkpoint unit, -1 for a layer that is not
+  /// checkpointed (ParallelConfig::recompute_units: all with recompute_full, the block method's
+  /// first layers of each chunk). A unit's first layer keeps its input; with `uniform` and
+  /// recompute_num_layers > 1 the other layers' re-run takes the previous layer's output.
+  std::vector<std::int64_t> recompute_units;
   /// recompute_granularity: selective with core_attn among the modules (the core attention is
   /// recomputed in the backward).
   bool recompute_selective = false;
