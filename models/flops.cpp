@@ -272,6 +272,10 @@ struct CoreShape {
   double b, s, cp, T, Tsp, H, heads, groups, hd, P, Pkv, F, Vr, e, tp, mk, stats, mg;
   bool fp8, current, split_fprop, swiglu, rope, hdrop, adrop, flash;
   double window, microbatches;
+  // Multi-head latent attention: latent widths, RoPE key width, value head dimension (dv =
+  // hd without MLA), the latent norms.
+  bool mla, qk_norm, mla_up_rerun;
+  double lq, lkv, dr, dv;
 };
 
 CoreShape core_shape_of(const OpDesc& op) {
@@ -306,6 +310,13 @@ CoreShape core_shape_of(const OpDesc& op) {
   c.flash = f.attention != 0;
   c.window = double(f.window);
   c.microbatches = double(std::max<std::int64_t>(f.microbatches, 1));
+  c.mla = f.mla;
+  c.qk_norm = f.qk_norm;
+  c.mla_up_rerun = f.recompute_mla_up;
+  c.lq = double(f.q_lora);
+  c.lkv = double(f.kv_lora);
+  c.dr = double(f.qk_rope);
+  c.dv = f.mla ? double(f.v_dim) : c.hd;
   return c;
 }
 
@@ -398,14 +409,18 @@ KernelWork flash(const char* name, const CoreShape& c, bool backward) {
   w.name = name;
   w.cls = KernelClass::Attention;
   w.backward = backward;
-  const double fwd = 4 * c.b * c.heads * c.hd * causal_keys(c.s, c.window) / c.cp;
+  // MLA: S = Q K^T over the query/key head dimension hd, O = P V over the value's dv.
+  const double fwd = c.mla ? 2 * c.b * c.heads * (c.hd + c.dv) * causal_keys(c.s, c.window) / c.cp
+                           : 4 * c.b * c.heads * c.hd * causal_keys(c.s, c.window) / c.cp;
   w.head_dim = c.hd;
   // The benchmark's sequence length this kernel's blocks resemble: ring attention runs s / cp
   // queries against s / cp keys per step; a sliding window bounds the keys per query.
   w.seq_length = c.s / c.cp;
   if (c.window > 0) w.seq_length = std::min(w.seq_length, c.window);
   w.flops = backward ? 2.5 * fwd : fwd;
-  const double io = c.T * (2 * c.P + 2 * c.Pkv) * c.e + c.b * c.heads * (c.s / c.cp) * kFp32Bytes;
+  // q and k of hd per head, v and o of dv (MLA: every head its own key and value).
+  const double qkvo = c.mla ? 2 * c.P + 2 * c.heads * c.dv : 2 * c.P + 2 * c.Pkv;
+  const double io = c.T * qkvo * c.e + c.b * c.heads * (c.s / c.cp) * kFp32Bytes;
   w.bytes = backward ? 2 * io : io;
   return w;
 }
@@ -433,7 +448,119 @@ void core_attention_bwd(const OpDesc& op, const CoreShape& c, std::vector<Kernel
   if (c.groups < c.heads) out.push_back(mem("kv_expand_bwd", 2 * c.T * (c.P + c.Pkv) * c.e));
 }
 
+void core_linear_bwd(const char* cast, const char* amax, const char* dgrad, const char* wgrad,
+                     double m, double n, double k, const CoreShape& c,
+                     std::vector<KernelWork>& out);  // below
+
+/// Multi-head latent attention (Megatron-Core multi_latent_attention.py MLASelfAttention, the
+/// Transformer Engine layer spec of gpt_layer_specs.py): a separate input norm (TENorm); the
+/// duplicated down projections (TELinear, parallel_mode "duplicated": whole on every TP rank,
+/// on the rank's Tsp rows) h -> q latent Lq and h -> kv latent Lkv + RoPE key dr; the up
+/// projections (column-parallel; with qk_layernorm a TE LayerNormColumnParallelLinear whose
+/// norm runs on the local rows before the sequence-parallel gather) Lq -> a/t (dn + dr) and
+/// Lkv -> a/t (dn + dv); without q_lora_rank one column-parallel linear_q_proj h -> a/t (dn +
+/// dr) instead of the q pair; RoPE on the query's dr columns and the shared key, and the
+/// assembly of q, k (dn + dr per head) and v (dv); fused attention; the row-parallel
+/// projection a/t dv -> h. Rows: Tsp before the gathers, T after (models/builder/
+/// tensor_parallel.cpp emits the latent gathers and reduce-scatters).
+struct MlaShape {
+  double qk, kv_up, v, q_in;  ///< per-rank widths: a/t (dn + dr), a/t (dn + dv), a/t dv, q input
+};
+MlaShape mla_shape(const CoreShape& c) {
+  MlaShape m;
+  m.qk = c.heads * c.hd;
+  m.v = c.heads * c.dv;
+  m.kv_up = c.heads * (c.hd - c.dr + c.dv);
+  m.q_in = c.lq > 0 ? c.lq : c.H;
+  return m;
+}
+
+/// A latent's norm fused into its up projection (qk_layernorm), on the local rows.
+void mla_latent_norm(const char* name, double width, bool forward, const CoreShape& c,
+                     std::vector<KernelWork>& out) {
+  if (!c.qk_norm || width <= 0) return;
+  out.push_back(mem(name, c.Tsp * ((forward ? 2 : 3) * width * c.e + c.stats)));
+}
+
+/// The up projections (their latent norms fused in) and RoPE: in the forward, and again before
+/// the attention backward with --recompute-modules mla_up_proj (`rerun`; FP8 weights cast once
+/// per iteration are reused).
+void mla_up_forward(const CoreShape& c, bool rerun, std::vector<KernelWork>& out) {
+  const MlaShape m = mla_shape(c);
+  mla_latent_norm(rerun ? "q_latent_norm_recompute" : "q_latent_norm_fwd", c.lq, true, c, out);
+  mla_latent_norm(rerun ? "kv_latent_norm_recompute" : "kv_latent_norm_fwd", c.lkv, true, c, out);
+  quantize_column_parallel_input(rerun ? "q_up_input_cast_recompute" : "q_up_input_cast",
+                                 rerun ? "q_up_input_amax_recompute" : "q_up_input_amax", m.q_in,
+                                 c, out);
+  if (!rerun) quantize("q_up_weight_cast", "q_up_weight_amax", m.q_in * m.qk / c.microbatches, c, out);
+  out.push_back(core_gemm(rerun ? "q_up_gemm_recompute" : "q_up_gemm", c.T, m.qk, m.q_in, c, true));
+  quantize_column_parallel_input(rerun ? "kv_up_input_cast_recompute" : "kv_up_input_cast",
+                                 rerun ? "kv_up_input_amax_recompute" : "kv_up_input_amax", c.lkv,
+                                 c, out);
+  if (!rerun)
+    quantize("kv_up_weight_cast", "kv_up_weight_amax", c.lkv * m.kv_up / c.microbatches, c, out);
+  out.push_back(
+      core_gemm(rerun ? "kv_up_gemm_recompute" : "kv_up_gemm", c.T, m.kv_up, c.lkv, c, true));
+  // RoPE and assembly: the query read and written whole; the key built from the up
+  // projection's dn columns and the shared RoPE key, the value copied out (read the up
+  // projection's output and the RoPE key, write k and v).
+  out.push_back(mem(rerun ? "mla_rope_q_recompute" : "mla_rope_q_fwd", 2 * c.T * m.qk * c.e));
+  out.push_back(mem(rerun ? "mla_rope_kv_recompute" : "mla_rope_kv_fwd",
+                    c.T * (m.kv_up + c.dr + m.qk + m.v) * c.e));
+}
+
+void mla_attn_forward(const OpDesc& op, const CoreShape& c, std::vector<KernelWork>& out) {
+  const MlaShape m = mla_shape(c);
+  core_norm_fwd("input_norm_fwd", c, out);
+  if (c.lq > 0) {
+    quantize("q_down_input_cast", "q_down_input_amax", c.Tsp * c.H, c, out);
+    quantize("q_down_weight_cast", "q_down_weight_amax", c.H * c.lq / c.microbatches, c, out);
+    out.push_back(core_gemm("q_down_gemm", c.Tsp, c.lq, c.H, c, true));
+  }
+  quantize("kv_down_input_cast", "kv_down_input_amax", c.Tsp * c.H, c, out);
+  quantize("kv_down_weight_cast", "kv_down_weight_amax", c.H * (c.lkv + c.dr) / c.microbatches, c,
+           out);
+  out.push_back(core_gemm("kv_down_gemm", c.Tsp, c.lkv + c.dr, c.H, c, true));
+  mla_up_forward(c, false, out);
+  core_attention_fwd(op, c, out);
+  quantize("proj_input_cast", "proj_input_amax", c.T * m.v, c, out);
+  quantize("proj_weight_cast", "proj_weight_amax", m.v * c.H / c.microbatches, c, out);
+  out.push_back(core_gemm("proj_gemm", c.T, c.H, m.v, c, true));
+  core_residual_fwd(c, out);
+}
+
+void mla_attn_backward(const OpDesc& op, const CoreShape& c, std::vector<KernelWork>& out) {
+  const MlaShape m = mla_shape(c);
+  core_residual_bwd(c, out);
+  core_linear_bwd("proj_grad_cast", "proj_grad_amax", "proj_dgrad", "proj_wgrad", c.T, c.H, m.v,
+                  c, out);
+  // --recompute-modules mla_up_proj: q, k, v re-made when the attention output's gradient
+  // arrives (multi_latent_attention.py discard_output_and_register_recompute).
+  if (c.mla_up_rerun) mla_up_forward(c, true, out);
+  core_attention_bwd(op, c, out);
+  out.push_back(mem("mla_rope_kv_bwd", c.T * (m.qk + m.v + m.kv_up + c.dr) * c.e));
+  out.push_back(mem("mla_rope_q_bwd", 2 * c.T * m.qk * c.e));
+  column_parallel_input_transpose("kv_up_input_transpose", c.lkv, c, out);
+  core_linear_bwd("kv_up_grad_cast", "kv_up_grad_amax", "kv_up_dgrad", "kv_up_wgrad", c.T,
+                  m.kv_up, c.lkv, c, out);
+  column_parallel_input_transpose("q_up_input_transpose", m.q_in, c, out);
+  core_linear_bwd("q_up_grad_cast", "q_up_grad_amax", "q_up_dgrad", "q_up_wgrad", c.T, m.qk,
+                  m.q_in, c, out);
+  mla_latent_norm("kv_latent_norm_bwd", c.lkv, false, c, out);
+  mla_latent_norm("q_latent_norm_bwd", c.lq, false, c, out);
+  core_linear_bwd("kv_down_grad_cast", "kv_down_grad_amax", "kv_down_dgrad", "kv_down_wgrad",
+                  c.Tsp, c.lkv + c.dr, c.H, c, out);
+  if (c.lq > 0) {
+    core_linear_bwd("q_down_grad_cast", "q_down_grad_amax", "q_down_dgrad", "q_down_wgrad", c.Tsp,
+                    c.lq, c.H, c, out);
+    // autograd sums the two down projections' input gradients
+    out.push_back(mem("down_proj_grad_add", 3 * c.Tsp * c.H * c.e));
+  }
+  core_norm_bwd("input_norm_bwd", c, out);
+}
+
 void core_attn_forward(const OpDesc& op, const CoreShape& c, std::vector<KernelWork>& out) {
+  if (c.mla) return mla_attn_forward(op, c, out);
   const double qkv = c.P + 2 * c.Pkv;
   core_norm_fwd("input_norm_fwd", c, out);
   quantize_column_parallel_input("qkv_input_cast", "qkv_input_amax", c.H, c, out);
@@ -458,6 +585,7 @@ void core_linear_bwd(const char* cast, const char* amax, const char* dgrad, cons
 }
 
 void core_attn_backward(const OpDesc& op, const CoreShape& c, std::vector<KernelWork>& out) {
+  if (c.mla) return mla_attn_backward(op, c, out);
   const double qkv = c.P + 2 * c.Pkv;
   core_residual_bwd(c, out);
   core_linear_bwd("proj_grad_cast", "proj_grad_amax", "proj_dgrad", "proj_wgrad", c.T, c.H, c.P,
@@ -855,13 +983,24 @@ namespace {
 ///     a d h, MLP h f (x 1.5 with SwiGLU's gate) for fc1 + fc2, or on MoE layers top-k routed
 ///     experts h f_moe (x 1.5) each plus the shared expert;
 ///   once: the output layer h V.
+/// With multi-head latent attention the attention terms are Megatron's MLA branch: q
+///   Lq (h + a (dn + dr) + 1) (h a (dn + dr) without q_lora_rank), kv Lkv (h + a (dn + dv) + 1)
+///   + h dr (the +1s are its norms), projection a dv h, core (a (dn + dr) + a dv) s / 2.
 /// No recomputation; sliding windows are not subtracted (Megatron counts full causal).
 double core_model_flops_per_iteration(const Scenario& sc) {
   const ModelConfig& m = sc.model;
   const double h = double(m.hidden_size), s = double(m.seq_length), d = double(m.kv_channels);
   const double a = double(m.num_attention_heads), g = double(m.num_query_groups);
   const double gate = m.swiglu ? 3.0 : 2.0;  // fc1 (gated: 2 columns per unit) + fc2
-  const double attn = h * (a + 2 * g) * d + a * d * s + a * d * h;
+  double attn = h * (a + 2 * g) * d + a * d * s + a * d * h;
+  if (m.multi_latent_attention) {
+    const double dn = double(m.qk_head_dim), dr = double(m.qk_pos_emb_head_dim);
+    const double dv = double(m.v_head_dim), lq = double(m.q_lora_rank);
+    const double lkv = double(m.kv_lora_rank);
+    const double q = m.q_lora_rank > 0 ? lq * (h + a * (dn + dr) + 1) : h * a * (dn + dr);
+    attn = q + lkv * (h + a * (dn + dv) + 1) + h * dr + a * dv * h +
+           (a * (dn + dr) + a * dv) * s / 2;
+  }
   const double dense_mlp = gate * h * double(m.ffn_hidden_size);
   double moe_mlp = dense_mlp;
   if (m.is_moe())

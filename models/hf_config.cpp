@@ -16,6 +16,15 @@
 //   moe_shared_expert_intermediate_size; decoder_sparse_step and mlp_only_layers (Qwen3-MoE)
 //   -> the moe_layer_freq pattern; sliding_window with layer_types alternating
 //   sliding/full -> window_size, window_attn_skip_freq 2; attention_backend flash.
+// DeepSeek-V2 / V3 (DeepseekV2ForCausalLM, DeepseekV3ForCausalLM; Megatron-Bridge
+// deepseek_v2_bridge.py / deepseek_v3_bridge.py on its MLA provider): multi_latent_attention
+// with qk_layernorm; q_lora_rank (null: none), kv_lora_rank, qk_nope_head_dim -> qk_head_dim,
+// qk_rope_head_dim -> qk_pos_emb_head_dim, v_head_dim; n_routed_experts -> num_experts;
+// moe_intermediate_size x n_shared_experts -> moe_shared_expert_intermediate_size;
+// first_k_dense_replace -> the moe_layer_freq pattern (that many dense layers first). Group-
+// limited routing (n_group, topk_group) changes which experts a token reaches, not how many:
+// not modelled (the published runs force-balance the tokens). Multi-token prediction
+// (num_nextn_predict_layers > 0) is refused: not modelled.
 // max_position_embeddings does not set seq_length (the run's sequence is the scenario's).
 #include "models/hf_config.h"
 
@@ -110,6 +119,45 @@ void import_windows(const json& c, const std::string& path, const std::string& a
   out.emplace_back("window_attn_skip_freq", "2");
 }
 
+/// DeepSeek-V2 / V3: multi-head latent attention and the routed/shared experts.
+void import_deepseek(const json& c, const std::string& path, std::int64_t layers, Keys& out) {
+  auto put = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
+  if (c.contains("num_nextn_predict_layers") && c["num_nextn_predict_layers"] != 0)
+    bad(path, "num_nextn_predict_layers", c["num_nextn_predict_layers"],
+        "multi-token prediction (Megatron's mtp_num_layers) is not modelled; set it to 0 in a "
+        "copy of the config to simulate the model without its MTP module");
+  put("multi_latent_attention", "true");
+  put("qk_layernorm", "true");
+  if (c.contains("q_lora_rank") && !c["q_lora_rank"].is_null())
+    put("q_lora_rank", std::to_string(need_int(c, path, "q_lora_rank")));
+  put("kv_lora_rank", std::to_string(need_int(c, path, "kv_lora_rank")));
+  put("qk_head_dim", std::to_string(need_int(c, path, "qk_nope_head_dim")));
+  put("qk_pos_emb_head_dim", std::to_string(need_int(c, path, "qk_rope_head_dim")));
+  put("v_head_dim", std::to_string(need_int(c, path, "v_head_dim")));
+  if (!c.contains("n_routed_experts") || c["n_routed_experts"].is_null()) return;
+  const std::int64_t moe_ffn = need_int(c, path, "moe_intermediate_size");
+  put("num_experts", std::to_string(need_int(c, path, "n_routed_experts")));
+  put("moe_router_topk", std::to_string(need_int(c, path, "num_experts_per_tok")));
+  put("moe_ffn_hidden_size", std::to_string(moe_ffn));
+  if (c.contains("n_shared_experts") && !c["n_shared_experts"].is_null() &&
+      c["n_shared_experts"] != 0)
+    put("moe_shared_expert_intermediate_size",
+        std::to_string(moe_ffn * need_int(c, path, "n_shared_experts")));
+  put("moe_grouped_gemm", "true");
+  std::int64_t dense = 0;
+  if (c.contains("first_k_dense_replace") && !c["first_k_dense_replace"].is_null()) {
+    const json& k = c["first_k_dense_replace"];
+    if (!k.is_number_integer() || k.get<std::int64_t>() < 0 || k.get<std::int64_t>() > layers)
+      bad(path, "first_k_dense_replace", k,
+          "expected an integer in [0, num_hidden_layers = " + std::to_string(layers) + "]");
+    dense = k.get<std::int64_t>();
+  }
+  if (dense == 0) return;
+  std::string pattern = "[";
+  for (std::int64_t i = 0; i < layers; ++i) pattern += (i ? ", " : "") + std::string(i < dense ? "0" : "1");
+  put("moe_layer_freq", pattern + "]");
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> import_hf_config(const std::string& path) {
@@ -120,17 +168,22 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
   const std::vector<std::string> known = {"LlamaForCausalLM", "Qwen3ForCausalLM",
                                           "Qwen3MoeForCausalLM", "MixtralForCausalLM",
                                           "MistralForCausalLM", "Qwen2ForCausalLM",
-                                          "GptOssForCausalLM"};
+                                          "GptOssForCausalLM", "DeepseekV2ForCausalLM",
+                                          "DeepseekV3ForCausalLM"};
   const json arch = c.value("architectures", json::array());
   if (!arch.is_array() || arch.size() != 1 || !arch[0].is_string() ||
       std::find(known.begin(), known.end(), arch[0].get<std::string>()) == known.end())
     bad(path, "architectures", arch,
         "trainsim imports LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-        "MixtralForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and GptOssForCausalLM");
+        "MixtralForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GptOssForCausalLM, "
+        "DeepseekV2ForCausalLM and DeepseekV3ForCausalLM");
   const std::string a = arch[0].get<std::string>();
-  for (const char* mla : {"q_lora_rank", "kv_lora_rank"})
-    if (c.contains(mla) && !c[mla].is_null())
-      bad(path, mla, c[mla], "multi-head latent attention is not modelled");
+  const bool deepseek = a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM";
+  if (!deepseek)
+    for (const char* mla : {"q_lora_rank", "kv_lora_rank"})
+      if (c.contains(mla) && !c[mla].is_null())
+        bad(path, mla, c[mla], "multi-head latent attention is imported for DeepSeek-V2 / V3 "
+                               "architectures only");
   if (c.value("hidden_act", std::string("silu")) != "silu")
     bad(path, "hidden_act", c["hidden_act"], "only gated SiLU (SwiGLU) MLPs are imported");
 
@@ -141,11 +194,11 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
   put("num_layers", std::to_string(layers));
   put("hidden_size", std::to_string(need_int(c, path, "hidden_size")));
   put("num_attention_heads", std::to_string(heads));
-  if (c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()) {
+  if (!deepseek && c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()) {
     const std::int64_t groups = need_int(c, path, "num_key_value_heads");
     if (groups != heads) put("num_query_groups", std::to_string(groups));
   }
-  if (c.contains("head_dim") && !c["head_dim"].is_null())
+  if (!deepseek && c.contains("head_dim") && !c["head_dim"].is_null())
     put("kv_channels", std::to_string(need_int(c, path, "head_dim")));
   const std::int64_t ffn = need_int(c, path, "intermediate_size");
   put("ffn_hidden_size", std::to_string(ffn));
@@ -161,7 +214,10 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
   if (c.contains("attention_dropout") && c["attention_dropout"].is_number())
     put("attention_dropout", c["attention_dropout"].dump());
   put("attention_backend", "flash");
-  if (import_moe(c, path, ffn, out)) import_moe_layers(c, path, layers, out);
+  if (deepseek)
+    import_deepseek(c, path, layers, out);
+  else if (import_moe(c, path, ffn, out))
+    import_moe_layers(c, path, layers, out);
   import_windows(c, path, a, out);
   return out;
 }

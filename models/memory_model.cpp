@@ -20,9 +20,99 @@ std::int64_t qkv_width(const ModelConfig& m) {
   const std::int64_t groups = m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads;
   return (m.num_attention_heads + 2 * groups) * m.kv_channels;
 }
-/// Weights of one norm: LayerNorm gamma and beta, RMSNorm gamma.
-std::int64_t norm_params(const ModelConfig& m) {
-  return m.normalization == Normalization::RMSNorm ? m.hidden_size : 2 * m.hidden_size;
+/// Weights of one norm of `width` (default: the hidden size): LayerNorm gamma and beta,
+/// RMSNorm gamma.
+std::int64_t norm_params(const ModelConfig& m, std::int64_t width = 0) {
+  const std::int64_t w = width > 0 ? width : m.hidden_size;
+  return m.normalization == Normalization::RMSNorm ? w : 2 * w;
+}
+
+/// Multi-head latent attention's linear layers (Megatron-Core multi_latent_attention.py
+/// MLASelfAttention with the Transformer Engine spec of gpt_layer_specs.py): the down
+/// projections are TELinear with parallel_mode "duplicated" (whole on every TP rank), the up
+/// projections column-parallel (split by t), the output projection row-parallel; none carries a
+/// bias but the projection's (add_bias_linear). Widths: q_lora Lq (0: one column-parallel
+/// linear_q_proj h x a (dn + dr) instead of q_down and q_up), kv_lora Lkv, RoPE key dr, per head
+/// dn + dr (query, key) and dv (value).
+struct MlaWeights {
+  std::int64_t q_down = 0, q_up = 0, kv_down = 0, kv_up = 0, proj = 0;
+  std::int64_t q_norm = 0, kv_norm = 0;  ///< the latent norms (qk_layernorm), replicated
+};
+MlaWeights mla_weights_per_rank(const ModelConfig& m, std::int64_t tp) {
+  const std::int64_t h = m.hidden_size, a = m.num_attention_heads;
+  const std::int64_t qk = m.qk_head_dim + m.qk_pos_emb_head_dim;
+  MlaWeights w;
+  if (m.q_lora_rank > 0) {
+    w.q_down = h * m.q_lora_rank;
+    w.q_up = m.q_lora_rank * a * qk / tp;
+    if (m.qk_layernorm) w.q_norm = norm_params(m, m.q_lora_rank);
+  } else {
+    w.q_up = h * a * qk / tp;  // linear_q_proj
+  }
+  w.kv_down = h * (m.kv_lora_rank + m.qk_pos_emb_head_dim);
+  w.kv_up = m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) / tp;
+  if (m.qk_layernorm) w.kv_norm = norm_params(m, m.kv_lora_rank);
+  w.proj = a * m.v_head_dim * h / tp;
+  return w;
+}
+
+/// The attention block's submodules on one TP rank, in forward order (ZeRO-3 / FSDP units;
+/// their sum is the block's parameters): standard attention input norm, QKV, projection; MLA
+/// input norm, the down projections, the up projections (their latent norms fused in), the
+/// projection.
+/// A linear layer's parameter tensors: the weight, and the bias when it has one.
+std::vector<std::int64_t> linear(std::int64_t weight, std::int64_t bias, bool with_bias) {
+  return with_bias ? std::vector<std::int64_t>{weight, bias} : std::vector<std::int64_t>{weight};
+}
+/// A norm's parameter tensors over the hidden size: LayerNorm gamma and beta, RMSNorm gamma.
+std::vector<std::int64_t> norm_tensors(const ModelConfig& m) {
+  const std::int64_t h = m.hidden_size;
+  return m.normalization != Normalization::RMSNorm ? std::vector<std::int64_t>{h, h}
+                                                   : std::vector<std::int64_t>{h};
+}
+
+std::vector<LayerSubmodule> attention_submodules_per_rank(const ModelConfig& m, std::int64_t tp) {
+  const std::int64_t h = m.hidden_size;
+  const bool bias = m.add_bias_linear, ln = m.normalization != Normalization::RMSNorm;
+  const std::vector<std::int64_t> norm = norm_tensors(m);
+  if (!m.multi_latent_attention) {
+    const std::int64_t ad = attn_width(m), q = qkv_width(m);
+    return {{"input_norm", false, norm},
+            {"qkv", false, linear(h * q / tp, q / tp, bias || m.add_qkv_bias)},
+            {"proj", false, linear(ad * h / tp, h, bias)}};
+  }
+  const MlaWeights w = mla_weights_per_rank(m, tp);
+  auto with_norm = [&](std::int64_t weight, std::int64_t norm_weights) {
+    std::vector<std::int64_t> v{weight};
+    if (norm_weights > 0) {
+      v.push_back(ln ? norm_weights / 2 : norm_weights);
+      if (ln) v.push_back(norm_weights / 2);
+    }
+    return v;
+  };
+  std::vector<LayerSubmodule> out{{"input_norm", false, norm}};
+  if (w.q_down > 0) out.push_back({"q_down", false, {w.q_down}});
+  out.push_back({"kv_down", false, {w.kv_down}});
+  out.push_back({w.q_down > 0 ? "q_up" : "q_proj", false, with_norm(w.q_up, w.q_norm)});
+  out.push_back({"kv_up", false, with_norm(w.kv_up, w.kv_norm)});
+  out.push_back({"proj", false, linear(w.proj, h, bias)});
+  return out;
+}
+
+std::int64_t sum_params(const std::vector<LayerSubmodule>& subs) {
+  std::int64_t n = 0;
+  for (const LayerSubmodule& sub : subs)
+    for (std::int64_t p : sub.params) n += p;
+  return n;
+}
+
+/// The attention block's linear-layer weights on one TP rank (the GEMM operands Transformer
+/// Engine casts to FP8).
+std::int64_t attention_linear_weights_per_rank(const ModelConfig& m, std::int64_t tp) {
+  if (!m.multi_latent_attention)
+    return (m.hidden_size * qkv_width(m) + attn_width(m) * m.hidden_size) / tp;
+  const MlaWeights w = mla_weights_per_rank(m, tp);
+  return w.q_down + w.q_up + w.kv_down + w.kv_up + w.proj;
 }
 }  // namespace
 
@@ -47,6 +137,15 @@ ModelFeatures model_features(const Scenario& sc) {
           : p.fp8_recipe == Fp8Recipe::Tensorwise || p.fp8_recipe == Fp8Recipe::Blockwise ? 2
                                                                                        : 1;
   f.fp8_split_fprop = p.fp8 != Fp8Format::None && p.fp8_recipe == Fp8Recipe::Blockwise;
+  if (m.multi_latent_attention) {
+    f.mla = true;
+    f.q_lora = m.q_lora_rank;
+    f.kv_lora = m.kv_lora_rank;
+    f.qk_rope = m.qk_pos_emb_head_dim;
+    f.v_dim = m.v_head_dim;
+    f.qk_norm = m.qk_layernorm;
+    f.recompute_mla_up = (p.recompute_modules & kRecomputeMlaUpProj) != 0;
+  }
   f.tp_overlap = p.uses_tp_comm_overlap();
   f.tp_overlap_rs_ring = f.tp_overlap && p.tp_comm_overlap_rs_ring;
   f.cp = p.context_parallel_size;
@@ -62,40 +161,23 @@ ModelFeatures model_features(const Scenario& sc) {
 // gate) by t (bias too), fc2 f x h by t (bias replicated); biases only with add_bias_linear,
 // the QKV bias alone with add_qkv_bias; two norms of norm_params each, replicated.
 std::int64_t layer_params_per_rank(const ModelConfig& m, std::int64_t tp) {
-  const std::int64_t h = m.hidden_size, ad = attn_width(m), f = m.ffn_hidden_size;
-  const std::int64_t q = qkv_width(m), f1 = m.swiglu ? 2 * f : f;
-  const bool bias = m.add_bias_linear;
-  const std::int64_t qkv = (h * q) / tp + (bias || m.add_qkv_bias ? q / tp : 0);
-  const std::int64_t proj = (ad * h) / tp + (bias ? h : 0);
-  const std::int64_t fc1 = (h * f1) / tp + (bias ? f1 / tp : 0);
-  const std::int64_t fc2 = (f * h) / tp + (bias ? h : 0);
-  return qkv + proj + fc1 + fc2 + 2 * norm_params(m);
+  return sum_params(layer_submodules_per_rank(m, tp));
 }
 
 std::vector<LayerSubmodule> layer_submodules_per_rank(const ModelConfig& m, std::int64_t tp) {
-  const std::int64_t h = m.hidden_size, ad = attn_width(m), f = m.ffn_hidden_size;
-  const std::int64_t q = qkv_width(m), f1 = m.swiglu ? 2 * f : f;
-  const bool bias = m.add_bias_linear, ln = m.normalization != Normalization::RMSNorm;
-  auto linear = [&](std::int64_t weight, std::int64_t b, bool with_bias) {
-    return with_bias ? std::vector<std::int64_t>{weight, b} : std::vector<std::int64_t>{weight};
-  };
-  const std::vector<std::int64_t> norm = ln ? std::vector<std::int64_t>{h, h}
-                                            : std::vector<std::int64_t>{h};
-  return {{"input_norm", false, norm},
-          {"qkv", false, linear(h * q / tp, q / tp, bias || m.add_qkv_bias)},
-          {"proj", false, linear(ad * h / tp, h, bias)},
-          {"post_attention_norm", true, norm},
-          {"fc1", true, linear(h * f1 / tp, f1 / tp, bias)},
-          {"fc2", true, linear(f * h / tp, h, bias)}};
+  const std::int64_t h = m.hidden_size, f = m.ffn_hidden_size, f1 = m.swiglu ? 2 * f : f;
+  const bool bias = m.add_bias_linear;
+  std::vector<LayerSubmodule> out = attention_submodules_per_rank(m, tp);
+  out.push_back({"post_attention_norm", true, norm_tensors(m)});
+  out.push_back({"fc1", true, linear(h * f1 / tp, f1 / tp, bias)});
+  out.push_back({"fc2", true, linear(f * h / tp, h, bias)});
+  return out;
 }
 
 namespace {
 /// Dense parameters of a layer's attention part on one TP rank, and the two norms.
 std::int64_t attention_params_per_rank(const ModelConfig& m, std::int64_t tp) {
-  const std::int64_t h = m.hidden_size, q = qkv_width(m), ad = attn_width(m);
-  const bool bias = m.add_bias_linear;
-  return (h * q) / tp + (bias || m.add_qkv_bias ? q / tp : 0) + (ad * h) / tp + (bias ? h : 0) +
-         2 * norm_params(m);
+  return sum_params(attention_submodules_per_rank(m, tp)) + norm_params(m);
 }
 }  // namespace
 
@@ -169,10 +251,10 @@ std::int64_t linear_weights_per_rank(const Scenario& sc, std::int64_t stage) {
   const ModelConfig& m = sc.model;
   const std::int64_t tp = sc.parallel.tensor_model_parallel_size;
   const std::int64_t h = m.hidden_size, f = m.ffn_hidden_size;
-  const std::int64_t dense =
-      (h * qkv_width(m) + attn_width(m) * h + h * (m.swiglu ? 2 * f : f) + f * h) / tp;
+  const std::int64_t attn = attention_linear_weights_per_rank(m, tp);
+  const std::int64_t dense = attn + (h * (m.swiglu ? 2 * f : f) + f * h) / tp;
   // An MoE layer's attention, local experts and shared expert run in FP8.
-  const std::int64_t moe = (h * qkv_width(m) + attn_width(m) * h) / tp +
+  const std::int64_t moe = attn +
                            moe_layer_params_per_rank(sc).expert +
                            (m.swiglu ? 3 : 2) * h * m.moe_shared_expert_intermediate_size / tp;
   std::int64_t out = 0;
@@ -234,7 +316,36 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc, bool moe_la
   const std::int64_t mask = m.hidden_dropout > 0 ? tk.Tsp * h : 0;
   LayerActivationBytes out;
   out.attn = e * tk.Tsp * h + stats + q * tk.Tsp * h + e * tk.T * (P + 2 * Pkv) + mask;
-  if (m.attention_backend != AttentionBackend::Unfused) {
+  if (m.multi_latent_attention) {
+    // MLA: the norm input and statistics; the down projections' input (one bf16 tensor both
+    // read, or each TELinear's own FP8 copy); the latents they write e Tsp (Lq + Lkv + dr),
+    // the up projections' inputs (with qk_layernorm: the latent norms' outputs, q Tsp (Lq +
+    // Lkv), and their statistics; without them the latents themselves, or their FP8 copies);
+    // q, k after RoPE e T a/t (dn + dr) each and v e T a/t dv;
+    // the flash output e T a/t dv and its log-sum-exp, plus the FP8 copy of the projection
+    // input under FP8.
+    const std::int64_t hq = m.num_attention_heads / t, qk = m.qk_head_dim + m.qk_pos_emb_head_dim;
+    const std::int64_t lq = m.q_lora_rank, lkv = m.kv_lora_rank;
+    const std::int64_t row_stats = m.normalization == Normalization::RMSNorm ? 4 : 8;
+    out.attn = e * tk.Tsp * h + stats + (q != e ? 2 * q : e) * tk.Tsp * h +
+               e * tk.Tsp * (lq + lkv + m.qk_pos_emb_head_dim) +
+               e * tk.T * hq * (2 * qk + m.v_head_dim) + mask;
+    // --recompute-modules mla_up_proj (Megatron-Core CheckpointWithoutOutput around the up
+    // projections and RoPE): their saved inputs, norm statistics and outputs q, k, v are not
+    // kept (the outputs' storage is freed after the attention); the checkpoint keeps its own
+    // inputs, the latents, and the gathered RoPE key e T dr.
+    const bool up_rerun = (p.recompute_modules & kRecomputeMlaUpProj) != 0;
+    if (up_rerun) {
+      out.attn -= e * tk.T * hq * (2 * qk + m.v_head_dim);
+      out.attn += e * tk.T * m.qk_pos_emb_head_dim;
+    } else {
+      if (m.qk_layernorm || q != e) out.attn += q * tk.Tsp * (lq + lkv);  // else the latents
+      if (m.qk_layernorm) out.attn += row_stats * tk.Tsp * ((lq > 0) + 1);
+    }
+    out.attn += e * tk.T * hq * m.v_head_dim +
+                4 * p.micro_batch_size * hq * (m.seq_length / p.context_parallel_size);
+    if (q != e) out.attn += q * tk.T * hq * m.v_head_dim;
+  } else if (m.attention_backend != AttentionBackend::Unfused) {
     out.attn += e * tk.T * P + 4 * p.micro_batch_size * (m.num_attention_heads / t) *
                                    (m.seq_length / p.context_parallel_size);
     if (q != e) out.attn += q * tk.T * P;

@@ -69,6 +69,15 @@ struct ModelFeatures {
   /// ... with the forward reduce-scatters (proj, fc2) as ring exchanges instead of TE's
   /// default pipelined ones (parallel.tp_comm_overlap_rs_method).
   bool tp_overlap_rs_ring = false;
+  /// Multi-head latent attention (MLA; op.head_dim is the query/key head dimension dn + dr):
+  /// the q latent width (0: no q compression, one column-parallel linear_q_proj), the kv
+  /// latent width, the RoPE key dr, the value head dimension dv; the latent norms.
+  bool mla = false;
+  std::int64_t q_lora = 0, kv_lora = 0, qk_rope = 0, v_dim = 0;
+  bool qk_norm = false;
+  /// --recompute-modules mla_up_proj: the up projections and RoPE re-run before the attention
+  /// backward (their outputs q, k, v are not kept).
+  bool recompute_mla_up = false;
   std::int64_t cp = 1;            ///< context-parallel size: this rank holds s / cp tokens
   /// Microbatches per iteration: Transformer Engine casts the weights to FP8 once per
   /// iteration (the first microbatch), so each microbatch's op carries 1 / microbatches of it.

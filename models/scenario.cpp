@@ -47,6 +47,8 @@ const std::vector<std::string>& leaf_paths() {
       "model.add_qkv_bias",
       "model.hidden_dropout", "model.attention_dropout", "model.window_size",
       "model.window_attn_skip_freq", "model.attention_backend", "model.use_flash_attn",
+      "model.multi_latent_attention", "model.q_lora_rank", "model.kv_lora_rank",
+      "model.qk_head_dim", "model.qk_pos_emb_head_dim", "model.v_head_dim", "model.qk_layernorm",
       "model.num_experts", "model.moe_router_topk", "model.moe_ffn_hidden_size",
       "model.moe_shared_expert_intermediate_size", "model.moe_layer_freq",
       "model.moe_token_dispatcher_type", "model.moe_grouped_gemm",
@@ -639,7 +641,14 @@ void check_derived_sizes(const Scenario& s, const Fail& fail) {
              b = p.micro_batch_size;
   // Parameters, models/memory_model.cpp total_params (tp = 1), untied output layer included.
   const Wide ad = a * kvc;
-  const Wide layer = h * 3 * ad + 3 * ad + ad * h + h + h * f + f + f * h + h + 4 * h;
+  Wide attn = h * 3 * ad + 3 * ad + ad * h + h;
+  if (m.multi_latent_attention) {  // memory_model.cpp mla_weights_per_rank, norms included
+    const Wide lq = m.q_lora_rank, lkv = m.kv_lora_rank, dr = m.qk_pos_emb_head_dim,
+               dn = m.qk_head_dim, dv = m.v_head_dim;
+    attn = (lq > 0 ? h * lq + lq * a * kvc + 2 * lq : h * a * kvc) + h * (lkv + dr) +
+           lkv * a * (dn + dv) + 2 * lkv + a * dv * h + h;
+  }
+  const Wide layer = attn + h * f + f + f * h + h + 4 * h;
   const Wide params = L * layer + 2 * V * h + sq * h + 2 * h;
   if (params > kMaxScenarioParameters)
     fail("the model has " + show_wide(params) + " parameters (from " +
@@ -722,6 +731,11 @@ const std::vector<ScenarioSizeLimit>& scenario_size_limits() {
       {"model.seq_length", k2p22},
       {"model.padded_vocab_size", k2p24},
       {"model.num_query_groups", k2p16},
+      {"model.q_lora_rank", k2p20},
+      {"model.kv_lora_rank", k2p20},
+      {"model.qk_head_dim", k2p16},
+      {"model.qk_pos_emb_head_dim", k2p16},
+      {"model.v_head_dim", k2p16},
       {"model.window_size", k2p22},
       {"model.window_attn_skip_freq", 0xFFFE},
       {"model.num_experts", k2p16},
@@ -1056,6 +1070,39 @@ void read_model_moe(const Reader& r, ModelConfig& m) {
            "exceeds model.num_experts (" + std::to_string(m.num_experts) + ")");
 }
 
+/// Multi-head latent attention (Megatron-Core --multi-latent-attention and its _add_mla_args).
+void read_model_mla(const Reader& r, ModelConfig& m) {
+  m.multi_latent_attention = r.get_bool("model.multi_latent_attention").value_or(false);
+  m.q_lora_rank = r.get_int("model.q_lora_rank", 1, false).value_or(0);
+  m.kv_lora_rank = r.get_int("model.kv_lora_rank", 1, false).value_or(32);
+  m.qk_head_dim = r.get_int("model.qk_head_dim", 1, false).value_or(128);
+  m.qk_pos_emb_head_dim = r.get_int("model.qk_pos_emb_head_dim", 1, false).value_or(64);
+  m.v_head_dim = r.get_int("model.v_head_dim", 1, false).value_or(128);
+  m.qk_layernorm = r.get_bool("model.qk_layernorm").value_or(false);
+  if (!m.multi_latent_attention) {
+    for (const char* k : {"model.q_lora_rank", "model.kv_lora_rank", "model.qk_head_dim",
+                          "model.qk_pos_emb_head_dim", "model.v_head_dim"})
+      if (r.has(k))
+        r.fail(k, r.at(k), "is set, but model.multi_latent_attention is not (Megatron reads it "
+                           "only for multi-head latent attention)");
+    if (m.qk_layernorm)
+      r.fail("model.qk_layernorm", r.at("model.qk_layernorm"),
+             "on standard attention (per-head query and key norms) is not modelled yet; "
+             "trainsim models it with model.multi_latent_attention only");
+    return;
+  }
+  if (r.has("model.kv_channels"))
+    r.fail("model.kv_channels", r.at("model.kv_channels"),
+           "is not read with model.multi_latent_attention (the head dimensions are "
+           "model.qk_head_dim + model.qk_pos_emb_head_dim and model.v_head_dim); remove it");
+  if (r.has("model.num_query_groups") || r.has("model.group_query_attention"))
+    r.fail(r.has("model.num_query_groups") ? "model.num_query_groups" : "model.group_query_attention",
+           r.at(r.has("model.num_query_groups") ? "model.num_query_groups"
+                                                : "model.group_query_attention"),
+           "with model.multi_latent_attention: Megatron-LM asserts \"Group query attention is "
+           "mutually exclusive with multi latent attention\" (arguments.py)");
+}
+
 void read_model(const Reader& r, Scenario& s) {
   // ---- model (Megatron-LM arguments)
   ModelConfig& m = s.model;
@@ -1070,6 +1117,7 @@ void read_model(const Reader& r, Scenario& s) {
   m.untie_embeddings_and_output_weights =
       r.get_bool("model.untie_embeddings_and_output_weights").value_or(false);
   read_model_shape(r, m);
+  read_model_mla(r, m);
   read_model_moe(r, m);
 }
 
@@ -1138,12 +1186,13 @@ void read_recompute_modules(const Reader& r, ParallelConfig& p) {
     const std::string name = m.IsScalar() ? m.Scalar() : "";
     if (const auto bit = recompute_module_bit(name)) {
       p.recompute_modules |= *bit;
-    } else if (name == "shared_experts" || name == "mla_up_proj") {
+    } else if (name == "shared_experts") {
       r.fail(f, m, "module '" + name + "' is a Megatron-Core recompute module that trainsim "
-                   "does not model yet (modelled: core_attn, layernorm, moe_act, mlp, moe)");
+                   "does not model yet (modelled: core_attn, layernorm, moe_act, mlp, moe, "
+                   "mla_up_proj)");
     } else {
-      r.fail(f, m, "expected one of core_attn, layernorm, moe_act, mlp, moe (Megatron-Core "
-                   "--recompute-modules names)");
+      r.fail(f, m, "expected one of core_attn, layernorm, moe_act, mlp, moe, mla_up_proj "
+                   "(Megatron-Core --recompute-modules names)");
     }
   }
 }
@@ -1397,6 +1446,11 @@ void check_sizes(Scenario& s, const Fail& fail) {
       {"model.seq_length", m.seq_length, true},
       {"model.padded_vocab_size", m.padded_vocab_size, true},
       {"model.num_query_groups", m.num_query_groups, false},
+      {"model.q_lora_rank", m.q_lora_rank, false},
+      {"model.kv_lora_rank", m.kv_lora_rank, true},
+      {"model.qk_head_dim", m.qk_head_dim, true},
+      {"model.qk_pos_emb_head_dim", m.qk_pos_emb_head_dim, true},
+      {"model.v_head_dim", m.v_head_dim, true},
       {"model.window_size", m.window_size, false},
       {"model.window_attn_skip_freq", m.window_attn_skip_freq, false},
       {"model.num_experts", m.num_experts, false},
@@ -1451,6 +1505,19 @@ void fill_defaults_and_system(Scenario& s, const Fail& fail) {
   ModelConfig& m = s.model;
   // Defaults (Megatron: ffn_hidden_size = 4h, kv_channels = h / a).
   if (m.ffn_hidden_size == 0) m.ffn_hidden_size = 4 * m.hidden_size;
+  if (m.multi_latent_attention) {
+    // The query/key head dimension (MLASelfAttention q_head_dim); kv_channels is not read.
+    const std::int64_t qk = m.qk_head_dim + m.qk_pos_emb_head_dim;
+    if (m.kv_channels != 0 && m.kv_channels != qk)
+      fail(kv("model.kv_channels", m.kv_channels) +
+           " with model.multi_latent_attention: the head dimensions are model.qk_head_dim + "
+           "model.qk_pos_emb_head_dim and model.v_head_dim; remove it");
+    if (m.num_query_groups != 0 && m.num_query_groups != m.num_attention_heads)
+      fail(kv("model.num_query_groups", m.num_query_groups) +
+           " with model.multi_latent_attention: Megatron-LM asserts \"Group query attention is "
+           "mutually exclusive with multi latent attention\" (arguments.py)");
+    m.kv_channels = qk;
+  }
   if (m.kv_channels == 0) {
     // Megatron's arguments.py asserts this when --kv-channels is not given.
     if (m.hidden_size % m.num_attention_heads != 0)
@@ -1682,6 +1749,7 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {m.add_qkv_bias, "model.add_qkv_bias (true)"},
       {m.hidden_dropout != 0.1 || m.attention_dropout != 0.1, "model.hidden_dropout / attention_dropout"},
       {m.window_size != 0, kv("model.window_size", m.window_size)},
+      {m.multi_latent_attention, "model.multi_latent_attention (true)"},
       {m.attention_backend != AttentionBackend::Unfused,
        std::string("model.attention_backend (") + to_string(m.attention_backend) + ")"},
       {m.is_moe(), kv("model.num_experts", m.num_experts)},
@@ -1691,7 +1759,7 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {p.tp_comm_overlap, "parallel.tp_comm_overlap (true)"},
       {p.uses_fsdp(), "FSDP (parallel.use_megatron_fsdp / use_torch_fsdp2)"},
       {p.recompute_modules != 0 && p.recompute_modules != kRecomputeCoreAttn,
-       "parallel.recompute_modules (layernorm / moe_act / mlp / moe)"},
+       "parallel.recompute_modules (layernorm / moe_act / mlp / moe / mla_up_proj)"},
       {p.grad_reduce_in_fp32.has_value(),
        kv_bool("parallel.grad_reduce_in_fp32", p.grad_reduce_in_fp32.value_or(false))},
       {p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers ||
@@ -1747,6 +1815,9 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
   if ((p.recompute_modules & kRecomputeMoe) && !m.is_moe())
     fail("parallel.recompute_modules: 'moe' recomputes MoE layers and the model has none "
          "(model.num_experts is 0)");
+  if ((p.recompute_modules & kRecomputeMlaUpProj) && !m.multi_latent_attention)
+    fail("parallel.recompute_modules: 'mla_up_proj' recomputes multi-head latent attention's "
+         "up projections and the model has none (model.multi_latent_attention is false)");
   if ((p.recompute_modules & kRecomputeMlp) && m.is_moe() && !m.has_dense_layers())
     fail("parallel.recompute_modules: 'mlp' recomputes dense layers' MLPs and every layer of "
          "the model is an MoE layer (model.moe_layer_freq); for those use 'moe'");
@@ -1801,6 +1872,16 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
     fail("parallel.overlap_param_gather needs parallel.use_distributed_optimizer (Megatron "
          "arguments.py: the parameter all-gather exists only with the distributed optimizer)");
   check_runtime_features(s, fail);
+  if (m.multi_latent_attention && m.attention_backend == AttentionBackend::Unfused)
+    fail("model.multi_latent_attention needs model.attention_backend flash or fused (trainsim "
+         "models MLA's core attention as Transformer Engine's fused kernel, query/key and value "
+         "head dimensions apart)");
+  if (m.multi_latent_attention && p.tp_comm_overlap)
+    fail("parallel.tp_comm_overlap with model.multi_latent_attention is not modelled yet "
+         "(Transformer Engine's userbuffers overlap of the latent projections)");
+  if (m.qk_layernorm && !m.multi_latent_attention)
+    fail("model.qk_layernorm on standard attention (per-head query and key norms) is not "
+         "modelled yet; trainsim models it with model.multi_latent_attention only");
   if (p.grad_reduce_in_fp32) {
     const std::string g = kv_bool("parallel.grad_reduce_in_fp32", *p.grad_reduce_in_fp32);
     if (stage > 0)
@@ -1876,7 +1957,7 @@ namespace {
 const std::pair<const char*, std::uint8_t> kRecomputeModuleNames[] = {
     {"core_attn", kRecomputeCoreAttn}, {"layernorm", kRecomputeLayernorm},
     {"moe_act", kRecomputeMoeAct},     {"mlp", kRecomputeMlp},
-    {"moe", kRecomputeMoe}};
+    {"moe", kRecomputeMoe},            {"mla_up_proj", kRecomputeMlaUpProj}};
 std::string join_modules(std::uint8_t bits, const char* sep) {
   std::string out;
   for (const auto& [name, bit] : kRecomputeModuleNames)

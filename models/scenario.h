@@ -26,6 +26,7 @@ constexpr std::uint8_t kRecomputeLayernorm = 2;  ///< layernorm: a separate norm
 constexpr std::uint8_t kRecomputeMoeAct = 4;     ///< moe_act: the experts' activation output
 constexpr std::uint8_t kRecomputeMlp = 8;        ///< mlp: a dense layer's whole MLP module
 constexpr std::uint8_t kRecomputeMoe = 16;       ///< moe: an MoE layer's whole MoELayer
+constexpr std::uint8_t kRecomputeMlaUpProj = 32; ///< mla_up_proj: MLA's up projections and RoPE
 /// GPipe (all forwards, then all backwards), Megatron's 1F1B (PipeDream-Flush) and the
 /// interleaved 1F1B of Narayanan et al. SC'21 (chosen when virtual stages are set).
 enum class PipelineSchedule : std::uint8_t { GPipe, OneFOneB, Interleaved };
@@ -82,6 +83,22 @@ struct ModelConfig {
   /// (l + 1) % window_attn_skip_freq == 0; 0 = every layer windowed.
   std::int64_t window_attn_skip_freq = 0;
   AttentionBackend attention_backend = AttentionBackend::Unfused;
+  /// --multi-latent-attention (DeepSeek-V2/V3, Kimi K2; Megatron-Core MLASelfAttention): queries
+  /// from a q_lora_rank latent (0: Megatron's None, one linear_q_proj), keys and values from a
+  /// kv_lora_rank latent plus one shared RoPE key of qk_pos_emb_head_dim; per head a query/key
+  /// dimension qk_head_dim + qk_pos_emb_head_dim and a value dimension v_head_dim. Defaults are
+  /// Megatron's (arguments.py _add_mla_args). With it, kv_channels reads as the query/key head
+  /// dimension (validate_scenario fills it; an explicit kv_channels is refused).
+  bool multi_latent_attention = false;
+  std::int64_t q_lora_rank = 0;
+  std::int64_t kv_lora_rank = 32;
+  std::int64_t qk_head_dim = 128;
+  std::int64_t qk_pos_emb_head_dim = 64;
+  std::int64_t v_head_dim = 128;
+  /// --qk-layernorm: with MLA the q and kv latents are normalized (fused into the up
+  /// projections, Transformer Engine LayerNormColumnParallelLinear); standard attention's
+  /// per-head q/k norms are not modelled (refused).
+  bool qk_layernorm = false;
   // Mixture of experts (--num-experts etc.); num_experts 0 = dense.
   std::int64_t num_experts = 0;
   std::int64_t moe_router_topk = 2;

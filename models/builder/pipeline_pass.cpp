@@ -61,15 +61,19 @@ OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full
 /// AttnFuncWithCPAndKVP2P): cp steps; at each a rank sends the K, V chunk it holds to the next
 /// CP rank while it computes attention with the chunk it has. Over the cp - 1 exchanges every
 /// rank receives the other ranks' K, V: the traffic of a ring all-gather whose output is cp
-/// chunks of 2 b (s / cp) (g / t) d e bytes. The backward moves K, V again and returns dK, dV
-/// to their owners: an all-gather plus a reduce-scatter of the same size, the traffic of one
-/// all-reduce. The exchange runs concurrently with the attention block; the next block waits
+/// chunks of 2 b (s / cp) (g / t) d e bytes (MLA: b (s / cp) (a / t) (dn + dr + dv) e). The
+/// backward moves K, V again and returns dK, dV to their owners: an all-gather plus a
+/// reduce-scatter of the same size, the traffic of one all-reduce. The exchange runs concurrently with the attention block; the next block waits
 /// for both.
 std::uint32_t cp_exchange_op(GraphBuild& b, bool backward) {
   const Scenario& sc = b.scenario;
   const ModelDims& d = b.dims;
-  const std::int64_t chunk = 2 * d.b * (d.s / d.cp) *
-                             (sc.model.num_query_groups / d.t) * sc.model.kv_channels * d.e;
+  const ModelConfig& m = sc.model;
+  // MLA: every head its own key (kv_channels = dn + dr) and value (dv).
+  const std::int64_t chunk =
+      m.multi_latent_attention
+          ? d.b * (d.s / d.cp) * (m.num_attention_heads / d.t) * (m.kv_channels + m.v_head_dim) * d.e
+          : 2 * d.b * (d.s / d.cp) * (m.num_query_groups / d.t) * m.kv_channels * d.e;
   OpDesc o;
   o.kind = backward ? OpKind::AllReduce : OpKind::AllGather;
   o.precision = d.precision;

@@ -31,6 +31,15 @@ ModelDims::ModelDims(const Scenario& sc) {
   moe_block_local = moe && sp && p.expert_tensor_parallel_size == 1 &&
                     sc.model.moe_shared_expert_intermediate_size == 0;
   tp_overlap = sc.runtime == Runtime::MegatronCore && p.uses_tp_comm_overlap();
+  const ModelConfig& m = sc.model;
+  mla = m.multi_latent_attention;
+  mla_up_rerun = mla && (p.recompute_modules & kRecomputeMlaUpProj) != 0;
+  if (mla) {
+    const std::int64_t tokens = s * b / cp;
+    mla_q_elements = tokens * (m.q_lora_rank > 0 ? m.q_lora_rank : h);
+    mla_kv_elements = tokens * m.kv_lora_rank;
+    mla_rope_elements = tokens * m.qk_pos_emb_head_dim;
+  }
 }
 
 std::uint32_t MatchIds::collective(std::uint32_t group, std::uint64_t k) {

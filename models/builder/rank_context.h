@@ -66,6 +66,12 @@ struct ModelDims {
   /// reduce-scatters of a dense block run inside its GEMMs (models/flops.cpp tp_overlap),
   /// so the pass emits no gather or reduce-scatter task for them.
   bool tp_overlap = false;
+  /// Multi-head latent attention: this rank's s / cp tokens' q input of the up projection
+  /// (the q latent, or the hidden state without q_lora_rank), kv latent and RoPE key, one
+  /// element each (multiply by the element bytes).
+  bool mla = false;
+  bool mla_up_rerun = false;  ///< --recompute-modules mla_up_proj
+  std::int64_t mla_q_elements = 0, mla_kv_elements = 0, mla_rope_elements = 0;
 };
 
 /// Match ids, shared by all ranks of one graph: the k-th collective any member issues on a

@@ -26,6 +26,10 @@
 //  - Pipeline input: with the scatter/gather optimization (SC'21 Sec. 4.1) each TP rank
 //    receives 1/t of the activation and all-gathers the slices over NVLink
 //    (gather_split_1d_tensor).
+//  - Multi-head latent attention (Megatron-Core MLASelfAttention): the down projections are
+//    duplicated on every TP rank and run on the rank's own rows, so the attention block's
+//    gathers and input-gradient reductions are on the latents the up projections read, not on
+//    the hidden state (mla_collectives).
 // All of them are synchronous with compute: each waits for the compute path and becomes its
 // new tail (RankContext::last_compute). With Transformer Engine's userbuffers overlap
 // (parallel.tp_comm_overlap) a dense block's gathers and reduce-scatters run inside its GEMMs
@@ -77,6 +81,15 @@ class TensorParallelPass {
   std::uint32_t all_gather_bwd_ = 0;
   /// The amax all-reduce of an FP8 current-scaling cast (one fp32; ModelDims::fp8_amax_reduce).
   std::uint32_t amax_reduce_ = 0;
+  /// Multi-head latent attention (ModelDims::mla): the attention block's collectives are on
+  /// its latents (mla_collectives).
+  struct MlaOps {
+    std::uint32_t q_gather = 0, kv_gather = 0, rope_gather = 0;   ///< forward inputs (SP)
+    std::uint32_t q_reduce = 0, kv_reduce = 0, rope_reduce = 0;   ///< backward input gradients
+  } mla_{};
+  /// The MLA attention block's collectives before (`before`) or after it in `phase`.
+  void mla_collectives(RankContext& ctx, bool before, Phase phase, std::uint16_t mb,
+                       std::uint16_t layer) const;
 };
 
 }  // namespace trainsim::builder

@@ -958,7 +958,7 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
        "model.swiglu (true) needs `runtime: megatron-core`"},
       {"model: {" + base + "}\nparallel: {micro_batch_size: 1, global_batch_size: 8, "
        "recompute_granularity: selective, recompute_modules: [core_attn, layernorm]}\n",
-       "parallel.recompute_modules (layernorm / moe_act / mlp / moe) needs `runtime: megatron-core`"},
+       "parallel.recompute_modules (layernorm / moe_act / mlp / moe / mla_up_proj) needs `runtime: megatron-core`"},
       {"model: {" + base + "}\nparallel: {tensor_model_parallel_size: 2, sequence_parallel: "
        "true, tp_comm_overlap: true, micro_batch_size: 1, global_batch_size: 8}\n",
        "parallel.tp_comm_overlap (true) needs `runtime: megatron-core`"}};
@@ -989,12 +989,12 @@ TEST(ModernModels, HuggingFaceConfigImportFillsTheModelSection) {
   EXPECT_EQ(load_scenario(path, {{"model.num_layers", "16"}}).model.num_layers, 16);
   // Fields trainsim cannot express are errors naming the file, field and value.
   const std::string bad = dir.write(
-      "bad.json", "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"num_hidden_layers\": 4}");
+      "bad.json", "{\"architectures\": [\"Glm4MoeForCausalLM\"], \"num_hidden_layers\": 4}");
   try {
     import_hf_config(bad);
-    ADD_FAILURE() << "DeepSeek accepted";
+    ADD_FAILURE() << "GLM-4.5 accepted";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(bad + ": field 'architectures' = [\"DeepseekV3ForCausalLM\"]"),
+    EXPECT_NE(std::string(e.what()).find(bad + ": field 'architectures' = [\"Glm4MoeForCausalLM\"]"),
               std::string::npos) << e.what();
   }
   const std::string mla = dir.write(
