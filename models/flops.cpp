@@ -559,6 +559,20 @@ void mla_attn_backward(const OpDesc& op, const CoreShape& c, std::vector<KernelW
   core_norm_bwd("input_norm_bwd", c, out);
 }
 
+/// --qk-layernorm on standard attention (Megatron-Core SelfAttention q_layernorm / k_layernorm,
+/// TENorm over each head's kv_channels, between the QKV split and RoPE): the query's and the
+/// key's rows of one head each, read and written (backward: read dy, x, write dx) with the
+/// row statistic; weight-gradient partials reduced inside the kernel.
+void qk_norms(const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
+  if (!c.qk_norm) return;
+  const double rw = forward ? 2 : 3;
+  const double q_rows = c.T * c.heads, k_rows = c.T * c.groups;
+  out.push_back(mem(forward ? "q_layernorm_fwd" : "q_layernorm_bwd",
+                    q_rows * (rw * c.hd * c.e + c.stats)));
+  out.push_back(mem(forward ? "k_layernorm_fwd" : "k_layernorm_bwd",
+                    k_rows * (rw * c.hd * c.e + c.stats)));
+}
+
 void core_attn_forward(const OpDesc& op, const CoreShape& c, std::vector<KernelWork>& out) {
   if (c.mla) return mla_attn_forward(op, c, out);
   const double qkv = c.P + 2 * c.Pkv;
@@ -566,6 +580,7 @@ void core_attn_forward(const OpDesc& op, const CoreShape& c, std::vector<KernelW
   quantize_column_parallel_input("qkv_input_cast", "qkv_input_amax", c.H, c, out);
   quantize("qkv_weight_cast", "qkv_weight_amax", c.H * qkv / c.microbatches, c, out);
   out.push_back(core_gemm("qkv_gemm", c.T, qkv, c.H, c, true));
+  qk_norms(c, true, out);
   if (c.rope) out.push_back(mem("rope_fwd", 2 * c.T * (c.P + c.Pkv) * c.e));
   core_attention_fwd(op, c, out);
   quantize("proj_input_cast", "proj_input_amax", c.T * c.P, c, out);
@@ -592,6 +607,7 @@ void core_attn_backward(const OpDesc& op, const CoreShape& c, std::vector<Kernel
                   c, out);
   core_attention_bwd(op, c, out);
   if (c.rope) out.push_back(mem("rope_bwd", 2 * c.T * (c.P + c.Pkv) * c.e));
+  qk_norms(c, false, out);
   column_parallel_input_transpose("qkv_input_transpose", c.H, c, out);
   core_linear_bwd("qkv_grad_cast", "qkv_grad_amax", "qkv_dgrad", "qkv_wgrad", c.T, qkv, c.H, c,
                   out);

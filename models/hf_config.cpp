@@ -7,7 +7,8 @@
 //   hidden_act silu -> swiglu (these families' MLPs are gated SiLU); rms_norm_eps -> RMSNorm;
 //   rope_theta -> position_embedding_type rope; tie_word_embeddings false ->
 //   untie_embeddings_and_output_weights; attention_bias -> add_bias_linear; Qwen2's q, k, v
-//   biases (always there, transformers modeling_qwen2.py) -> add_qkv_bias;
+//   biases (always there, transformers modeling_qwen2.py) -> add_qkv_bias; Qwen3's per-head
+//   q_norm / k_norm -> qk_layernorm;
 //   vocab_size -> padded_vocab_size, padded to a multiple of 128 (Megatron's
 //   --make-vocab-size-divisible-by default; the TP factor is the scenario's to add);
 //   attention_dropout; no hidden dropout in these families (hidden_dropout 0);
@@ -208,6 +209,10 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
   put("untie_embeddings_and_output_weights", text(!c.value("tie_word_embeddings", false)));
   put("add_bias_linear", text(c.value("attention_bias", false)));
   if (a == "Qwen2ForCausalLM") put("add_qkv_bias", "true");
+  // Qwen3 (dense and MoE) normalizes each head's query and key (transformers
+  // modeling_qwen3.py Qwen3Attention q_norm / k_norm; Megatron-Bridge's Qwen3 providers set
+  // qk_layernorm).
+  if (a == "Qwen3ForCausalLM" || a == "Qwen3MoeForCausalLM") put("qk_layernorm", "true");
   const std::int64_t vocab = need_int(c, path, "vocab_size");
   put("padded_vocab_size", std::to_string((vocab + 127) / 128 * 128));
   put("hidden_dropout", "0.0");

@@ -77,9 +77,18 @@ std::vector<LayerSubmodule> attention_submodules_per_rank(const ModelConfig& m, 
   const std::vector<std::int64_t> norm = norm_tensors(m);
   if (!m.multi_latent_attention) {
     const std::int64_t ad = attn_width(m), q = qkv_width(m);
-    return {{"input_norm", false, norm},
-            {"qkv", false, linear(h * q / tp, q / tp, bias || m.add_qkv_bias)},
-            {"proj", false, linear(ad * h / tp, h, bias)}};
+    std::vector<LayerSubmodule> out{
+        {"input_norm", false, norm},
+        {"qkv", false, linear(h * q / tp, q / tp, bias || m.add_qkv_bias)}};
+    if (m.qk_layernorm) {  // per-head norms over kv_channels (TENorm), replicated over TP
+      const std::vector<std::int64_t> head_norm =
+          ln ? std::vector<std::int64_t>{m.kv_channels, m.kv_channels}
+             : std::vector<std::int64_t>{m.kv_channels};
+      out.push_back({"q_layernorm", false, head_norm});
+      out.push_back({"k_layernorm", false, head_norm});
+    }
+    out.push_back({"proj", false, linear(ad * h / tp, h, bias)});
+    return out;
   }
   const MlaWeights w = mla_weights_per_rank(m, tp);
   auto with_norm = [&](std::int64_t weight, std::int64_t norm_weights) {
@@ -137,13 +146,13 @@ ModelFeatures model_features(const Scenario& sc) {
           : p.fp8_recipe == Fp8Recipe::Tensorwise || p.fp8_recipe == Fp8Recipe::Blockwise ? 2
                                                                                        : 1;
   f.fp8_split_fprop = p.fp8 != Fp8Format::None && p.fp8_recipe == Fp8Recipe::Blockwise;
+  f.qk_norm = m.qk_layernorm;
   if (m.multi_latent_attention) {
     f.mla = true;
     f.q_lora = m.q_lora_rank;
     f.kv_lora = m.kv_lora_rank;
     f.qk_rope = m.qk_pos_emb_head_dim;
     f.v_dim = m.v_head_dim;
-    f.qk_norm = m.qk_layernorm;
     f.recompute_mla_up = (p.recompute_modules & kRecomputeMlaUpProj) != 0;
   }
   f.tp_overlap = p.uses_tp_comm_overlap();
@@ -356,6 +365,10 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc, bool moe_la
       out.attn += (e + mk) * (m.num_attention_heads / t) * b * s * s;
     out.attn += e * tk.T * P;
   }
+  // --qk-layernorm on standard attention: the per-head norms' inputs (q, k before the norm)
+  // and a statistic per head and token.
+  if (m.qk_layernorm && !m.multi_latent_attention)
+    out.attn += e * tk.T * (P + Pkv) + (stats / tk.Tsp) * tk.T * (P + Pkv) / d;
   out.mlp = e * tk.Tsp * h + stats + q * tk.Tsp * h + e * tk.T * F1 + q * tk.T * F + mask;
   if (moe_layer) {
     // MoE: the norm input and statistics, the router input (the router is a bf16 linear, not

@@ -1085,10 +1085,6 @@ void read_model_mla(const Reader& r, ModelConfig& m) {
       if (r.has(k))
         r.fail(k, r.at(k), "is set, but model.multi_latent_attention is not (Megatron reads it "
                            "only for multi-head latent attention)");
-    if (m.qk_layernorm)
-      r.fail("model.qk_layernorm", r.at("model.qk_layernorm"),
-             "on standard attention (per-head query and key norms) is not modelled yet; "
-             "trainsim models it with model.multi_latent_attention only");
     return;
   }
   if (r.has("model.kv_channels"))
@@ -1750,6 +1746,7 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {m.hidden_dropout != 0.1 || m.attention_dropout != 0.1, "model.hidden_dropout / attention_dropout"},
       {m.window_size != 0, kv("model.window_size", m.window_size)},
       {m.multi_latent_attention, "model.multi_latent_attention (true)"},
+      {m.qk_layernorm, "model.qk_layernorm (true)"},
       {m.attention_backend != AttentionBackend::Unfused,
        std::string("model.attention_backend (") + to_string(m.attention_backend) + ")"},
       {m.is_moe(), kv("model.num_experts", m.num_experts)},
@@ -1879,9 +1876,6 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
   if (m.multi_latent_attention && p.tp_comm_overlap)
     fail("parallel.tp_comm_overlap with model.multi_latent_attention is not modelled yet "
          "(Transformer Engine's userbuffers overlap of the latent projections)");
-  if (m.qk_layernorm && !m.multi_latent_attention)
-    fail("model.qk_layernorm on standard attention (per-head query and key norms) is not "
-         "modelled yet; trainsim models it with model.multi_latent_attention only");
   if (p.grad_reduce_in_fp32) {
     const std::string g = kv_bool("parallel.grad_reduce_in_fp32", *p.grad_reduce_in_fp32);
     if (stage > 0)

@@ -96,8 +96,8 @@ struct ModelConfig {
   std::int64_t qk_pos_emb_head_dim = 64;
   std::int64_t v_head_dim = 128;
   /// --qk-layernorm: with MLA the q and kv latents are normalized (fused into the up
-  /// projections, Transformer Engine LayerNormColumnParallelLinear); standard attention's
-  /// per-head q/k norms are not modelled (refused).
+  /// projections, Transformer Engine LayerNormColumnParallelLinear); on standard attention
+  /// each head's query and key are (TENorm over kv_channels, Qwen3).
   bool qk_layernorm = false;
   // Mixture of experts (--num-experts etc.); num_experts 0 = dense.
   std::int64_t num_experts = 0;

@@ -317,8 +317,6 @@ TEST(Mla, BadInputsNameFileFieldAndValue) {
        "field 'model.q_lora_rank' = '512': is set, but model.multi_latent_attention is not"},
       {"megatron-core", std_attn + ", v_head_dim: 64", par,
        "field 'model.v_head_dim' = '64': is set, but model.multi_latent_attention is not"},
-      {"megatron-core", std_attn + ", qk_layernorm: true", par,
-       "field 'model.qk_layernorm' = 'true': on standard attention"},
       {"megatron-core", mla + ", kv_channels: 64", par,
        "field 'model.kv_channels' = '64': is not read with model.multi_latent_attention"},
       {"megatron-core", mla + ", num_query_groups: 4", par,

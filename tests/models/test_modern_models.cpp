@@ -1049,5 +1049,44 @@ TEST(ModernModels, HuggingFaceQwen2ImportsItsQkvBias) {
   EXPECT_THROW(load_scenario(path, {{"runtime", "megatron-2021"}}), InputError);
 }
 
+// Qwen3-8B (its config.json: 36 layers, hidden 4096, 32 heads and 8 KV heads of 128, SwiGLU
+// 12288, vocabulary 151936, untied; q_norm and k_norm of 128 per head): 8,190,735,360
+// parameters, the 8.19 B Hugging Face reports. --qk-layernorm adds a norm of each head's query
+// and key between the QKV split and RoPE.
+TEST(ModernModels, HuggingFaceQwen3ImportsItsPerHeadQkNorms) {
+  ScratchDir dir("hf_qwen3");
+  const std::string cfg = dir.write(
+      "config.json",
+      "{\"architectures\": [\"Qwen3ForCausalLM\"], \"num_hidden_layers\": 36, "
+      "\"hidden_size\": 4096, \"num_attention_heads\": 32, \"num_key_value_heads\": 8, "
+      "\"head_dim\": 128, \"intermediate_size\": 12288, \"hidden_act\": \"silu\", "
+      "\"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000, \"tie_word_embeddings\": false, "
+      "\"attention_bias\": false, \"vocab_size\": 151936}");
+  const std::string path = dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 4096));
+  const Scenario sc = load_scenario(path);
+  EXPECT_TRUE(sc.model.qk_layernorm);
+  EXPECT_EQ(total_params(sc.model), 8190735360LL);
+  Scenario plain = sc;
+  plain.model.qk_layernorm = false;
+  EXPECT_EQ(total_params(sc.model) - total_params(plain.model), 36 * 2 * 128);
+  // Kernels: one norm pass over the query's 32 heads and one over the key's 8, per token, both
+  // ways; no new GEMM, so the model FLOPs are the same.
+  const ScheduleGraph g = folded_graph(sc);
+  std::map<std::string, double> bytes;
+  for (const OpDesc& o : g.ops())
+    for (const KernelWork& k : op_kernels(o)) bytes[k.name] = k.bytes;
+  const double T = 4096, e = 2, rstd = 4;
+  EXPECT_DOUBLE_EQ(bytes["q_layernorm_fwd"], T * 32 * (2 * 128 * e + rstd));
+  EXPECT_DOUBLE_EQ(bytes["k_layernorm_fwd"], T * 8 * (2 * 128 * e + rstd));
+  EXPECT_DOUBLE_EQ(bytes["q_layernorm_bwd"], T * 32 * (3 * 128 * e + rstd));
+  EXPECT_EQ(bytes.count("q_layernorm_fwd"), 1u);
+  EXPECT_DOUBLE_EQ(model_flops_per_iteration(sc), model_flops_per_iteration(plain));
+  // Activations: the norms' inputs (q and k before them) and one statistic per head and token.
+  EXPECT_EQ(layer_activation_bytes(sc).attn - layer_activation_bytes(plain).attn,
+            std::int64_t(e * T * (32 + 8) * 128 + rstd * T * (32 + 8)));
+  // A Megatron-Core argument: the 2021 runtime refuses it.
+  EXPECT_THROW(load_scenario(path, {{"runtime", "megatron-2021"}}), InputError);
+}
+
 }  // namespace
 }  // namespace trainsim

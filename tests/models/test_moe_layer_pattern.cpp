@@ -245,7 +245,8 @@ TEST(MoeLayerPattern, HuggingFaceQwen3MoeSparseStepAndMlpOnlyLayers) {
   const std::string path = dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 512));
   const Scenario sc = load_scenario(path);
   EXPECT_EQ(layers_of(sc.model), (std::vector<int>{0, 1, 0, 1, 0, 0, 0, 1}));
-  EXPECT_EQ(total_params(sc.model), 5 * kDense + 3 * kMoe + kEmbed);
+  // Qwen3's per-head query and key norms (qk_layernorm), 64 weights each per layer.
+  EXPECT_EQ(total_params(sc.model), 5 * kDense + 3 * kMoe + kEmbed + 8 * 2 * 64);
   // Every layer MoE: no pattern written.
   const std::string all = dir.write(
       "all.json", "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"num_hidden_layers\": 8, "
