@@ -271,6 +271,40 @@ std::int64_t linear_weights_per_rank(const Scenario& sc, std::int64_t stage) {
   return out;
 }
 
+std::int64_t tp_reduced_grad_params(const Scenario& sc, std::int64_t stage) {
+  const ModelConfig& m = sc.model;
+  const ParallelConfig& p = sc.parallel;
+  const std::int64_t tp = p.tensor_model_parallel_size, h = m.hidden_size;
+  if (tp <= 1) return 0;
+  // Standard attention's q/k norms: by name (`q_layernorm`, `k_layernorm`), SP or not.
+  const std::int64_t qk_norms =
+      m.qk_layernorm && !m.multi_latent_attention ? 2 * norm_params(m, m.kv_channels) : 0;
+  const bool bias = m.add_bias_linear;
+  std::int64_t attn = qk_norms;
+  if (p.sequence_parallel) {
+    // The input norm, the projection's bias; MLA's down projections and latent norms.
+    attn += norm_params(m) + (bias ? h : 0);
+    if (m.multi_latent_attention) {
+      const MlaWeights w = mla_weights_per_rank(m, tp);
+      attn += w.q_down + w.kv_down + w.q_norm + w.kv_norm;
+    }
+  }
+  std::int64_t out = 0;
+  for (std::int64_t l : p.stage_layers(stage)) {
+    out += attn;
+    if (!p.sequence_parallel) continue;
+    // The pre-MLP norm and fc2's bias; an MoE layer's router (its experts are expert-parallel
+    // parameters, reduced elsewhere) and its shared expert's fc2 bias.
+    out += norm_params(m) + (bias ? h : 0);
+    if (m.moe_layer(l)) {
+      out += h * m.num_experts;
+      if (m.moe_shared_expert_intermediate_size == 0 && bias) out -= h;
+    }
+  }
+  if (p.sequence_parallel && stage == p.pipeline_model_parallel_size - 1) out += norm_params(m);
+  return out;
+}
+
 std::int64_t total_params(const ModelConfig& m) {
   const std::int64_t dense = layer_params_per_rank(m, 1);
   std::int64_t moe = dense;

@@ -72,6 +72,14 @@ std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage);
 /// Weights of the transformer layers' linear layers (QKV, projection, fc1, fc2; no biases or
 /// norms) that the rank at pipeline stage `stage` holds: what Transformer Engine runs in FP8.
 std::int64_t linear_weights_per_rank(const Scenario& sc, std::int64_t stage);
+/// Parameters of the rank at pipeline stage `stage` whose gradients Megatron-Core all-reduces
+/// over the tensor-parallel group after the data-parallel synchronisation
+/// (finalize_model_grads.py _allreduce_non_tensor_model_parallel_grads): with sequence
+/// parallelism every parameter replicated over TP that sees only the rank's sequence shard
+/// (norms, row-parallel biases, the router, MLA's duplicated down projections and latent
+/// norms, the final norm); with qk_layernorm on standard attention the q/k norms with or
+/// without it. 0 with one TP rank.
+std::int64_t tp_reduced_grad_params(const Scenario& sc, std::int64_t stage);
 /// Total model parameters (all stages, one copy of tied embeddings).
 std::int64_t total_params(const ModelConfig& m);
 

@@ -480,6 +480,7 @@ class RankProgram {
     ctx_.build().initial_memory[ctx_.rank] = dp_->initial_memory(ctx_);
     const TaskId final_compute = ctx_.last_compute;
     TaskId last_sync = dp_->reduce_gradients(ctx_, tails_);
+    last_sync = non_tensor_parallel_allreduce(final_compute, last_sync);
     last_sync = tied_embedding_allreduce(final_compute, last_sync);
     const OptimizerStepInputs inputs = dp_->optimizer_step(ctx_);
     last_sync = optimizer_reductions(final_compute, last_sync);
@@ -561,6 +562,27 @@ class RankProgram {
     const TaskId id = ctx_.collective(op, mp_group_, StreamId::DpComm, Phase::Optimizer,
                                       Part::Params, kNoIndex, kNoIndex, final_compute);
     ctx_.dep(prev, id);
+    return id;
+  }
+
+  /// Megatron-Core's finalize_model_grads (finalize_model_grads.py, after finish_grad_sync):
+  /// _allreduce_non_tensor_model_parallel_grads sums, over the tensor-parallel group, the
+  /// gradients of the parameters replicated over it that saw only part of the work
+  /// (tp_reduced_grad_params: with sequence parallelism the norms, row-parallel biases, the
+  /// router and MLA's down projections; the q/k norms of qk_layernorm), flattened into one
+  /// all-reduce of their main_grad elements. Megatron-Core's data-parallel paths (DDP and the
+  /// distributed optimizer); Megatron-FSDP reduces the local shards and is not emitted here.
+  TaskId non_tensor_parallel_allreduce(TaskId final_compute, TaskId last_sync) {
+    const Scenario& sc = ctx_.scenario();
+    if (sc.runtime != Runtime::MegatronCore || sc.zero.stage != 0 || sc.parallel.uses_fsdp())
+      return last_sync;
+    const std::int64_t params = tp_reduced_grad_params(sc, ctx_.coords.pp_stage);
+    if (params == 0) return last_sync;
+    const std::uint32_t op = ctx_.add_op(ctx_.comm_op(
+        OpKind::AllReduce, GroupKind::Tensor, params * grad_element_bytes(sc), ctx_.dims().t));
+    const TaskId id = ctx_.collective(op, ctx_.tp_group, StreamId::DpComm, Phase::GradSync,
+                                      Part::Gradients, kNoIndex, kNoIndex, final_compute);
+    ctx_.dep(last_sync, id);
     return id;
   }
 

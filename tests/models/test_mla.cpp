@@ -279,6 +279,46 @@ TEST(Mla, RecomputeUpProjTradesQkvForARerunBeforeTheAttentionBackward) {
                InputError);
 }
 
+/// The bytes of rank 0's tensor-parallel all-reduces after the backward (GradSync phase).
+std::vector<std::int64_t> finalize_tp_allreduces(const Scenario& sc) {
+  const ScheduleGraph g = folded_graph(sc);
+  std::vector<std::int64_t> out;
+  for (const Task& t : g.tasks()) {
+    const OpDesc& o = g.ops()[t.op];
+    if (t.rank == 0 && t.phase == Phase::GradSync && o.group == GroupKind::Tensor)
+      out.push_back(o.bytes);
+  }
+  return out;
+}
+
+TEST(Mla, FinalizeAllReducesTheSequenceParallelReplicatedGradientsOverTp) {
+  // A DeepSeek-V3 of 4 layers (1 dense) on one node, TP 2 with sequence parallelism: Megatron-
+  // Core's finalize_model_grads sums over TP, in one flattened all-reduce of fp32 main_grad, the
+  // gradients of every parameter replicated over TP that saw only the rank's rows: per layer
+  // the input and pre-MLP norms, the duplicated down projections and the latent norms; per MoE
+  // layer the router; the final norm. fp16 training: fp16 main_grad (Megatron applies fp32
+  // gradient accumulation by default to bf16 only).
+  std::string model = kDeepSeekV3;
+  model.replace(model.find("num_layers: 61"), 14, "num_layers: 4");
+  model.replace(model.find("'([0]*3+[1]*58)'"), 16, "'([0]*1+[1]*3)'");
+  const Scenario sp = core(model, kTp2SpEp4);
+  const std::int64_t h = 7168;
+  const std::int64_t layer = 2 * h + h * 1536 + h * 576 + 1536 + 512;
+  EXPECT_EQ(finalize_tp_allreduces(sp),
+            (std::vector<std::int64_t>{(4 * layer + 3 * h * 256 + h) * 2}));
+  // Without sequence parallelism every rank saw every row: nothing to reduce.
+  std::string par = kTp2SpEp4;
+  par.replace(par.find("sequence_parallel: true"), 23, "sequence_parallel: false");
+  EXPECT_TRUE(finalize_tp_allreduces(core(model, par)).empty());
+  // Standard attention's q/k norms (qk_layernorm) are reduced by name, with or without it.
+  const Scenario qk = core(
+      "num_layers: 4, hidden_size: 1024, num_attention_heads: 16, num_query_groups: 4, "
+      "kv_channels: 64, qk_layernorm: true, normalization: RMSNorm, attention_backend: flash, "
+      "seq_length: 1024, padded_vocab_size: 1024",
+      "tensor_model_parallel_size: 2, micro_batch_size: 1, global_batch_size: 8");
+  EXPECT_EQ(finalize_tp_allreduces(qk), (std::vector<std::int64_t>{4 * 2 * 64 * 2}));
+}
+
 TEST(Mla, SimulatesAndFitsWherePublishedRunsFit) {
   // A DeepSeek-V3 of 4 layers (1 dense) on one node: the whole pipeline builds and simulates.
   std::string model = kDeepSeekV3;
