@@ -1091,10 +1091,11 @@ void read_model_mla(const Reader& r, ModelConfig& m) {
     r.fail("model.kv_channels", r.at("model.kv_channels"),
            "is not read with model.multi_latent_attention (the head dimensions are "
            "model.qk_head_dim + model.qk_pos_emb_head_dim and model.v_head_dim); remove it");
-  if (r.has("model.num_query_groups") || r.has("model.group_query_attention"))
-    r.fail(r.has("model.num_query_groups") ? "model.num_query_groups" : "model.group_query_attention",
-           r.at(r.has("model.num_query_groups") ? "model.num_query_groups"
-                                                : "model.group_query_attention"),
+  const char* gqa = r.has("model.num_query_groups") ? "model.num_query_groups"
+                    : m.group_query_attention       ? "model.group_query_attention"
+                                                    : nullptr;
+  if (gqa)
+    r.fail(gqa, r.at(gqa),
            "with model.multi_latent_attention: Megatron-LM asserts \"Group query attention is "
            "mutually exclusive with multi latent attention\" (arguments.py)");
 }

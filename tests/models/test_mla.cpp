@@ -341,6 +341,13 @@ TEST(Mla, SimulatesAndFitsWherePublishedRunsFit) {
   EXPECT_DOUBLE_EQ(k.at("q_up_input_cast").bytes, 2048.0 * 1536 * (2 + 1));
 }
 
+TEST(Mla, GroupQueryAttentionFalseIsAcceptedBesideIt) {
+  // Megatron asserts only that group_query_attention is not set with MLA.
+  EXPECT_TRUE(core(std::string(kSmallMla) + ", group_query_attention: false",
+                   "micro_batch_size: 1, global_batch_size: 8")
+                  .model.multi_latent_attention);
+}
+
 TEST(Mla, BadInputsNameFileFieldAndValue) {
   ScratchDir dir("mla");
   const std::string mla = "hidden_size: 1024, num_attention_heads: 16, seq_length: 1024, "
@@ -361,6 +368,8 @@ TEST(Mla, BadInputsNameFileFieldAndValue) {
        "field 'model.kv_channels' = '64': is not read with model.multi_latent_attention"},
       {"megatron-core", mla + ", num_query_groups: 4", par,
        "field 'model.num_query_groups' = '4': with model.multi_latent_attention"},
+      {"megatron-core", mla + ", group_query_attention: true", par,
+       "field 'model.group_query_attention' = 'true': with model.multi_latent_attention"},
       {"megatron-core",
        "hidden_size: 1024, num_attention_heads: 16, seq_length: 1024, padded_vocab_size: 1024, "
        "num_layers: 2, multi_latent_attention: true, kv_lora_rank: 0, attention_backend: flash",
