@@ -715,6 +715,17 @@ void expert_gemms(const char* name, double m, double n, double k, const CoreShap
   }
 }
 
+/// The shared expert's forward (a dense MLP of Fs on every token of the layer), or its re-run
+/// before its backward (`rerun`, --recompute-modules shared_experts).
+void shared_expert_forward(const CoreShape& c, double Fs, bool rerun, std::vector<KernelWork>& out) {
+  const double Fs1 = c.swiglu ? 2 * Fs : Fs;
+  out.push_back(core_gemm(rerun ? "shared_fc1_gemm_recompute" : "shared_fc1_gemm", c.T, Fs1, c.H,
+                          c, true));
+  out.push_back(mem(rerun ? "shared_swiglu_recompute" : "shared_swiglu_fwd", c.T * (Fs1 + Fs) * c.e));
+  out.push_back(core_gemm(rerun ? "shared_fc2_gemm_recompute" : "shared_fc2_gemm", c.T, c.H, Fs, c,
+                          true));
+}
+
 void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
   const ModelFeatures& f = op.features;
   const double E = double(f.num_experts), kk = double(f.topk);
@@ -737,11 +748,7 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
     quantize("expert_fc2_input_cast", "expert_fc2_input_amax", tokens * Fe, c, out);
     expert_gemms("expert_fc2_gemm", te, c.H, Fe, c, f, false, out);
     out.push_back(mem("moe_unpermute", tokens * c.H * c.e + c.Tsp * c.H * c.e));
-    if (Fs > 0) {
-      out.push_back(core_gemm("shared_fc1_gemm", c.T, Fs1, c.H, c, true));
-      out.push_back(mem("shared_swiglu_fwd", c.T * (Fs1 + Fs) * c.e));
-      out.push_back(core_gemm("shared_fc2_gemm", c.T, c.H, Fs, c, true));
-    }
+    if (Fs > 0) shared_expert_forward(c, Fs, false, out);
     if (!rerun) core_residual_fwd(c, out);
     return;
   }
@@ -750,6 +757,8 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
   // arrives (TransformerLayer's CheckpointWithoutOutput registers it on the MLP output).
   if (f.recompute_layernorm) core_norm_fwd("pre_mlp_norm_recompute", c, out);
   if (Fs > 0) {
+    // --recompute-modules shared_experts: its checkpointed forward first.
+    if (f.recompute_shared) shared_expert_forward(c, Fs, true, out);
     core_linear_bwd("shared_fc2_grad_cast", "shared_fc2_grad_amax", "shared_fc2_dgrad",
                     "shared_fc2_wgrad", c.T, c.H, Fs, c, out);
     out.push_back(mem("shared_swiglu_bwd", c.T * (Fs + 2 * Fs1) * c.e));

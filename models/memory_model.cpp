@@ -161,6 +161,7 @@ ModelFeatures model_features(const Scenario& sc) {
   f.microbatches = p.fp8 == Fp8Format::None ? 1 : p.num_microbatches;
   f.recompute_layernorm = (p.recompute_modules & kRecomputeLayernorm) != 0;
   f.recompute_moe_act = (p.recompute_modules & kRecomputeMoeAct) != 0;
+  f.recompute_shared = (p.recompute_modules & kRecomputeSharedExperts) != 0;
   if (p.grad_reduce_in_fp32) f.main_grad_bytes = static_cast<std::uint8_t>(grad_element_bytes(sc));
   return f;
 }
@@ -422,7 +423,10 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc, bool moe_la
     out.mlp = e * tk.Tsp * h + stats + (ln ? 0 : e * tk.Tsp * h) + 4 * tk.Tsp * m.num_experts +
               q * Tk * h + e * Tk * (m.swiglu ? 2 * Fe : Fe) + 4 * Tk + (act ? 0 : q * Tk * Fe) +
               mask;
-    if (Fs > 0) out.mlp += e * tk.T * (m.swiglu ? 2 * Fs : Fs) + q * tk.T * Fs;
+    // --recompute-modules shared_experts: a checkpoint on the MoE layer's input (kept for the
+    // router already) instead of the shared expert's activations.
+    if (Fs > 0 && !(p.recompute_modules & kRecomputeSharedExperts))
+      out.mlp += e * tk.T * (m.swiglu ? 2 * Fs : Fs) + q * tk.T * Fs;
   }
   // --recompute-modules mlp (a dense layer) / moe (an MoE layer): Megatron-Core checkpoints the
   // MLP module on its input (tensor_parallel.checkpoint / te_checkpoint) and keeps that input,

@@ -99,6 +99,9 @@ struct ModelFeatures {
   /// backward instead of being kept.
   bool recompute_layernorm = false;
   bool recompute_moe_act = false;
+  /// --recompute-modules shared_experts: the shared expert's forward (Megatron-Core MoELayer
+  /// shared_experts_compute under tensor_parallel.checkpoint) re-runs before its backward.
+  bool recompute_shared = false;
   /// The backward's re-run of a checkpointed MLP module (--recompute-modules mlp / moe): the
   /// module's forward only, without what runs outside Megatron-Core's checkpoint (the MoE
   /// layer's separate pre-MLP norm; the bias-dropout-add after either).

@@ -1183,13 +1183,9 @@ void read_recompute_modules(const Reader& r, ParallelConfig& p) {
     const std::string name = m.IsScalar() ? m.Scalar() : "";
     if (const auto bit = recompute_module_bit(name)) {
       p.recompute_modules |= *bit;
-    } else if (name == "shared_experts") {
-      r.fail(f, m, "module '" + name + "' is a Megatron-Core recompute module that trainsim "
-                   "does not model yet (modelled: core_attn, layernorm, moe_act, mlp, moe, "
-                   "mla_up_proj)");
     } else {
-      r.fail(f, m, "expected one of core_attn, layernorm, moe_act, mlp, moe, mla_up_proj "
-                   "(Megatron-Core --recompute-modules names)");
+      r.fail(f, m, "expected one of core_attn, layernorm, moe_act, mlp, moe, mla_up_proj, "
+                   "shared_experts (Megatron-Core --recompute-modules names)");
     }
   }
 }
@@ -1757,7 +1753,7 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {p.tp_comm_overlap, "parallel.tp_comm_overlap (true)"},
       {p.uses_fsdp(), "FSDP (parallel.use_megatron_fsdp / use_torch_fsdp2)"},
       {p.recompute_modules != 0 && p.recompute_modules != kRecomputeCoreAttn,
-       "parallel.recompute_modules (layernorm / moe_act / mlp / moe / mla_up_proj)"},
+       "parallel.recompute_modules (layernorm / moe_act / mlp / moe / mla_up_proj / shared_experts)"},
       {p.grad_reduce_in_fp32.has_value(),
        kv_bool("parallel.grad_reduce_in_fp32", p.grad_reduce_in_fp32.value_or(false))},
       {p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers ||
@@ -1813,6 +1809,10 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
   if ((p.recompute_modules & kRecomputeMoe) && !m.is_moe())
     fail("parallel.recompute_modules: 'moe' recomputes MoE layers and the model has none "
          "(model.num_experts is 0)");
+  if ((p.recompute_modules & kRecomputeSharedExperts) &&
+      (!m.is_moe() || m.moe_shared_expert_intermediate_size == 0))
+    fail("parallel.recompute_modules: 'shared_experts' recomputes MoE layers' shared experts and "
+         "the model has none (model.moe_shared_expert_intermediate_size is 0)");
   if ((p.recompute_modules & kRecomputeMlaUpProj) && !m.multi_latent_attention)
     fail("parallel.recompute_modules: 'mla_up_proj' recomputes multi-head latent attention's "
          "up projections and the model has none (model.multi_latent_attention is false)");
@@ -1952,7 +1952,8 @@ namespace {
 const std::pair<const char*, std::uint8_t> kRecomputeModuleNames[] = {
     {"core_attn", kRecomputeCoreAttn}, {"layernorm", kRecomputeLayernorm},
     {"moe_act", kRecomputeMoeAct},     {"mlp", kRecomputeMlp},
-    {"moe", kRecomputeMoe},            {"mla_up_proj", kRecomputeMlaUpProj}};
+    {"moe", kRecomputeMoe},            {"mla_up_proj", kRecomputeMlaUpProj},
+    {"shared_experts", kRecomputeSharedExperts}};
 std::string join_modules(std::uint8_t bits, const char* sep) {
   std::string out;
   for (const auto& [name, bit] : kRecomputeModuleNames)

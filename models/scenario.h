@@ -27,6 +27,7 @@ constexpr std::uint8_t kRecomputeMoeAct = 4;     ///< moe_act: the experts' acti
 constexpr std::uint8_t kRecomputeMlp = 8;        ///< mlp: a dense layer's whole MLP module
 constexpr std::uint8_t kRecomputeMoe = 16;       ///< moe: an MoE layer's whole MoELayer
 constexpr std::uint8_t kRecomputeMlaUpProj = 32; ///< mla_up_proj: MLA's up projections and RoPE
+constexpr std::uint8_t kRecomputeSharedExperts = 64;  ///< shared_experts: the shared expert MLP
 /// GPipe (all forwards, then all backwards), Megatron's 1F1B (PipeDream-Flush) and the
 /// interleaved 1F1B of Narayanan et al. SC'21 (chosen when virtual stages are set).
 enum class PipelineSchedule : std::uint8_t { GPipe, OneFOneB, Interleaved };

@@ -32,6 +32,8 @@ ModelDims::ModelDims(const Scenario& sc) {
                     sc.model.moe_shared_expert_intermediate_size == 0;
   tp_overlap = sc.runtime == Runtime::MegatronCore && p.uses_tp_comm_overlap();
   const ModelConfig& m = sc.model;
+  shared_rerun = moe && m.moe_shared_expert_intermediate_size > 0 &&
+                 (p.recompute_modules & kRecomputeSharedExperts) != 0;
   mla = m.multi_latent_attention;
   mla_up_rerun = mla && (p.recompute_modules & kRecomputeMlaUpProj) != 0;
   if (mla) {

@@ -69,6 +69,8 @@ struct ModelDims {
   /// Multi-head latent attention: this rank's s / cp tokens' q input of the up projection
   /// (the q latent, or the hidden state without q_lora_rank), kv latent and RoPE key, one
   /// element each (multiply by the element bytes).
+  /// --recompute-modules shared_experts (MoE layers with a shared expert).
+  bool shared_rerun = false;
   bool mla = false;
   bool mla_up_rerun = false;  ///< --recompute-modules mla_up_proj
   std::int64_t mla_q_elements = 0, mla_kv_elements = 0, mla_rope_elements = 0;

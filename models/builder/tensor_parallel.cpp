@@ -126,6 +126,13 @@ void TensorParallelPass::before_block(RankContext& ctx, Phase phase, Part part, 
                                       std::uint16_t layer) const {
   if (dims_.mla && part == Part::Attn && layer != kNoIndex)
     return mla_collectives(ctx, true, phase, mb, layer);
+  // --recompute-modules shared_experts: the shared expert's checkpointed forward re-runs first
+  // in the backward, with its gather and its fc2's reduce-scatter (all-reduce without SP).
+  if (dims_.shared_rerun && dims_.t > 1 && phase == Phase::Backward && part == Part::Mlp &&
+      layer != kNoIndex && dims_.moe_layer(layer)) {
+    if (dims_.sp) tp_collective(ctx, all_gather_, phase, part, mb, layer);
+    tp_collective(ctx, dims_.sp ? reduce_scatter_ : all_reduce_, phase, part, mb, layer);
+  }
   if (!dims_.sp || local_moe_block(part, layer)) return;
   const bool dense = dense_block(part, layer);
   // Current scaling: the cast before the gather reduces its amax first (also when the gather

@@ -8,6 +8,7 @@
 // dense MLP, the dispatch and combine of an MoE layer), and the bad inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -186,15 +187,60 @@ TEST(MlpRecomputeModules, ModulesWithoutALayerOfTheirKindAreRefused) {
                 std::string::npos) << e.what();
     }
   }
-  // Still not modelled: named, with the modelled list.
+  // shared_experts on an MoE model without a shared expert.
   try {
     scenario(kMoe, std::string(kBatch) + ", recompute_granularity: selective, "
                                          "recompute_modules: [shared_experts]");
     ADD_FAILURE() << "shared_experts accepted";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("'parallel.recompute_modules' = 'shared_experts'"),
+    EXPECT_NE(std::string(e.what()).find("'shared_experts' recomputes MoE layers' shared experts "
+                                         "and the model has none"),
               std::string::npos) << e.what();
   }
+}
+
+// --recompute-modules shared_experts (Megatron-Core MoELayer.shared_experts_compute under
+// tensor_parallel.checkpoint): the shared expert's fc1 output (2 Fs with SwiGLU) and fc2 input
+// are not kept; its forward (fc1, SwiGLU, fc2) re-runs before its backward, and at TP 2 with
+// sequence parallelism the re-run gathers its input and reduce-scatters fc2's output again.
+TEST(MlpRecomputeModules, SharedExpertsReRunTheSharedExpertBeforeItsBackward) {
+  const std::string model = kMoe + ", moe_shared_expert_intermediate_size: 512";
+  const std::string par = std::string(kBatch) + ", tensor_model_parallel_size: 2, "
+                          "sequence_parallel: true, expert_model_parallel_size: 2, "
+                          "expert_tensor_parallel_size: 1";
+  const Scenario keep = scenario(model, par);
+  const Scenario rec = scenario(model, par + ", recompute_granularity: selective, "
+                                             "recompute_modules: [shared_experts]");
+  const std::int64_t T = 512, Fs = 512 / 2, e = 2;  // the shared expert split by TP 2
+  EXPECT_EQ(layer_activation_bytes(keep, true).mlp - layer_activation_bytes(rec, true).mlp,
+            e * T * 2 * Fs + e * T * Fs);
+  EXPECT_EQ(layer_activation_bytes(keep, false).mlp, layer_activation_bytes(rec, false).mlp);
+  const ScheduleGraph g = unfolded(rec);
+  const RankId r = g.simulated_ranks().front();
+  std::vector<std::string> bwd;
+  std::map<OpKind, int> tp_bwd, tp_bwd_keep;
+  auto count_tp = [&](const ScheduleGraph& graph, std::map<OpKind, int>& out) {
+    for (TaskId id = 0; id < graph.num_tasks(); ++id) {
+      const Task& t = graph.task(id);
+      if (t.rank == r && t.layer == 2 && t.microbatch == 0 && t.phase == Phase::Backward &&
+          t.part == Part::Mlp && graph.op(id).group == GroupKind::Tensor)
+        ++out[graph.op(id).kind];
+    }
+  };
+  for (TaskId id = 0; id < g.num_tasks(); ++id) {
+    const Task& t = g.task(id);
+    if (t.rank == r && t.layer == 2 && t.microbatch == 0 && t.kind == TaskKind::Compute &&
+        t.phase == Phase::Backward && t.part == Part::Mlp)
+      bwd = kernel_names(g.op(id));
+  }
+  auto at = [&](const char* n) { return std::find(bwd.begin(), bwd.end(), n) - bwd.begin(); };
+  ASSERT_LT(at("shared_fc1_gemm_recompute"), std::ptrdiff_t(bwd.size()));
+  EXPECT_LT(at("shared_fc1_gemm_recompute"), at("shared_swiglu_recompute"));
+  EXPECT_LT(at("shared_fc2_gemm_recompute"), at("shared_fc2_dgrad"));
+  count_tp(g, tp_bwd);
+  count_tp(unfolded(keep), tp_bwd_keep);
+  EXPECT_EQ(tp_bwd[OpKind::AllGather], tp_bwd_keep[OpKind::AllGather] + 1);
+  EXPECT_EQ(tp_bwd[OpKind::ReduceScatter], tp_bwd_keep[OpKind::ReduceScatter] + 1);
 }
 
 // A recomputed forward runs the same Transformer Engine modules as the forward: under FP8 with

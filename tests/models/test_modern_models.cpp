@@ -914,8 +914,7 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
        "'attention': expected one of core_attn, layernorm, moe_act"},
       {base, "recompute_granularity: selective, recompute_modules: [core_attn, shared_experts], "
        "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
-       "module 'shared_experts' is a Megatron-Core recompute module that trainsim does not model "
-       "yet"},
+       "'shared_experts' recomputes MoE layers' shared experts and the model has none"},
       {base, "recompute_granularity: selective, recompute_modules: moe_act, "
        "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
        "expected a list of module names"},
@@ -958,7 +957,7 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
        "model.swiglu (true) needs `runtime: megatron-core`"},
       {"model: {" + base + "}\nparallel: {micro_batch_size: 1, global_batch_size: 8, "
        "recompute_granularity: selective, recompute_modules: [core_attn, layernorm]}\n",
-       "parallel.recompute_modules (layernorm / moe_act / mlp / moe / mla_up_proj) needs `runtime: megatron-core`"},
+       "parallel.recompute_modules (layernorm / moe_act / mlp / moe / mla_up_proj / shared_experts) needs `runtime: megatron-core`"},
       {"model: {" + base + "}\nparallel: {tensor_model_parallel_size: 2, sequence_parallel: "
        "true, tp_comm_overlap: true, micro_batch_size: 1, global_batch_size: 8}\n",
        "parallel.tp_comm_overlap (true) needs `runtime: megatron-core`"}};
