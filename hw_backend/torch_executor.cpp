@@ -33,6 +33,26 @@ std::string torch_version() { return TORCH_VERSION; }
 
 namespace {
 
+/// The Megatron-Core features of an op (models/ops.h ModelFeatures) that the replay's 2021 GPT
+/// layer (hw_backend/transformer_layer.h) does not run, comma-separated; "" when none.
+std::string core_feature_list(const ModelFeatures& f) {
+  if (!f.core) return "";
+  std::vector<std::string> v;
+  if (f.mla) v.push_back("multi-head latent attention");
+  if (f.kv_heads > 0 && !f.mla) v.push_back("query groups");
+  if (f.swiglu) v.push_back("SwiGLU");
+  if (f.rmsnorm) v.push_back("RMSNorm");
+  if (f.rope) v.push_back("RoPE");
+  if (f.qk_norm && !f.mla) v.push_back("q/k norms");
+  if (f.attention != 0) v.push_back("fused attention");
+  if (f.window > 0) v.push_back("sliding windows");
+  if (f.fp8 != 0) v.push_back("FP8");
+  std::string out;
+  for (const std::string& x : v) out += (out.empty() ? "" : ", ") + x;
+  return out.empty() ? "Transformer Engine kernels" : out;
+}
+
+
 torch::Dtype model_dtype(bool cuda, Precision precision, const ReplayOptions& o) {
   if (cuda) return precision == Precision::BF16 ? torch::kBFloat16 : torch::kHalf;
   if (o.cpu_dtype == "fp32") return torch::kFloat32;
@@ -129,6 +149,7 @@ class Executor {
         if (op.kind == OpKind::EmbedFwd) has_embed_ = true;
         if (op.kind == OpKind::LogitsLossFwd) has_logits_ = true;
         if (t.part == Part::Attn || t.part == Part::Mlp) layers_.insert(t.layer);
+        if (op.features.experts_local > 0) has_experts_ = true;
       }
       if (t.kind == TaskKind::CopyH2D || t.kind == TaskKind::CopyD2H)
         copy_bytes_ = std::max(copy_bytes_, op.bytes);
@@ -142,6 +163,8 @@ class Executor {
     d_.vocab = shape_op->vocab, d_.tp = shape_op->tp;
     sequence_parallel_ = shape_op->sequence_parallel;
     selective_ = model_.recompute_selective;
+    core_features_ = core_feature_list(shape_op->features);
+    if (has_experts_) core_features_ += (core_features_.empty() ? "" : ", ") + std::string("experts");
 
     // Parameter shapes in flat-buffer order: embedding, layers, final LayerNorm, output copy.
     std::vector<std::vector<std::int64_t>> shapes;
@@ -545,6 +568,12 @@ class Executor {
     else
       notes_.push_back(std::string("precision: ") + dtype_name(dtype_) + " model, fp32 master "
                        "weights and Adam moments, no loss scaling (grad_unscale 1)");
+    if (!core_features_.empty())
+      notes_.push_back("layers: each ran as the Megatron-LM 2021 GPT layer (LayerNorm, " +
+                       std::to_string(d_.heads) + " heads x " + std::to_string(d_.head_dim) +
+                       " of full attention, GeLU MLP of " + std::to_string(d_.ffn) +
+                       "); the scenario's Megatron-Core features (" + core_features_ +
+                       ") are simulated, not replayed");
     if (d_.tp > 1)
       notes_.push_back("vocab-parallel cross entropy: softmax over this rank's vocabulary shard "
                        "only (the cross-rank max/sum all-reduces are replayed as copies)");
@@ -609,6 +638,10 @@ class Executor {
   LayerDims d_;
   RankCoords coords_{0, 0, 0};
   bool has_embed_ = false, has_logits_ = false, sequence_parallel_ = false, selective_ = false;
+  /// The Megatron-Core model features of the scenario that the replayed layer does not have
+  /// (setup_notes names them); empty for the 2021 GPT.
+  std::string core_features_;
+  bool has_experts_ = false;  ///< an MoE layer among the rank's (replayed as a dense MLP)
   std::set<std::uint16_t> layers_;
 
   std::int64_t total_params_ = 0;
