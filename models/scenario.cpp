@@ -662,7 +662,12 @@ void check_derived_sizes(const Scenario& s, const Fail& fail) {
   // models/memory_model.cpp (34 sbh + 5 a s^2 b at 2 bytes; here 4-byte values and masks:
   // 60 sbh + 12 a s^2 b) plus the fp32 logits (4 s b V), times every layer and microbatch.
   const Wide sbh = sq * b * h;
-  const Wide act_layer = 60 * sbh + 12 * a * sq * sq * b + 4 * sq * b * V;
+  Wide act_layer = 60 * sbh + 12 * a * sq * sq * b + 4 * sq * b * V;
+  // MLA's per-head tensors (q, k of qk_head_dim + qk_pos_emb_head_dim, v and the output of
+  // v_head_dim, their copies) and its latents, 4-byte values.
+  if (m.multi_latent_attention)
+    act_layer += 4 * sq * b * (3 * a * (kvc + Wide(m.v_head_dim)) + 3 * (Wide(m.q_lora_rank) +
+                                                                    Wide(m.kv_lora_rank)));
   const Wide act_all = act_layer * L * p.num_microbatches;
   if (act_all > kMaxScenarioActivationBytes)
     fail("activations of " + show_wide(act_all) + " bytes (one layer of one microbatch: " +
