@@ -49,6 +49,7 @@ const std::vector<std::string>& leaf_paths() {
       "model.window_attn_skip_freq", "model.attention_backend", "model.use_flash_attn",
       "model.multi_latent_attention", "model.q_lora_rank", "model.kv_lora_rank",
       "model.qk_head_dim", "model.qk_pos_emb_head_dim", "model.v_head_dim", "model.qk_layernorm",
+      "model.mtp_num_layers", "model.moe_shared_expert_overlap", "model.mla_down_proj_fusion",
       "model.num_experts", "model.moe_router_topk", "model.moe_ffn_hidden_size",
       "model.moe_shared_expert_intermediate_size", "model.moe_layer_freq",
       "model.moe_token_dispatcher_type", "model.moe_grouped_gemm",
@@ -1105,6 +1106,25 @@ void read_model_mla(const Reader& r, ModelConfig& m) {
            "mutually exclusive with multi latent attention\" (arguments.py)");
 }
 
+/// Megatron-Core arguments trainsim recognises but does not model: their no-op values (0,
+/// false) are accepted, anything else is refused with what is missing.
+void read_unmodelled(const Reader& r) {
+  if (const auto mtp = r.get_int("model.mtp_num_layers", 0, false); mtp && *mtp > 0)
+    r.fail("model.mtp_num_layers", r.at("model.mtp_num_layers"),
+           "multi-token prediction is not modelled yet (its layers on the last pipeline stage, "
+           "their embedding copy and output heads); use 0 or leave it out to simulate the model "
+           "without it");
+  const std::pair<const char*, const char*> flags[] = {
+      {"model.moe_shared_expert_overlap",
+       "the shared expert on a second stream beside the token dispatch is not modelled yet (it "
+       "runs after the combine); use false or leave it out"},
+      {"model.mla_down_proj_fusion",
+       "the fused q/kv down projection of multi-head latent attention is not modelled yet; use "
+       "false or leave it out"}};
+  for (const auto& [key, why] : flags)
+    if (r.get_bool(key).value_or(false)) r.fail(key, r.at(key), why);
+}
+
 void read_model(const Reader& r, Scenario& s) {
   // ---- model (Megatron-LM arguments)
   ModelConfig& m = s.model;
@@ -1121,6 +1141,7 @@ void read_model(const Reader& r, Scenario& s) {
   read_model_shape(r, m);
   read_model_mla(r, m);
   read_model_moe(r, m);
+  read_unmodelled(r);
 }
 
 /// Megatron-Core parallelism: context and expert parallelism, uneven pipeline splits, the

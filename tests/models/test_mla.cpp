@@ -346,6 +346,14 @@ TEST(Mla, GroupQueryAttentionFalseIsAcceptedBesideIt) {
   EXPECT_TRUE(core(std::string(kSmallMla) + ", group_query_attention: false",
                    "micro_batch_size: 1, global_batch_size: 8")
                   .model.multi_latent_attention);
+  // The no-op values of arguments trainsim does not model (MTP, the fused down projection,
+  // the shared expert's overlap) are accepted and change nothing.
+  const Scenario plain = core(kSmallMla, "micro_batch_size: 1, global_batch_size: 8");
+  const Scenario noop = core(std::string(kSmallMla) + ", mtp_num_layers: 0, "
+                             "mla_down_proj_fusion: false, moe_shared_expert_overlap: false",
+                             "micro_batch_size: 1, global_batch_size: 8");
+  EXPECT_EQ(total_params(noop.model), total_params(plain.model));
+  EXPECT_DOUBLE_EQ(model_flops_per_iteration(noop), model_flops_per_iteration(plain));
 }
 
 TEST(Mla, BadInputsNameFileFieldAndValue) {
@@ -383,6 +391,12 @@ TEST(Mla, BadInputsNameFileFieldAndValue) {
        "tensor_model_parallel_size: 2, sequence_parallel: true, tp_comm_overlap: true, " + par,
        "parallel.tp_comm_overlap with model.multi_latent_attention is not modelled"},
       {"megatron-2021", mla, par, "model.multi_latent_attention (true) needs `runtime: megatron-core`"},
+      {"megatron-core", mla + ", mtp_num_layers: 1", par,
+       "field 'model.mtp_num_layers' = '1': multi-token prediction is not modelled yet"},
+      {"megatron-core", mla + ", mla_down_proj_fusion: true", par,
+       "field 'model.mla_down_proj_fusion' = 'true': the fused q/kv down projection"},
+      {"megatron-core", std_attn + ", moe_shared_expert_overlap: true", par,
+       "field 'model.moe_shared_expert_overlap' = 'true': the shared expert on a second stream"},
       {"megatron-core", mla, "tensor_model_parallel_size: 32, " + par,
        "model.num_attention_heads (16) is not divisible by"}};
   for (const Case& c : cases) {
