@@ -430,8 +430,8 @@ std::string deepseek_v3_config(int nextn) {
 
 TEST(Mla, HuggingFaceDeepSeekV3ImportsTheSameModelAsWrittenByHand) {
   ScratchDir dir("hf_dsv3");
-  const std::string cfg = dir.write("config.json", deepseek_v3_config(0));
-  const Scenario sc = load_scenario(dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 4096)));
+  const Scenario sc =
+      load_scenario(test_support::write_hf_scenario(dir, deepseek_v3_config(0), 4096));
   const Scenario by_hand = core(kDeepSeekV3, "micro_batch_size: 1, global_batch_size: 8");
   EXPECT_EQ(total_params(sc.model), total_params(by_hand.model));
   EXPECT_TRUE(sc.model.multi_latent_attention);
@@ -457,8 +457,8 @@ TEST(Mla, HuggingFaceDeepSeekV3ImportsTheSameModelAsWrittenByHand) {
 // 102400, untied): 15.7 B parameters as published.
 TEST(Mla, HuggingFaceDeepSeekV2LiteHas15_7BillionParameters) {
   ScratchDir dir("hf_dsv2");
-  const std::string cfg = dir.write(
-      "config.json",
+  const Scenario sc = load_scenario(test_support::write_hf_scenario(
+      dir,
       "{\"architectures\": [\"DeepseekV2ForCausalLM\"], \"num_hidden_layers\": 27, "
       "\"hidden_size\": 2048, \"num_attention_heads\": 16, \"num_key_value_heads\": 16, "
       "\"q_lora_rank\": null, \"kv_lora_rank\": 512, \"qk_nope_head_dim\": 128, "
@@ -466,8 +466,8 @@ TEST(Mla, HuggingFaceDeepSeekV2LiteHas15_7BillionParameters) {
       "\"moe_intermediate_size\": 1408, \"n_routed_experts\": 64, \"n_shared_experts\": 2, "
       "\"num_experts_per_tok\": 6, \"first_k_dense_replace\": 1, \"hidden_act\": \"silu\", "
       "\"rms_norm_eps\": 1e-06, \"rope_theta\": 10000, \"tie_word_embeddings\": false, "
-      "\"vocab_size\": 102400}");
-  const Scenario sc = load_scenario(dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 4096)));
+      "\"vocab_size\": 102400}",
+      4096));
   EXPECT_EQ(sc.model.q_lora_rank, 0);
   // Attention: q_proj 2048 x 16 x 192, kv_down 2048 x 576, kv norm 512, kv_up 512 x 16 x 256,
   // projection 16 x 128 x 2048.

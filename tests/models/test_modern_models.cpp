@@ -1006,14 +1006,14 @@ TEST(ModernModels, HuggingFaceConfigImportFillsTheModelSection) {
 // parameters, the count Hugging Face reports for the checkpoint.
 TEST(ModernModels, HuggingFaceMistralImportsItsSlidingWindowOnEveryLayer) {
   ScratchDir dir("hf_mistral");
-  const std::string cfg = dir.write(
-      "config.json",
+  const std::string path = test_support::write_hf_scenario(
+      dir,
       "{\"architectures\": [\"MistralForCausalLM\"], \"num_hidden_layers\": 32, "
       "\"hidden_size\": 4096, \"num_attention_heads\": 32, \"num_key_value_heads\": 8, "
       "\"intermediate_size\": 14336, \"hidden_act\": \"silu\", \"rms_norm_eps\": 1e-05, "
       "\"rope_theta\": 10000.0, \"sliding_window\": 4096, \"tie_word_embeddings\": false, "
-      "\"vocab_size\": 32000}");
-  const std::string path = dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 8192));
+      "\"vocab_size\": 32000}",
+      8192);
   const Scenario sc = load_scenario(path);
   EXPECT_EQ(total_params(sc.model), 7241732096LL);
   EXPECT_EQ(sc.model.window_size, 4096);
@@ -1027,14 +1027,14 @@ TEST(ModernModels, HuggingFaceMistralImportsItsSlidingWindowOnEveryLayer) {
 // --add-qkv-bias: the QKV bias alone.
 TEST(ModernModels, HuggingFaceQwen2ImportsItsQkvBias) {
   ScratchDir dir("hf_qwen2");
-  const std::string cfg = dir.write(
-      "config.json",
+  const std::string path = test_support::write_hf_scenario(
+      dir,
       "{\"architectures\": [\"Qwen2ForCausalLM\"], \"num_hidden_layers\": 28, "
       "\"hidden_size\": 3584, \"num_attention_heads\": 28, \"num_key_value_heads\": 4, "
       "\"intermediate_size\": 18944, \"hidden_act\": \"silu\", \"rms_norm_eps\": 1e-06, "
       "\"rope_theta\": 1000000.0, \"sliding_window\": 131072, \"use_sliding_window\": false, "
-      "\"tie_word_embeddings\": false, \"vocab_size\": 152064}");
-  const std::string path = dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 4096));
+      "\"tie_word_embeddings\": false, \"vocab_size\": 152064}",
+      4096);
   const Scenario sc = load_scenario(path);
   EXPECT_TRUE(sc.model.add_qkv_bias);
   EXPECT_FALSE(sc.model.add_bias_linear);
@@ -1054,14 +1054,14 @@ TEST(ModernModels, HuggingFaceQwen2ImportsItsQkvBias) {
 // and key between the QKV split and RoPE.
 TEST(ModernModels, HuggingFaceQwen3ImportsItsPerHeadQkNorms) {
   ScratchDir dir("hf_qwen3");
-  const std::string cfg = dir.write(
-      "config.json",
+  const std::string path = test_support::write_hf_scenario(
+      dir,
       "{\"architectures\": [\"Qwen3ForCausalLM\"], \"num_hidden_layers\": 36, "
       "\"hidden_size\": 4096, \"num_attention_heads\": 32, \"num_key_value_heads\": 8, "
       "\"head_dim\": 128, \"intermediate_size\": 12288, \"hidden_act\": \"silu\", "
       "\"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000, \"tie_word_embeddings\": false, "
-      "\"attention_bias\": false, \"vocab_size\": 151936}");
-  const std::string path = dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 4096));
+      "\"attention_bias\": false, \"vocab_size\": 151936}",
+      4096);
   const Scenario sc = load_scenario(path);
   EXPECT_TRUE(sc.model.qk_layernorm);
   EXPECT_EQ(total_params(sc.model), 8190735360LL);

@@ -234,15 +234,15 @@ TEST(MoeLayerPattern, HuggingFaceQwen3MoeSparseStepAndMlpOnlyLayers) {
   ScratchDir dir("hf_pattern");
   // transformers Qwen3MoeDecoderLayer: MoE when i is not in mlp_only_layers and
   // (i + 1) % decoder_sparse_step == 0.
-  const std::string cfg = dir.write(
-      "config.json",
+  const std::string path = test_support::write_hf_scenario(
+      dir,
       "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"num_hidden_layers\": 8, "
       "\"hidden_size\": 512, \"num_attention_heads\": 8, \"num_key_value_heads\": 4, "
       "\"head_dim\": 64, \"intermediate_size\": 1536, \"moe_intermediate_size\": 256, "
       "\"num_experts\": 8, \"num_experts_per_tok\": 2, \"decoder_sparse_step\": 2, "
       "\"mlp_only_layers\": [5], \"hidden_act\": \"silu\", \"rms_norm_eps\": 1e-6, "
-      "\"rope_theta\": 1000000, \"tie_word_embeddings\": false, \"vocab_size\": 4096}");
-  const std::string path = dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 512));
+      "\"rope_theta\": 1000000, \"tie_word_embeddings\": false, \"vocab_size\": 4096}",
+      512);
   const Scenario sc = load_scenario(path);
   EXPECT_EQ(layers_of(sc.model), (std::vector<int>{0, 1, 0, 1, 0, 0, 0, 1}));
   // Qwen3's per-head query and key norms (qk_layernorm), 64 weights each per layer.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "models/scenario.h"
+#include "tests/support/paths.h"
 
 namespace trainsim::test_support {
 
@@ -62,6 +63,13 @@ inline std::string hf_scenario_yaml(const std::string& config_path, std::int64_t
          ", seq_length: " + std::to_string(seq_length) +
          "}\nparallel: {micro_batch_size: 1, global_batch_size: 8}\n"
          "cluster: {system: dgx-h100, nodes: 1}\n";
+}
+
+/// Writes the Hugging Face config `config_json` (config.json) and a scenario importing it
+/// (hf_scenario_yaml, s.yaml) into `dir`; returns the scenario's path.
+inline std::string write_hf_scenario(const ScratchDir& dir, const std::string& config_json,
+                                     std::int64_t seq_length) {
+  return dir.write("s.yaml", hf_scenario_yaml(dir.write("config.json", config_json), seq_length));
 }
 
 }  // namespace trainsim::test_support
