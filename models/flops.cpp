@@ -370,15 +370,21 @@ void column_parallel_input_transpose(const char* name, double width, const CoreS
   if (c.fp8 && c.Tsp < c.T) out.push_back(mem(name, c.T * width * 2.0));
 }
 
+/// A TE (RMS/Layer)Norm kernel over `rows` rows of `width`: forward reads x, writes y and saves
+/// the fp32 statistics per row; backward reads dy, x and the statistics and writes dx (the
+/// weight-gradient partials are reduced inside the kernel).
+void norm_pass(const char* name, double rows, double width, bool forward, const CoreShape& c,
+               std::vector<KernelWork>& out) {
+  out.push_back(mem(name, rows * ((forward ? 2 : 3) * width * c.e + c.stats)));
+}
+
 void core_norm_fwd(const char* name, const CoreShape& c, std::vector<KernelWork>& out) {
-  // TE (RMS/Layer)Norm forward: read x, write y, save the fp32 statistics per row.
-  out.push_back(mem(name, c.Tsp * (2 * c.H * c.e + c.stats)));
+  norm_pass(name, c.Tsp, c.H, true, c, out);
 }
 
 void core_norm_bwd(const char* name, const CoreShape& c, std::vector<KernelWork>& out) {
-  // Norm backward: read dy, x and the statistics, write dx (weight-gradient partials are
-  // reduced inside the kernel); then autograd adds the residual branch's gradient.
-  out.push_back(mem(name, c.Tsp * (3 * c.H * c.e + c.stats)));
+  // then autograd adds the residual branch's gradient
+  norm_pass(name, c.Tsp, c.H, false, c, out);
   out.push_back(mem("residual_grad_add", 3 * c.Tsp * c.H * c.e));
 }
 
@@ -478,8 +484,7 @@ MlaShape mla_shape(const CoreShape& c) {
 /// A latent's norm fused into its up projection (qk_layernorm), on the local rows.
 void mla_latent_norm(const char* name, double width, bool forward, const CoreShape& c,
                      std::vector<KernelWork>& out) {
-  if (!c.qk_norm || width <= 0) return;
-  out.push_back(mem(name, c.Tsp * ((forward ? 2 : 3) * width * c.e + c.stats)));
+  if (c.qk_norm && width > 0) norm_pass(name, c.Tsp, width, forward, c, out);
 }
 
 /// The up projections (their latent norms fused in) and RoPE: in the forward, and again before
@@ -565,12 +570,8 @@ void mla_attn_backward(const OpDesc& op, const CoreShape& c, std::vector<KernelW
 /// row statistic; weight-gradient partials reduced inside the kernel.
 void qk_norms(const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
   if (!c.qk_norm) return;
-  const double rw = forward ? 2 : 3;
-  const double q_rows = c.T * c.heads, k_rows = c.T * c.groups;
-  out.push_back(mem(forward ? "q_layernorm_fwd" : "q_layernorm_bwd",
-                    q_rows * (rw * c.hd * c.e + c.stats)));
-  out.push_back(mem(forward ? "k_layernorm_fwd" : "k_layernorm_bwd",
-                    k_rows * (rw * c.hd * c.e + c.stats)));
+  norm_pass(forward ? "q_layernorm_fwd" : "q_layernorm_bwd", c.T * c.heads, c.hd, forward, c, out);
+  norm_pass(forward ? "k_layernorm_fwd" : "k_layernorm_bwd", c.T * c.groups, c.hd, forward, c, out);
 }
 
 void core_attn_forward(const OpDesc& op, const CoreShape& c, std::vector<KernelWork>& out) {

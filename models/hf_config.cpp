@@ -75,6 +75,14 @@ bool import_moe(const json& c, const std::string& path, std::int64_t ffn, Keys& 
   return true;
 }
 
+/// Megatron's moe_layer_freq as a list: 1 for an MoE layer, 0 for a dense one.
+void put_layer_pattern(const std::vector<bool>& is_moe, Keys& out) {
+  std::string pattern = "[";
+  for (std::size_t i = 0; i < is_moe.size(); ++i)
+    pattern += (i ? ", " : "") + std::string(is_moe[i] ? "1" : "0");
+  out.emplace_back("moe_layer_freq", pattern + "]");
+}
+
 /// Qwen3-MoE's dense layers (transformers models/qwen3_moe/modeling_qwen3_moe.py,
 /// Qwen3MoeDecoderLayer): layer i runs the sparse MoE block when i is not in mlp_only_layers
 /// and (i + 1) % decoder_sparse_step == 0, else a dense MLP of intermediate_size. Anything but
@@ -97,9 +105,7 @@ void import_moe_layers(const json& c, const std::string& path, std::int64_t laye
     }
   }
   if (std::all_of(is_moe.begin(), is_moe.end(), [](bool b) { return b; })) return;
-  std::string pattern = "[";
-  for (std::size_t i = 0; i < is_moe.size(); ++i) pattern += (i ? ", " : "") + std::string(is_moe[i] ? "1" : "0");
-  out.emplace_back("moe_layer_freq", pattern + "]");
+  put_layer_pattern(is_moe, out);
 }
 
 /// Sliding windows: on every layer (Mistral style) or alternating with full attention.
@@ -154,9 +160,9 @@ void import_deepseek(const json& c, const std::string& path, std::int64_t layers
     dense = k.get<std::int64_t>();
   }
   if (dense == 0) return;
-  std::string pattern = "[";
-  for (std::int64_t i = 0; i < layers; ++i) pattern += (i ? ", " : "") + std::string(i < dense ? "0" : "1");
-  put("moe_layer_freq", pattern + "]");
+  std::vector<bool> is_moe(std::size_t(layers), true);
+  for (std::int64_t i = 0; i < dense; ++i) is_moe[std::size_t(i)] = false;
+  put_layer_pattern(is_moe, out);
 }
 
 }  // namespace

@@ -56,24 +56,25 @@ MlaWeights mla_weights_per_rank(const ModelConfig& m, std::int64_t tp) {
   return w;
 }
 
-/// The attention block's submodules on one TP rank, in forward order (ZeRO-3 / FSDP units;
-/// their sum is the block's parameters): standard attention input norm, QKV, projection; MLA
-/// input norm, the down projections, the up projections (their latent norms fused in), the
-/// projection.
 /// A linear layer's parameter tensors: the weight, and the bias when it has one.
 std::vector<std::int64_t> linear(std::int64_t weight, std::int64_t bias, bool with_bias) {
   return with_bias ? std::vector<std::int64_t>{weight, bias} : std::vector<std::int64_t>{weight};
 }
-/// A norm's parameter tensors over the hidden size: LayerNorm gamma and beta, RMSNorm gamma.
-std::vector<std::int64_t> norm_tensors(const ModelConfig& m) {
-  const std::int64_t h = m.hidden_size;
-  return m.normalization != Normalization::RMSNorm ? std::vector<std::int64_t>{h, h}
-                                                   : std::vector<std::int64_t>{h};
+/// A norm's parameter tensors over `width` (default: the hidden size; norm_params counts
+/// them): LayerNorm gamma and beta, RMSNorm gamma.
+std::vector<std::int64_t> norm_tensors(const ModelConfig& m, std::int64_t width = 0) {
+  const std::int64_t w = width > 0 ? width : m.hidden_size;
+  return m.normalization != Normalization::RMSNorm ? std::vector<std::int64_t>{w, w}
+                                                   : std::vector<std::int64_t>{w};
 }
 
+/// The attention block's submodules on one TP rank, in forward order (ZeRO-3 / FSDP units;
+/// their sum is the block's parameters): standard attention input norm, QKV, projection; MLA
+/// input norm, the down projections, the up projections (their latent norms fused in), the
+/// projection.
 std::vector<LayerSubmodule> attention_submodules_per_rank(const ModelConfig& m, std::int64_t tp) {
   const std::int64_t h = m.hidden_size;
-  const bool bias = m.add_bias_linear, ln = m.normalization != Normalization::RMSNorm;
+  const bool bias = m.add_bias_linear;
   const std::vector<std::int64_t> norm = norm_tensors(m);
   if (!m.multi_latent_attention) {
     const std::int64_t ad = attn_width(m), q = qkv_width(m);
@@ -81,29 +82,25 @@ std::vector<LayerSubmodule> attention_submodules_per_rank(const ModelConfig& m, 
         {"input_norm", false, norm},
         {"qkv", false, linear(h * q / tp, q / tp, bias || m.add_qkv_bias)}};
     if (m.qk_layernorm) {  // per-head norms over kv_channels (TENorm), replicated over TP
-      const std::vector<std::int64_t> head_norm =
-          ln ? std::vector<std::int64_t>{m.kv_channels, m.kv_channels}
-             : std::vector<std::int64_t>{m.kv_channels};
-      out.push_back({"q_layernorm", false, head_norm});
-      out.push_back({"k_layernorm", false, head_norm});
+      out.push_back({"q_layernorm", false, norm_tensors(m, m.kv_channels)});
+      out.push_back({"k_layernorm", false, norm_tensors(m, m.kv_channels)});
     }
     out.push_back({"proj", false, linear(ad * h / tp, h, bias)});
     return out;
   }
   const MlaWeights w = mla_weights_per_rank(m, tp);
-  auto with_norm = [&](std::int64_t weight, std::int64_t norm_weights) {
+  // An up projection's weight and, with qk_layernorm, its fused latent norm's tensors.
+  auto with_norm = [&](std::int64_t weight, std::int64_t latent) {
     std::vector<std::int64_t> v{weight};
-    if (norm_weights > 0) {
-      v.push_back(ln ? norm_weights / 2 : norm_weights);
-      if (ln) v.push_back(norm_weights / 2);
-    }
+    if (m.qk_layernorm && latent > 0)
+      for (std::int64_t t : norm_tensors(m, latent)) v.push_back(t);
     return v;
   };
   std::vector<LayerSubmodule> out{{"input_norm", false, norm}};
   if (w.q_down > 0) out.push_back({"q_down", false, {w.q_down}});
   out.push_back({"kv_down", false, {w.kv_down}});
-  out.push_back({w.q_down > 0 ? "q_up" : "q_proj", false, with_norm(w.q_up, w.q_norm)});
-  out.push_back({"kv_up", false, with_norm(w.kv_up, w.kv_norm)});
+  out.push_back({w.q_down > 0 ? "q_up" : "q_proj", false, with_norm(w.q_up, m.q_lora_rank)});
+  out.push_back({"kv_up", false, with_norm(w.kv_up, m.kv_lora_rank)});
   out.push_back({"proj", false, linear(w.proj, h, bias)});
   return out;
 }
@@ -294,13 +291,12 @@ std::int64_t tp_reduced_grad_params(const Scenario& sc, std::int64_t stage) {
   for (std::int64_t l : p.stage_layers(stage)) {
     out += attn;
     if (!p.sequence_parallel) continue;
-    // The pre-MLP norm and fc2's bias; an MoE layer's router (its experts are expert-parallel
-    // parameters, reduced elsewhere) and its shared expert's fc2 bias.
-    out += norm_params(m) + (bias ? h : 0);
-    if (m.moe_layer(l)) {
-      out += h * m.num_experts;
-      if (m.moe_shared_expert_intermediate_size == 0 && bias) out -= h;
-    }
+    // The pre-MLP norm; a dense layer's fc2 bias; an MoE layer's router (its experts are
+    // expert-parallel parameters, reduced elsewhere) and its shared expert's fc2 bias.
+    out += norm_params(m);
+    const bool fc2 = !m.moe_layer(l) || m.moe_shared_expert_intermediate_size > 0;
+    if (bias && fc2) out += h;
+    if (m.moe_layer(l)) out += h * m.num_experts;
   }
   if (p.sequence_parallel && stage == p.pipeline_model_parallel_size - 1) out += norm_params(m);
   return out;
