@@ -6,10 +6,10 @@
 #include <utility>
 
 #include "apps/verbs.h"
-#include "models/calibration.h"
-#include "models/hardware.h"
-#include "models/local_device.h"
-#include "models/scenario.h"
+#include "models/hardware/calibration.h"
+#include "models/hardware/hardware.h"
+#include "models/hardware/local_device.h"
+#include "models/input/scenario.h"
 #include "validation/fit.h"
 #include "validation/gpu_info.h"
 #include "validation/microbench.h"

@@ -1,7 +1,7 @@
 // `--set key=value` (apps/verbs.h parse_override): its own file so that the fuzz target of the
 // override parser (fuzz/fuzz_overrides.cpp) links it without the command line's main().
 #include "apps/verbs.h"
-#include "models/scenario.h"
+#include "models/input/scenario.h"
 
 namespace trainsim::cli {
 

@@ -1,4 +1,4 @@
-// trainsim plan: the fastest layout that fits (models/planner.h), with its
+// trainsim plan: the fastest layout that fits (models/plan/planner.h), with its
 // stages run in worker processes (fork: each worker builds graphs or simulates
 // on its own, the parent only collects one JSON line per candidate), progress
 // and an ETA on stderr, Ctrl-C printing the best found so far, shards for job
@@ -29,8 +29,8 @@
 #include "apps/output_file.h"
 #include "apps/plan_result.h"
 #include "apps/verbs.h"
-#include "models/json_input.h"
-#include "models/planner.h"
+#include "models/input/json_input.h"
+#include "models/plan/planner.h"
 #include "models/run.h"
 #ifdef TRAINSIM_HAVE_SIM
 #include "sim/executor.h"
@@ -292,7 +292,7 @@ void write_csv(std::ostream& os, const std::vector<CandidateResult>& ranked) {
 
 /// The scenario file of a simulated candidate (`--out`): the planned scenario with the user's
 /// `--set` overrides and the candidate's written in, `plan:` removed, so that `simulate` of the
-/// file gives what the planner simulated (models/scenario.h scenario_text_with_overrides).
+/// file gives what the planner simulated (models/input/scenario.h scenario_text_with_overrides).
 std::string candidate_yaml(const PlanArgs& args, const CandidateResult& r, int rank) {
   auto overrides = args.overrides;
   overrides.insert(overrides.end(), r.candidate.overrides.begin(), r.candidate.overrides.end());

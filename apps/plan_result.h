@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/planner.h"
+#include "models/plan/planner.h"
 
 namespace trainsim::cli {
 

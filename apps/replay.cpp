@@ -18,7 +18,7 @@
 #include "hw_backend/replay.h"
 #include "kernels/rendezvous.h"
 #include "models/run.h"
-#include "models/zero_offload.h"
+#include "models/memory/zero_offload.h"
 
 namespace trainsim::cli {
 

@@ -15,8 +15,8 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/verbs.h"
-#include "models/hf_config.h"
-#include "models/scenario.h"
+#include "models/input/hf_config.h"
+#include "models/input/scenario.h"
 
 namespace trainsim::cli {
 

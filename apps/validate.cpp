@@ -11,7 +11,7 @@
 #include "apps/validate_replay.h"
 #include "apps/verbs.h"
 #include "models/run.h"
-#include "models/memory_timeline.h"
+#include "models/outputs/memory_timeline.h"
 #include "sim/executor.h"
 #include "validation/compare.h"
 #include "validation/measured_trace.h"

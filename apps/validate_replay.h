@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "models/execution_record.h"
+#include "models/graph/execution_record.h"
 #include "models/run.h"
 
 namespace trainsim::cli {

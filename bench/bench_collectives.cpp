@@ -1,6 +1,6 @@
 // Simulated NCCL collectives, nccl-tests style: one collective over every GPU of N nodes of a
 // catalog system, simulated by the SimGrid executor (the links, the hierarchical rings, NCCL's
-// algorithm/protocol choice and latency of models/nccl_model.h), reported as nccl-tests
+// algorithm/protocol choice and latency of models/perf/nccl_model.h), reported as nccl-tests
 // reports it (NVIDIA/nccl-tests doc/PERFORMANCE.md): algbw = size / time, busbw = algbw x
 // 2(n-1)/n for all-reduce, x (n-1)/n for all-gather, reduce-scatter and all-to-all; size is
 // the full buffer (the gathered output, the reduce-scatter input).
@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "models/calibration.h"
-#include "models/cost_model.h"
-#include "models/hardware.h"
-#include "models/scenario.h"
-#include "models/schedule_graph.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/cost_model.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
+#include "models/graph/schedule_graph.h"
 #include "sim/executor.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // The simulator's GEMM time for given shapes, as a GEMM microbenchmark reports it: one
 // kernel of C[m x n] = A[m x k] * B[k x n] on one GPU of a catalog system, timed by the cost
-// model (models/cost_model.h: the wave-quantized tile time at the profile's GEMM efficiency
+// model (models/perf/cost_model.h: the wave-quantized tile time at the profile's GEMM efficiency
 // with each wave's epilogue, or the HBM time of its operands, whichever is longer), without the launch overhead (a
 // benchmark loop launches back to back). validation/gemm_shapes.py prints it next to
 // published cuBLASLt figures.
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "models/calibration.h"
-#include "models/cost_model.h"
-#include "models/hardware.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/cost_model.h"
+#include "models/hardware/hardware.h"
 
 int main(int argc, char** argv) {
   using namespace trainsim;
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     const CostModel cost(sys, default_calibration(sys.gpu.name));
     for (const auto& s : shapes) {
       const double m = s[0], n = s[1], k = s[2];
-      // Operand bytes as models/flops.cpp counts a GEMM's (A, B and C once): FP8 operands
+      // Operand bytes as models/perf/flops.cpp counts a GEMM's (A, B and C once): FP8 operands
       // with a 16-bit output under FP8, 16-bit throughout otherwise.
       const double bytes = fp8 ? m * k + k * n + 2 * m * n : 2 * (m * k + k * n + m * n);
       const double t =

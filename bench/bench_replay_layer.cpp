@@ -12,8 +12,8 @@
 
 #include "hw_backend/replay.h"
 #include "hw_backend/transformer_layer.h"
-#include "models/graph_builder.h"
-#include "models/hardware.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
 
 using namespace trainsim;
 

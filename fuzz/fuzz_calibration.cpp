@@ -1,4 +1,4 @@
-// Fuzz target: the calibration loader (models/calibration.h parse_calibration) and the writer
+// Fuzz target: the calibration loader (models/hardware/calibration.h parse_calibration) and the writer
 // of what it accepted (calibration_to_json must read back equal). Any input must give a
 // profile or an InputError.
 #include <cstddef>
@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "models/calibration.h"
-#include "models/scenario.h"
+#include "models/hardware/calibration.h"
+#include "models/input/scenario.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

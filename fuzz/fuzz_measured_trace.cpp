@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/scenario.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
 #include "validation/measured_trace.h"
 
 namespace {

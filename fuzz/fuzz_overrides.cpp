@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "apps/verbs.h"
-#include "models/scenario.h"
+#include "models/input/scenario.h"
 
 namespace {
 const char* const kBase = R"(name: gpt-tiny_tp2_pp2_dp2

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
-#include "models/calibration.h"
-#include "models/hardware.h"
-#include "models/scenario.h"
+#include "models/hardware/calibration.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
 #include "validation/fit.h"
 #include "validation/trace_import.h"
 

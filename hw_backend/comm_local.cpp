@@ -4,7 +4,7 @@
 #include <map>
 
 #include "hw_backend/comm_backend.h"
-#include "models/cost_model.h"
+#include "models/perf/cost_model.h"
 
 namespace trainsim::hw {
 namespace {

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/schedule_graph.h"
+#include "models/graph/schedule_graph.h"
 
 namespace trainsim::hw {
 

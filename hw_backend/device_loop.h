@@ -21,8 +21,8 @@
 
 #include <torch/torch.h>
 
-#include "models/execution_record.h"
-#include "models/schedule_graph.h"
+#include "models/graph/execution_record.h"
+#include "models/graph/schedule_graph.h"
 
 namespace trainsim::hw {
 

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "models/scenario.h"
+#include "models/input/scenario.h"
 
 extern char** environ;
 

@@ -4,7 +4,7 @@
 //
 // What a replay runs, task by task (one rank of the graph, its real shapes from the OpDesc):
 //   Compute       the transformer-layer work the task stands for, through LibTorch, with the
-//                 same kernels models/flops.h lists: LayerNorms, QKV GEMM, baddbmm/bmm core
+//                 same kernels models/perf/flops.h lists: LayerNorms, QKV GEMM, baddbmm/bmm core
 //                 attention with a causal masked softmax and dropout, output projection,
 //                 bias-dropout-add, fc1 + tanh-GeLU + fc2 (hw_backend/transformer_layer.h);
 //                 embedding lookups; final LayerNorm, logits GEMM and cross entropy. Forward
@@ -62,9 +62,9 @@
 #include <string>
 #include <vector>
 
-#include "models/execution_record.h"
-#include "models/scenario.h"
-#include "models/schedule_graph.h"
+#include "models/graph/execution_record.h"
+#include "models/input/scenario.h"
+#include "models/graph/schedule_graph.h"
 
 namespace trainsim::hw {
 

@@ -25,7 +25,7 @@
 #include "hw_backend/transformer_layer.h"
 #include "kernels/cpu_adam.h"
 #include "models/precision.h"
-#include "models/scenario.h"
+#include "models/input/scenario.h"
 
 namespace trainsim::hw {
 
@@ -33,7 +33,7 @@ std::string torch_version() { return TORCH_VERSION; }
 
 namespace {
 
-/// The Megatron-Core features of an op (models/ops.h ModelFeatures) that the replay's 2021 GPT
+/// The Megatron-Core features of an op (models/graph/ops.h ModelFeatures) that the replay's 2021 GPT
 /// layer (hw_backend/transformer_layer.h) does not run, comma-separated; "" when none.
 std::string core_feature_list(const ModelFeatures& f) {
   if (!f.core) return "";

@@ -1,6 +1,6 @@
 // One rank's shard of Megatron-LM's GPT model as LibTorch code: the transformer-layer blocks
 // (attention, MLP), the embedding and the logits + loss, in Megatron's [s, b, h] layout, with
-// the kernels models/flops.h lists for each op (op_kernels):
+// the kernels models/perf/flops.h lists for each op (op_kernels):
 //   AttnFwd  layer_norm -> linear (QKV, bias) -> baddbmm(Q K^T / sqrt(d)) -> causal masked
 //            softmax -> dropout -> bmm(P V) -> permute/contiguous -> linear (proj, no bias)
 //            -> bias-dropout-add with the block input (Megatron's skip_bias_add + fused BDA)
@@ -50,7 +50,7 @@ struct LayerWeights {
 };
 
 /// Name and shape of each parameter of a layer, in LayerWeights::all() order. Their element
-/// count is models/memory_model.h layer_params_per_rank.
+/// count is models/memory/memory_model.h layer_params_per_rank.
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> layer_param_shapes(const LayerDims& d);
 
 /// Binds a LayerWeights to consecutive tensors (views of a flat buffer, in all() order).

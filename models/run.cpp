@@ -8,10 +8,10 @@
 #include <sstream>
 
 #include "models/builder/rank_context.h"
-#include "models/graph_builder.h"
-#include "models/local_device.h"
-#include "models/memory_model.h"
-#include "models/zero_offload.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/local_device.h"
+#include "models/memory/memory_model.h"
+#include "models/memory/zero_offload.h"
 
 namespace trainsim {
 

@@ -21,15 +21,15 @@
 #include <utility>
 #include <vector>
 
-#include "models/calibration.h"
-#include "models/cost_model.h"
-#include "models/execution_record.h"
-#include "models/hardware.h"
-#include "models/memory_timeline.h"
-#include "models/scenario.h"
-#include "models/schedule_graph.h"
-#include "models/summary.h"
-#include "models/trace_writer.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/cost_model.h"
+#include "models/graph/execution_record.h"
+#include "models/hardware/hardware.h"
+#include "models/outputs/memory_timeline.h"
+#include "models/input/scenario.h"
+#include "models/graph/schedule_graph.h"
+#include "models/outputs/summary.h"
+#include "models/outputs/trace_writer.h"
 
 namespace trainsim {
 

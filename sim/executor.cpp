@@ -63,7 +63,7 @@ struct CommPlan {
   std::uint32_t rail_mb_out = kNone, rail_mb_in = kNone;
   bool rail_flow_out = false, rail_flow_in = false;
   /// Collective: the most its ring flow and its rail flow may carry, in wire bytes/s (NCCL's
-  /// bus bandwidth of the chosen algorithm/protocol, models/nccl_model.h, split between the
+  /// bus bandwidth of the chosen algorithm/protocol, models/perf/nccl_model.h, split between the
   /// two in proportion to their bytes); 0: no cap (the links alone set the rate).
   double rate_bytes_per_s = 0, rail_rate_bytes_per_s = 0;
   /// Collective: share of the rank's GPU its NCCL kernel occupies while it runs (its CTAs'
@@ -297,7 +297,7 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
         if (op.kind == OpKind::AllToAll) {
           c.latency_s = cost.collective_latency_s(op.kind, size, intra_node);
         } else {
-          // NCCL's algorithm and protocol for this size and group (models/nccl_model.h): its
+          // NCCL's algorithm and protocol for this size and group (models/perf/nccl_model.h): its
           // latency, and the protocol's wire format on the links (LL and LL128 carry flags
           // with the data). A tree all-reduce moves as many bytes per NIC as the ring (2S
           // per node, up and down the two binary trees), so the ring's flows carry it too.

@@ -33,11 +33,11 @@
 
 #include <cstdint>
 
-#include "models/cost_model.h"
-#include "models/execution_record.h"
-#include "models/hardware.h"
-#include "models/scenario.h"
-#include "models/schedule_graph.h"
+#include "models/perf/cost_model.h"
+#include "models/graph/execution_record.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
+#include "models/graph/schedule_graph.h"
 
 namespace trainsim::sim {
 

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "models/scenario.h"
+#include "models/input/scenario.h"
 
 namespace trainsim::sim {
 namespace {

@@ -28,9 +28,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "models/cost_model.h"
-#include "models/hardware.h"
-#include "models/scenario.h"
+#include "models/perf/cost_model.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
 
 namespace simgrid::s4u {
 class Host;

@@ -18,8 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/execution_record.h"
-#include "models/schedule_graph.h"
+#include "models/graph/execution_record.h"
+#include "models/graph/schedule_graph.h"
 
 namespace trainsim::validation {
 

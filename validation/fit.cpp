@@ -7,10 +7,10 @@
 #include <sstream>
 #include <tuple>
 
-#include "models/cost_model.h"
-#include "models/flops.h"
+#include "models/perf/cost_model.h"
+#include "models/perf/flops.h"
 #include "validation/gpu_info.h"
-#include "models/scenario.h"  // InputError
+#include "models/input/scenario.h"  // InputError
 
 namespace trainsim::validation {
 

@@ -1,5 +1,5 @@
 // Calibration fitting: turns measured per-op or per-task times into cost-model parameters
-// (models/calibration.h), so that the simulator's times move toward what the hardware did.
+// (models/hardware/calibration.h), so that the simulator's times move toward what the hardware did.
 //
 // Two sources:
 //  * operator samples of a PyTorch profiler (Kineto) trace (trace_import.h):
@@ -27,9 +27,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/calibration.h"
-#include "models/hardware.h"
-#include "models/schedule_graph.h"
+#include "models/hardware/calibration.h"
+#include "models/hardware/hardware.h"
+#include "models/graph/schedule_graph.h"
 #include "validation/trace_import.h"
 
 namespace trainsim::validation {
@@ -50,7 +50,7 @@ struct FitReport {
 const std::vector<std::string>& memory_bound_operator_names();
 
 /// Fits `profile` from the operator samples of a Kineto trace (see the file comment) for
-/// `system` (the system the profile is for; for `local`, models/local_device.h). Returns the
+/// `system` (the system the profile is for; for `local`, models/hardware/local_device.h). Returns the
 /// new profile; `report` (if not null) says what was fitted. Throws InputError when the trace
 /// has no usable operator sample.
 CalibrationProfile fit_from_operator_samples(const std::vector<OpSample>& samples,

@@ -2,7 +2,7 @@
 """The cost model's GEMM rate by shape next to published cuBLASLt GEMM microbenchmarks.
 
 build/bench/bench_gemm_model times one GEMM C[m x n] = A[m x k] B[k x n] as the simulator does
-(models/cost_model.cpp: tiles of the profile's 256 x 128 in either orientation, in waves over
+(models/perf/cost_model.cpp: tiles of the profile's 256 x 128 in either orientation, in waves over
 the SMs, each wave's main loop at the profile's gemm_max_efficiency (FP8: gemm_fp8_max_efficiency)
 of the dense peak, then its epilogue storing the wave's output tiles at the HBM rate; or the HBM
 time of the operands if longer; no launch overhead). The published

@@ -14,7 +14,7 @@ NVIDIA H100 80GB HBM3 (2026-11-26, LibTorch 2.11.0 + CUDA 13.0, validation/data/
    fused kernels, so its attention is expected slower than the megatron-2021 model; the MLP's
    GEMMs are the same work in both. Its optimizer step is one fused pass (kernels/fused_adam.cu),
    where the megatron-2021 model counts Megatron's separate passes (grad zero, unscale, norm,
-   Adam, fp16 copy: 50 bytes per parameter, models/flops.cpp), so `adam gpu` differs by design.
+   Adam, fp16 copy: 50 bytes per parameter, models/perf/flops.cpp), so `adam gpu` differs by design.
    Its collectives are device-local copies (one GPU) and are left out of the table.
    A second column simulates with the shipped profile fitted from that H100's own
    microbenchmarks (`trainsim calibrate --from-microbench`, where the build has it).

@@ -1,5 +1,5 @@
 // `trainsim calibrate`: microbenchmarks on the local device that measure what the cost model
-// needs, written as a calibration profile (models/calibration.h) that `simulate --calibration`
+// needs, written as a calibration profile (models/hardware/calibration.h) that `simulate --calibration`
 // and `validate` accept. Implemented in microbench_torch.cpp, the only LibTorch file of
 // validation/ (compiled into trainsim_validation_torch when LibTorch is found); this header
 // has no LibTorch types.
@@ -29,7 +29,7 @@
 
 #include <string>
 
-#include "models/calibration.h"
+#include "models/hardware/calibration.h"
 
 namespace trainsim::validation {
 

@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu_adam.h"
-#include "models/flops.h"
-#include "models/scenario.h"  // InputError
+#include "models/perf/flops.h"
+#include "models/input/scenario.h"  // InputError
 #include "validation/gpu_info.h"
 #include "validation/microbench.h"
 
@@ -243,7 +243,7 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
         {"softmax", 2 * ne, [&] { (void)torch::softmax(a, -1); }},
         {"gelu_tanh", 2 * ne, [&] { (void)torch::gelu(a, "tanh"); }},
         {"layer_norm", 2 * ne, [&] { (void)torch::layer_norm(a, {row}, lw, lb, 1e-5, true); }},
-        // counted as models/flops.cpp counts a dropout: input, output and a 1-byte mask
+        // counted as models/perf/flops.cpp counts a dropout: input, output and a 1-byte mask
         {"dropout", double(n) * (2 * e + 1), [&] { (void)torch::dropout(a, 0.1, /*train=*/true); }},
     };
     for (const Op& op : ops) {
@@ -395,9 +395,9 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
       "max(streaming copy (measurements.stream_copy), CPU Adam bytes/s with all threads)");
   set("host_memory_efficiency", &CalibrationProfile::host_memory_efficiency,
       adam_bytes_per_s / host_bw,
-      "CPU Adam with all threads: params/s x 30 B/param (models/flops.cpp) / host_memory_bw");
+      "CPU Adam with all threads: params/s x 30 B/param (models/perf/flops.cpp) / host_memory_bw");
   set("cpu_flops_per_core_per_s", &CalibrationProfile::cpu_flops_per_core_per_s, adam_1 * adam_flops_per_param(),
-      "CPU Adam on 1 thread: params/s x 15 FLOP/param (models/flops.cpp)");
+      "CPU Adam on 1 thread: params/s x 15 FLOP/param (models/perf/flops.cpp)");
   set("framework_overhead_bytes", &CalibrationProfile::framework_overhead_bytes, 0,
       cuda ? "not measured on CUDA by this build" :
       "0: on the CPU the replay's memory figure counts live tensors only (hw_backend counting "

@@ -2,7 +2,7 @@
 """Simulated NCCL bus bandwidth next to published nccl-tests figures.
 
 Runs build/bench/bench_collectives (one collective over every GPU of N nodes, simulated by the
-SimGrid executor with NCCL's algorithm/protocol choice of models/nccl_model.h) for DGX-A100
+SimGrid executor with NCCL's algorithm/protocol choice of models/perf/nccl_model.h) for DGX-A100
 and DGX-H100, 1-64 nodes, 1 MiB to 4 GiB, and prints bus bandwidth as nccl-tests reports it
 (NVIDIA/nccl-tests doc/PERFORMANCE.md) with the algorithm and protocol NCCL's tuning model
 picks. Then, for every published figure of validation/data/hardware.md, the simulated value at
@@ -27,7 +27,7 @@ Full nccl-tests tables (all_reduce_perf, busbw at each size), compared at 1 MiB 
     256 MiB 213.87, 1 GiB 228.10, 4 GiB 230.48 (Azure/AI-benchmarking-guide
     Azure_Results/ND_A100_v4_results.md, commit 3bb66ca)
 NVLS (NVLink SHARP) tables, simulated with NVLS as NCCL's tuning model chooses and rates it
-(models/nccl_model.h), the profile's measured NVLS round latency and the fill of the NVLS
+(models/perf/nccl_model.h), the profile's measured NVLS round latency and the fill of the NVLS
 loop's pipeline (nvls_all_reduce_fill_s):
   8x H100 80GB, Azure ND H100 v5, NCCL 2.18.5, in-place, NVLS forced: 1 MiB 43.70, 64 MiB
     361.78, 1 GiB 466.35 (yosoyjay/AI-benchmarking-guide Azure_Results/ND_H100_v5_results.md, a
@@ -37,7 +37,7 @@ loop's pipeline (nvls_all_reduce_fill_s):
     (NVLS-Tree on 2 nodes): 1 MiB 27.33, 64 MiB 269.98, 1 GiB 448.90, 4 GiB 466.52
     (NVIDIA/nccl-tests issue #309, first post; a maintainer: "Your numbers look good"),
     simulated with v2.29.7's model. Its 64 MiB point is 4 iterations of NVLS-Tree's loop: the
-    fill and drain of the loop's pipeline (nvls_all_reduce_fill_s in models/nccl_model.h, 72 us
+    fill and drain of the loop's pipeline (nvls_all_reduce_fill_s in models/perf/nccl_model.h, 72 us
     there; +31% without it) is a sizeable part of it.
 The ring figure of nccl-tests #212 is simulated with NVLS off (NCCL_ALGO=Ring).
 

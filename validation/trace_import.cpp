@@ -7,8 +7,8 @@
 #include <map>
 #include <unordered_map>
 
-#include "models/json_input.h"
-#include "models/scenario.h"  // InputError
+#include "models/input/json_input.h"
+#include "models/input/scenario.h"  // InputError
 
 namespace trainsim::validation {
 

@@ -1,6 +1,6 @@
 // Trace import: reads Chrome trace-event JSON as PyTorch's profiler writes it (Kineto,
 // `torch.profiler.profile(...).export_chrome_trace(path)`) and as trainsim writes it
-// (models/trace_writer.h, simulated or measured), maps its events to schedule-graph tasks, and
+// (models/outputs/trace_writer.h, simulated or measured), maps its events to schedule-graph tasks, and
 // extracts the per-op samples that calibration fitting (validation/fit.h) reads.
 //
 // Kineto traces (PyTorch 1.13 / 2.x): a JSON object with "traceEvents"; operators are complete
@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/schedule_graph.h"
+#include "models/graph/schedule_graph.h"
 
 namespace trainsim::validation {
 

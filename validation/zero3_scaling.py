@@ -19,7 +19,7 @@ What sets the time (the mechanism, as the model runs it: models/builder/dp_zero3
     overlaps the current one's GEMM, and no more.
   * Per GPU the bytes of one gather do not shrink with N (each GPU receives (N-1)/N of the
     submodule), and a ring over N GPUs adds latency: NCCL's ring pays every one of its N-1
-    steps (models/nccl_model.h). Compute per micro-step is fixed (micro batch 1), so per
+    steps (models/perf/nccl_model.h). Compute per micro-step is fixed (micro batch 1), so per
     micro-step the exposed communication grows with N while the number of micro-steps per
     GPU falls as 1/N: the iteration time falls less than 1/N and TFLOP/s per GPU decline.
   * The script prints which one dominates at each size: "compute-bound" when exposed data-

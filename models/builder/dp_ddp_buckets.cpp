@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "models/builder/dp_strategy.h"
-#include "models/memory_model.h"
-#include "models/zero_offload.h"
+#include "models/memory/memory_model.h"
+#include "models/memory/zero_offload.h"
 
 namespace trainsim::builder {
 

@@ -24,7 +24,7 @@
 
 #include "models/builder/optimizer_step.h"
 #include "models/builder/rank_context.h"
-#include "models/pipeline_schedule.h"
+#include "models/graph/pipeline_schedule.h"
 
 namespace trainsim::builder {
 
@@ -62,7 +62,7 @@ class DataParallelStrategy {
   virtual const char* name() const = 0;
 
   /// Memory the rank holds before its first task: model states, NCCL buffers, framework
-  /// (default: rank_state_bytes of models/zero_offload.h, which covers ZeRO stages 0-3).
+  /// (default: rank_state_bytes of models/memory/zero_offload.h, which covers ZeRO stages 0-3).
   virtual RankStateBytes initial_memory(const RankContext& ctx) const;
 
   // ---- during the pipeline steps, in program order

@@ -6,7 +6,7 @@
 // the updated fp16 parameters are all-gathered for the next iteration.
 #include "models/builder/dp_strategy.h"
 #include "models/builder/zero_buckets.h"
-#include "models/memory_model.h"
+#include "models/memory/memory_model.h"
 
 namespace trainsim::builder {
 

@@ -31,7 +31,7 @@
 
 #include "models/builder/dp_strategy.h"
 #include "models/builder/zero_buckets.h"
-#include "models/memory_model.h"
+#include "models/memory/memory_model.h"
 
 namespace trainsim::builder {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "models/memory_model.h"
-#include "models/zero_offload.h"
+#include "models/memory/memory_model.h"
+#include "models/memory/zero_offload.h"
 
 namespace trainsim::builder {
 

@@ -1,4 +1,4 @@
-// ZeRO-Offload / Twin-Flow in the schedule (models/zero_offload.h has the memory side): the
+// ZeRO-Offload / Twin-Flow in the schedule (models/memory/zero_offload.h has the memory side): the
 // gradient copies of each reduced bucket to the host (and, at stage 3, back), and the CPU Adam
 // steps over the CPU-stepped parameters with the host->device copies of their updated values.
 //

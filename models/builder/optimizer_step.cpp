@@ -1,8 +1,8 @@
 #include "models/builder/optimizer_step.h"
 
 #include "models/builder/offload.h"
-#include "models/flops.h"
-#include "models/memory_model.h"
+#include "models/perf/flops.h"
+#include "models/memory/memory_model.h"
 
 namespace trainsim::builder {
 

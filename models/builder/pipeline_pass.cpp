@@ -9,17 +9,17 @@
 
 #include "models/builder/dp_strategy.h"
 #include "models/builder/optimizer_step.h"
-#include "models/flops.h"
-#include "models/memory_model.h"
-#include "models/pipeline_schedule.h"
-#include "models/zero_offload.h"
+#include "models/perf/flops.h"
+#include "models/memory/memory_model.h"
+#include "models/graph/pipeline_schedule.h"
+#include "models/memory/zero_offload.h"
 
 namespace trainsim::builder {
 
 namespace {
 
 /// One rank's shard of a compute block (Megatron ParallelTransformerLayer, embedding, output
-/// layer), with its work from models/flops.h.
+/// layer), with its work from models/perf/flops.h.
 OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full_attention = false,
                   bool dense_mlp = false, bool checkpoint_rerun = false) {
   OpDesc o;
@@ -612,7 +612,7 @@ class RankProgram {
   const TensorParallelPass& tp_;
   const std::uint32_t p2p_op_;
   std::unique_ptr<DataParallelStrategy> dp_;
-  /// A layer's activation bytes (models/memory_model.h): `act` kept until its backward under
+  /// A layer's activation bytes (models/memory/memory_model.h): `act` kept until its backward under
   /// the scenario's recomputation, `full` all of them (what a recomputed layer materializes
   /// again), `kept` what a layer that is not recomputed keeps (under `full`: a layer the block
   /// method leaves out keeps all of it).

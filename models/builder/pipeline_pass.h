@@ -1,6 +1,6 @@
 // The pipeline skeleton pass: one rank's program as Megatron-LM runs it
 // (megatron/core/pipeline_parallel/schedules.py). It walks the pure order of
-// models/pipeline_schedule.h; per forward step: the input (embedding on the first virtual
+// models/graph/pipeline_schedule.h; per forward step: the input (embedding on the first virtual
 // stage, else a receive), the chunk's layers (attention and MLP blocks), the output (final
 // LayerNorm, logits and loss on the last virtual stage, else a send); backward steps mirror
 // it (recomputing each layer's forward first under full recomputation). Then the gradient
@@ -9,7 +9,7 @@
 // Around each compute block it calls the tensor-parallel pass (the collectives on the compute
 // path) and the rank's data-parallel strategy (gathers, gradient buckets, their memory), at
 // fixed points, so each pass's tasks land in issue order. Activation lifetimes come from
-// models/memory_model.h.
+// models/memory/memory_model.h.
 #pragma once
 
 #include <cstdint>

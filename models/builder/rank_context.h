@@ -13,10 +13,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "models/calibration.h"
-#include "models/scenario.h"
-#include "models/schedule_graph.h"
-#include "models/zero_offload.h"
+#include "models/hardware/calibration.h"
+#include "models/input/scenario.h"
+#include "models/graph/schedule_graph.h"
+#include "models/memory/zero_offload.h"
 
 namespace trainsim::builder {
 
@@ -63,7 +63,7 @@ struct ModelDims {
   /// the block has no tensor-parallel collective.
   bool moe_block_local = false;
   /// Transformer Engine's userbuffers overlap (parallel.tp_comm_overlap): the all-gathers and
-  /// reduce-scatters of a dense block run inside its GEMMs (models/flops.cpp tp_overlap),
+  /// reduce-scatters of a dense block run inside its GEMMs (models/perf/flops.cpp tp_overlap),
   /// so the pass emits no gather or reduce-scatter task for them.
   bool tp_overlap = false;
   /// Multi-head latent attention: this rank's s / cp tokens' q input of the up projection

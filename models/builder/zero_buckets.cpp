@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "models/memory_model.h"
-#include "models/zero_offload.h"
+#include "models/memory/memory_model.h"
+#include "models/memory/zero_offload.h"
 #include "models/errors.h"
 
 namespace trainsim::builder {

@@ -30,12 +30,12 @@
 #include <string>
 #include <vector>
 
-#include "models/calibration.h"
-#include "models/cost_model.h"
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/ops.h"
-#include "models/scenario.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/cost_model.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/graph/ops.h"
+#include "models/input/scenario.h"
 #include "tests/support/paths.h"
 
 using trainsim::test_support::source_path;
@@ -338,7 +338,7 @@ TEST(ClosedForm, EightH100DataParallelAllReducesOnNvls) {
 TEST(ClosedForm, NcclVersionReachesTheSimulatedCollectives) {
   // The tiny TP=2 scenario's tensor-parallel all-reduces are small (LL on NVLink): NCCL
   // v2.18.5's model gives ring LL a quarter of the bus bandwidth for all-reduce, v2.29.7 half
-  // (models/nccl_model.h), so `nccl_version: 2.18.5` must lengthen the exposed TP time and
+  // (models/perf/nccl_model.h), so `nccl_version: 2.18.5` must lengthen the exposed TP time and
   // the iteration; everything else is the same.
   const std::string file = "'" + source_path("scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml") + "'";
   const json now = simulate_json(file);

@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/scenario.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
 #include "tests/support/paths.h"
 
 using trainsim::test_support::source_path;

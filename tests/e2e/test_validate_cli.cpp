@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/calibration.h"
+#include "models/hardware/calibration.h"
 #include "tests/support/paths.h"
 
 using trainsim::test_support::source_path;

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "hw_backend/comm_plan.h"
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/scenario.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
 
 using namespace trainsim;
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <thread>
 
-#include "models/scenario.h"
+#include "models/input/scenario.h"
 
 using trainsim::InputError;
 using trainsim::hw::ProcessEnv;

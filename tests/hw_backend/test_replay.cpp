@@ -9,9 +9,9 @@
 
 #include "hw_backend/replay.h"
 #include "hw_backend/transformer_layer.h"
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/scenario.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
 
 using namespace trainsim;
 

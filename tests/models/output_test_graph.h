@@ -21,10 +21,10 @@
 
 #include <vector>
 
-#include "models/execution_record.h"
-#include "models/hardware.h"
-#include "models/scenario.h"
-#include "models/schedule_graph.h"
+#include "models/graph/execution_record.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
+#include "models/graph/schedule_graph.h"
 
 namespace trainsim::testing {
 

@@ -1,6 +1,6 @@
 // Tests of models/cost_model and models/calibration: each expected number is computed here by
 // hand from the formula the cost model documents, with a hand-made profile of round numbers.
-#include "models/cost_model.h"
+#include "models/perf/cost_model.h"
 
 #include <gtest/gtest.h>
 
@@ -9,9 +9,9 @@
 #include <fstream>
 #include <string>
 
-#include "models/calibration.h"
-#include "models/flops.h"
-#include "models/hardware.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/flops.h"
+#include "models/hardware/hardware.h"
 #include "tests/support/paths.h"
 
 using trainsim::test_support::source_path;

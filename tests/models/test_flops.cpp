@@ -1,7 +1,7 @@
 // Tests of models/flops: per-op FLOPs against the closed forms of Narayanan et al. SC'21 and
 // Korthikanti et al. 2022, written out here independently, and the iteration sums (built from
 // loops over op descriptors) against the 72 / 96 formulas.
-#include "models/flops.h"
+#include "models/perf/flops.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Every parameter's gradient is reduced over the data-parallel group exactly once per
 // iteration (Megatron DDP, the distributed optimizer, ZeRO-1: after the last microbatch), or
 // once per microbatch (ZeRO-2: each microbatch's buckets), whatever the pipeline layout: the
-// bytes of a rank's gradient reductions are its stage's parameters (models/memory_model.h
+// bytes of a rank's gradient reductions are its stage's parameters (models/memory/memory_model.h
 // params_per_rank, checked against published counts in test_modern_models.cpp) times the
 // gradient element size times that count. Layouts: 1F1B and interleaved stages, an uneven
 // split, tensor parallelism with fp32 gradient reduction, MoE with dense layers.
@@ -10,10 +10,10 @@
 #include <map>
 #include <string>
 
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/memory_model.h"
-#include "models/scenario.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/memory/memory_model.h"
+#include "models/input/scenario.h"
 
 namespace trainsim {
 namespace {

@@ -1,14 +1,14 @@
 // Hardware catalog: the datasheet numbers of ../shared/ground-truth/hardware.md, written out
-// again here independently of models/hardware.cpp.
+// again here independently of models/hardware/hardware.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "models/hardware.h"
-#include "models/ops.h"
-#include "models/scenario.h"
+#include "models/hardware/hardware.h"
+#include "models/graph/ops.h"
+#include "models/input/scenario.h"
 
 using trainsim::find_system;
 using trainsim::InputError;

@@ -1,5 +1,5 @@
-// Memory model and ZeRO / offload schedule (models/zero_offload.h, models/graph_builder.cpp):
-// the GPU peak of a rank, from the graph's memory effects (models/memory_timeline.h with a
+// Memory model and ZeRO / offload schedule (models/memory/zero_offload.h, models/builder/graph_builder.cpp):
+// the GPU peak of a rank, from the graph's memory effects (models/outputs/memory_timeline.h with a
 // record that runs every rank's tasks one after another in program order), against an
 // independent calculation written here from the formulas (Korthikanti et al. activations,
 // ZeRO state bytes, DeepSpeed bucket / gather / offload buffers) and Megatron's pipeline orders.
@@ -13,14 +13,14 @@
 
 #include <boost/range/iterator_range.hpp>
 
-#include "models/calibration.h"
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/memory_timeline.h"
-#include "models/pipeline_schedule.h"
-#include "models/scenario.h"
+#include "models/hardware/calibration.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/outputs/memory_timeline.h"
+#include "models/graph/pipeline_schedule.h"
+#include "models/input/scenario.h"
 #include "models/run.h"
-#include "models/zero_offload.h"
+#include "models/memory/zero_offload.h"
 #include "tests/support/memory_closed_form.h"
 #include "tests/support/records.h"
 #include "tests/support/scenario_yaml.h"
@@ -280,7 +280,7 @@ TEST(Offload, TwinFlowStepsRunConcurrentlyAndMoveTheRightBytes) {
 TEST(Offload, AutoRatioIsTheSmallestThatFits) {
   // ZeRO-3 with `ratio: auto` on 2 GPUs, the small GPT above. Every parameter of the rank's
   // partition that moves to the CPU takes 12 B of Adam state and 4 B of fp32 gradient buffer
-  // off the GPU (models/zero_offload.h), so by the independent calculation
+  // off the GPU (models/memory/zero_offload.h), so by the independent calculation
   //   peak(r) = expected_peak(r), and peak(r1) - peak(r2) = 16 (floor(r2 Pp) - floor(r1 Pp)).
   // A GPU whose capacity lies between peak(0.37) and peak(0.36) must get ratio 0.37, the
   // smallest on the 0.01 grid that fits.

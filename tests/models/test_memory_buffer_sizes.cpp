@@ -1,10 +1,10 @@
-// The activation and buffer sizes the builder takes from models/memory_model.h and
-// models/zero_offload.h, against values written out by hand for the tiny GPT
+// The activation and buffer sizes the builder takes from models/memory/memory_model.h and
+// models/memory/zero_offload.h, against values written out by hand for the tiny GPT
 // (s = 128, b = 1, h = 256, V = 1024, fp16).
 #include <gtest/gtest.h>
 
-#include "models/memory_model.h"
-#include "models/zero_offload.h"
+#include "models/memory/memory_model.h"
+#include "models/memory/zero_offload.h"
 #include "tests/support/tiny_scenario.h"
 
 using namespace trainsim;

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/pipeline_schedule.h"
-#include "models/planner.h"
-#include "models/scenario.h"
-#include "models/zero_offload.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/graph/pipeline_schedule.h"
+#include "models/plan/planner.h"
+#include "models/input/scenario.h"
+#include "models/memory/zero_offload.h"
 
 namespace trainsim {
 namespace {

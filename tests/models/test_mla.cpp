@@ -12,12 +12,12 @@
 #include <tuple>
 #include <vector>
 
-#include "models/flops.h"
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/hf_config.h"
-#include "models/memory_model.h"
-#include "models/scenario.h"
+#include "models/perf/flops.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/input/hf_config.h"
+#include "models/memory/memory_model.h"
+#include "models/input/scenario.h"
 #include "tests/support/paths.h"
 #include "tests/support/scenario_yaml.h"
 

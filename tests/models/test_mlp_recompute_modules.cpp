@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "models/flops.h"
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/memory_model.h"
-#include "models/scenario.h"
+#include "models/perf/flops.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/memory/memory_model.h"
+#include "models/input/scenario.h"
 #include "tests/support/scenario_yaml.h"
 
 namespace trainsim {

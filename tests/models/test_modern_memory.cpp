@@ -9,11 +9,11 @@
 
 #include <string>
 
-#include "models/calibration.h"
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/scenario.h"
-#include "models/zero_offload.h"
+#include "models/hardware/calibration.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
+#include "models/memory/zero_offload.h"
 
 namespace trainsim {
 namespace {

@@ -10,14 +10,14 @@
 #include <string>
 #include <utility>
 
-#include "models/cost_model.h"
-#include "models/flops.h"
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/hf_config.h"
-#include "models/memory_model.h"
-#include "models/scenario.h"
-#include "models/zero_offload.h"
+#include "models/perf/cost_model.h"
+#include "models/perf/flops.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/input/hf_config.h"
+#include "models/memory/memory_model.h"
+#include "models/input/scenario.h"
+#include "models/memory/zero_offload.h"
 #include "tests/support/paths.h"
 #include "tests/support/scenario_yaml.h"
 

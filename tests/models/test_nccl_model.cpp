@@ -1,7 +1,7 @@
 // Tests of models/nccl_model: NCCL's algorithm/protocol choice and latency, each expected
 // number worked out here from the constants of NVIDIA/nccl src/graph/tuning.cc (v2.29.7-1,
 // the default, and v2.18.5-1 where named).
-#include "models/nccl_model.h"
+#include "models/perf/nccl_model.h"
 
 #include <gtest/gtest.h>
 
@@ -9,9 +9,9 @@
 #include <optional>
 #include <stdexcept>
 
-#include "models/calibration.h"
-#include "models/cost_model.h"
-#include "models/hardware.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/cost_model.h"
+#include "models/hardware/hardware.h"
 
 namespace trainsim {
 namespace {

@@ -1,7 +1,7 @@
 // Tests of models/pipeline_schedule: hand-written Megatron-LM orders, structural properties
 // over many (schedule, pp, m, v), and an independent event-driven timing of the orders whose
 // bubble must equal the SC'21 closed forms (p-1)/m and (p-1)/(v m).
-#include "models/pipeline_schedule.h"
+#include "models/graph/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
 

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "models/graph_builder.h"
-#include "models/hardware.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
 #include "models/run.h"
-#include "models/scenario.h"
+#include "models/input/scenario.h"
 #include "tests/support/paths.h"
 
 namespace trainsim {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "models/scenario.h"
+#include "models/input/scenario.h"
 #include "tests/support/paths.h"
 
 using trainsim::test_support::source_path;
@@ -727,7 +727,7 @@ TEST(ScenarioZero3Keys, ParsedAndBadValuesNamed) {
 }
 
 TEST(ScenarioLimits, EveryIntegerKeyHasAStatedBound) {
-  // The bounds are documented in models/scenario.h; each integer key of a scenario file has one.
+  // The bounds are documented in models/input/scenario.h; each integer key of a scenario file has one.
   for (const char* key :
        {"model.num_layers", "model.hidden_size", "model.num_attention_heads", "model.seq_length",
         "model.padded_vocab_size", "model.ffn_hidden_size", "model.kv_channels",

@@ -1,9 +1,9 @@
-// Direct tests of models/schedule_graph.h, the contract between the builder and the two
+// Direct tests of models/graph/schedule_graph.h, the contract between the builder and the two
 // executors: op and group de-duplication, the per-task memory-effect ranges, the stream-order
 // edges finalize() adds (and the ones it must not add), edge de-duplication, cycle detection,
 // the per-rank task lists, and the building/reading phase rules. Every graph here is built by
 // hand, so every expected edge and list is written out.
-#include "models/schedule_graph.h"
+#include "models/graph/schedule_graph.h"
 
 #include <gtest/gtest.h>
 

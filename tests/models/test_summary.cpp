@@ -7,9 +7,9 @@
 #include <sstream>
 #include <string>
 
-#include "models/activity.h"
-#include "models/memory_timeline.h"
-#include "models/summary.h"
+#include "models/outputs/activity.h"
+#include "models/outputs/memory_timeline.h"
+#include "models/outputs/summary.h"
 #include "output_test_graph.h"
 
 namespace trainsim {

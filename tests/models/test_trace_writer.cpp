@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "models/activity.h"
-#include "models/memory_timeline.h"
-#include "models/trace_writer.h"
+#include "models/outputs/activity.h"
+#include "models/outputs/memory_timeline.h"
+#include "models/outputs/trace_writer.h"
 #include "output_test_graph.h"
 
 namespace trainsim {

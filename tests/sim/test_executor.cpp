@@ -9,8 +9,8 @@
 #include <cstring>
 #include <string>
 
-#include "models/calibration.h"
-#include "models/flops.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/flops.h"
 #include "tests/support/synthetic_graph.h"
 
 namespace trainsim::sim {

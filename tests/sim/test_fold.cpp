@@ -23,13 +23,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/calibration.h"
-#include "models/cost_model.h"
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/memory_timeline.h"
-#include "models/scenario.h"
-#include "models/summary.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/cost_model.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/outputs/memory_timeline.h"
+#include "models/input/scenario.h"
+#include "models/outputs/summary.h"
 #include "sim/executor.h"
 #include "tests/support/h100_nvls_scenario.h"
 #include "tests/support/paths.h"

@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <string>
 
-#include "models/calibration.h"
-#include "models/cost_model.h"
-#include "models/graph_builder.h"
-#include "models/memory_timeline.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/cost_model.h"
+#include "models/builder/graph_builder.h"
+#include "models/outputs/memory_timeline.h"
 #include "sim/executor.h"
 #include "tests/support/memory_closed_form.h"
 #include "tests/support/scenario_yaml.h"

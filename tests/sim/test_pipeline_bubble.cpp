@@ -31,12 +31,12 @@
 #include <sstream>
 #include <string>
 
-#include "models/calibration.h"
-#include "models/cost_model.h"
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/ops.h"
-#include "models/scenario.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/cost_model.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/graph/ops.h"
+#include "models/input/scenario.h"
 #include "sim/executor.h"
 
 namespace trainsim {

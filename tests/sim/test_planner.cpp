@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "models/planner.h"
+#include "models/plan/planner.h"
 #include "models/run.h"
 #include "sim/executor.h"
 #include "tests/support/paths.h"
@@ -463,7 +463,7 @@ TEST(PlannerMemoryFilter, AgreesWithSimulateOnEveryCandidate) {
 }
 
 // Stage (b) costs a data-parallel all-reduce as the simulator runs it: NCCL's algorithm and
-// protocol for its size and group (models/nccl_model.h). 67 buckets of 200 KB over 128 ranks on
+// protocol for its size and group (models/perf/nccl_model.h). 67 buckets of 200 KB over 128 ranks on
 // 16 nodes, after the backward: by the plain ring formula each would pay 2 x 127 network steps
 // of latency (about 3.6 ms; 0.24 s in all), far from what NCCL picks (a tree with LL) and the
 // simulation shows.

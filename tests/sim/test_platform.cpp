@@ -14,7 +14,7 @@
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/Engine.hpp>
 
-#include "models/calibration.h"
+#include "models/hardware/calibration.h"
 #include "sim/isolate.h"
 
 namespace trainsim::sim {

@@ -1,7 +1,7 @@
 // An independent calculation of a rank's GPU memory peak (tp = 1) from the formulas, written
 // without the builder: model-state bytes per ZeRO stage (Rajbhandari et al. SC'20), Korthikanti
 // et al. activations per layer, DeepSpeed's bucket / gather / offload buffers
-// (models/zero_offload.h states the rules), walked along Megatron's pipeline order. Tests
+// (models/memory/zero_offload.h states the rules), walked along Megatron's pipeline order. Tests
 // compare the builder's memory effects (tests/models/test_memory.cpp, program order) and the
 // SimGrid-timed peak (tests/sim/test_memory_sim.cpp) with it.
 #pragma once
@@ -12,9 +12,9 @@
 #include <map>
 #include <vector>
 
-#include "models/calibration.h"
-#include "models/pipeline_schedule.h"
-#include "models/scenario.h"
+#include "models/hardware/calibration.h"
+#include "models/graph/pipeline_schedule.h"
+#include "models/input/scenario.h"
 
 namespace trainsim::test_support {
 
@@ -65,7 +65,7 @@ class ClosedFormMemory {
   std::int64_t embed_act() const { return sbh; }                        // embedding dropout output mask
 
   /// Peak GPU bytes of the rank at pipeline stage c.rank_stage, walking Megatron's pipeline order
-  /// with DeepSpeed's allocation rules (stated in models/zero_offload.h), written independently
+  /// with DeepSpeed's allocation rules (stated in models/memory/zero_offload.h), written independently
   /// of the builder.
   std::int64_t expected_peak(const PeakConfig& c) const {
     const std::int64_t P = stage_params(c.pp, c.rank_stage);

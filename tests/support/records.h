@@ -4,14 +4,14 @@
 
 #include <cmath>
 
-#include "models/execution_record.h"
-#include "models/schedule_graph.h"
+#include "models/graph/execution_record.h"
+#include "models/graph/schedule_graph.h"
 
 namespace trainsim::test_support {
 
 /// Every simulated rank runs its own tasks back to back in program order, the k-th in
 /// [k, k + 1) seconds; ranks do not wait for each other. The memory peaks of this record are
-/// the program-order peaks (models/zero_offload.h program_order_peak_gpu_bytes).
+/// the program-order peaks (models/memory/zero_offload.h program_order_peak_gpu_bytes).
 inline ExecutionRecord program_order_record(const ScheduleGraph& g) {
   ExecutionRecord r;
   r.start_s.assign(g.num_tasks(), NAN);

@@ -1,12 +1,12 @@
 // Scenarios written as YAML text in a test: a GPT shape, flow-style `parallel` and
 // `zero_optimization` mappings and a one-system cluster, parsed by the real loader
-// (models/scenario.h), so every test scenario goes through the same validation as a file.
+// (models/input/scenario.h), so every test scenario goes through the same validation as a file.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "models/scenario.h"
+#include "models/input/scenario.h"
 #include "tests/support/paths.h"
 
 namespace trainsim::test_support {

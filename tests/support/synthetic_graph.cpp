@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "models/flops.h"
+#include "models/perf/flops.h"
 
 namespace trainsim::testing {
 

@@ -12,8 +12,8 @@
 
 #include <cstdint>
 
-#include "models/scenario.h"
-#include "models/schedule_graph.h"
+#include "models/input/scenario.h"
+#include "models/graph/schedule_graph.h"
 
 namespace trainsim::testing {
 

@@ -6,9 +6,9 @@
 
 #include <string>
 
-#include "models/graph_builder.h"
-#include "models/hardware.h"
-#include "models/scenario.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
 
 namespace trainsim::testing {
 

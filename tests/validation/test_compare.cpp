@@ -3,10 +3,10 @@
 
 #include <cmath>
 
-#include "models/calibration.h"
-#include "models/graph_builder.h"
-#include "models/local_device.h"
-#include "models/scenario.h"
+#include "models/hardware/calibration.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/local_device.h"
+#include "models/input/scenario.h"
 #include "validation/compare.h"
 #include "tests/support/paths.h"
 

@@ -4,11 +4,11 @@
 
 #include <cmath>
 
-#include "models/calibration.h"
-#include "models/cost_model.h"
-#include "models/local_device.h"
-#include "models/memory_model.h"
-#include "models/scenario.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/cost_model.h"
+#include "models/hardware/local_device.h"
+#include "models/memory/memory_model.h"
+#include "models/input/scenario.h"
 #include "tests/support/paths.h"
 
 using trainsim::test_support::source_path;

@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/calibration.h"
-#include "models/cost_model.h"
-#include "models/hardware.h"
-#include "models/scenario.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/cost_model.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
 #include "validation/fit.h"
 #include "validation/gpu_info.h"
 #include "tests/support/paths.h"

@@ -10,12 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/calibration.h"
-#include "models/cost_model.h"
-#include "models/flops.h"
-#include "models/graph_builder.h"
-#include "models/local_device.h"
-#include "models/scenario.h"
+#include "models/hardware/calibration.h"
+#include "models/perf/cost_model.h"
+#include "models/perf/flops.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/local_device.h"
+#include "models/input/scenario.h"
 #include "validation/fit.h"
 #include "validation/trace_import.h"
 #include "tests/support/paths.h"

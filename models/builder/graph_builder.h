@@ -1,0 +1,28 @@
+// Schedule builders: turn a validated scenario into the schedule graph of one training
+// iteration (Megatron-LM PTD-P with GPipe / 1F1B / interleaved 1F1B, ZeRO, offload).
+// The builder runs the passes of models/builder/ over each rank's program (see
+// graph_builder.cpp); this header is its only public entry point.
+#pragma once
+
+#include "models/perf/cost_model.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
+#include "models/graph/schedule_graph.h"
+
+namespace trainsim {
+
+struct BuildOptions {
+  /// Build only one representative rank per pipeline stage (tensor rank 0, data rank 0); the
+  /// other ranks of its TP group and DP replicas are provably identical to it.
+  bool fold = false;
+  /// Calibration profile for the memory model's framework overhead and NCCL buffer sizes;
+  /// null: the shipped default for the system's GPU (default_calibration).
+  const CalibrationProfile* calibration = nullptr;
+};
+
+/// Builds the schedule graph of a validated scenario whose `offload_optimizer.ratio: auto`
+/// is resolved (models/run.h prepare_run does both, and decides folding: fold_decision).
+ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& system,
+                                   const BuildOptions& options);
+
+}  // namespace trainsim

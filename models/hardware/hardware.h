@@ -1,0 +1,71 @@
+// The hardware catalog: GPUs, DGX nodes and their fabrics, from datasheets
+// (../shared/ground-truth/hardware.md). A measured calibration profile refines what these
+// datasheet numbers predict; the catalog itself holds only published facts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainsim {
+
+struct GpuSpec {
+  std::string name;                     ///< e.g. "A100-SXM4-80GB"
+  double peak_dense_fp16_flops = 0;     ///< dense FP16/BF16 tensor-core FLOP/s
+  double peak_dense_fp8_flops = 0;      ///< dense FP8 tensor-core FLOP/s (0: no FP8)
+  double peak_fp32_flops = 0;           ///< FP32 on the CUDA cores (FMA = 2 FLOPs), not tensor
+  double hbm_bytes = 0;                 ///< device memory capacity
+  double hbm_bw_bytes_per_s = 0;        ///< HBM bandwidth
+  double nvlink_bw_bytes_per_s = 0;     ///< NVLink per GPU, per direction (datasheet total / 2)
+  double pcie_bw_bytes_per_s = 0;       ///< PCIe per direction (x16 link)
+  int compute_capability = 0;           ///< x10 (A100 80, H100 90): NCCL's per-generation tables
+  int nvlinks = 0;                      ///< NVLink links per GPU (A100 12, H100 18)
+};
+
+/// Share of a PCIe link's signalling rate that carries data for large DMA transfers: each
+/// transaction-layer packet of 256 bytes (the max payload size of DGX root ports and
+/// switches) travels with 26 bytes of framing (4), sequence number (2), 4-DW header (16) and
+/// LCRC (4) (PCI Express Base Specification 3.0+, Sec. 2 and 4.2.2): 256 / 282 = 0.908. The
+/// GPU's and the NIC's own links to their PCIe switch run at this (GPUDirect RDMA never
+/// touches the host); host copies are further limited by the switch uplink to the CPU at the
+/// profile's measured pcie_efficiency.
+constexpr double kPcieLinkEfficiency = 256.0 / 282.0;
+
+/// One DGX-style node: GPUs on an NVSwitch, a PCIe tree to the host CPUs and compute NICs,
+/// and the fabric between nodes.
+struct SystemSpec {
+  std::string name;                   ///< catalog key, e.g. "dgx-a100-80gb"
+  GpuSpec gpu;
+  int gpus_per_node = 8;
+  int nics_per_node = 8;              ///< compute NICs, one per GPU, rail-optimized
+  double nic_bw_bytes_per_s = 0;      ///< per NIC, per direction (200 Gb/s HDR = 25 GB/s)
+  int gpus_per_pcie_switch = 2;       ///< GPUs (and their NICs) sharing one PCIe switch
+  double pcie_uplink_bw_bytes_per_s = 0;  ///< PCIe switch -> CPU socket uplink, per direction
+  int cpu_sockets = 2;
+  int cpu_cores = 0;                  ///< physical cores in the node
+  bool amd_cpu = false;               ///< host CPU vendor AMD (NCCL tuning: LL caps, overhead)
+  /// NCCL's network post overhead per ring step (tuning.cc getNetOverhead: Intel 1 us, AMD 2 us).
+  double nccl_net_overhead_s = 0;
+  /// Channels of NCCL's collectives on this system, as NCCL's init log reports them ("N coll
+  /// channels"), for a communicator inside one node and for one spanning nodes (each channel
+  /// of a running collective is one CTA on one SM; NCCL runs fewer for small messages,
+  /// models/perf/nccl_model.h). 0: no NCCL (the `local` device).
+  int nccl_channels = 0;
+  int nccl_channels_multi_node = 0;
+  /// The NVSwitches reduce and multicast in the switch (NVLink SHARP, third-generation
+  /// NVSwitch of DGX H100): NCCL's NVLS algorithms (models/perf/nccl_model.h).
+  bool nvlink_sharp = false;
+  double host_memory_bytes = 0;
+  int fat_tree_levels = 3;            ///< leaf / spine / core (Selene: 3 levels)
+  int switch_radix = 40;              ///< ports per IB switch (HDR QM8700: 40, NDR QM9700: 64)
+  double switch_latency_s = 0;        ///< per IB switch hop
+  double nvlink_latency_s = 0;        ///< GPU -> NVSwitch -> GPU one-way
+  double pcie_latency_s = 0;
+};
+
+/// The catalog entry with that name: `dgx-a100-40gb`, `dgx-a100-80gb`, `dgx-h100`.
+/// Throws InputError listing the known names when there is none.
+const SystemSpec& find_system(const std::string& name);
+std::vector<std::string> system_names();
+
+}  // namespace trainsim

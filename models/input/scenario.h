@@ -1,0 +1,462 @@
+// A training scenario: the model, its parallel plan, the DeepSpeed ZeRO/offload settings and
+// the cluster, as read from a scenario YAML file (DESIGN.md "Scenario files", a contract).
+//
+// Key names follow Megatron-LM's arguments (model, parallel) and DeepSpeed's config keys
+// (deepspeed.zero_optimization), so a user can copy them from a launch script.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/errors.h"
+#include "models/perf/nccl_model.h"
+#include "models/parallel_layout.h"
+#include "models/precision.h"
+
+namespace trainsim {
+
+enum class Recompute : std::uint8_t { None, Selective, Full };
+/// Megatron-Core --recompute-modules (selective recomputation) that trainsim models.
+constexpr std::uint8_t kRecomputeCoreAttn = 1;   ///< core_attn: the attention kernel's tensors
+constexpr std::uint8_t kRecomputeLayernorm = 2;  ///< layernorm: a separate norm module's output
+constexpr std::uint8_t kRecomputeMoeAct = 4;     ///< moe_act: the experts' activation output
+constexpr std::uint8_t kRecomputeMlp = 8;        ///< mlp: a dense layer's whole MLP module
+constexpr std::uint8_t kRecomputeMoe = 16;       ///< moe: an MoE layer's whole MoELayer
+constexpr std::uint8_t kRecomputeMlaUpProj = 32; ///< mla_up_proj: MLA's up projections and RoPE
+constexpr std::uint8_t kRecomputeSharedExperts = 64;  ///< shared_experts: the shared expert MLP
+/// GPipe (all forwards, then all backwards), Megatron's 1F1B (PipeDream-Flush) and the
+/// interleaved 1F1B of Narayanan et al. SC'21 (chosen when virtual stages are set).
+enum class PipelineSchedule : std::uint8_t { GPipe, OneFOneB, Interleaved };
+/// The runtime whose mechanisms a scenario assumes (DESIGN.md "Scenario files"): the
+/// Megatron-LM of the SC'21 runs (2021 kernels: apex LayerNorm, cuBLAS GEMMs with separate
+/// bias adds, unfused attention, JIT-fused bias-GeLU) or Megatron-Core with Transformer Engine
+/// (TE kernels: norms fused into their linear layers, biases in GEMM epilogues, fused RoPE,
+/// SwiGLU and cross entropy).
+enum class Runtime : std::uint8_t { Megatron2021, MegatronCore };
+/// Megatron's --normalization.
+enum class Normalization : std::uint8_t { LayerNorm, RMSNorm };
+/// Megatron's --position-embedding-type (learned_absolute, rope).
+enum class PositionEmbedding : std::uint8_t { LearnedAbsolute, Rope };
+/// Megatron's --attention-backend: `unfused` is the 2021 baddbmm/softmax/bmm path (SC'21),
+/// `fused` and `flash` one fused kernel each way (cuDNN / FlashAttention); `auto` reads as flash.
+enum class AttentionBackend : std::uint8_t { Unfused, Fused, Flash };
+/// Megatron's --moe-token-dispatcher-type.
+enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather };
+/// Megatron's --fp8-format (None: no FP8).
+enum class Fp8Format : std::uint8_t { None, E4M3, Hybrid };
+/// Megatron's --fp8-recipe (Transformer Engine scaling recipes).
+enum class Fp8Recipe : std::uint8_t { Delayed, Tensorwise, Mxfp8, Blockwise };
+
+/// Transformer shape, Megatron-LM argument names.
+struct ModelConfig {
+  std::int64_t num_layers = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t seq_length = 0;
+  std::int64_t padded_vocab_size = 0;
+  /// Absent from the file (0 here): the default 4 * hidden_size. 0 in a file is an error.
+  std::int64_t ffn_hidden_size = 0;
+  /// Absent from the file (0 here): hidden_size / num_attention_heads. 0 in a file is an error.
+  std::int64_t kv_channels = 0;
+  /// Megatron's --untie-embeddings-and-output-weights; false (tied) as in GPT and SC'21.
+  bool untie_embeddings_and_output_weights = false;
+
+  // ---- models trained today (Megatron-Core arguments; defaults = the 2021 GPT above)
+  /// --num-query-groups (GQA); filled with num_attention_heads when absent.
+  std::int64_t num_query_groups = 0;
+  /// --group-query-attention; true when num_query_groups is given.
+  bool group_query_attention = false;
+  bool swiglu = false;  ///< --swiglu: gated MLP, fc1 produces 2 x ffn_hidden_size
+  Normalization normalization = Normalization::LayerNorm;
+  PositionEmbedding position_embedding_type = PositionEmbedding::LearnedAbsolute;
+  bool add_bias_linear = true;  ///< --disable-bias-linear sets false
+  /// --add-qkv-bias: biases on the QKV projection even without add_bias_linear (Qwen2).
+  bool add_qkv_bias = false;
+  double hidden_dropout = 0.1;     ///< --hidden-dropout
+  double attention_dropout = 0.1;  ///< --attention-dropout
+  /// --window-size (left window, tokens) of sliding-window attention; 0 = full attention.
+  std::int64_t window_size = 0;
+  /// --window-attn-skip-freq: with window_size, layer l (0-based) attends fully when
+  /// (l + 1) % window_attn_skip_freq == 0; 0 = every layer windowed.
+  std::int64_t window_attn_skip_freq = 0;
+  AttentionBackend attention_backend = AttentionBackend::Unfused;
+  /// --multi-latent-attention (DeepSeek-V2/V3, Kimi K2; Megatron-Core MLASelfAttention): queries
+  /// from a q_lora_rank latent (0: Megatron's None, one linear_q_proj), keys and values from a
+  /// kv_lora_rank latent plus one shared RoPE key of qk_pos_emb_head_dim; per head a query/key
+  /// dimension qk_head_dim + qk_pos_emb_head_dim and a value dimension v_head_dim. Defaults are
+  /// Megatron's (arguments.py _add_mla_args). With it, kv_channels reads as the query/key head
+  /// dimension (validate_scenario fills it; an explicit kv_channels is refused).
+  bool multi_latent_attention = false;
+  std::int64_t q_lora_rank = 0;
+  std::int64_t kv_lora_rank = 32;
+  std::int64_t qk_head_dim = 128;
+  std::int64_t qk_pos_emb_head_dim = 64;
+  std::int64_t v_head_dim = 128;
+  /// --qk-layernorm: with MLA the q and kv latents are normalized (fused into the up
+  /// projections, Transformer Engine LayerNormColumnParallelLinear); on standard attention
+  /// each head's query and key are (TENorm over kv_channels, Qwen3).
+  bool qk_layernorm = false;
+  // Mixture of experts (--num-experts etc.); num_experts 0 = dense.
+  std::int64_t num_experts = 0;
+  std::int64_t moe_router_topk = 2;
+  std::int64_t moe_ffn_hidden_size = 0;  ///< filled with ffn_hidden_size when absent
+  std::int64_t moe_shared_expert_intermediate_size = 0;  ///< 0 = no shared expert
+  /// --moe-layer-freq as an integer N: layer l (0-based) is an MoE layer when l % N == 0.
+  std::int64_t moe_layer_freq = 1;
+  /// --moe-layer-freq as a pattern (a list, or Megatron's string expression such as
+  /// "([0]*3+[1]*58)"): 1 = MoE layer, 0 = dense layer, one entry per layer; empty = the
+  /// integer form (Megatron-Core gpt_layer_specs.py get_gpt_decoder_layer_specs).
+  std::vector<std::uint8_t> moe_layer_pattern;
+  MoeDispatcher moe_token_dispatcher_type = MoeDispatcher::AllToAll;
+  bool moe_grouped_gemm = false;
+  /// trainsim extension: tokens routed to the busiest expert rank / the mean (>= 1).
+  double moe_token_imbalance_factor = 1.0;
+  /// Hugging Face config.json the model section was imported from ("" = none).
+  std::string hf_config;
+
+  bool is_moe() const { return num_experts > 0; }
+  /// Whether global layer l (0-based) runs the MoE MLP (Megatron-Core's moe_layer_pattern);
+  /// the other layers of an MoE model run a dense MLP of ffn_hidden_size.
+  bool moe_layer(std::int64_t l) const {
+    if (!is_moe()) return false;
+    if (!moe_layer_pattern.empty())
+      return l >= 0 && std::size_t(l) < moe_layer_pattern.size() && moe_layer_pattern[std::size_t(l)] != 0;
+    return l % std::max<std::int64_t>(moe_layer_freq, 1) == 0;
+  }
+  /// Whether the model mixes dense and MoE layers.
+  bool has_dense_layers() const {
+    for (std::int64_t l = 0; l < num_layers; ++l)
+      if (!moe_layer(l)) return true;
+    return false;
+  }
+};
+
+/// Parallel plan, Megatron-LM argument names; derived fields are filled by validation.
+struct ParallelConfig {
+  std::int64_t tensor_model_parallel_size = 1;
+  std::int64_t pipeline_model_parallel_size = 1;
+  std::int64_t micro_batch_size = 1;
+  std::int64_t global_batch_size = 1;
+  /// Set => interleaved 1F1B with num_layers / pp / this many model chunks per stage.
+  std::optional<std::int64_t> num_layers_per_virtual_pipeline_stage;
+  Recompute recompute_granularity = Recompute::None;
+  /// Megatron-Core --recompute-modules with selective recomputation: a set of kRecompute*
+  /// bits. Resolved at load: Megatron-Core's default [core_attn] when selective and absent, 0
+  /// when recomputation is not selective.
+  std::uint8_t recompute_modules = 0;
+  /// Megatron's --recompute-method and --recompute-num-layers with full recomputation
+  /// (transformer_config.py): `uniform` (the default, with 1 layer: Megatron-LM 2021's
+  /// --checkpoint-num-layers 1) checkpoints each model chunk's layers in units of
+  /// recompute_num_layers; `block` checkpoints the first recompute_num_layers layers of each
+  /// model chunk and keeps the others' activations (recompute_units()).
+  bool recompute_block = false;
+  std::int64_t recompute_num_layers = 1;
+  bool sequence_parallel = false;
+  Precision precision = Precision::FP16;
+  /// Megatron's --overlap-grad-reduce: DP gradient buckets reduced during backward.
+  /// Off by default, as in the SC'21 runs.
+  bool overlap_grad_reduce = false;
+  /// Megatron's scatter/gather optimization for pipeline sends across the TP ranks' NICs
+  /// (on in SC'21; --no-scatter-gather-tensors-in-pipeline turns it off).
+  bool scatter_gather_tensors_in_pipeline = true;
+  /// Megatron's --ddp-bucket-size, in parameters (elements) per DP gradient bucket.
+  std::int64_t ddp_bucket_size = 40'000'000;
+  /// Megatron's --clip-grad: gradient clipping by global L2 norm (0 turns the norm off).
+  double clip_grad = 1.0;
+  /// trainsim extension: `gpipe` or `1f1b`; `interleaved` is implied by virtual stages.
+  PipelineSchedule pipeline_schedule = PipelineSchedule::OneFOneB;
+
+  // ---- Megatron-Core parallelism (defaults = off, the SC'21 runs)
+  std::int64_t context_parallel_size = 1;
+  std::int64_t expert_model_parallel_size = 1;
+  /// Filled with tensor_model_parallel_size when absent (Megatron's default).
+  std::int64_t expert_tensor_parallel_size = 0;
+  std::optional<std::int64_t> decoder_first_pipeline_num_layers;
+  std::optional<std::int64_t> decoder_last_pipeline_num_layers;
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
+  bool use_distributed_optimizer = false;
+  bool overlap_param_gather = false;
+  /// Transformer Engine's userbuffers overlap of the tensor-parallel all-gathers and
+  /// reduce-scatters with the GEMMs of the dense layers (Megatron --tp-comm-overlap).
+  bool tp_comm_overlap = false;
+  /// How that overlap runs the forward reduce-scatters after proj and fc2: false = pipelined
+  /// (Transformer Engine's default), true = ring exchange (Megatron-Bridge's FP8 H100
+  /// configurations). Scenario key tp_comm_overlap_rs_method: pipeline | ring_exchange.
+  bool tp_comm_overlap_rs_ring = false;
+  bool use_megatron_fsdp = false;
+  bool use_torch_fsdp2 = false;
+  /// FSDP sharding group (the Megatron-Bridge table's fsdp column); filled with dp x cp.
+  std::int64_t fsdp_sharding_group_size = 0;
+  Fp8Format fp8 = Fp8Format::None;
+  Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;
+  /// --fp8-param-gather: the linear layers' weights live only in FP8 (Transformer Engine
+  /// fp8_model_init; the fp32 master copy stays in the optimizer) and are all-gathered in FP8.
+  bool fp8_param_gather = false;
+  /// Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32 (Megatron-LM
+  /// --accumulate-allreduce-grads-in-fp32): the gradient buffer (main_grad) and its data-parallel
+  /// reduction in fp32 (true) or in the training precision (false). Absent: Megatron's default,
+  /// fp32 for bf16 (arguments.py forces it; Megatron-Bridge's bf16 mixed-precision configs set
+  /// it) and the training precision for fp16. Megatron DDP and the distributed optimizer only.
+  std::optional<bool> grad_reduce_in_fp32;
+
+  bool uses_fsdp() const { return use_megatron_fsdp || use_torch_fsdp2; }
+  /// tp_comm_overlap in effect: it needs sequence parallelism with t > 1 (validation says so
+  /// for a loaded scenario; the megatron-core runtime is the callers' to check).
+  bool uses_tp_comm_overlap() const {
+    return tp_comm_overlap && sequence_parallel && tensor_model_parallel_size > 1;
+  }
+
+  // ---- derived by validate_scenario() ----
+  std::int64_t data_parallel_size = 1;          ///< gpus / (tp * cp * pp)
+  std::int64_t num_microbatches = 1;            ///< global_batch / (micro_batch * dp)
+  std::int64_t virtual_pipeline_size = 1;       ///< model chunks per pipeline rank
+  std::int64_t layers_per_chunk = 1;            ///< num_layers / (pp * virtual_pipeline_size)
+  /// Transformer layers of each virtual stage (index chunk * pp + stage), Megatron-Core's split
+  /// (even, or uneven with decoder_first/last_pipeline_num_layers or account_for_*); filled
+  /// by validate_scenario (models/input/scenario.cpp split_layers).
+  std::vector<std::int64_t> virtual_stage_layers;
+
+  /// Layers of virtual stage `vstage` and the global index of its first layer.
+  std::int64_t layers_of_virtual_stage(std::int64_t vstage) const {
+    return virtual_stage_layers.empty() ? layers_per_chunk
+                                        : virtual_stage_layers[std::size_t(vstage)];
+  }
+  std::int64_t first_layer_of_virtual_stage(std::int64_t vstage) const {
+    if (virtual_stage_layers.empty()) return vstage * layers_per_chunk;
+    std::int64_t first = 0;
+    for (std::int64_t v = 0; v < vstage; ++v) first += virtual_stage_layers[std::size_t(v)];
+    return first;
+  }
+  /// Per global layer (of `num_layers`), the first layer of its checkpoint unit under full
+  /// recomputation, -1 for a layer that keeps its activations (Megatron-Core recompute.py, as
+  /// TransformerBlock._checkpointed_forward calls it on each model chunk; Megatron-LM 2021's
+  /// --checkpoint-num-layers alike). A unit stashes its first layer's input and re-runs its
+  /// layers' forward before the backward of its last. `uniform`: each model chunk's layers in
+  /// units of recompute_num_layers, the last one shorter; `block`: the first
+  /// recompute_num_layers layers of each chunk, each a unit of its own. Valid once validated.
+  std::vector<std::int64_t> recompute_units(std::int64_t num_layers) const {
+    std::vector<std::int64_t> out(std::size_t(num_layers), -1);
+    if (recompute_granularity != Recompute::Full) return out;
+    const std::int64_t unit = std::max<std::int64_t>(recompute_num_layers, 1);
+    // Chunk by chunk; layers past the chunks (a configuration not validated yet) as one more.
+    const std::int64_t chunks = pipeline_model_parallel_size * virtual_pipeline_size;
+    for (std::int64_t v = 0, first = 0; first < num_layers; ++v) {
+      const std::int64_t n = v < chunks ? layers_of_virtual_stage(v) : num_layers - first;
+      for (std::int64_t k = 0; k < n && first + k < num_layers; ++k) {
+        if (recompute_block)
+          out[std::size_t(first + k)] = k < recompute_num_layers ? first + k : -1;
+        else
+          out[std::size_t(first + k)] = first + k / unit * unit;
+      }
+      first += n;
+    }
+    return out;
+  }
+  /// Whether layer `l` is the last of its checkpoint unit in `units` (recompute_units()):
+  /// where the unit's forward runs again, before that layer's backward.
+  static bool recompute_unit_end(const std::vector<std::int64_t>& units, std::int64_t l) {
+    const std::size_t i = std::size_t(l);
+    return units[i] >= 0 && (i + 1 == units.size() || units[i + 1] != units[i]);
+  }
+  /// Per global layer, whether it runs full recomputation (checkpointed, its forward re-run in
+  /// the backward): every layer with `full` and `uniform`, the block method's first
+  /// recompute_num_layers of each model chunk (recompute_units). Valid once validated.
+  std::vector<bool> fully_recomputed_layers(std::int64_t num_layers) const {
+    const std::vector<std::int64_t> units = recompute_units(num_layers);
+    std::vector<bool> out(units.size());
+    for (std::size_t l = 0; l < units.size(); ++l) out[l] = units[l] >= 0;
+    return out;
+  }
+
+  /// Layers the ranks of pipeline stage `stage` hold (all their chunks).
+  std::int64_t layers_of_stage(std::int64_t stage) const {
+    std::int64_t n = 0;
+    for (std::int64_t c = 0; c < virtual_pipeline_size; ++c)
+      n += layers_of_virtual_stage(c * pipeline_model_parallel_size + stage);
+    return n;
+  }
+  /// The global indices of those layers in the rank's forward order (chunk 0's, chunk 1's, ...).
+  std::vector<std::int64_t> stage_layers(std::int64_t stage) const {
+    std::vector<std::int64_t> out;
+    for (std::int64_t c = 0; c < virtual_pipeline_size; ++c) {
+      const std::int64_t v = c * pipeline_model_parallel_size + stage;
+      const std::int64_t first = first_layer_of_virtual_stage(v);
+      for (std::int64_t k = 0; k < layers_of_virtual_stage(v); ++k) out.push_back(first + k);
+    }
+    return out;
+  }
+
+  /// Rank <-> coordinates (models/parallel_layout.h); valid once validated.
+  /// Megatron-Core orders ranks tp -> cp -> dp -> pp (parallel_state.py RankGenerator): the
+  /// layout's data dimension is DP x CP (data rank d, context rank c at d * cp + c), which is
+  /// also Megatron's data-parallel-with-context-parallel group that reduces the gradients.
+  ParallelLayout layout() const {
+    return ParallelLayout{tensor_model_parallel_size, data_parallel_size * context_parallel_size,
+                          pipeline_model_parallel_size};
+  }
+};
+
+/// deepspeed.zero_optimization.offload_optimizer
+struct OffloadOptimizerConfig {
+  bool enabled = false;      ///< device: cpu
+  bool pin_memory = true;
+  double ratio = 1.0;        ///< Twin-Flow: fraction of parameters updated by CPU Adam
+  bool ratio_auto = false;   ///< `ratio: auto`: smallest ratio whose GPU peak fits
+  /// Set by resolve_offload_ratio (models/memory/zero_offload.h) once `ratio` holds the chosen value
+  /// for `ratio: auto`.
+  bool ratio_resolved = false;
+};
+
+/// deepspeed.zero_optimization
+struct ZeroConfig {
+  int stage = 0;  ///< 0 (plain DP), 1 (optimizer states), 2 (+gradients), 3 (+parameters)
+  std::int64_t reduce_bucket_size = 500'000'000;     ///< elements
+  std::int64_t allgather_bucket_size = 500'000'000;  ///< elements
+  bool overlap_comm = true;
+  std::int64_t stage3_prefetch_bucket_size = 50'000'000;  ///< elements
+  /// Gathered (full) parameters alive at once before prefetching stops (DeepSpeed default 1e9).
+  std::int64_t stage3_max_live_parameters = 1'000'000'000;  ///< elements
+  /// Parameters with fewer elements stay gathered for the whole run and are never fetched
+  /// (norm weights, biases; DeepSpeed default 1e5).
+  std::int64_t stage3_param_persistence_threshold = 100'000;  ///< elements
+  /// A used parameter is kept gathered when it is needed again within this many elements of
+  /// other fetched parameters (DeepSpeed default 1e9).
+  std::int64_t stage3_max_reuse_distance = 1'000'000'000;  ///< elements
+  /// Elements per optimizer sub-group (DeepSpeed default 1e9): the CPU step and the host->device
+  /// copy of updated parameters proceed one sub-group at a time.
+  std::int64_t sub_group_size = 1'000'000'000;
+  OffloadOptimizerConfig offload_optimizer;
+};
+
+/// cluster: a catalog system name plus overrides.
+struct ClusterConfig {
+  std::string system;          ///< hardware catalog name, e.g. `dgx-a100-80gb`
+  std::int64_t nodes = 1;
+  std::int64_t gpus_per_node = 0;  ///< 0 means the system's own count
+};
+
+/// Options of the simulation itself (trainsim extension, all optional).
+struct SimulationConfig {
+  /// Fold identical ranks (TP peers, DP replicas) into one representative. `auto` folds
+  /// when the unfolded graph would exceed a size limit.
+  enum class Fold : std::uint8_t { Auto, On, Off } fold = Fold::Auto;
+};
+
+struct Scenario {
+  std::string name;
+  /// Top-level `runtime`; megatron-2021 when absent (see docs/scenario.md).
+  Runtime runtime = Runtime::Megatron2021;
+  /// Top-level `nccl_version`: the NCCL release whose tuning model the collectives follow
+  /// (models/perf/nccl_model.h); 2.29.7 when absent.
+  NcclVersion nccl_version = kDefaultNcclVersion;
+  /// Top-level `nccl_nvls_enable` (NCCL_NVLS_ENABLE): false keeps NCCL off NVLS / NVLS-Tree
+  /// on an NVLink SHARP system; true (NCCL's default) when absent.
+  bool nccl_nvls_enable = true;
+  std::string source_path;  ///< the file it was read from (for error messages)
+  ModelConfig model;
+  ParallelConfig parallel;
+  ZeroConfig zero;
+  ClusterConfig cluster;
+  SimulationConfig simulation;
+
+  std::int64_t world_size() const { return cluster.nodes * cluster.gpus_per_node; }
+};
+
+/// Upper bounds of a scenario's sizes, checked by parse_scenario (with the line) and
+/// validate_scenario. Each is far beyond any real training run (GPT-1T: h = 25,600, s = 2,048,
+/// V = 51,200, 128 layers, 3,072 GPUs) and chosen, together with the derived bounds below, so
+/// that no product the models form in 64-bit integers (parameters x bytes per parameter,
+/// activation bytes of all stashed microbatches, bucket bytes, NIC indices) can overflow, and
+/// FLOP counts (doubles) stay finite. A value above its bound is an InputError naming the
+/// field, the value and the bound.
+///
+///   model.num_layers                  65,534   (the schedule graph numbers layers in 16 bits)
+///   model.hidden_size                 2^20 = 1,048,576
+///   model.num_attention_heads         2^16 = 65,536
+///   model.kv_channels                 2^16 = 65,536
+///   model.ffn_hidden_size             2^22 = 4,194,304
+///   model.seq_length                  2^22 = 4,194,304
+///   model.padded_vocab_size           2^24 = 16,777,216
+///   parallel.tensor_model_parallel_size, pipeline_model_parallel_size   65,536
+///   parallel.num_layers_per_virtual_pipeline_stage                     65,534
+///   parallel.micro_batch_size         2^20 = 1,048,576
+///   parallel.global_batch_size        2^30 = 1,073,741,824
+///   parallel.ddp_bucket_size and the deepspeed.zero_optimization bucket and sub-group
+///   sizes (elements)                  2^50
+///   model.num_query_groups, num_experts, moe_router_topk, parallel.context_parallel_size,
+///   expert_model_parallel_size, expert_tensor_parallel_size          2^16
+///   model.window_size, moe_ffn_hidden_size, moe_shared_expert_intermediate_size   2^22
+///   model.window_attn_skip_freq, moe_layer_freq, parallel.decoder_first/last_pipeline_num_layers
+///                                     65,534
+///   parallel.fsdp_sharding_group_size 2^20
+///   cluster.nodes                     2^20 = 1,048,576 (and the system's fat tree must hold
+///                                     them: validate_scenario names the largest count that fits)
+///
+/// Derived bounds (validate_scenario names the fields that form them):
+///   number of microbatches (global_batch_size / (micro_batch_size x dp)) <= 65,534
+///   parameters of the model                                <= kMaxScenarioParameters (2^50)
+///   activation bytes of one layer and one microbatch, times num_layers x microbatches
+///   (an upper bound of any rank's stash)                   <= kMaxScenarioActivationBytes (2^60)
+///   tokens per iteration (global_batch_size x seq_length)  <= 2^40
+struct ScenarioSizeLimit {
+  const char* field;  ///< dotted key
+  std::int64_t max;   ///< largest accepted value
+};
+/// The per-key bounds above (every integer key of a scenario file has one).
+const std::vector<ScenarioSizeLimit>& scenario_size_limits();
+/// The bound of a dotted integer key, or 0 when the key has none.
+std::int64_t scenario_size_limit(const std::string& field);
+constexpr std::int64_t kMaxScenarioMicrobatches = 0xFFFE;
+constexpr std::int64_t kMaxScenarioParameters = std::int64_t(1) << 50;
+constexpr std::int64_t kMaxScenarioActivationBytes = std::int64_t(1) << 60;
+constexpr std::int64_t kMaxScenarioTokensPerIteration = std::int64_t(1) << 40;
+
+/// Reads a scenario file, applies `--set key=value` overrides (dotted keys, YAML values),
+/// fills defaults and validates it (validate_scenario). Throws InputError naming the file,
+/// field and value for a missing file, unknown key (with a suggestion), wrong type, negative
+/// or zero size, or an inconsistent parallel plan.
+Scenario load_scenario(const std::string& path,
+                       const std::vector<std::pair<std::string, std::string>>& overrides = {});
+
+/// Parses a scenario from YAML text (`source` names it in messages).
+Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
+                        const std::vector<std::pair<std::string, std::string>>& overrides = {});
+
+/// The scenario file `path` as YAML text with `overrides` written in as `--set` writes them
+/// (same key checks; "null" writes a null), the top-level sections named in `drop` removed,
+/// and a relative model.hf_config made absolute (it is relative to the scenario's folder), so
+/// that the text loads from any folder to the scenario load_scenario(path, overrides) gives:
+/// what `plan --out` writes for a candidate. Throws InputError as load_scenario does.
+std::string scenario_text_with_overrides(
+    const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides,
+    const std::vector<std::string>& drop = {});
+
+/// Checks the plan and fills the derived fields: TP divides heads and hidden (and ffn), layers
+/// split evenly over pipeline and virtual stages, global batch divisible by micro batch x DP,
+/// GPUs = TP x PP x DP, interleaving needs pp > 1 and microbatches divisible by pp, ZeRO and
+/// offload settings consistent. Throws InputError naming the fields and values.
+void validate_scenario(Scenario& scenario);
+
+const char* to_string(Recompute r);
+/// Megatron-Core --recompute-modules names that trainsim models, as kRecompute* bits
+/// (nullopt: another name).
+std::optional<std::uint8_t> recompute_module_bit(const std::string& name);
+/// The modules of `bits` as a YAML list in bit order ("[layernorm, moe]"; "[]" for none), and
+/// joined by '+' for a planner layout ("layernorm+moe").
+std::string recompute_modules_yaml(std::uint8_t bits);
+std::string recompute_modules_token(std::uint8_t bits);
+const char* to_string(Runtime r);
+const char* to_string(Normalization n);
+const char* to_string(PositionEmbedding p);
+const char* to_string(AttentionBackend a);
+const char* to_string(MoeDispatcher d);
+const char* to_string(Fp8Format f);
+const char* to_string(Fp8Recipe r);
+const char* to_string(PipelineSchedule s);
+
+}  // namespace trainsim

@@ -1,0 +1,362 @@
+#include "models/outputs/trace_writer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "models/outputs/activity.h"
+
+namespace trainsim {
+
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+TraceSelection select_trace_ranks(const ScheduleGraph& graph, const std::string& user_list) {
+  std::vector<RankId> requested;
+  TraceSelection sel;
+  if (!user_list.empty()) {
+    requested = parse_rank_list(user_list, graph.world_size);
+    sel.note = "chosen with --trace-ranks " + user_list;
+  } else if (graph.world_size <= kAllRanksTraceLimit) {
+    for (std::int64_t r = 0; r < graph.world_size; ++r) requested.push_back(RankId(r));
+    sel.note = "default: all ranks, as the run has at most " +
+               std::to_string(kAllRanksTraceLimit) + " ranks";
+  } else {
+    const ParallelLayout& layout = graph.layout;
+    for (std::int64_t stage : {std::int64_t{0}, layout.pp - 1})
+      for (std::int64_t t = 0; t < layout.tp; ++t)
+        requested.push_back(RankId(layout.rank_of({t, 0, stage})));
+    std::sort(requested.begin(), requested.end());
+    requested.erase(std::unique(requested.begin(), requested.end()), requested.end());
+    sel.note = "default: the tensor-parallel group of data-parallel rank 0 at the first and "
+               "the last pipeline stage (ranks " + format_rank_list(requested) +
+               "); choose others with --trace-ranks";
+  }
+  for (RankId r : requested) sel.ranks.push_back(graph.representative_of(r));
+  std::sort(sel.ranks.begin(), sel.ranks.end());
+  sel.ranks.erase(std::unique(sel.ranks.begin(), sel.ranks.end()), sel.ranks.end());
+  if (sel.ranks != requested)
+    sel.note += "; the graph is folded (each simulated rank stands for " +
+                std::to_string(graph.fold_factor) +
+                " ranks: its tensor-parallel peers and data-parallel replicas), so the trace "
+                "shows the representatives " + format_rank_list(sel.ranks) +
+                " of the requested ranks";
+  return sel;
+}
+
+namespace {
+
+// Fixed, locale-independent number formatting. Times are rounded once to whole nanoseconds
+// and printed as microseconds with 3 decimals; a span's duration is the difference of its
+// rounded ends, so spans that touch in the record touch (never overlap) in the trace.
+std::int64_t ns(double seconds) { return std::llround(seconds * 1e9); }
+
+std::string us_of_ns(std::int64_t t) {
+  char buf[48];
+  const char* sign = t < 0 ? "-" : "";
+  const std::int64_t a = t < 0 ? -t : t;
+  std::snprintf(buf, sizeof buf, "%s%lld.%03lld", sign, static_cast<long long>(a / 1000),
+                static_cast<long long>(a % 1000));
+  return buf;
+}
+
+std::string us(double seconds) { return us_of_ns(ns(seconds)); }
+
+std::string number(double v) {
+  char buf[48];
+  if (!std::isfinite(v)) return "0";
+  if (v == std::floor(v) && std::fabs(v) < 9.007199254740992e15)
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+class EventWriter {
+ public:
+  explicit EventWriter(std::ostream& out) : out_(out) {}
+  void event(const std::string& body) {
+    out_ << (first_ ? "\n" : ",\n") << '{' << body << '}';
+    first_ = false;
+  }
+  void metadata(std::int64_t pid, long tid, const char* name, const std::string& args) {
+    std::string b = "\"ph\":\"M\",\"pid\":" + std::to_string(pid);
+    if (tid >= 0) b += ",\"tid\":" + std::to_string(tid);
+    event(b + ",\"name\":\"" + name + "\",\"args\":{" + args + "}");
+  }
+  void counter(std::int64_t pid, const char* name, double time_s, const std::string& args) {
+    event("\"ph\":\"C\",\"pid\":" + std::to_string(pid) + ",\"name\":\"" + name +
+          "\",\"ts\":" + us(time_s) + ",\"args\":{" + args + "}");
+  }
+
+ private:
+  std::ostream& out_;
+  bool first_ = true;
+};
+
+std::string memory_args(const MemVector& v) {
+  std::string a;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    if (c) a += ',';
+    a += std::string("\"") + to_string(static_cast<MemCategory>(c)) + "\":" + std::to_string(v[c]);
+  }
+  return a;
+}
+
+void write_link_counters(EventWriter& w, const ScheduleGraph& graph,
+                         const ExecutionRecord& record, const std::vector<double>& active,
+                         const std::vector<TaskId>& tasks, RankId rank, double start_s,
+                         std::int64_t gpus_per_node, const CostModel* cost) {
+  struct Change {
+    double time_s;
+    int link;
+    int count;
+    double rate;
+  };
+  std::vector<Change> changes;
+  for (TaskId id : tasks) {
+    if (!task_ran(record, id)) continue;
+    const LinkUse use = link_use(graph, id, gpus_per_node, cost);
+    const double a = active[id], e = record.end_s[id];
+    if (use.link == Link::None || use.bytes <= 0 || !(e > a)) continue;
+    const double rate = use.bytes / (e - a);
+    changes.push_back({a, int(use.link), +1, rate});
+    changes.push_back({e, int(use.link), -1, -rate});
+  }
+  std::sort(changes.begin(), changes.end(), [](const Change& x, const Change& y) {
+    if (x.time_s != y.time_s) return x.time_s < y.time_s;
+    if (x.link != y.link) return x.link < y.link;
+    return x.count < y.count;
+  });
+  int count[kNumLinks] = {};
+  double rate[kNumLinks] = {};
+  auto emit = [&](double t) {
+    std::string a;
+    for (int l = 0; l < kNumLinks; ++l) {
+      if (l) a += ',';
+      a += std::string("\"") + to_string(static_cast<Link>(l)) +
+           "\":" + number(count[l] > 0 ? std::max(0.0, rate[l]) : 0.0);
+    }
+    w.counter(rank, "link bytes/s", t, a);
+  };
+  if (changes.empty() || changes.front().time_s > start_s) emit(start_s);
+  for (std::size_t i = 0; i < changes.size();) {
+    const double t = changes[i].time_s;
+    for (; i < changes.size() && changes[i].time_s == t; ++i) {
+      count[changes[i].link] += changes[i].count;
+      rate[changes[i].link] += changes[i].rate;
+      if (count[changes[i].link] == 0) rate[changes[i].link] = 0;  // no drift when idle
+    }
+    emit(t);
+  }
+}
+
+/// Thread id of lane `lane` of stream `stream`: lane 0 is the stream's own track (tid = the
+/// stream's index), lane k > 0 an extra track kLaneTidStride * k + stream.
+constexpr long kLaneTidStride = 100;
+long lane_tid(int stream, int lane) { return long(lane) * kLaneTidStride + stream; }
+
+/// Per task of one rank, the lane of its stream's track that its span goes to: spans of one
+/// stream that overlap without nesting (pipeline sends in flight while the next one starts)
+/// would be dropped by Perfetto, so each goes to the first lane whose last span has ended by
+/// its start (interval partitioning in start order; times as written, in whole ns). Streams
+/// whose spans never overlap use lane 0 only.
+std::vector<int> assign_lanes(const ScheduleGraph& graph, const ExecutionRecord& record,
+                              const std::vector<TaskId>& tasks) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < tasks.size(); ++i)
+    if (task_ran(record, tasks[i])) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return ns(record.start_s[tasks[a]]) < ns(record.start_s[tasks[b]]);
+  });
+  std::vector<int> lane(tasks.size(), 0);
+  std::vector<std::vector<std::int64_t>> lane_end(kNumStreams);  // per stream, per lane
+  for (std::size_t i : order) {
+    const TaskId id = tasks[i];
+    auto& ends = lane_end[static_cast<int>(graph.task(id).stream)];
+    const std::int64_t b = ns(record.start_s[id]), e = ns(record.end_s[id]);
+    std::size_t k = 0;
+    while (k < ends.size() && ends[k] > b) ++k;
+    if (k == ends.size()) ends.push_back(e);
+    else ends[k] = e;
+    lane[i] = static_cast<int>(k);
+  }
+  return lane;
+}
+
+/// `,"replayed_as":"..."` for a task a replay ran in a substituted way, else nothing.
+std::string replayed_as_arg(const ExecutionRecord& record, TaskId id) {
+  if (id >= record.replayed_as.size() || record.replayed_as[id].empty()) return "";
+  return ",\"replayed_as\":" + json_quote(record.replayed_as[id]);
+}
+
+/// Measured records: the allocator's bytes over time (counter "allocator", series "allocated"
+/// and "reserved") on the process of the rank whose tasks ran.
+void write_allocator_counter(EventWriter& w, const ExecutionRecord& record,
+                             const std::vector<TaskId>& tasks, RankId rank) {
+  if (record.allocated_bytes_samples.empty()) return;
+  if (std::none_of(tasks.begin(), tasks.end(), [&](TaskId id) { return task_ran(record, id); }))
+    return;
+  for (std::size_t i = 0; i < record.allocated_bytes_samples.size(); ++i) {
+    const auto& [t, allocated] = record.allocated_bytes_samples[i];
+    const std::int64_t reserved = i < record.reserved_bytes_samples.size()
+                                      ? record.reserved_bytes_samples[i].second
+                                      : allocated;
+    w.counter(rank, "allocator", t,
+              "\"allocated\":" + std::to_string(allocated) +
+                  ",\"reserved\":" + std::to_string(reserved));
+  }
+}
+
+}  // namespace
+
+namespace {
+
+/// The file's header: otherData (scenario, executor, world, fold, trace ranks, a replay's notes).
+void write_header(std::ostream& out, const ScheduleGraph& graph, const ExecutionRecord& record,
+                  const TraceSelection& selection, const TraceInfo& info) {
+  out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"scenario\":"
+      << json_quote(info.scenario_name) << ",\"executor\":" << json_quote(record.executor)
+      << ",\"measured\":" << (record.measured ? "true" : "false")
+      << ",\"world_size\":" << graph.world_size << ",\"fold_factor\":" << graph.fold_factor
+      << ",\"trace_ranks\":" << json_quote(format_rank_list(selection.ranks))
+      << ",\"trace_ranks_note\":" << json_quote(selection.note);
+  // A replay's allocator peaks (including peaks inside a task, which the "allocator" counter's
+  // per-task samples miss), so that `validate --measured-trace` compares the true peak.
+  if (record.measured && record.measured_peak_allocated_bytes() >= 0)
+    out << ",\"peak_allocated_bytes\":" << record.measured_peak_allocated_bytes()
+        << ",\"peak_reserved_bytes\":" << record.measured_peak_reserved_bytes();
+  if (!record.notes.empty()) {  // what a replay substituted (ExecutionRecord::notes)
+    out << ",\"notes\":[";
+    for (std::size_t i = 0; i < record.notes.size(); ++i)
+      out << (i ? "," : "") << json_quote(record.notes[i]);
+    out << "]";
+  }
+  out << "},\"traceEvents\":[";
+}
+
+/// A rank's process and thread metadata: one thread per stream it uses, plus a track per
+/// extra lane of a stream (assign_lanes).
+void write_rank_metadata(EventWriter& w, const ScheduleGraph& graph,
+                         const std::vector<TaskId>& tasks, const std::vector<int>& lanes,
+                         RankId rank, std::int64_t gpn) {
+  w.metadata(rank, -1, "process_name",
+             "\"name\":" + json_quote("rank " + std::to_string(rank) + " (node " +
+                                      std::to_string(rank / gpn) + " gpu " +
+                                      std::to_string(rank % gpn) + ")"));
+  w.metadata(rank, -1, "process_sort_index", "\"sort_index\":" + std::to_string(rank));
+  if (graph.fold_factor > 1)
+    w.metadata(rank, -1, "process_labels",
+               "\"labels\":" + json_quote("stands for " + std::to_string(graph.fold_factor) +
+                                          " ranks (folded)"));
+  bool used[kNumStreams] = {};
+  int lanes_of[kNumStreams] = {};
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const int st = static_cast<int>(graph.task(tasks[i]).stream);
+    used[st] = true;
+    lanes_of[st] = std::max(lanes_of[st], lanes[i] + 1);
+  }
+  for (int st = 0; st < kNumStreams; ++st) {
+    if (!used[st]) continue;
+    for (int k = 0; k < std::max(1, lanes_of[st]); ++k) {
+      std::string name = to_string(static_cast<StreamId>(st));
+      if (k > 0) name += " #" + std::to_string(k + 1);  // a message in flight beside others
+      w.metadata(rank, lane_tid(st, k), "thread_name", "\"name\":\"" + name + "\"");
+      w.metadata(rank, lane_tid(st, k), "thread_sort_index",
+                 "\"sort_index\":" + std::to_string(st));
+    }
+  }
+}
+
+/// One complete event per task of the rank that ran.
+void write_rank_spans(EventWriter& w, const ScheduleGraph& graph, const ExecutionRecord& record,
+                      const std::vector<TaskId>& tasks, const std::vector<int>& lanes,
+                      RankId rank) {
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const TaskId id = tasks[i];
+    if (!task_ran(record, id)) continue;
+    const Task& t = graph.task(id);
+    const OpDesc& op = graph.op(id);
+    const bool is_comm = t.kind != TaskKind::Compute && t.kind != TaskKind::OptimizerGpu &&
+                         t.kind != TaskKind::OptimizerCpu;
+    const double bytes = is_comm ? static_cast<double>(op.bytes) : op.bytes_accessed;
+    w.event("\"ph\":\"X\",\"pid\":" + std::to_string(rank) +
+            ",\"tid\":" + std::to_string(lane_tid(static_cast<int>(t.stream), lanes[i])) +
+            ",\"name\":" + json_quote(graph.label(id)) + ",\"cat\":\"" + to_string(t.kind) +
+            "\",\"ts\":" + us(record.start_s[id]) +
+            ",\"dur\":" + us_of_ns(ns(record.end_s[id]) - ns(record.start_s[id])) +
+            ",\"args\":{\"task\":" + std::to_string(id) + ",\"flops\":" + number(op.flops) +
+            ",\"bytes\":" + number(bytes) + ",\"kind\":\"" + to_string(t.kind) +
+            "\",\"op\":\"" + to_string(op.kind) + "\",\"phase\":\"" + to_string(t.phase) +
+            "\"" + replayed_as_arg(record, id) + "}");
+  }
+}
+
+/// The host memory of every node that holds a selected rank.
+void write_hosts(EventWriter& w, const ScheduleGraph& graph, const MemoryTimeline& memory,
+                 const TraceSelection& selection, std::int64_t gpn) {
+  std::vector<std::int64_t> nodes;
+  for (RankId r : selection.ranks) nodes.push_back(r / gpn);
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());  // ranks are ascending
+  for (std::int64_t node : nodes) {
+    const std::int64_t pid = graph.world_size + node;
+    w.metadata(pid, -1, "process_name",
+               "\"name\":" + json_quote("host node " + std::to_string(node)));
+    w.metadata(pid, -1, "process_sort_index", "\"sort_index\":" + std::to_string(pid));
+    memory.host(node).for_each_step(memory.start_s, [&](double time_s, const MemVector& v) {
+      w.counter(pid, "host memory", time_s, memory_args(v));
+    });
+  }
+}
+
+}  // namespace
+
+void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
+                        const ExecutionRecord& record, const MemoryTimeline& memory,
+                        const TraceSelection& selection, const TraceInfo& info) {
+  if (record.start_s.size() != graph.num_tasks() || record.end_s.size() != graph.num_tasks())
+    throw std::logic_error("write_chrome_trace: the record does not match the graph");
+  const std::int64_t gpn = info.gpus_per_node;
+  write_header(out, graph, record, selection, info);
+  EventWriter w(out);
+  const std::vector<double> active = active_start_s(graph, record);
+  for (RankId rank : selection.ranks) {
+    if (graph.rank_index(rank) == kNone)
+      throw std::logic_error("write_chrome_trace: rank " + std::to_string(rank) +
+                             " is not simulated");
+    const std::vector<TaskId> tasks = graph.tasks_of_rank(rank);
+    const std::vector<int> lanes = assign_lanes(graph, record, tasks);
+    write_rank_metadata(w, graph, tasks, lanes, rank, gpn);
+    write_rank_spans(w, graph, record, tasks, lanes, rank);
+    memory.gpu_of(rank).for_each_step(memory.start_s, [&](double time_s, const MemVector& v) {
+      w.counter(rank, "memory", time_s, memory_args(v));
+    });
+    write_link_counters(w, graph, record, active, tasks, rank, memory.start_s, gpn, info.cost);
+    write_allocator_counter(w, record, tasks, rank);
+  }
+  write_hosts(w, graph, memory, selection, gpn);
+  out << "\n]}\n";
+}
+
+}  // namespace trainsim

@@ -1,0 +1,747 @@
+#include "models/plan/planner.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <boost/range/iterator_range.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "models/hardware/calibration.h"
+#include "models/perf/cost_model.h"
+#include "models/builder/graph_builder.h"
+#include "models/hardware/hardware.h"
+#include "models/graph/pipeline_schedule.h"
+#include "models/run.h"
+#include "models/memory/zero_offload.h"
+
+namespace trainsim {
+
+// ------------------------------------------------------------------------- the
+// plan section
+
+namespace {
+
+const std::vector<std::string>& plan_keys() {
+  static const std::vector<std::string> keys = {"tensor_model_parallel_size",
+                                                "pipeline_model_parallel_size",
+                                                "num_layers_per_virtual_pipeline_stage",
+                                                "micro_batch_size",
+                                                "recompute_granularity",
+                                                "recompute_num_layers",
+                                                "recompute_modules",
+                                                "sequence_parallel",
+                                                "zero_stage",
+                                                "use_distributed_optimizer",
+                                                "context_parallel_size",
+                                                "expert_model_parallel_size",
+                                                "allow_offload",
+                                                "max_gpus",
+                                                "memory_headroom",
+                                                "top_k"};
+  return keys;
+}
+
+/// Reads one `plan:` field with file, line, field and value in every error.
+class PlanReader {
+ public:
+  PlanReader(YAML::Node plan, std::string source)
+      : plan_(std::move(plan)), source_(std::move(source)) {}
+
+  bool has(const std::string& key) const {
+    return plan_.IsMap() && plan_[key].IsDefined() && !plan_[key].IsNull();
+  }
+  YAML::Node node(const std::string& key) const { return plan_[key]; }
+
+  [[noreturn]] void fail(const std::string& key, const YAML::Node& n,
+                         const std::string& what) const {
+    std::string where = source_;
+    if (n.IsDefined() && !n.Mark().is_null()) where += ":" + std::to_string(n.Mark().line + 1);
+    std::string shown = n.IsScalar()     ? "'" + n.Scalar() + "'"
+                        : n.IsSequence() ? "(a list)"
+                                         : "(a mapping)";
+    throw InputError(where + ": field 'plan." + key + "' = " + shown + ": " + what);
+  }
+
+  /// The scalars of a field: a list, or one value (a list of one).
+  std::vector<YAML::Node> items(const std::string& key) const {
+    YAML::Node n = plan_[key];
+    std::vector<YAML::Node> out;
+    if (n.IsSequence()) {
+      if (n.size() == 0) fail(key, n, "an empty list leaves nothing to search");
+      for (const auto& v : n) {
+        if (!v.IsScalar()) fail(key, n, "expected a list of values");
+        out.push_back(v);
+      }
+    } else if (n.IsScalar()) {
+      out.push_back(n);
+    } else {
+      fail(key, n, "expected a value or a list of values");
+    }
+    return out;
+  }
+
+  std::int64_t to_int(const std::string& key, const YAML::Node& v, std::int64_t lo,
+                      std::int64_t hi) const {
+    std::int64_t x = 0;
+    try {
+      std::size_t used = 0;
+      x = std::stoll(v.Scalar(), &used);
+      if (used != v.Scalar().size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      fail(key, v, "expected an integer");
+    }
+    if (x < lo || x > hi)
+      fail(key, v, "must be within [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+  }
+
+  bool to_bool(const std::string& key, const YAML::Node& v) const {
+    bool b = false;
+    if (!YAML::convert<bool>::decode(v, b)) fail(key, v, "expected true or false");
+    return b;
+  }
+
+  std::vector<std::int64_t> ints(const std::string& key, std::int64_t lo, std::int64_t hi) const {
+    std::vector<std::int64_t> out;
+    for (const auto& v : items(key)) out.push_back(to_int(key, v, lo, hi));
+    return out;
+  }
+
+ private:
+  YAML::Node plan_;
+  std::string source_;
+};
+
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+std::vector<std::int64_t> powers_of_two_up_to(std::int64_t n) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d <= n; d *= 2) out.push_back(d);
+  return out;
+}
+
+/// The units a pipeline splits: the layers, and the embedding and the loss where they count as
+/// one each (Megatron-Core account_for_embedding/loss_in_pipeline_split).
+std::int64_t split_layers(const ParallelConfig& p, std::int64_t num_layers) {
+  return num_layers + (p.account_for_embedding_in_pipeline_split ? 1 : 0) +
+         (p.account_for_loss_in_pipeline_split ? 1 : 0);
+}
+
+void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
+  const std::int64_t kMaxDim = 65536;
+  if (r.has("tensor_model_parallel_size"))
+    c.tensor_model_parallel_size = r.ints("tensor_model_parallel_size", 1, kMaxDim);
+  if (r.has("pipeline_model_parallel_size")) {
+    auto it = r.items("pipeline_model_parallel_size");
+    if (it.size() == 1 && it[0].Scalar() == "all")
+      c.pipeline_model_parallel_size = divisors(split_layers(base.parallel, base.model.num_layers));
+    else
+      c.pipeline_model_parallel_size = r.ints("pipeline_model_parallel_size", 1, kMaxDim);
+  }
+  if (r.has("num_layers_per_virtual_pipeline_stage")) {
+    c.num_layers_per_virtual_pipeline_stage.clear();
+    c.virtual_stages_from_scenario = false;
+    const std::string key = "num_layers_per_virtual_pipeline_stage";
+    for (const auto& v : r.items(key)) {
+      if (v.Scalar() == "all")
+        c.all_virtual_stages = true;
+      else if (v.Scalar() == "none" || v.Scalar() == "null" || v.Scalar() == "~")
+        c.num_layers_per_virtual_pipeline_stage.push_back(std::nullopt);
+      else
+        c.num_layers_per_virtual_pipeline_stage.push_back(r.to_int(key, v, 1, 0xFFFE));
+    }
+  }
+  if (r.has("micro_batch_size")) c.micro_batch_size = r.ints("micro_batch_size", 1, 1 << 20);
+  if (r.has("recompute_granularity")) {
+    c.recompute_granularity.clear();
+    for (const auto& v : r.items("recompute_granularity")) {
+      const std::string s = v.Scalar();
+      if (s == "none" || s == "null" || s == "~")
+        c.recompute_granularity.push_back(Recompute::None);
+      else if (s == "selective")
+        c.recompute_granularity.push_back(Recompute::Selective);
+      else if (s == "full")
+        c.recompute_granularity.push_back(Recompute::Full);
+      else
+        r.fail("recompute_granularity", v, "expected none, selective or full");
+    }
+  }
+  if (r.has("recompute_num_layers"))
+    c.recompute_num_layers = r.ints("recompute_num_layers", 1, 0xFFFE);
+  if (r.has("recompute_modules")) {
+    const std::string key = "recompute_modules";
+    const char* shape = "expected a list of module lists, e.g. [[moe_act, layernorm], [moe]]";
+    const YAML::Node n = r.node(key);
+    if (!n.IsSequence() || n.size() == 0) r.fail(key, n, shape);
+    for (const YAML::Node& set : n) {
+      if (!set.IsSequence()) r.fail(key, set, shape);
+      std::uint8_t bits = 0;
+      for (const YAML::Node& m : set) {
+        const auto bit = m.IsScalar() ? recompute_module_bit(m.Scalar()) : std::nullopt;
+        if (!bit)
+          r.fail(key, m, "expected core_attn, layernorm, moe_act, mlp or moe (Megatron-Core "
+                         "--recompute-modules names)");
+        bits |= *bit;
+      }
+      if (std::find(c.recompute_modules.begin(), c.recompute_modules.end(), bits) ==
+          c.recompute_modules.end())
+        c.recompute_modules.push_back(bits);
+    }
+  }
+  auto bools = [&](const std::string& key, std::vector<bool>& out) {
+    if (!r.has(key)) return;
+    out.clear();
+    for (const auto& v : r.items(key)) out.push_back(r.to_bool(key, v));
+  };
+  bools("sequence_parallel", c.sequence_parallel);
+  bools("use_distributed_optimizer", c.use_distributed_optimizer);
+  if (r.has("zero_stage")) c.zero_stage = r.ints("zero_stage", 0, 3);
+  if (r.has("context_parallel_size"))
+    c.context_parallel_size = r.ints("context_parallel_size", 1, kMaxDim);
+  if (r.has("expert_model_parallel_size"))
+    c.expert_model_parallel_size = r.ints("expert_model_parallel_size", 1, kMaxDim);
+}
+
+void read_limits(const PlanReader& r, const Scenario& base, PlanConfig& c) {
+  if (r.has("allow_offload")) c.allow_offload = r.to_bool("allow_offload", r.node("allow_offload"));
+  if (r.has("max_gpus")) {
+    c.max_gpus = r.to_int("max_gpus", r.node("max_gpus"), 1, base.world_size());
+    if (c.max_gpus % base.cluster.gpus_per_node != 0)
+      r.fail("max_gpus", r.node("max_gpus"),
+             "must be a multiple of the " + std::to_string(base.cluster.gpus_per_node) +
+                 " GPUs of a node");
+  }
+  if (r.has("memory_headroom")) {
+    YAML::Node n = r.node("memory_headroom");
+    double h = -1;
+    try {
+      std::size_t used = 0;
+      h = std::stod(n.Scalar(), &used);
+      if (used != n.Scalar().size()) h = -1;
+    } catch (const std::exception&) {
+      h = -1;
+    }
+    if (!(h >= 0 && h < 1)) r.fail("memory_headroom", n, "expected a fraction in [0, 1)");
+    c.memory_headroom = h;
+  }
+  if (r.has("top_k")) c.top_k = r.to_int("top_k", r.node("top_k"), 1, 100000);
+}
+
+}  // namespace
+
+PlanConfig load_plan_config(const std::string& scenario_path, const Scenario& base) {
+  PlanConfig c;
+  c.tensor_model_parallel_size = powers_of_two_up_to(base.cluster.gpus_per_node);
+  // Pipeline stages: the divisors of what the pipeline splits (the layers, plus the embedding
+  // and the loss where the scenario counts them as layers: Megatron-Core
+  // account_for_*_in_pipeline_split), and the scenario's own stage count (an uneven split).
+  const std::int64_t split = split_layers(base.parallel, base.model.num_layers);
+  c.pipeline_model_parallel_size = divisors(split);
+  if (std::find(c.pipeline_model_parallel_size.begin(), c.pipeline_model_parallel_size.end(),
+                base.parallel.pipeline_model_parallel_size) ==
+      c.pipeline_model_parallel_size.end()) {
+    c.pipeline_model_parallel_size.push_back(base.parallel.pipeline_model_parallel_size);
+    std::sort(c.pipeline_model_parallel_size.begin(), c.pipeline_model_parallel_size.end());
+  }
+  c.num_layers_per_virtual_pipeline_stage = {std::nullopt};
+  if (base.parallel.num_layers_per_virtual_pipeline_stage) {
+    c.num_layers_per_virtual_pipeline_stage.push_back(
+        base.parallel.num_layers_per_virtual_pipeline_stage);
+    c.virtual_stages_from_scenario = true;
+  }
+  c.micro_batch_size = {1, 2, 4, 8};
+  c.recompute_granularity = {Recompute::None, Recompute::Selective, Recompute::Full};
+  // The launch line's own choices stay unless the plan varies them. DeepSpeed's ZeRO stages 0 and
+  // 1 (and the scenario's own) are searched by default where they are the runtime's sharding
+  // (Megatron-LM 2021 with DeepSpeed); Megatron-Core shards with its distributed optimizer or
+  // FSDP, kept as written.
+  const ParallelConfig& bp = base.parallel;
+  c.sequence_parallel = {bp.sequence_parallel};
+  c.zero_stage = {base.zero.stage};
+  if (base.runtime == Runtime::Megatron2021) {
+    c.zero_stage = {0, 1};
+    if (base.zero.stage > 1) c.zero_stage.push_back(base.zero.stage);
+  }
+  c.use_distributed_optimizer = {bp.use_distributed_optimizer};
+  c.context_parallel_size = {bp.context_parallel_size};
+  c.expert_model_parallel_size = {bp.expert_model_parallel_size};
+  // A scenario that offloads its optimizer has offloaded candidates, and the same layouts on
+  // the GPU alone.
+  c.allow_offload = base.zero.offload_optimizer.enabled;
+  c.max_gpus = base.world_size();
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(scenario_path);  // load_scenario has read and checked it already
+  } catch (const YAML::Exception& e) {
+    throw InputError(scenario_path + ": " + e.what());
+  }
+  YAML::Node plan = root.IsMap() ? root["plan"] : YAML::Node();
+  if (!plan.IsDefined() || plan.IsNull()) return c;
+  const PlanReader r(plan, scenario_path);
+  if (!plan.IsMap()) r.fail("(section)", plan, "expected a mapping of plan keys");
+  for (const auto& entry : plan) {
+    const std::string key = entry.first.Scalar();
+    if (std::find(plan_keys().begin(), plan_keys().end(), key) == plan_keys().end()) {
+      std::string known;
+      for (const auto& k : plan_keys()) known += (known.empty() ? "" : ", ") + k;
+      r.fail(key, entry.second, "unknown plan key; known: " + known);
+    }
+  }
+  read_dimensions(r, base, c);
+  read_limits(r, base, c);
+  return c;
+}
+
+// ------------------------------------------------------------------------------
+// enumerate
+
+namespace {
+
+const char* recompute_value(Recompute r) {
+  return r == Recompute::None ? "null" : r == Recompute::Full ? "full" : "selective";
+}
+
+/// Virtual-stage choices for `pp` stages: the configured ones, or with `all`
+/// every divisor of the layers per stage that gives at least two chunks, plus
+/// none.
+std::vector<std::optional<std::int64_t>> virtual_choices(const PlanConfig& plan,
+                                                         std::int64_t layers, std::int64_t pp) {
+  std::vector<std::optional<std::int64_t>> out = plan.num_layers_per_virtual_pipeline_stage;
+  if (plan.virtual_stages_from_scenario)
+    out.erase(std::remove_if(out.begin(), out.end(),
+                             [&](const std::optional<std::int64_t>& v) {
+                               return v && !(layers % pp == 0 && (layers / pp) % *v == 0 &&
+                                             layers / pp >= 2 * *v);
+                             }),
+              out.end());
+  if (plan.all_virtual_stages && std::find(out.begin(), out.end(), std::nullopt) == out.end())
+    out.insert(out.begin(), std::nullopt);
+  if (plan.all_virtual_stages && pp > 1 && layers % pp == 0) {
+    for (std::int64_t d : divisors(layers / pp))
+      if (d < layers / pp &&
+          std::find(out.begin(), out.end(), std::optional<std::int64_t>(d)) == out.end())
+        out.push_back(d);
+  }
+  if (pp == 1) {  // no interleaving on one stage: keep only `none` (if it was
+                  // asked for)
+    std::vector<std::optional<std::int64_t>> none;
+    for (const auto& v : out)
+      if (!v) none.push_back(v);
+    return none;
+  }
+  return out;
+}
+
+/// `block` with this many layers (Megatron --recompute-method block), or `uniform` with units
+/// of more than one layer (the scenario's own method), for a full candidate; `selective+` the
+/// plan's modules for a selective one.
+std::string recompute_token(Recompute rc, const std::optional<std::int64_t>& block,
+                            std::int64_t uniform_units, const std::optional<std::uint8_t>& modules) {
+  if (rc == Recompute::None) return "norecomp";
+  if (rc == Recompute::Full && block) return "block" + std::to_string(*block);
+  if (rc == Recompute::Full && uniform_units > 1) return "uniform" + std::to_string(uniform_units);
+  if (rc == Recompute::Selective && modules)
+    return "selective+" + (*modules ? recompute_modules_token(*modules) : std::string("none"));
+  return to_string(rc);
+}
+
+std::string describe(std::int64_t tp, std::int64_t pp, std::int64_t cp, std::int64_t dp,
+                     const std::optional<std::int64_t>& vpl, std::int64_t mb, Recompute rc,
+                     const std::optional<std::int64_t>& block, std::int64_t uniform_units,
+                     const std::optional<std::uint8_t>& modules, bool sp, std::int64_t zero,
+                     bool distopt, bool offload) {
+  std::ostringstream o;
+  o << "tp" << tp << " pp" << pp;
+  if (cp > 1) o << " cp" << cp;
+  o << " dp" << dp;
+  if (vpl) o << " vpl" << *vpl;
+  o << " mb" << mb << " " << recompute_token(rc, block, uniform_units, modules);
+  if (sp) o << " sp";
+  if (zero > 0) o << " zero" << zero;
+  if (distopt) o << " distopt";
+  if (offload) o << " offload";
+  return o.str();
+}
+
+/// The full-recomputation variants of a candidate with granularity `rc`: the plan's block layer
+/// counts, or the scenario's own method (nullopt; `block N` named when the scenario's is block).
+std::vector<std::optional<std::int64_t>> block_choices(const PlanConfig& plan,
+                                                       const Scenario& base, Recompute rc) {
+  if (rc != Recompute::Full) return {std::nullopt};
+  if (plan.recompute_num_layers.empty())
+    return {base.parallel.recompute_block
+                ? std::optional<std::int64_t>(base.parallel.recompute_num_layers)
+                : std::nullopt};
+  return {plan.recompute_num_layers.begin(), plan.recompute_num_layers.end()};
+}
+
+/// The module sets of a candidate with granularity `rc`: the plan's for a selective one, else
+/// the scenario's own (nullopt).
+std::vector<std::optional<std::uint8_t>> module_choices(const PlanConfig& plan, Recompute rc) {
+  if (rc != Recompute::Selective || plan.recompute_modules.empty()) return {std::nullopt};
+  return {plan.recompute_modules.begin(), plan.recompute_modules.end()};
+}
+
+}  // namespace
+
+std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Scenario& base) {
+  std::vector<PlanCandidate> out;
+  const std::int64_t gpus = plan.max_gpus, gpn = base.cluster.gpus_per_node;
+  const std::int64_t split = split_layers(base.parallel, base.model.num_layers);
+  const bool flash_attention = base.runtime == Runtime::MegatronCore &&
+                               base.model.attention_backend != AttentionBackend::Unfused;
+  const std::vector<bool> offload_choices =
+      plan.allow_offload ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  // The scenario's own uniform units, which its full candidates keep (named in their layout).
+  const std::int64_t uniform_units =
+      base.parallel.recompute_granularity == Recompute::Full && !base.parallel.recompute_block
+          ? base.parallel.recompute_num_layers
+          : 1;
+  for (std::int64_t tp : plan.tensor_model_parallel_size)
+    for (std::int64_t pp : plan.pipeline_model_parallel_size)
+      for (std::int64_t cp : plan.context_parallel_size)
+        for (std::int64_t ep : plan.expert_model_parallel_size)
+          for (const auto& vpl : virtual_choices(plan, split, pp))
+            for (std::int64_t mb : plan.micro_batch_size)
+              for (Recompute rc : plan.recompute_granularity)
+                for (const auto& block : block_choices(plan, base, rc))
+                 for (const auto& modules : module_choices(plan, rc))
+                  for (bool sp_asked : plan.sequence_parallel)
+                    for (std::int64_t zero : plan.zero_stage)
+                      for (bool distopt : plan.use_distributed_optimizer)
+                        for (bool offload : offload_choices) {
+                          if (offload && zero == 0) continue;  // DeepSpeed offloads ZeRO states
+                          // Megatron turns sequence parallelism off on one tensor-parallel rank
+                          // (arguments.py); at TP 1 `true` is the run of `false`, enumerated once.
+                          const bool sp = sp_asked && tp > 1;
+                          if (sp_asked && tp == 1 &&
+                              std::find(plan.sequence_parallel.begin(),
+                                        plan.sequence_parallel.end(),
+                                        false) != plan.sequence_parallel.end())
+                            continue;
+                          // With fused/flash attention selective recomputation of core_attn
+                          // recomputes nothing (models/builder/pipeline_pass.cpp): the same run
+                          // as none, unless its recompute_modules (the plan's, or the scenario's)
+                          // name other modules.
+                          const std::uint8_t recomputed_modules =
+                              modules ? *modules : base.parallel.recompute_modules;
+                          if (rc == Recompute::Selective && flash_attention &&
+                              !(recomputed_modules & ~kRecomputeCoreAttn))
+                            continue;
+                          PlanCandidate c;
+                          c.index = out.size();
+                          const std::int64_t dp =
+                              gpus % (tp * pp * cp) == 0 ? gpus / (tp * pp * cp) : 0;
+                          c.layout = describe(tp, pp, cp, dp, vpl, mb, rc, block, uniform_units,
+                                              modules, sp, zero, distopt, offload);
+                          if (ep > 1) c.layout += " ep" + std::to_string(ep);
+                          auto set = [&](const char* k, const std::string& v) {
+                            c.overrides.emplace_back(k, v);
+                          };
+                          set("cluster.nodes", std::to_string(gpus / gpn));
+                          set("parallel.tensor_model_parallel_size", std::to_string(tp));
+                          set("parallel.pipeline_model_parallel_size", std::to_string(pp));
+                          set("parallel.context_parallel_size", std::to_string(cp));
+                          set("parallel.expert_model_parallel_size", std::to_string(ep));
+                          set("parallel.num_layers_per_virtual_pipeline_stage",
+                              vpl ? std::to_string(*vpl) : "null");
+                          set("parallel.pipeline_schedule", vpl ? "interleaved" : "1f1b");
+                          set("parallel.micro_batch_size", std::to_string(mb));
+                          set("parallel.recompute_granularity", recompute_value(rc));
+                          // The scenario's recompute_modules (or the plan's) apply to its
+                          // selective candidates.
+                          if (rc != Recompute::Selective) set("parallel.recompute_modules", "null");
+                          if (modules)
+                            set("parallel.recompute_modules", recompute_modules_yaml(*modules));
+                          // The scenario's full recomputation method and layer count go to its
+                          // full candidates (or the plan's block layer counts); the others take
+                          // none (Megatron applies them to full recomputation only).
+                          if (rc == Recompute::Full && !plan.recompute_num_layers.empty()) {
+                            set("parallel.recompute_method", "block");
+                            set("parallel.recompute_num_layers", std::to_string(*block));
+                          } else if (rc != Recompute::Full &&
+                                     base.parallel.recompute_granularity == Recompute::Full) {
+                            set("parallel.recompute_method", "null");
+                            set("parallel.recompute_num_layers", "null");
+                          }
+                          set("parallel.sequence_parallel", sp ? "true" : "false");
+                          // The scenario's TP communication overlap applies where it can
+                          // (sequence parallelism on; Megatron-LM refuses it otherwise).
+                          if (base.parallel.tp_comm_overlap && !(sp && tp > 1)) {
+                            set("parallel.tp_comm_overlap", "false");
+                            set("parallel.tp_comm_overlap_rs_method", "null");
+                          }
+                          set("parallel.use_distributed_optimizer", distopt ? "true" : "false");
+                          // FSDP shards over the candidate's own data-parallel x context-parallel
+                          // group (the only sharding trainsim models; the scenario's size is its
+                          // own group's).
+                          if (base.parallel.uses_fsdp())
+                            set("parallel.fsdp_sharding_group_size", "null");
+                          // Likewise the parameter all-gather's overlap, where the candidate has
+                          // that all-gather (Megatron arguments.py refuses it otherwise).
+                          if (base.parallel.overlap_param_gather && !distopt &&
+                              !base.parallel.uses_fsdp())
+                            set("parallel.overlap_param_gather", "false");
+                          set("deepspeed.zero_optimization.stage", std::to_string(zero));
+                          set("deepspeed.zero_optimization.offload_optimizer.device",
+                              offload ? "cpu" : "none");
+                          // The scenario's Twin-Flow ratio (or `auto`) applies where DeepSpeed
+                          // takes it: a partial ratio with ZeRO-3 only (zero/config.py
+                          // offload_ratio_check), a full offload below; no ratio without offload.
+                          const OffloadOptimizerConfig& bo = base.zero.offload_optimizer;
+                          const bool partial = bo.ratio_auto || bo.ratio < 1;
+                          if (!offload && bo.enabled)
+                            set("deepspeed.zero_optimization.offload_optimizer.ratio", "null");
+                          else if (offload && zero < 3 && partial)
+                            set("deepspeed.zero_optimization.offload_optimizer.ratio", "1.0");
+                          out.push_back(std::move(c));
+                        }
+  return out;
+}
+
+const char* to_string(PlanRejection r) {
+  switch (r) {
+    case PlanRejection::None:
+      return "none";
+    case PlanRejection::Invalid:
+      return "invalid";
+    case PlanRejection::OutOfMemory:
+      return "out_of_memory";
+    case PlanRejection::BelowCut:
+      return "below_estimate_cut";
+  }
+  return "?";
+}
+
+// ------------------------------------------------------------------- stages
+// (a) and (b)
+
+std::int64_t reduced_microbatches(const ParallelConfig& p) {
+  const std::int64_t pp = p.pipeline_model_parallel_size, nmb = p.num_microbatches;
+  if (p.pipeline_schedule == PipelineSchedule::GPipe) return nmb;
+  // 1F1B: stage 0 holds pp microbatches at the end of its warm-up, and again at the first
+  // forward after its first backward, where the buffers that backward created (ZeRO-2/3 and
+  // FSDP gradient buckets) are live too: pp + 1 microbatches reach it.
+  if (p.pipeline_schedule == PipelineSchedule::OneFOneB) return std::min(nmb, pp + 1);
+  // Interleaved (Megatron schedules.py): stage 0 warms up (pp - 1) * 2 + (v - 1) * pp chunks;
+  // one more is in flight in the steady state, and one more runs after the first backward (as
+  // above). Enough microbatches (a multiple of pp) that every stage reaches it.
+  const std::int64_t v = p.virtual_pipeline_size;
+  const std::int64_t chunks = (pp - 1) * 2 + (v - 1) * pp + 2;
+  std::int64_t m = (chunks + v - 1) / v;
+  m = (m + pp - 1) / pp * pp;
+  return std::min(nmb, std::max(m, pp));
+}
+
+namespace {
+
+/// Bandwidth the estimate gives a collective on `group`: NVLink inside a node;
+/// across nodes the members of a node share their NICs (one per GPU,
+/// rail-optimized), as the simulator's hierarchical rings do
+/// (sim/executor.cpp).
+double group_bandwidth(const CommGroup& g, const SystemSpec& sys, bool* intra,
+                       std::int64_t* nodes, std::int64_t* members) {
+  std::map<std::int64_t, std::int64_t> per_node;
+  for (RankId r : g.ranks) ++per_node[std::int64_t(r) / sys.gpus_per_node];
+  *intra = per_node.size() <= 1;
+  *nodes = std::int64_t(per_node.size());
+  std::int64_t k = sys.gpus_per_node;  // the fewest members on a node
+  for (const auto& [node, n] : per_node) k = std::min(k, n);
+  *members = k;
+  if (*intra) return sys.gpu.nvlink_bw_bytes_per_s;
+  return std::min(sys.gpu.nvlink_bw_bytes_per_s, sys.nic_bw_bytes_per_s * double(k));
+}
+
+double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, const SystemSpec& sys) {
+  const Task& t = g.task(id);
+  const OpDesc& op = g.op(id);
+  switch (t.kind) {
+    case TaskKind::Compute:
+    case TaskKind::OptimizerGpu:
+    case TaskKind::OptimizerCpu:
+      return cm.compute_time_s(op);
+    case TaskKind::Collective:
+    case TaskKind::Send:
+    case TaskKind::Recv: {
+      if (t.kind == TaskKind::Send) return 0;  // the receiver's side carries the message
+      bool intra = true;
+      std::int64_t nodes = 1, k = 1;
+      double bw = sys.nic_bw_bytes_per_s;
+      if (t.group != kNone) bw = group_bandwidth(g.group(t.group), sys, &intra, &nodes, &k);
+      if (t.kind == TaskKind::Recv && t.peer >= 0)
+        intra = t.peer / sys.gpus_per_node == std::int64_t(t.rank) / sys.gpus_per_node;
+      if (t.kind == TaskKind::Recv)
+        bw = intra ? sys.gpu.nvlink_bw_bytes_per_s : sys.nic_bw_bytes_per_s;
+      const std::int64_t n = std::max<std::int64_t>(op.group_size, 1);
+      if (t.kind == TaskKind::Collective && n > 1 && t.group != kNone &&
+          (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter ||
+           op.kind == OpKind::AllGather)) {
+        // As the simulator runs it (sim/executor.cpp): NCCL's algorithm and protocol for this
+        // size and group (models/perf/nccl_model.h), its latency, and the ring's bytes in the
+        // protocol's wire format over the group's links, no faster than NCCL's bus bandwidth.
+        const NcclChoice c = cm.nccl_collective(op.kind, double(op.bytes), n, nodes);
+        const double eff = intra ? cm.nvlink_efficiency() : cm.network_efficiency();
+        return c.latency_s +
+               c.transfer_s(CostModel::ring_bytes_per_rank(op.kind, double(op.bytes), n), bw * eff);
+      }
+      if (t.kind == TaskKind::Collective && op.kind == OpKind::AllToAll && !intra &&
+          t.group != kNone) {
+        // As the simulator runs it (sim/executor.cpp): (k-1)/n of the buffer to the node's
+        // peers over NVLink while (n-k)/n leaves the node on the rank's own NIC, k members a
+        // node; the slower of the two.
+        const double b = double(op.bytes), nd = double(n);
+        const double nvlink_s = b * double(k - 1) / nd /
+                                (sys.gpu.nvlink_bw_bytes_per_s * cm.nvlink_efficiency());
+        const double nic_s =
+            b * double(n - k) / nd / (sys.nic_bw_bytes_per_s * cm.network_efficiency());
+        return cm.collective_latency_s(op.kind, n, false) + std::max(nvlink_s, nic_s);
+      }
+      return cm.collective_time_s(op.kind, double(op.bytes), n, bw, intra);
+    }
+    case TaskKind::CopyH2D:
+    case TaskKind::CopyD2H:
+      return double(op.bytes) / (sys.gpu.pcie_bw_bytes_per_s * cm.pcie_efficiency());
+  }
+  return 0;
+}
+
+/// The pipeline's closed form over per-stage times of one microbatch (f_s) and
+/// the tail after the last backward (gradient sync, optimizer): (nmb - 1) * max
+/// f + sum f / v for 1F1B and interleaving (Narayanan et al. SC'21 Sec. 2.2:
+/// bubble (p - 1) / v of a microbatch time), nmb * max f + sum f - max f for
+/// GPipe; plus the slowest tail.
+double estimate_from_graph(const ScheduleGraph& g, const Scenario& sc, const CostModel& cm,
+                           const SystemSpec& sys) {
+  const ParallelConfig& p = sc.parallel;
+  // ZeRO-2/3 and FSDP synchronise every microbatch: ZeRO-3's and FSDP's parameter gathers in
+  // both passes and the gradient reduce-scatters of stages 2/3 (models/builder/dp_zero3.cpp,
+  // zero_buckets.h), and with an offloaded optimizer the copies of each reduced bucket to the
+  // host (offload.h). The builder files them under no microbatch; they belong to the
+  // microbatches' work, the rest of what has no microbatch (the optimizer, the parameters'
+  // copies back, stage 0/1 gradient reductions) to the tail.
+  const bool synced_per_microbatch = sc.zero.stage >= 2 || p.uses_fsdp();
+  const double reduced = double(reduced_microbatches(p));
+  const auto& deps = g.dependencies();
+  std::vector<double> ready(g.num_tasks(), 0.0);
+  double max_f = 0, sum_f = 0, max_tail = 0;
+  for (RankId r : g.simulated_ranks()) {
+    // The rank's microbatches as its streams run them with nothing to wait for from other
+    // ranks: each task starts when its same-rank predecessors (stream order included) are
+    // done, so a prefetched gather overlaps the block before the one that needs it, and a
+    // gather longer than that block delays the next. f: that makespan over the reduced count.
+    double end = 0, tail = 0;
+    for (TaskId id : g.tasks_of_rank(r)) {
+      const Task& t = g.task(id);
+      const bool synced =
+          synced_per_microbatch &&
+          ((t.stream == StreamId::DpComm &&
+            (t.phase == Phase::ParamSync || t.phase == Phase::GradSync)) ||
+           (t.phase == Phase::Offload && t.part == Part::Gradients));
+      if (t.microbatch == kNoIndex && !synced) {
+        tail += task_seconds(g, id, cm, sys);
+        continue;
+      }
+      const double finish = ready[id] + task_seconds(g, id, cm, sys);
+      end = std::max(end, finish);
+      for (auto e : boost::make_iterator_range(boost::out_edges(id, deps))) {
+        const TaskId u = TaskId(boost::target(e, deps));
+        if (g.task(u).rank == r) ready[u] = std::max(ready[u], finish);
+      }
+    }
+    const double f = end / reduced;
+    max_f = std::max(max_f, f);
+    sum_f += f;
+    max_tail = std::max(max_tail, tail);
+  }
+  const double nmb = double(p.num_microbatches), v = double(p.virtual_pipeline_size);
+  const double pipe = p.pipeline_schedule == PipelineSchedule::GPipe
+                          ? nmb * max_f + sum_f - max_f
+                          : (nmb - 1) * max_f + sum_f / v + max_f * (1 - 1 / v);
+  return pipe + max_tail;
+}
+
+}  // namespace
+
+CandidateEstimate estimate_candidate(
+    const std::string& scenario_path,
+    const std::vector<std::pair<std::string, std::string>>& base_overrides,
+    const PlanCandidate& candidate, double memory_headroom,
+    const std::string& calibration_path) {
+  CandidateEstimate e;
+  RunRequest req;
+  req.purpose = RunPurpose::Simulate;
+  req.scenario_path = scenario_path;
+  req.overrides = base_overrides;
+  req.overrides.insert(req.overrides.end(), candidate.overrides.begin(),
+                       candidate.overrides.end());
+  req.calibration_path = calibration_path;
+  PreparedRun run;
+  try {
+    // The system, cost model's system and profile the candidate's simulation would use.
+    run = prepare_platform(req);
+  } catch (const InputError& err) {
+    e.rejection = PlanRejection::Invalid;
+    e.reason = err.what();
+    return e;
+  }
+  const Scenario& sc = run.scenario;
+  const SystemSpec& sys = run.system;
+  e.world_size = sc.world_size();
+  Scenario reduced = sc;
+  reduced.parallel.global_batch_size = reduced_microbatches(sc.parallel) *
+                                       sc.parallel.micro_batch_size *
+                                       sc.parallel.data_parallel_size;
+  validate_scenario(reduced);
+  if (reduced.zero.offload_optimizer.ratio_auto)
+    resolve_offload_ratio(reduced, sys, run.profile);
+  BuildOptions opt;
+  opt.fold = sc.parallel.tensor_model_parallel_size * sc.parallel.data_parallel_size *
+                 sc.parallel.context_parallel_size >
+             1;
+  opt.calibration = &run.profile;
+  const ScheduleGraph g = build_schedule_graph(reduced, sys, opt);
+  e.peak_memory_bytes = program_order_peak_gpu_bytes(g);
+  e.memory_capacity_bytes = std::int64_t(sys.gpu.hbm_bytes);
+  if (double(e.peak_memory_bytes) > sys.gpu.hbm_bytes * (1.0 - memory_headroom)) {
+    e.rejection = PlanRejection::OutOfMemory;
+    std::ostringstream o;
+    o.precision(1);
+    o << std::fixed << "peak " << double(e.peak_memory_bytes) / 1e9 << " GB > "
+      << sys.gpu.hbm_bytes * (1.0 - memory_headroom) / 1e9 << " GB usable";
+    e.reason = o.str();
+    return e;
+  }
+  // The collectives as the simulation runs them: the scenario's NCCL release and NVLS switch,
+  // the GPUs per node it uses (prepare_platform's cost_system).
+  const CostModel cm = run.cost_model();
+  // The reduced graph has the full run's per-microbatch work; scale the
+  // microbatch count.
+  e.estimate_iteration_s = estimate_from_graph(g, sc, cm, run.cost_system);
+  e.estimate_tokens_per_s =
+      double(sc.parallel.global_batch_size) * double(sc.model.seq_length) / e.estimate_iteration_s;
+  return e;
+}
+
+void rank_results(std::vector<CandidateResult>& results) {
+  std::stable_sort(
+      results.begin(), results.end(), [](const CandidateResult& a, const CandidateResult& b) {
+        auto key = [](const CandidateResult& r) {
+          const bool ok = r.simulated && r.error.empty() && !r.oom;
+          return std::make_tuple(ok ? 0 : 1,
+                                 -(ok ? r.tokens_per_s : r.estimate.estimate_tokens_per_s),
+                                 r.peak_memory_bytes, r.candidate.index);
+        };
+        return key(a) < key(b);
+      });
+}
+
+}  // namespace trainsim
