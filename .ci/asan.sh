@@ -22,11 +22,12 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINSIM_SANITIZE=a
   -DTRAINSIM_WITH_TORCH=OFF -DTRAINSIM_WITH_CUDA=OFF -DTRAINSIM_BUILD_BENCH=OFF \
   "${launcher[@]}" >&2
 targets=()
-for dir in models sim validation; do
-  for src in tests/$dir/test_*.cpp; do
-    name=$(basename "$src" .cpp)
-    targets+=("${dir}_${name}")
-  done
+# tests/<dir>/test_x.cpp is target <dir>_test_x; tests/<dir>/<sub>/test_x.cpp is <dir>_<sub>_test_x
+# (tests/CMakeLists.txt), with the label <dir>.
+for src in tests/{models,sim,validation}/test_*.cpp tests/{models,sim,validation}/*/test_*.cpp; do
+  [[ -f $src ]] || continue
+  rel=$(dirname "${src#tests/}")
+  targets+=("${rel//\//_}_$(basename "$src" .cpp)")
 done
 cmake --build build-asan -j"$(nproc 2>/dev/null || echo 2)" --target "${targets[@]}" >&2
 built=$(date +%s)

@@ -4,7 +4,7 @@
 // microbatches in flight on pipeline stage 0 at the peak (1F1B: pp of them; interleaved:
 // Megatron's warm-up of (pp - 1) x 2 + (v - 1) x pp chunks plus the one in its forward), each
 // layer's activations counted term by term for Transformer Engine's kernels. The graph's peak
-// (what `simulate` reports; tests/sim/test_planner.cpp shows the two agree) must be within 2%.
+// (what `simulate` reports; tests/models/plan/test_planner.cpp shows the two agree) must be within 2%.
 #include <gtest/gtest.h>
 
 #include <string>
