@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -17,6 +16,7 @@
 #include "models/graph/pipeline_schedule.h"
 #include "models/run.h"
 #include "models/memory/zero_offload.h"
+#include "models/system/collective_flows.h"
 
 namespace trainsim {
 
@@ -547,15 +547,14 @@ namespace {
 /// Bandwidth the estimate gives a collective on `group`: NVLink inside a node;
 /// across nodes the members of a node share their NICs (one per GPU,
 /// rail-optimized), as the simulator's hierarchical rings do
-/// (sim/executor.cpp).
+/// (models/system/collective_flows.h, whose group_layout places the members).
 double group_bandwidth(const CommGroup& g, const SystemSpec& sys, bool* intra,
                        std::int64_t* nodes, std::int64_t* members) {
-  std::map<std::int64_t, std::int64_t> per_node;
-  for (RankId r : g.ranks) ++per_node[std::int64_t(r) / sys.gpus_per_node];
-  *intra = per_node.size() <= 1;
-  *nodes = std::int64_t(per_node.size());
+  const GroupLayout layout = group_layout(g, sys.gpus_per_node);
+  *intra = layout.nodes.size() <= 1;
+  *nodes = std::int64_t(layout.nodes.size());
   std::int64_t k = sys.gpus_per_node;  // the fewest members on a node
-  for (const auto& [node, n] : per_node) k = std::min(k, n);
+  for (const auto& on_node : layout.members) k = std::min(k, std::int64_t(on_node.size()));
   *members = k;
   if (*intra) return sys.gpu.nvlink_bw_bytes_per_s;
   return std::min(sys.gpu.nvlink_bw_bytes_per_s, sys.nic_bw_bytes_per_s * double(k));
@@ -585,9 +584,10 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
       if (t.kind == TaskKind::Collective && n > 1 && t.group != kNone &&
           (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter ||
            op.kind == OpKind::AllGather)) {
-        // As the simulator runs it (sim/executor.cpp): NCCL's algorithm and protocol for this
-        // size and group (models/perf/nccl_model.h), its latency, and the ring's bytes in the
-        // protocol's wire format over the group's links, no faster than NCCL's bus bandwidth.
+        // As the simulator runs it (models/system/collective_flows.h): NCCL's algorithm and
+        // protocol for this size and group (models/perf/nccl_model.h), its latency, and the
+        // ring's bytes in the protocol's wire format over the group's links, no faster than
+        // NCCL's bus bandwidth.
         const NcclChoice c = cm.nccl_collective(op.kind, double(op.bytes), n, nodes);
         const double eff = intra ? cm.nvlink_efficiency() : cm.network_efficiency();
         return c.latency_s +
@@ -595,9 +595,9 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
       }
       if (t.kind == TaskKind::Collective && op.kind == OpKind::AllToAll && !intra &&
           t.group != kNone) {
-        // As the simulator runs it (sim/executor.cpp): (k-1)/n of the buffer to the node's
-        // peers over NVLink while (n-k)/n leaves the node on the rank's own NIC, k members a
-        // node; the slower of the two.
+        // As the simulator runs it (models/system/collective_flows.h): (k-1)/n of the buffer to
+        // the node's peers over NVLink while (n-k)/n leaves the node on the rank's own NIC, k
+        // members a node; the slower of the two.
         const double b = double(op.bytes), nd = double(n);
         const double nvlink_s = b * double(k - 1) / nd /
                                 (sys.gpu.nvlink_bw_bytes_per_s * cm.nvlink_efficiency());
