@@ -103,9 +103,11 @@ class CostModel {
   /// efficiency of that shape (interpolate_attention_efficiency).
   double attention_compute_time_s(double flops, bool backward, double head_dim = 0,
                                   double seq_length = 0) const;
-  /// The GEMM role of a kernel (CalibrationProfile::GemmPoint::role) from its name
-  /// (models/perf/flops.cpp): "*dgrad*" -> dgrad, "*wgrad*" -> wgrad, batch > 1 -> bmm, else fwd.
-  static const char* gemm_role(const char* kernel_name, double batch);
+  /// The GEMM role of a kernel (CalibrationProfile::GemmPoint::role) from its pass
+  /// (KernelWork::pass, set by the kernel lists of models/perf/): wgrad -> "wgrad"; dgrad ->
+  /// "dgrad", or "bmm" when batched; forward -> "fwd", or "bmm" when batched. A GEMM without
+  /// its pass (GemmPass::None) is a bug in the kernel lists (std::logic_error).
+  static const char* gemm_role(GemmPass pass, double batch);
   /// Wave-quantized tile time of a GEMM at `rate` FLOP/s for a full wave of tiles, each wave
   /// followed by its epilogue (SMs x tile x 2 bytes stored at the HBM rate).
   double wave_time_s(double m, double n, double k, double batch, double rate) const;

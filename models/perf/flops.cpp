@@ -50,10 +50,12 @@ Shape shape_of(const OpDesc& op) {
   return sh;
 }
 
-KernelWork gemm(const char* name, double m, double n, double k, double e, double batch = 1) {
+KernelWork gemm(const char* name, GemmPass pass, double m, double n, double k, double e,
+                double batch = 1) {
   KernelWork w;
   w.name = name;
   w.cls = KernelClass::Gemm;
+  w.pass = pass;
   w.m = m;
   w.n = n;
   w.k = k;
@@ -85,13 +87,13 @@ KernelWork grad_accumulate(const char* name, double weights, Precision p) {
 void attn_core_forward(const Shape& x, std::vector<KernelWork>& out) {
   // baddbmm(beta=0, alpha=1/sqrt(hd)) into a fresh [b*heads, s, s] buffer: Q K^T per head;
   // q and k are strided views of the QKV output (split + view, no copy), C is not read.
-  out.push_back(gemm("qk_baddbmm", x.s, x.s, x.hd, x.e, x.b * x.heads));
+  out.push_back(gemm("qk_baddbmm", GemmPass::Forward, x.s, x.s, x.hd, x.e, x.b * x.heads));
   // FusedScaleMaskSoftmax, upper-triangular (causal) fused kernel: read scores, write probs.
   out.push_back(mem("softmax_fwd", 2 * x.N * x.e));
   // torch dropout on the probabilities: read probs, write output and a bool mask.
   out.push_back(mem("attn_dropout_fwd", x.N * (2 * x.e + kMaskBytes)));
   // bmm(probs, V): [s x s] x [s x hd] per head.
-  out.push_back(gemm("pv_bmm", x.s, x.hd, x.s, x.e, x.b * x.heads));
+  out.push_back(gemm("pv_bmm", GemmPass::Forward, x.s, x.hd, x.s, x.e, x.b * x.heads));
   // context [b, heads, s, hd] -> [s, b, heads*hd]: permute(...).contiguous(), one copy.
   out.push_back(mem("context_permute", 2 * x.T * x.P * x.e));
 }
@@ -101,11 +103,11 @@ void attn_forward(const Shape& x, std::vector<KernelWork>& out) {
   out.push_back(mem("input_layernorm_fwd", x.Tsp * (2 * x.H * x.e + kLayerNormStatsBytes)));
   // ColumnParallelLinear QKV [T x H] x [H x 3P]; F.linear on a 3-D input = matmul, then an
   // in-place bias add (read + write the output, read the bias).
-  out.push_back(gemm("qkv_gemm", x.T, 3 * x.P, x.H, x.e));
+  out.push_back(gemm("qkv_gemm", GemmPass::Forward, x.T, 3 * x.P, x.H, x.e));
   out.push_back(mem("qkv_bias_add", (2 * x.T * 3 * x.P + 3 * x.P) * x.e));
   attn_core_forward(x, out);
   // RowParallelLinear dense [T x P] x [P x H], skip_bias_add (bias goes to the fused kernel).
-  out.push_back(gemm("proj_gemm", x.T, x.H, x.P, x.e));
+  out.push_back(gemm("proj_gemm", GemmPass::Forward, x.T, x.H, x.P, x.e));
   // JIT-fused bias-dropout-add: read x, bias, residual; write out and the mask.
   out.push_back(mem("bias_dropout_add_fwd", x.Tsp * x.H * (4 * x.e + kMaskBytes) + x.H * x.e));
 }
@@ -113,9 +115,9 @@ void attn_forward(const Shape& x, std::vector<KernelWork>& out) {
 void mlp_forward(const Shape& x, std::vector<KernelWork>& out) {
   out.push_back(mem("post_attention_layernorm_fwd",
                     x.Tsp * (2 * x.H * x.e + kLayerNormStatsBytes)));
-  out.push_back(gemm("fc1_gemm", x.T, x.F, x.H, x.e));          // skip_bias_add
+  out.push_back(gemm("fc1_gemm", GemmPass::Forward, x.T, x.F, x.H, x.e));  // skip_bias_add
   out.push_back(mem("bias_gelu_fwd", (2 * x.T * x.F + x.F) * x.e));  // JIT-fused bias + GeLU
-  out.push_back(gemm("fc2_gemm", x.T, x.H, x.F, x.e));          // skip_bias_add
+  out.push_back(gemm("fc2_gemm", GemmPass::Forward, x.T, x.H, x.F, x.e));  // skip_bias_add
   out.push_back(mem("bias_dropout_add_fwd", x.Tsp * x.H * (4 * x.e + kMaskBytes) + x.H * x.e));
 }
 
@@ -124,8 +126,8 @@ void mlp_forward(const Shape& x, std::vector<KernelWork>& out) {
 // wgrad dW = X^T dY (k x n, inner m), then accumulate dW into the grad buffer.
 void linear_backward(const char* dgrad, const char* wgrad, const char* acc, double m, double n,
                      double k, const Shape& x, Precision p, std::vector<KernelWork>& out) {
-  out.push_back(gemm(dgrad, m, k, n, x.e));
-  out.push_back(gemm(wgrad, k, n, m, x.e));
+  out.push_back(gemm(dgrad, GemmPass::Dgrad, m, k, n, x.e));
+  out.push_back(gemm(wgrad, GemmPass::Wgrad, k, n, m, x.e));
   out.push_back(grad_accumulate(acc, k * n, p));
 }
 
@@ -148,15 +150,15 @@ void layernorm_backward(const char* name, const char* residual_name, const Shape
 void attn_core_backward(const Shape& x, std::vector<KernelWork>& out) {
   out.push_back(mem("context_permute_bwd", 2 * x.T * x.P * x.e));
   // bmm(probs, V) backward: dProbs = dCtx V^T ([s x hd] x [hd x s]), dV = probs^T dCtx.
-  out.push_back(gemm("pv_bmm_dgrad_probs", x.s, x.s, x.hd, x.e, x.b * x.heads));
-  out.push_back(gemm("pv_bmm_dgrad_v", x.s, x.hd, x.s, x.e, x.b * x.heads));
+  out.push_back(gemm("pv_bmm_dgrad_probs", GemmPass::Dgrad, x.s, x.s, x.hd, x.e, x.b * x.heads));
+  out.push_back(gemm("pv_bmm_dgrad_v", GemmPass::Dgrad, x.s, x.hd, x.s, x.e, x.b * x.heads));
   // dropout backward: read dy and mask, write dx.
   out.push_back(mem("attn_dropout_bwd", x.N * (2 * x.e + kMaskBytes)));
   // fused softmax backward: read dy and the saved softmax output, write dx (scale fused).
   out.push_back(mem("softmax_bwd", 3 * x.N * x.e));
   // baddbmm backward: dQ = dS K ([s x s] x [s x hd]), dK = dS^T Q.
-  out.push_back(gemm("qk_baddbmm_dgrad_q", x.s, x.hd, x.s, x.e, x.b * x.heads));
-  out.push_back(gemm("qk_baddbmm_dgrad_k", x.s, x.hd, x.s, x.e, x.b * x.heads));
+  out.push_back(gemm("qk_baddbmm_dgrad_q", GemmPass::Dgrad, x.s, x.hd, x.s, x.e, x.b * x.heads));
+  out.push_back(gemm("qk_baddbmm_dgrad_k", GemmPass::Dgrad, x.s, x.hd, x.s, x.e, x.b * x.heads));
   // dQ, dK, dV come back as [b*heads, s, hd]; split/view backward assembles them into the
   // interleaved [s, b, heads, 3*hd] gradient of the QKV output: one copy of 3*T*P elements.
   out.push_back(mem("qkv_grad_assemble", 2 * 3 * x.T * x.P * x.e));
@@ -219,7 +221,7 @@ void logits_forward(const Shape& x, std::vector<KernelWork>& out) {
   const double TV = x.T * x.Vr;
   out.push_back(mem("final_layernorm_fwd", x.Tsp * (2 * x.H * x.e + kLayerNormStatsBytes)));
   out.push_back(mem("output_transpose", 2 * x.T * x.H * x.e));
-  out.push_back(gemm("logits_gemm", x.T, x.Vr, x.H, x.e));
+  out.push_back(gemm("logits_gemm", GemmPass::Forward, x.T, x.Vr, x.H, x.e));
   out.push_back(mem("logits_to_fp32", TV * (x.e + kFp32Bytes)));
   out.push_back(mem("xent_max", TV * kFp32Bytes));                  // max over the vocab
   out.push_back(mem("xent_sub_max", 2 * TV * kFp32Bytes));          // in-place subtract
@@ -234,8 +236,8 @@ void logits_backward(const Shape& x, const OpDesc& op, std::vector<KernelWork>& 
   out.push_back(mem("xent_bwd_scale", 2 * TV * kFp32Bytes));
   out.push_back(mem("logits_grad_to_half", TV * (kFp32Bytes + x.e)));  // .float() backward
   // logits = X W^T with W the [Vr x H] embedding: dX = dL W (T x H, inner Vr), dW = dL^T X.
-  out.push_back(gemm("logits_dgrad", x.T, x.H, x.Vr, x.e));
-  out.push_back(gemm("logits_wgrad", x.Vr, x.H, x.T, x.e));
+  out.push_back(gemm("logits_dgrad", GemmPass::Dgrad, x.T, x.H, x.Vr, x.e));
+  out.push_back(gemm("logits_wgrad", GemmPass::Wgrad, x.Vr, x.H, x.T, x.e));
   out.push_back(grad_accumulate("logits_grad_accumulate", x.Vr * x.H, op.precision));
   out.push_back(mem("output_transpose_bwd", 2 * x.T * x.H * x.e));
   out.push_back(mem("final_layernorm_bwd", x.Tsp * (5 * x.H * x.e + 2 * kLayerNormStatsBytes)));
@@ -320,12 +322,13 @@ CoreShape core_shape_of(const OpDesc& op) {
   return c;
 }
 
-KernelWork core_gemm(const char* name, double m, double n, double k, const CoreShape& c,
-                     bool linear, bool wgrad = false) {
+KernelWork core_gemm(const char* name, GemmPass pass, double m, double n, double k,
+                     const CoreShape& c, bool linear) {
   // FP8 GEMMs read 1-byte operands and write e-byte outputs; a weight-gradient GEMM with
   // gradient-accumulation fusion reads and writes its main_grad output (fp32 by default).
   const bool f8 = linear && c.fp8;
-  KernelWork w = gemm(name, m, n, k, c.e);
+  const bool wgrad = pass == GemmPass::Wgrad;
+  KernelWork w = gemm(name, pass, m, n, k, c.e);
   const double in = f8 ? 1.0 : c.e;
   w.bytes = (m * k + k * n) * in + m * n * (wgrad ? 2 * c.mg : c.e);
   w.fp8 = f8;
@@ -335,7 +338,7 @@ KernelWork core_gemm(const char* name, double m, double n, double k, const CoreS
   // use_split_accumulator=False, fp8_gemm_dgrad and fp8_gemm_wgrad True, Float8BlockScaling
   // True for all three; module/base.py _2X_ACC_FPROP/_DGRAD/_WGRAD; common/gemm/
   // cublaslt_gemm.cu: fastAccuMode = use_split_accumulator ? 0 : 1).
-  w.split_accumulator = f8 && (gemm_pass(name) != GemmPass::Forward || c.split_fprop);
+  w.split_accumulator = f8 && (pass != GemmPass::Forward || c.split_fprop);
   return w;
 }
 
@@ -498,14 +501,15 @@ void mla_up_forward(const CoreShape& c, bool rerun, std::vector<KernelWork>& out
                                  rerun ? "q_up_input_amax_recompute" : "q_up_input_amax", m.q_in,
                                  c, out);
   if (!rerun) quantize("q_up_weight_cast", "q_up_weight_amax", m.q_in * m.qk / c.microbatches, c, out);
-  out.push_back(core_gemm(rerun ? "q_up_gemm_recompute" : "q_up_gemm", c.T, m.qk, m.q_in, c, true));
+  out.push_back(core_gemm(rerun ? "q_up_gemm_recompute" : "q_up_gemm", GemmPass::Forward, c.T,
+                          m.qk, m.q_in, c, true));
   quantize_column_parallel_input(rerun ? "kv_up_input_cast_recompute" : "kv_up_input_cast",
                                  rerun ? "kv_up_input_amax_recompute" : "kv_up_input_amax", c.lkv,
                                  c, out);
   if (!rerun)
     quantize("kv_up_weight_cast", "kv_up_weight_amax", c.lkv * m.kv_up / c.microbatches, c, out);
-  out.push_back(
-      core_gemm(rerun ? "kv_up_gemm_recompute" : "kv_up_gemm", c.T, m.kv_up, c.lkv, c, true));
+  out.push_back(core_gemm(rerun ? "kv_up_gemm_recompute" : "kv_up_gemm", GemmPass::Forward, c.T,
+                          m.kv_up, c.lkv, c, true));
   // RoPE and assembly: the query read and written whole; the key built from the up
   // projection's dn columns and the shared RoPE key, the value copied out (read the up
   // projection's output and the RoPE key, write k and v).
@@ -520,17 +524,17 @@ void mla_attn_forward(const OpDesc& op, const CoreShape& c, std::vector<KernelWo
   if (c.lq > 0) {
     quantize("q_down_input_cast", "q_down_input_amax", c.Tsp * c.H, c, out);
     quantize("q_down_weight_cast", "q_down_weight_amax", c.H * c.lq / c.microbatches, c, out);
-    out.push_back(core_gemm("q_down_gemm", c.Tsp, c.lq, c.H, c, true));
+    out.push_back(core_gemm("q_down_gemm", GemmPass::Forward, c.Tsp, c.lq, c.H, c, true));
   }
   quantize("kv_down_input_cast", "kv_down_input_amax", c.Tsp * c.H, c, out);
   quantize("kv_down_weight_cast", "kv_down_weight_amax", c.H * (c.lkv + c.dr) / c.microbatches, c,
            out);
-  out.push_back(core_gemm("kv_down_gemm", c.Tsp, c.lkv + c.dr, c.H, c, true));
+  out.push_back(core_gemm("kv_down_gemm", GemmPass::Forward, c.Tsp, c.lkv + c.dr, c.H, c, true));
   mla_up_forward(c, false, out);
   core_attention_fwd(op, c, out);
   quantize("proj_input_cast", "proj_input_amax", c.T * m.v, c, out);
   quantize("proj_weight_cast", "proj_weight_amax", m.v * c.H / c.microbatches, c, out);
-  out.push_back(core_gemm("proj_gemm", c.T, c.H, m.v, c, true));
+  out.push_back(core_gemm("proj_gemm", GemmPass::Forward, c.T, c.H, m.v, c, true));
   core_residual_fwd(c, out);
 }
 
@@ -580,13 +584,13 @@ void core_attn_forward(const OpDesc& op, const CoreShape& c, std::vector<KernelW
   core_norm_fwd("input_norm_fwd", c, out);
   quantize_column_parallel_input("qkv_input_cast", "qkv_input_amax", c.H, c, out);
   quantize("qkv_weight_cast", "qkv_weight_amax", c.H * qkv / c.microbatches, c, out);
-  out.push_back(core_gemm("qkv_gemm", c.T, qkv, c.H, c, true));
+  out.push_back(core_gemm("qkv_gemm", GemmPass::Forward, c.T, qkv, c.H, c, true));
   qk_norms(c, true, out);
   if (c.rope) out.push_back(mem("rope_fwd", 2 * c.T * (c.P + c.Pkv) * c.e));
   core_attention_fwd(op, c, out);
   quantize("proj_input_cast", "proj_input_amax", c.T * c.P, c, out);
   quantize("proj_weight_cast", "proj_weight_amax", c.P * c.H / c.microbatches, c, out);
-  out.push_back(core_gemm("proj_gemm", c.T, c.H, c.P, c, true));
+  out.push_back(core_gemm("proj_gemm", GemmPass::Forward, c.T, c.H, c.P, c, true));
   core_residual_fwd(c, out);
 }
 
@@ -596,8 +600,8 @@ void core_linear_bwd(const char* cast, const char* amax, const char* dgrad, cons
                      double m, double n, double k, const CoreShape& c,
                      std::vector<KernelWork>& out) {
   quantize(cast, amax, m * n, c, out);
-  out.push_back(core_gemm(dgrad, m, k, n, c, true));
-  out.push_back(core_gemm(wgrad, k, n, m, c, true, true));
+  out.push_back(core_gemm(dgrad, GemmPass::Dgrad, m, k, n, c, true));
+  out.push_back(core_gemm(wgrad, GemmPass::Wgrad, k, n, m, c, true));
 }
 
 void core_attn_backward(const OpDesc& op, const CoreShape& c, std::vector<KernelWork>& out) {
@@ -622,12 +626,12 @@ void core_mlp_forward(const CoreShape& c, bool rerun, std::vector<KernelWork>& o
   core_norm_fwd("pre_mlp_norm_fwd", c, out);
   quantize_column_parallel_input("fc1_input_cast", "fc1_input_amax", c.H, c, out);
   quantize("fc1_weight_cast", "fc1_weight_amax", c.H * fc1 / c.microbatches, c, out);
-  out.push_back(core_gemm("fc1_gemm", c.T, fc1, c.H, c, true));
+  out.push_back(core_gemm("fc1_gemm", GemmPass::Forward, c.T, fc1, c.H, c, true));
   // Fused bias-SwiGLU reads both halves and writes one; bias-GeLU reads and writes F.
   out.push_back(mem(c.swiglu ? "swiglu_fwd" : "bias_gelu_fwd", c.T * (fc1 + c.F) * c.e));
   quantize("fc2_input_cast", "fc2_input_amax", c.T * c.F, c, out);
   quantize("fc2_weight_cast", "fc2_weight_amax", c.F * c.H / c.microbatches, c, out);
-  out.push_back(core_gemm("fc2_gemm", c.T, c.H, c.F, c, true));
+  out.push_back(core_gemm("fc2_gemm", GemmPass::Forward, c.T, c.H, c.F, c, true));
   if (!rerun) core_residual_fwd(c, out);  // outside the module (TransformerLayer's BDA)
 }
 
@@ -679,13 +683,13 @@ void core_logits(const CoreShape& c, bool forward, std::vector<KernelWork>& out)
   const double TV = c.T * c.Vr;
   if (forward) {
     core_norm_fwd("final_norm_fwd", c, out);
-    out.push_back(core_gemm("logits_gemm", c.T, c.Vr, c.H, c, false));
+    out.push_back(core_gemm("logits_gemm", GemmPass::Forward, c.T, c.Vr, c.H, c, false));
     out.push_back(mem("fused_xent_fwd", 2 * TV * c.e));
     return;
   }
   out.push_back(mem("fused_xent_bwd", 2 * TV * c.e));
-  out.push_back(core_gemm("logits_dgrad", c.T, c.H, c.Vr, c, false));
-  out.push_back(core_gemm("logits_wgrad", c.Vr, c.H, c.T, c, false, true));
+  out.push_back(core_gemm("logits_dgrad", GemmPass::Dgrad, c.T, c.H, c.Vr, c, false));
+  out.push_back(core_gemm("logits_wgrad", GemmPass::Wgrad, c.Vr, c.H, c.T, c, false));
   core_norm_bwd("final_norm_bwd", c, out);
 }
 
@@ -702,17 +706,18 @@ void core_logits(const CoreShape& c, bool forward, std::vector<KernelWork>& out)
 // back to token order; the shared expert (a dense MLP) if any.
 /// The GEMMs of the local experts, each C[m x n] = A[m x k] B[k x n] with the per-expert shape
 /// (m or k is the expert's tokens: the token copies on this rank / its local experts).
-void expert_gemms(const char* name, double m, double n, double k, const CoreShape& c,
-                  const ModelFeatures& f, bool wgrad, std::vector<KernelWork>& out) {
+void expert_gemms(const char* name, GemmPass pass, double m, double n, double k,
+                  const CoreShape& c, const ModelFeatures& f, std::vector<KernelWork>& out) {
   const double experts = double(f.experts_local);
   if (f.grouped_gemm) {
-    KernelWork w = core_gemm(name, m, n, k, c, true, wgrad);
+    KernelWork w = core_gemm(name, pass, m, n, k, c, true);
     w.batch = experts;
     w.flops *= experts;
     w.bytes *= experts;
     out.push_back(w);
   } else {
-    for (std::int64_t e = 0; e < f.experts_local; ++e) out.push_back(core_gemm(name, m, n, k, c, true, wgrad));
+    for (std::int64_t e = 0; e < f.experts_local; ++e)
+      out.push_back(core_gemm(name, pass, m, n, k, c, true));
   }
 }
 
@@ -720,11 +725,11 @@ void expert_gemms(const char* name, double m, double n, double k, const CoreShap
 /// before its backward (`rerun`, --recompute-modules shared_experts).
 void shared_expert_forward(const CoreShape& c, double Fs, bool rerun, std::vector<KernelWork>& out) {
   const double Fs1 = c.swiglu ? 2 * Fs : Fs;
-  out.push_back(core_gemm(rerun ? "shared_fc1_gemm_recompute" : "shared_fc1_gemm", c.T, Fs1, c.H,
-                          c, true));
+  out.push_back(core_gemm(rerun ? "shared_fc1_gemm_recompute" : "shared_fc1_gemm",
+                          GemmPass::Forward, c.T, Fs1, c.H, c, true));
   out.push_back(mem(rerun ? "shared_swiglu_recompute" : "shared_swiglu_fwd", c.T * (Fs1 + Fs) * c.e));
-  out.push_back(core_gemm(rerun ? "shared_fc2_gemm_recompute" : "shared_fc2_gemm", c.T, c.H, Fs, c,
-                          true));
+  out.push_back(core_gemm(rerun ? "shared_fc2_gemm_recompute" : "shared_fc2_gemm",
+                          GemmPass::Forward, c.T, c.H, Fs, c, true));
 }
 
 void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
@@ -739,15 +744,15 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
     // before it) and the bias-dropout-add after it are outside the checkpoint.
     const bool rerun = f.checkpoint_rerun;
     if (!rerun) core_norm_fwd("pre_mlp_norm_fwd", c, out);
-    out.push_back(core_gemm("router_gemm", c.Tsp, E, c.H, c, false));
+    out.push_back(core_gemm("router_gemm", GemmPass::Forward, c.Tsp, E, c.H, c, false));
     out.push_back(mem("router_topk", c.Tsp * E * 2 * kFp32Bytes));
     out.push_back(mem("moe_permute", c.Tsp * c.H * c.e + tokens * c.H * c.e));
     quantize("expert_fc1_input_cast", "expert_fc1_input_amax", tokens * c.H, c, out);
-    expert_gemms("expert_fc1_gemm", te, F1, c.H, c, f, false, out);
+    expert_gemms("expert_fc1_gemm", GemmPass::Forward, te, F1, c.H, c, f, out);
     out.push_back(mem(c.swiglu ? "expert_swiglu_fwd" : "expert_gelu_fwd",
                       tokens * ((F1 + Fe) * c.e + kFp32Bytes)));
     quantize("expert_fc2_input_cast", "expert_fc2_input_amax", tokens * Fe, c, out);
-    expert_gemms("expert_fc2_gemm", te, c.H, Fe, c, f, false, out);
+    expert_gemms("expert_fc2_gemm", GemmPass::Forward, te, c.H, Fe, c, f, out);
     out.push_back(mem("moe_unpermute", tokens * c.H * c.e + c.Tsp * c.H * c.e));
     if (Fs > 0) shared_expert_forward(c, Fs, false, out);
     if (!rerun) core_residual_fwd(c, out);
@@ -776,17 +781,17 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
              out);
   }
   quantize("expert_fc2_grad_cast", "expert_fc2_grad_amax", tokens * c.H, c, out);
-  expert_gemms("expert_fc2_dgrad", te, Fe, c.H, c, f, false, out);
-  expert_gemms("expert_fc2_wgrad", Fe, c.H, te, c, f, true, out);
+  expert_gemms("expert_fc2_dgrad", GemmPass::Dgrad, te, Fe, c.H, c, f, out);
+  expert_gemms("expert_fc2_wgrad", GemmPass::Wgrad, Fe, c.H, te, c, f, out);
   out.push_back(mem(c.swiglu ? "expert_swiglu_bwd" : "expert_gelu_bwd",
                     tokens * ((Fe + 2 * F1) * c.e + 2 * kFp32Bytes)));
   quantize("expert_fc1_grad_cast", "expert_fc1_grad_amax", tokens * F1, c, out);
-  expert_gemms("expert_fc1_dgrad", te, c.H, F1, c, f, false, out);
-  expert_gemms("expert_fc1_wgrad", c.H, F1, te, c, f, true, out);
+  expert_gemms("expert_fc1_dgrad", GemmPass::Dgrad, te, c.H, F1, c, f, out);
+  expert_gemms("expert_fc1_wgrad", GemmPass::Wgrad, c.H, F1, te, c, f, out);
   out.push_back(mem("moe_permute_bwd", c.Tsp * c.H * c.e + tokens * c.H * c.e));
   out.push_back(mem("router_topk_bwd", c.Tsp * E * 2 * kFp32Bytes));
-  out.push_back(core_gemm("router_dgrad", c.Tsp, c.H, E, c, false));
-  out.push_back(core_gemm("router_wgrad", E, c.H, c.Tsp, c, false, true));
+  out.push_back(core_gemm("router_dgrad", GemmPass::Dgrad, c.Tsp, c.H, E, c, false));
+  out.push_back(core_gemm("router_wgrad", GemmPass::Wgrad, E, c.H, c.Tsp, c, false));
   core_norm_bwd("pre_mlp_norm_bwd", c, out);
 }
 
@@ -861,13 +866,6 @@ std::vector<KernelWork> core_op_kernels(const OpDesc& op) {
                             op.features.experts_local == 0);
   if (op.features.tp_overlap && dense_block) tp_overlap(c, op.features.tp_overlap_rs_ring, out);
   return out;
-}
-
-GemmPass gemm_pass(const char* kernel_name) {
-  const std::string_view n = kernel_name ? kernel_name : "";
-  if (n.find("dgrad") != n.npos) return GemmPass::Dgrad;
-  if (n.find("wgrad") != n.npos) return GemmPass::Wgrad;
-  return GemmPass::Forward;
 }
 
 double element_bytes(Precision p) {

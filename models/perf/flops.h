@@ -31,10 +31,18 @@ enum class KernelClass : std::uint8_t {
   Attention,     ///< fused (flash) attention: time from its FLOPs at the flash rate
 };
 
+/// The pass a GEMM kernel computes, set where the kernel lists make it: the forward product
+/// (also the forward re-runs of recomputation), the data gradient dX = dY W^T (dgrad), or the
+/// weight gradient dW = X^T dY (wgrad). None: the kernel is not a GEMM. The cost model picks a
+/// measured GEMM table's role from it (CostModel::gemm_role), and Transformer Engine's FP8
+/// recipes their accumulator (KernelWork::split_accumulator).
+enum class GemmPass : std::uint8_t { None, Forward, Dgrad, Wgrad };
+
 /// One CUDA kernel of an op.
 struct KernelWork {
   const char* name = "";          ///< e.g. "qkv_gemm", "softmax_fwd" (static string)
   KernelClass cls = KernelClass::MemoryBound;
+  GemmPass pass = GemmPass::None;  ///< a GEMM's pass (KernelClass::Gemm); None otherwise
   // GEMM shape: C[m x n] = A[m x k] * B[k x n], `batch` independent products.
   double m = 0, n = 0, k = 0, batch = 1;
   double flops = 0;               ///< matmul FLOPs: 2*m*n*k*batch (0 for memory-bound)
@@ -61,11 +69,6 @@ struct KernelWork {
 
 /// Bytes of one activation / weight element in `p` (fp16 and bf16: 2).
 double element_bytes(Precision p);
-
-/// The pass a GEMM kernel computes, from its name in the kernel lists: "*dgrad*" (data
-/// gradient), "*wgrad*" (weight gradient), anything else forward.
-enum class GemmPass : std::uint8_t { Forward, Dgrad, Wgrad };
-GemmPass gemm_pass(const char* kernel_name);
 
 /// The kernels of a compute op (AttnFwd .. LogitsLossBwd, OptimizerStepGpu/Cpu), in launch
 /// order. Communication and copy ops have no kernels here (empty list). Throws
