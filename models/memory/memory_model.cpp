@@ -330,7 +330,7 @@ Tokens tokens_of(const Scenario& sc) {
   return t;
 }
 
-/// Megatron-Core with Transformer Engine (the kernels of models/perf/flops.cpp
+/// Megatron-Core with Transformer Engine (the kernels of models/perf/flops_core.cpp
 /// core_op_kernels): what each block keeps from its forward to its backward, per layer and
 /// microbatch, term by term (Korthikanti et al. 2022 Sec. 4's accounting applied to these
 /// kernels). T = b s / cp, Tsp = T / t with sequence parallelism, P = a d / t, Pkv = g d / t,

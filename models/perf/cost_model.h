@@ -79,8 +79,9 @@ class CostModel {
   /// time; plus the launch overhead.
   double kernel_time_s(const KernelWork& kernel) const;
   /// The class of a memory-bound kernel for CalibrationProfile::memory_bound_bytes_per_s, from
-  /// its name (models/perf/flops.cpp): "dropout" (forward dropouts: random numbers), "layernorm",
-  /// "softmax" (also the cross-entropy exp/log kernels "xent_*"), "gelu", else "elementwise".
+  /// its name (the kernel lists, models/perf/flops.h): "dropout" (forward dropouts: random
+  /// numbers), "layernorm", "softmax" (also the cross-entropy exp/log kernels "xent_*"), "gelu",
+  /// else "elementwise".
   static const char* memory_bound_class(const char* kernel_name);
   /// Compute part of a GEMM: wave-quantized tile time at gemm_max_efficiency (no launch); with
   /// a measured GEMM table, 2mnk batch / (peak x table efficiency of the shape and `role`).

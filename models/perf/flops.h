@@ -1,15 +1,23 @@
 // Work of compute operations: matmul FLOPs and device-memory traffic, per kernel.
 //
 // The kernel list of each op (op_kernels) is the ONE place that says which CUDA kernels a
-// Megatron-LM transformer layer launches (the 2021 ParallelTransformerLayer that SC'21 ran:
-// fused LayerNorm, cuBLAS GEMMs, baddbmm/bmm core attention, FusedScaleMaskSoftmax, PyTorch
-// dropout, JIT-fused bias-GeLU and bias-dropout-add, vocab-parallel cross entropy). Both
-// fill_work (the op's totals, stored in the schedule graph and the traces) and
-// CostModel::compute_time_s (a time per kernel, summed) read it, so the FLOPs and bytes a
-// trace reports are exactly the ones the time was computed from.
+// transformer layer launches, per runtime (models/input/runtime.h KernelLists):
+//  - flops_megatron2021.cpp: Megatron-LM's 2021 ParallelTransformerLayer that SC'21 ran (fused
+//    LayerNorm, cuBLAS GEMMs, baddbmm/bmm core attention, FusedScaleMaskSoftmax, PyTorch
+//    dropout, JIT-fused bias-GeLU and bias-dropout-add, vocab-parallel cross entropy);
+//  - flops_core.cpp: Megatron-Core with Transformer Engine modules (core_op_kernels: norms
+//    fused into their linear layers, GQA, SwiGLU, RoPE, flash attention, FP8 casts, the
+//    userbuffers overlap of tensor-parallel collectives with GEMMs);
+//  - flops_mla.cpp: Megatron-Core's multi-head latent attention; flops_moe.cpp: its
+//    mixture-of-experts MLPs;
+//  - flops.cpp: op_kernels and fill_work, the optimizer step's bytes and FLOPs per parameter,
+//    and the iteration FLOP counts; kernel_lists.h: what the lists share.
+// Both fill_work (the op's totals, stored in the schedule graph and the traces) and
+// CostModel::compute_time_s (a time per kernel, summed) read the lists, so the FLOPs and bytes
+// a trace reports are exactly the ones the time was computed from.
 //
 // Shapes are one rank's shard (OpDesc): heads = a/tp, ffn = ffn/tp, vocab = V/tp; hidden,
-// micro batch b and sequence s are full. Activations are 2-byte (fp16/bf16) tensors.
+// micro batch b and sequence s are full (Megatron-Core: s / cp tokens per rank).
 //
 // FLOP convention: only matmuls count, 2*m*n*k each (Narayanan et al. SC'21 Sec. 5.1 and
 // Appendix; Korthikanti et al. 2022 Sec. 4), so the sums over an iteration equal the papers'
@@ -76,7 +84,7 @@ double element_bytes(Precision p);
 std::vector<KernelWork> op_kernels(const OpDesc& op);
 
 /// The kernels of a compute op under the Megatron-Core runtime (op.features.core): Transformer
-/// Engine modules, FP8, GQA, SwiGLU, RoPE, flash attention (models/perf/flops.cpp); op_kernels
+/// Engine modules, FP8, GQA, SwiGLU, RoPE, flash attention (models/perf/flops_core.cpp); op_kernels
 /// calls it for such ops.
 std::vector<KernelWork> core_op_kernels(const OpDesc& op);
 
