@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/input/runtime.h"
 #include "models/perf/kernel_lists.h"
 
 namespace trainsim {
@@ -184,7 +185,8 @@ double core_model_flops_per_iteration(const Scenario& sc) {
 }  // namespace
 
 double model_flops_per_iteration(const Scenario& sc) {
-  if (sc.runtime == Runtime::MegatronCore) return core_model_flops_per_iteration(sc);
+  if (runtime_spec(sc.runtime).model_flops == ModelFlopsCount::MegatronCore)
+    return core_model_flops_per_iteration(sc);
   const double B = static_cast<double>(sc.parallel.global_batch_size);
   const double s = static_cast<double>(sc.model.seq_length);
   const double l = static_cast<double>(sc.model.num_layers);
