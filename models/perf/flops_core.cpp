@@ -14,6 +14,7 @@
 // first reduces the tensor's amax (one more read of e per element), delayed scaling uses the
 // amax history instead. The weights are quantized once per iteration (TE caches them after
 // the first microbatch): each microbatch's op carries 1 / microbatches of that.
+//
 // Runtime megatron-core (models/input/runtime.h KernelLists::TransformerEngine); multi-head
 // latent attention and MoE MLPs are flops_mla.cpp's and flops_moe.cpp's.
 #include <algorithm>
