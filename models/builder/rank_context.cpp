@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "models/input/runtime.h"
+
 namespace trainsim::builder {
 
 ModelDims::ModelDims(const Scenario& sc) {
@@ -22,15 +24,15 @@ ModelDims::ModelDims(const Scenario& sc) {
   sp = p.sequence_parallel && t > 1;
   scatter_gather = p.scatter_gather_tensors_in_pipeline && !sp && t > 1;
   act_bytes = s * b * h * e / cp;  // this rank's s / cp tokens
-  fp8_input_gather =
-      sp && sc.runtime == Runtime::MegatronCore && p.fp8 != Fp8Format::None;
+  const RuntimeSpec& runtime = runtime_spec(sc.runtime);
+  fp8_input_gather = sp && runtime.transformer_engine_fp8 && p.fp8 != Fp8Format::None;
   fp8_amax_reduce = fp8_input_gather && p.fp8_recipe == Fp8Recipe::Tensorwise;
   moe = sc.model.is_moe();
   moe_layers.assign(std::size_t(sc.model.num_layers), false);
   for (std::int64_t l = 0; l < sc.model.num_layers; ++l) moe_layers[std::size_t(l)] = sc.model.moe_layer(l);
   moe_block_local = moe && sp && p.expert_tensor_parallel_size == 1 &&
                     sc.model.moe_shared_expert_intermediate_size == 0;
-  tp_overlap = sc.runtime == Runtime::MegatronCore && p.uses_tp_comm_overlap();
+  tp_overlap = runtime.tp_comm_overlap_userbuffers && p.uses_tp_comm_overlap();
   const ModelConfig& m = sc.model;
   shared_rerun = moe && m.moe_shared_expert_intermediate_size > 0 &&
                  (p.recompute_modules & kRecomputeSharedExperts) != 0;

@@ -63,7 +63,7 @@ struct ModelDims {
   /// the block has no tensor-parallel collective.
   bool moe_block_local = false;
   /// Transformer Engine's userbuffers overlap (parallel.tp_comm_overlap): the all-gathers and
-  /// reduce-scatters of a dense block run inside its GEMMs (models/perf/flops.cpp tp_overlap),
+  /// reduce-scatters of a dense block run inside its GEMMs (models/perf/flops_core.cpp tp_overlap),
   /// so the pass emits no gather or reduce-scatter task for them.
   bool tp_overlap = false;
   /// Multi-head latent attention: this rank's s / cp tokens' q input of the up projection

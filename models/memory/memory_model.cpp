@@ -3,11 +3,19 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "models/input/runtime.h"
 #include "models/memory/zero_offload.h"
 
 namespace trainsim {
 
 namespace {
+
+/// Whether the scenario's runtime keeps Transformer Engine's activations
+/// (core_layer_activation_bytes and the embedding / logits terms below) rather than Korthikanti
+/// et al.'s (models/input/runtime.h ActivationTerms).
+bool transformer_engine_activations(const Scenario& sc) {
+  return runtime_spec(sc.runtime).activation_terms == ActivationTerms::TransformerEngine;
+}
 
 /// The --recompute-modules bit that checkpoints a layer's whole MLP module: `moe` for an MoE
 /// layer, `mlp` for a dense one (Megatron-Core applies `mlp` to dense layers only).
@@ -124,7 +132,7 @@ std::int64_t attention_linear_weights_per_rank(const ModelConfig& m, std::int64_
 
 ModelFeatures model_features(const Scenario& sc) {
   ModelFeatures f;
-  if (sc.runtime != Runtime::MegatronCore) return f;
+  if (runtime_spec(sc.runtime).kernels != KernelLists::TransformerEngine) return f;
   const ModelConfig& m = sc.model;
   const ParallelConfig& p = sc.parallel;
   f.core = true;
@@ -330,7 +338,7 @@ Tokens tokens_of(const Scenario& sc) {
   return t;
 }
 
-/// Megatron-Core with Transformer Engine (the kernels of models/perf/flops.cpp
+/// Megatron-Core with Transformer Engine (the kernels of models/perf/flops_core.cpp
 /// core_op_kernels): what each block keeps from its forward to its backward, per layer and
 /// microbatch, term by term (Korthikanti et al. 2022 Sec. 4's accounting applied to these
 /// kernels). T = b s / cp, Tsp = T / t with sequence parallelism, P = a d / t, Pkv = g d / t,
@@ -443,7 +451,7 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc, bool moe_la
 }  // namespace
 
 LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc, bool moe_layer) {
-  if (sc.runtime == Runtime::MegatronCore) return core_layer_activation_bytes(sc, moe_layer);
+  if (transformer_engine_activations(sc)) return core_layer_activation_bytes(sc, moe_layer);
   const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
   const std::int64_t h = sc.model.hidden_size, a = sc.model.num_attention_heads;
   const std::int64_t t = sc.parallel.tensor_model_parallel_size;
@@ -475,7 +483,7 @@ LayerActivationBytes layer_activation_bytes(const Scenario& sc) {
 }
 
 LayerActivationBytes layer_activation_bytes(const Scenario& sc, bool moe_layer) {
-  if (sc.parallel.recompute_granularity == Recompute::Full && sc.runtime == Runtime::MegatronCore) {
+  if (sc.parallel.recompute_granularity == Recompute::Full && transformer_engine_activations(sc)) {
     // Only the layer input is stashed (e Tsp h).
     LayerActivationBytes out;
     out.attn = precision_bytes(sc.parallel.precision) * tokens_of(sc).Tsp * sc.model.hidden_size;
@@ -503,7 +511,7 @@ std::int64_t sequence_split(const ParallelConfig& p) {
 }  // namespace
 
 std::int64_t embedding_dropout_mask_bytes(const Scenario& sc) {
-  if (sc.runtime == Runtime::MegatronCore)
+  if (transformer_engine_activations(sc))
     return sc.model.hidden_dropout > 0 ? tokens_of(sc).Tsp * sc.model.hidden_size : 0;
   const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
   return dropout_mask_bytes(sc.parallel.precision) * s * b * sc.model.hidden_size /
@@ -511,7 +519,7 @@ std::int64_t embedding_dropout_mask_bytes(const Scenario& sc) {
 }
 
 std::int64_t logits_activation_bytes(const Scenario& sc) {
-  if (sc.runtime == Runtime::MegatronCore) {
+  if (transformer_engine_activations(sc)) {
     // Final norm input and the output layer's input (e Tsp h each), and the bf16 logits the
     // fused cross entropy keeps for its backward (e T V / t).
     const Tokens tk = tokens_of(sc);
@@ -527,7 +535,7 @@ std::int64_t logits_activation_bytes(const Scenario& sc) {
 }
 
 std::int64_t logits_gradient_bytes(const Scenario& sc) {
-  if (sc.runtime == Runtime::MegatronCore)
+  if (transformer_engine_activations(sc))
     return precision_bytes(sc.parallel.precision) * tokens_of(sc).T *
            (sc.model.padded_vocab_size / sc.parallel.tensor_model_parallel_size);
   const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;

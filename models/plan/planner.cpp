@@ -16,6 +16,7 @@
 #include "models/graph/pipeline_schedule.h"
 #include "models/run.h"
 #include "models/memory/zero_offload.h"
+#include "models/input/runtime.h"
 #include "models/system/collective_flows.h"
 
 namespace trainsim {
@@ -267,7 +268,7 @@ PlanConfig load_plan_config(const std::string& scenario_path, const Scenario& ba
   const ParallelConfig& bp = base.parallel;
   c.sequence_parallel = {bp.sequence_parallel};
   c.zero_stage = {base.zero.stage};
-  if (base.runtime == Runtime::Megatron2021) {
+  if (runtime_spec(base.runtime).deepspeed_zero_sharding) {
     c.zero_stage = {0, 1};
     if (base.zero.stage > 1) c.zero_stage.push_back(base.zero.stage);
   }
@@ -397,7 +398,7 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
   std::vector<PlanCandidate> out;
   const std::int64_t gpus = plan.max_gpus, gpn = base.cluster.gpus_per_node;
   const std::int64_t split = split_layers(base.parallel, base.model.num_layers);
-  const bool flash_attention = base.runtime == Runtime::MegatronCore &&
+  const bool flash_attention = runtime_spec(base.runtime).fused_attention_kernels &&
                                base.model.attention_backend != AttentionBackend::Unfused;
   const std::vector<bool> offload_choices =
       plan.allow_offload ? std::vector<bool>{false, true} : std::vector<bool>{false};
