@@ -513,23 +513,24 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
           : 1;
   GridPoint x;
   for (std::int64_t tp : plan.tensor_model_parallel_size)
-   for (std::int64_t pp : plan.pipeline_model_parallel_size)
-    for (std::int64_t cp : plan.context_parallel_size)
-     for (std::int64_t ep : plan.expert_model_parallel_size)
-      for (const auto& vpl : virtual_choices(plan, split, pp))
-       for (std::int64_t mb : plan.micro_batch_size)
-        for (Recompute rc : plan.recompute_granularity)
-         for (const auto& block : block_choices(plan, base, rc))
-          for (const auto& modules : module_choices(plan, rc))
-           for (bool sp_asked : plan.sequence_parallel)
-            for (std::int64_t zero : plan.zero_stage)
-             for (bool distopt : plan.use_distributed_optimizer)
-              for (bool offload : offload_choices) {
-                x = GridPoint{tp, pp, cp, ep, mb, zero, vpl, block, modules, rc, sp_asked,
-                              distopt, offload};
-                if (!skipped(plan, base, x))
-                  out.push_back(make_candidate(plan, base, x, out.size(), uniform_units));
-              }
+    for (std::int64_t pp : plan.pipeline_model_parallel_size)
+      for (std::int64_t cp : plan.context_parallel_size)
+        for (std::int64_t ep : plan.expert_model_parallel_size)
+          for (const auto& vpl : virtual_choices(plan, split, pp))
+            for (std::int64_t mb : plan.micro_batch_size)
+              for (Recompute rc : plan.recompute_granularity)
+                for (const auto& block : block_choices(plan, base, rc))
+                  for (const auto& modules : module_choices(plan, rc))
+                    for (bool sp_asked : plan.sequence_parallel)
+                      for (std::int64_t zero : plan.zero_stage)
+                        for (bool distopt : plan.use_distributed_optimizer)
+                          for (bool offload : offload_choices) {
+                            x = GridPoint{tp, pp, cp, ep, mb, zero, vpl, block, modules, rc,
+                                          sp_asked, distopt, offload};
+                            if (!skipped(plan, base, x))
+                              out.push_back(
+                                  make_candidate(plan, base, x, out.size(), uniform_units));
+                          }
   return out;
 }
 
