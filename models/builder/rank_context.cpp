@@ -99,6 +99,12 @@ RankContext::RankContext(GraphBuild& build, const RankCoords& c)
 }
 
 TaskId RankContext::add(Task t, std::initializer_list<MemEffect> effects) {
+  if (build_.count_only) {  // a placeholder id, distinct from kNone and from the others
+    if (build_.counted_tasks >= build_.count_limit) throw CountLimitReached{};
+    join_next.clear();
+    unwaited_sends.clear();
+    return TaskId(build_.counted_tasks++ % kNone);
+  }
   t.rank = static_cast<RankId>(rank);
   const TaskId id = graph().add_task(t);
   for (const MemEffect& e : effects)
@@ -122,12 +128,20 @@ ChunkSpan RankContext::chunk_span(std::int64_t chunk) const {
           p.layers_of_virtual_stage(vstage)};
 }
 
+void RankContext::add_effect(TaskId task, const MemEffect& effect) {
+  if (!build_.count_only) graph().add_memory_effect(task, effect);
+}
+
 void RankContext::dep(TaskId from, TaskId to) {
-  if (from != kNone) graph().add_dependency(from, to);
+  if (from != kNone && !build_.count_only) graph().add_dependency(from, to);
+}
+
+std::uint32_t RankContext::add_op(const OpDesc& op) {
+  return build_.count_only ? 0 : graph().add_op(op);
 }
 
 std::uint32_t RankContext::add_group(GroupKind kind, const std::vector<RankId>& ranks) {
-  return graph().add_group(kind, ranks);
+  return build_.count_only ? 0 : graph().add_group(kind, ranks);
 }
 
 OpDesc RankContext::comm_op(OpKind kind, GroupKind group, std::int64_t bytes,
@@ -154,7 +168,7 @@ TaskId RankContext::collective(std::uint32_t op, std::uint32_t group, StreamId s
   t.layer = layer;
   t.bucket = bucket;
   t.group = group;
-  t.match = build_.matches.collective(group, collective_seq_[group]++);
+  if (!build_.count_only) t.match = build_.matches.collective(group, collective_seq_[group]++);
   const TaskId id = add(t, effects);
   dep(after, id);
   return id;
@@ -190,9 +204,11 @@ TaskId RankContext::message(std::uint32_t op, TaskKind kind, std::int64_t peer, 
   t.microbatch = mb;
   t.chunk = chunk;
   t.peer = static_cast<std::int32_t>(peer);
-  t.group = add_group(GroupKind::Pipeline, {RankId(src), RankId(dst)});
-  const std::uint64_t pair = (std::uint64_t(src) << 32) | std::uint64_t(dst);
-  t.match = build_.matches.message(src, dst, message_seq_[pair]++);
+  if (!build_.count_only) {
+    t.group = add_group(GroupKind::Pipeline, {RankId(src), RankId(dst)});
+    const std::uint64_t pair = (std::uint64_t(src) << 32) | std::uint64_t(dst);
+    t.match = build_.matches.message(src, dst, message_seq_[pair]++);
+  }
   const TaskId id = add(t);
   dep(last_compute, id);
   return id;
