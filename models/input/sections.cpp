@@ -1,0 +1,424 @@
+// The section readers (models/input/sections.h).
+#include "models/input/sections.h"
+
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+#include "models/hardware/hardware.h"
+#include "models/input/hf_config.h"
+#include "models/input/keys.h"
+#include "models/input/layer_pattern.h"
+
+namespace trainsim::input {
+
+
+namespace {
+/// GQA, SwiGLU, normalization, positions, biases, dropout, windows, the attention kernel.
+void read_model_shape(const Reader& r, ModelConfig& m) {
+  m.num_query_groups = r.get_int("model.num_query_groups", 1, false).value_or(0);
+  const auto gqa = r.get_bool("model.group_query_attention");
+  if (gqa && !*gqa && m.num_query_groups != 0)
+    r.fail("model.group_query_attention", r.at("model.group_query_attention"),
+           "is false, but model.num_query_groups is set (Megatron applies num_query_groups "
+           "only with group_query_attention; remove one of the two)");
+  m.group_query_attention = gqa.value_or(m.num_query_groups != 0);
+  m.swiglu = r.get_bool("model.swiglu").value_or(false);
+  if (auto n = r.get_enum("model.normalization", {"LayerNorm", "RMSNorm"}))
+    m.normalization = *n == 0 ? Normalization::LayerNorm : Normalization::RMSNorm;
+  if (auto pe = r.get_enum("model.position_embedding_type", {"learned_absolute", "rope"}))
+    m.position_embedding_type = *pe == 0 ? PositionEmbedding::LearnedAbsolute : PositionEmbedding::Rope;
+  m.add_bias_linear = r.get_bool("model.add_bias_linear").value_or(true);
+  m.add_qkv_bias = r.get_bool("model.add_qkv_bias").value_or(false);
+  m.hidden_dropout = get_fraction(r, "model.hidden_dropout", 0, 1, true).value_or(0.1);
+  m.attention_dropout = get_fraction(r, "model.attention_dropout", 0, 1, true).value_or(0.1);
+  if (r.at("model.window_size").IsSequence()) {
+    // Megatron's (left, right) tuple: causal models attend `left` tokens back, right = 0.
+    const YAML::Node n = r.at("model.window_size");
+    std::int64_t left = 0, right = -1;
+    if (n.size() != 2 || !n[0].IsScalar() || !n[1].IsScalar() ||
+        !Reader::parse_int(n[0].Scalar(), left) || !Reader::parse_int(n[1].Scalar(), right))
+      r.fail("model.window_size", n, "expected an integer or a pair [left, right] of integers");
+    if (left < 0 || left > (std::int64_t(1) << 22) || right != 0)
+      r.fail("model.window_size", n,
+             "expected [left, 0] with 0 <= left <= 4194304 (a causal decoder attends only to "
+             "earlier tokens)");
+    m.window_size = left;
+  } else {
+    m.window_size = r.get_int("model.window_size", 0, false).value_or(0);
+  }
+  m.window_attn_skip_freq = r.get_int("model.window_attn_skip_freq", 0, false).value_or(0);
+  if (m.window_attn_skip_freq != 0 && m.window_size == 0)
+    r.fail("model.window_attn_skip_freq", r.at("model.window_attn_skip_freq"),
+           "needs model.window_size (sliding-window attention) to be set");
+  const auto flash = r.get_bool("model.use_flash_attn");
+  if (auto b = r.get_enum("model.attention_backend", {"unfused", "fused", "flash", "auto"})) {
+    m.attention_backend = *b == 0 ? AttentionBackend::Unfused
+                          : *b == 1 ? AttentionBackend::Fused : AttentionBackend::Flash;
+    if (flash && *flash != (m.attention_backend == AttentionBackend::Flash))
+      r.fail("model.use_flash_attn", r.at("model.use_flash_attn"),
+             "contradicts model.attention_backend; remove one of the two");
+  } else if (flash && *flash) {
+    m.attention_backend = AttentionBackend::Flash;
+  }
+  if (r.has("model.hf_config")) m.hf_config = *r.get_string("model.hf_config", false);
+}
+
+/// --moe-layer-freq: an integer N, a YAML list of 0/1 per layer, or Megatron's string
+/// expression of that list.
+void read_moe_layer_freq(const Reader& r, ModelConfig& m) {
+  const std::string f = "model.moe_layer_freq";
+  const YAML::Node n = r.at(f);
+  const std::int64_t max_layers = scenario_size_limit("model.num_layers");
+  auto pattern_of = [&](const YAML::Node& node, std::vector<std::uint8_t> p) {
+    if (p.empty()) r.fail(f, node, "the pattern is empty; it needs one entry per layer");
+    m.moe_layer_pattern = std::move(p);
+  };
+  if (n.IsDefined() && n.IsSequence()) {
+    std::vector<std::uint8_t> p;
+    for (const YAML::Node& x : n) {
+      if (!x.IsScalar() || (x.Scalar() != "0" && x.Scalar() != "1"))
+        r.fail(f, x, "each entry of the list is 0 (a dense layer) or 1 (an MoE layer)");
+      if (std::int64_t(p.size()) >= max_layers)
+        r.fail(f, n, "is longer than " + std::to_string(max_layers) + " layers");
+      p.push_back(x.Scalar() == "1" ? 1 : 0);
+    }
+    pattern_of(n, std::move(p));
+    return;
+  }
+  if (n.IsDefined() && n.IsScalar() && n.Scalar().find('[') != std::string::npos) {
+    std::string why;
+    auto p = parse_layer_pattern(n.Scalar(), max_layers, why);
+    if (!p)
+      r.fail(f, n, "not a layer pattern (Megatron's list expression, e.g. \"([0]*3+[1]*58)\"): " +
+                       why);
+    pattern_of(n, std::move(*p));
+    return;
+  }
+  m.moe_layer_freq = r.get_int(f, 1, false).value_or(1);
+}
+
+/// Mixture of experts (Megatron-Core --num-experts and --moe-* arguments).
+void read_model_moe(const Reader& r, ModelConfig& m) {
+  m.num_experts = r.get_int("model.num_experts", 0, false).value_or(0);
+  m.moe_router_topk = r.get_int("model.moe_router_topk", 1, false).value_or(2);
+  m.moe_ffn_hidden_size = r.get_int("model.moe_ffn_hidden_size", 1, false).value_or(0);
+  m.moe_shared_expert_intermediate_size =
+      r.get_int("model.moe_shared_expert_intermediate_size", 0, false).value_or(0);
+  read_moe_layer_freq(r, m);
+  if (auto d = r.get_enum("model.moe_token_dispatcher_type", {"alltoall", "allgather"}))
+    m.moe_token_dispatcher_type = *d == 0 ? MoeDispatcher::AllToAll : MoeDispatcher::AllGather;
+  m.moe_grouped_gemm = r.get_bool("model.moe_grouped_gemm").value_or(false);
+  m.moe_token_imbalance_factor =
+      get_fraction(r, "model.moe_token_imbalance_factor", 1, 1024, false).value_or(1.0);
+  if (m.num_experts > 0 && m.moe_router_topk > m.num_experts)
+    r.fail("model.moe_router_topk", r.at("model.moe_router_topk"),
+           "exceeds model.num_experts (" + std::to_string(m.num_experts) + ")");
+}
+
+/// Multi-head latent attention (Megatron-Core --multi-latent-attention and its _add_mla_args).
+void read_model_mla(const Reader& r, ModelConfig& m) {
+  m.multi_latent_attention = r.get_bool("model.multi_latent_attention").value_or(false);
+  m.q_lora_rank = r.get_int("model.q_lora_rank", 1, false).value_or(0);
+  m.kv_lora_rank = r.get_int("model.kv_lora_rank", 1, false).value_or(32);
+  m.qk_head_dim = r.get_int("model.qk_head_dim", 1, false).value_or(128);
+  m.qk_pos_emb_head_dim = r.get_int("model.qk_pos_emb_head_dim", 1, false).value_or(64);
+  m.v_head_dim = r.get_int("model.v_head_dim", 1, false).value_or(128);
+  m.qk_layernorm = r.get_bool("model.qk_layernorm").value_or(false);
+  if (!m.multi_latent_attention) {
+    for (const char* k : {"model.q_lora_rank", "model.kv_lora_rank", "model.qk_head_dim",
+                          "model.qk_pos_emb_head_dim", "model.v_head_dim"})
+      if (r.has(k))
+        r.fail(k, r.at(k), "is set, but model.multi_latent_attention is not (Megatron reads it "
+                           "only for multi-head latent attention)");
+    return;
+  }
+  if (r.has("model.kv_channels"))
+    r.fail("model.kv_channels", r.at("model.kv_channels"),
+           "is not read with model.multi_latent_attention (the head dimensions are "
+           "model.qk_head_dim + model.qk_pos_emb_head_dim and model.v_head_dim); remove it");
+  const char* gqa = r.has("model.num_query_groups") ? "model.num_query_groups"
+                    : m.group_query_attention       ? "model.group_query_attention"
+                                                    : nullptr;
+  if (gqa)
+    r.fail(gqa, r.at(gqa),
+           "with model.multi_latent_attention: Megatron-LM asserts \"Group query attention is "
+           "mutually exclusive with multi latent attention\" (arguments.py)");
+}
+
+/// Megatron-Core arguments trainsim recognises but does not model: their no-op values (0,
+/// false) are accepted, anything else is refused with what is missing.
+void read_unmodelled(const Reader& r) {
+  if (const auto mtp = r.get_int("model.mtp_num_layers", 0, false); mtp && *mtp > 0)
+    r.fail("model.mtp_num_layers", r.at("model.mtp_num_layers"),
+           "multi-token prediction is not modelled yet (its layers on the last pipeline stage, "
+           "their embedding copy and output heads); use 0 or leave it out to simulate the model "
+           "without it");
+  const std::pair<const char*, const char*> flags[] = {
+      {"model.moe_shared_expert_overlap",
+       "the shared expert on a second stream beside the token dispatch is not modelled yet (it "
+       "runs after the combine); use false or leave it out"},
+      {"model.mla_down_proj_fusion",
+       "the fused q/kv down projection of multi-head latent attention is not modelled yet; use "
+       "false or leave it out"}};
+  for (const auto& [key, why] : flags)
+    if (r.get_bool(key).value_or(false)) r.fail(key, r.at(key), why);
+}
+
+}  // namespace
+
+void read_model(const Reader& r, Scenario& s) {
+  // ---- model (Megatron-LM arguments)
+  ModelConfig& m = s.model;
+  m.num_layers = *r.get_int("model.num_layers", 1, true);
+  m.hidden_size = *r.get_int("model.hidden_size", 1, true);
+  m.num_attention_heads = *r.get_int("model.num_attention_heads", 1, true);
+  m.seq_length = *r.get_int("model.seq_length", 1, true);
+  m.padded_vocab_size = *r.get_int("model.padded_vocab_size", 1, true);
+  // Absent means the default (validate_scenario); an explicit 0 is an error, not the default.
+  m.ffn_hidden_size = r.get_int("model.ffn_hidden_size", 1, false).value_or(0);
+  m.kv_channels = r.get_int("model.kv_channels", 1, false).value_or(0);
+  m.untie_embeddings_and_output_weights =
+      r.get_bool("model.untie_embeddings_and_output_weights").value_or(false);
+  read_model_shape(r, m);
+  read_model_mla(r, m);
+  read_model_moe(r, m);
+  read_unmodelled(r);
+}
+
+namespace {
+
+/// Megatron-Core parallelism: context and expert parallelism, uneven pipeline splits, the
+/// distributed optimizer, FSDP, FP8.
+void read_parallel_core(const Reader& r, ParallelConfig& p) {
+  const std::string f = "parallel.";
+  p.context_parallel_size = r.get_int(f + "context_parallel_size", 1, false).value_or(1);
+  p.expert_model_parallel_size = r.get_int(f + "expert_model_parallel_size", 1, false).value_or(1);
+  p.expert_tensor_parallel_size =
+      r.get_int(f + "expert_tensor_parallel_size", 1, false).value_or(0);
+  p.decoder_first_pipeline_num_layers = r.get_int(f + "decoder_first_pipeline_num_layers", 0, false);
+  p.decoder_last_pipeline_num_layers = r.get_int(f + "decoder_last_pipeline_num_layers", 0, false);
+  p.account_for_embedding_in_pipeline_split =
+      r.get_bool(f + "account_for_embedding_in_pipeline_split").value_or(false);
+  p.account_for_loss_in_pipeline_split =
+      r.get_bool(f + "account_for_loss_in_pipeline_split").value_or(false);
+  p.use_distributed_optimizer = r.get_bool(f + "use_distributed_optimizer").value_or(false);
+  p.overlap_param_gather = r.get_bool(f + "overlap_param_gather").value_or(false);
+  p.tp_comm_overlap = r.get_bool(f + "tp_comm_overlap").value_or(false);
+  if (auto m = r.get_enum(f + "tp_comm_overlap_rs_method", {"pipeline", "ring_exchange"})) {
+    p.tp_comm_overlap_rs_ring = *m == 1;
+    if (!p.tp_comm_overlap)
+      r.fail(f + "tp_comm_overlap_rs_method", r.at(f + "tp_comm_overlap_rs_method"),
+             "is set, but parallel.tp_comm_overlap is not");
+  }
+  p.use_megatron_fsdp = r.get_bool(f + "use_megatron_fsdp").value_or(false);
+  p.use_torch_fsdp2 = r.get_bool(f + "use_torch_fsdp2").value_or(false);
+  p.fsdp_sharding_group_size = r.get_int(f + "fsdp_sharding_group_size", 1, false).value_or(0);
+  if (p.use_megatron_fsdp && p.use_torch_fsdp2)
+    r.fail(f + "use_torch_fsdp2", r.at(f + "use_torch_fsdp2"),
+           "and parallel.use_megatron_fsdp are both set; choose one FSDP implementation");
+  if (p.fsdp_sharding_group_size != 0 && !p.uses_fsdp())
+    r.fail(f + "fsdp_sharding_group_size", r.at(f + "fsdp_sharding_group_size"),
+           "needs parallel.use_megatron_fsdp or parallel.use_torch_fsdp2");
+  if (auto e = r.get_enum(f + "fp8", {"e4m3", "hybrid"}))
+    p.fp8 = *e == 0 ? Fp8Format::E4M3 : Fp8Format::Hybrid;
+  if (auto rc = r.get_enum(f + "fp8_recipe", {"delayed", "tensorwise", "mxfp8", "blockwise"})) {
+    p.fp8_recipe = static_cast<Fp8Recipe>(*rc);
+    if (p.fp8 == Fp8Format::None)
+      r.fail(f + "fp8_recipe", r.at(f + "fp8_recipe"), "is set, but parallel.fp8 is not");
+  }
+  p.fp8_param_gather = r.get_bool(f + "fp8_param_gather").value_or(false);
+  if (p.fp8_param_gather && p.fp8 == Fp8Format::None)
+    r.fail(f + "fp8_param_gather", r.at(f + "fp8_param_gather"), "needs parallel.fp8");
+  p.grad_reduce_in_fp32 = r.get_bool(f + "grad_reduce_in_fp32");
+}
+
+/// Megatron-Core's --recompute-modules (transformer_config.py): a list of module names whose
+/// activations selective recomputation discards and recomputes in the backward.
+void read_recompute_modules(const Reader& r, ParallelConfig& p) {
+  const std::string f = "parallel.recompute_modules";
+  const YAML::Node n = r.at(f);
+  const bool selective = p.recompute_granularity == Recompute::Selective;
+  if (!n || n.IsNull()) {
+    p.recompute_modules = selective ? kRecomputeCoreAttn : 0;  // Megatron-Core's default
+    return;
+  }
+  if (!n.IsSequence())
+    r.fail(f, n, "expected a list of module names, e.g. [core_attn, layernorm, moe_act]");
+  if (!selective)
+    r.fail(f, n, "needs parallel.recompute_granularity selective (Megatron-Core applies "
+                 "recompute_modules only to selective recomputation)");
+  p.recompute_modules = 0;
+  for (const YAML::Node& m : n) {
+    const std::string name = m.IsScalar() ? m.Scalar() : "";
+    if (const auto bit = recompute_module_bit(name)) {
+      p.recompute_modules |= *bit;
+    } else {
+      r.fail(f, m, "expected one of core_attn, layernorm, moe_act, mlp, moe, mla_up_proj, "
+                   "shared_experts (Megatron-Core --recompute-modules names)");
+    }
+  }
+}
+
+/// Megatron's --recompute-method / --recompute-num-layers (transformer_config.py: both with
+/// full recomputation only; selective refuses a method).
+void read_recompute_method(const Reader& r, ParallelConfig& p) {
+  const std::string fm = "parallel.recompute_method", fn = "parallel.recompute_num_layers";
+  const auto method = r.get_enum(fm, {"uniform", "block"});
+  const auto layers = r.get_int(fn, 1, false);
+  if ((method || layers) && p.recompute_granularity != Recompute::Full) {
+    const std::string f = method ? fm : fn;
+    r.fail(f, r.at(f), "needs parallel.recompute_granularity full (Megatron-Core applies "
+                       "recompute_method and recompute_num_layers to full recomputation only)");
+  }
+  p.recompute_block = method && *method == 1;
+  p.recompute_num_layers = layers.value_or(1);
+}
+
+}  // namespace
+
+void read_parallel(const Reader& r, Scenario& s) {
+  // ---- parallel (Megatron-LM arguments)
+  ParallelConfig& p = s.parallel;
+  p.tensor_model_parallel_size = r.get_int("parallel.tensor_model_parallel_size", 1, false).value_or(1);
+  p.pipeline_model_parallel_size =
+      r.get_int("parallel.pipeline_model_parallel_size", 1, false).value_or(1);
+  p.micro_batch_size = *r.get_int("parallel.micro_batch_size", 1, true);
+  p.global_batch_size = *r.get_int("parallel.global_batch_size", 1, true);
+  p.num_layers_per_virtual_pipeline_stage =
+      r.get_int("parallel.num_layers_per_virtual_pipeline_stage", 1, false);
+  if (auto g = r.get_enum("parallel.recompute_granularity", {"full", "selective"}))
+    p.recompute_granularity = *g == 0 ? Recompute::Full : Recompute::Selective;
+  read_recompute_modules(r, p);
+  read_recompute_method(r, p);
+  p.sequence_parallel = r.get_bool("parallel.sequence_parallel").value_or(false);
+  if (auto pr = r.get_enum("parallel.precision", {"fp16", "bf16", "fp32"}))
+    p.precision = *pr == 0 ? Precision::FP16 : *pr == 1 ? Precision::BF16 : Precision::FP32;
+  p.overlap_grad_reduce = r.get_bool("parallel.overlap_grad_reduce").value_or(false);
+  p.scatter_gather_tensors_in_pipeline =
+      r.get_bool("parallel.scatter_gather_tensors_in_pipeline").value_or(true);
+  p.ddp_bucket_size = r.get_int("parallel.ddp_bucket_size", 1, false, true).value_or(p.ddp_bucket_size);
+  p.clip_grad = get_fraction(r, "parallel.clip_grad", 0, 1e9, false).value_or(p.clip_grad);
+  if (auto sch = r.get_enum("parallel.pipeline_schedule", {"1f1b", "gpipe", "interleaved"})) {
+    const std::string f = "parallel.pipeline_schedule";
+    const bool vp = p.num_layers_per_virtual_pipeline_stage.has_value();
+    if (*sch == 2 && !vp)
+      r.fail(f, r.at(f),
+             "the interleaved schedule needs parallel.num_layers_per_virtual_pipeline_stage");
+    if (*sch != 2 && vp)
+      r.fail(f, r.at(f),
+             "parallel.num_layers_per_virtual_pipeline_stage is set, which means the "
+             "interleaved schedule; remove one of the two");
+    p.pipeline_schedule = *sch == 0   ? PipelineSchedule::OneFOneB
+                          : *sch == 1 ? PipelineSchedule::GPipe
+                                      : PipelineSchedule::Interleaved;
+  }
+  read_parallel_core(r, p);
+}
+
+void read_zero(const Reader& r, Scenario& s) {
+  // ---- deepspeed.zero_optimization (DeepSpeed config keys)
+  ZeroConfig& z = s.zero;
+  const std::string zp = "deepspeed.zero_optimization.";
+  if (auto st = r.get_int(zp + "stage", 0, false)) {
+    if (*st > 3) r.fail(zp + "stage", r.at(zp + "stage"), "ZeRO stage must be 0, 1, 2 or 3");
+    z.stage = static_cast<int>(*st);
+  }
+  z.reduce_bucket_size = r.get_int(zp + "reduce_bucket_size", 1, false, true).value_or(z.reduce_bucket_size);
+  z.allgather_bucket_size =
+      r.get_int(zp + "allgather_bucket_size", 1, false, true).value_or(z.allgather_bucket_size);
+  z.overlap_comm = r.get_bool(zp + "overlap_comm").value_or(z.overlap_comm);
+  z.stage3_prefetch_bucket_size = r.get_int(zp + "stage3_prefetch_bucket_size", 1, false, true)
+                                      .value_or(z.stage3_prefetch_bucket_size);
+  z.stage3_max_live_parameters = r.get_int(zp + "stage3_max_live_parameters", 1, false, true)
+                                     .value_or(z.stage3_max_live_parameters);
+  z.stage3_param_persistence_threshold =
+      r.get_int(zp + "stage3_param_persistence_threshold", 0, false, true)
+          .value_or(z.stage3_param_persistence_threshold);
+  z.stage3_max_reuse_distance = r.get_int(zp + "stage3_max_reuse_distance", 0, false, true)
+                                    .value_or(z.stage3_max_reuse_distance);
+  z.sub_group_size = r.get_int(zp + "sub_group_size", 1, false, true).value_or(z.sub_group_size);
+  const std::string op = zp + "offload_optimizer.";
+  if (auto dev = r.get_enum(op + "device", {"cpu", "none"})) z.offload_optimizer.enabled = *dev == 0;
+  z.offload_optimizer.pin_memory = r.get_bool(op + "pin_memory").value_or(true);
+  if (r.has(op + "ratio")) {
+    YAML::Node n = r.at(op + "ratio");
+    double ratio = 0;
+    if (n.IsScalar() && n.Scalar() == "auto") {
+      z.offload_optimizer.ratio_auto = true;
+    } else if (n.IsScalar() && n.Tag() != "!" && Reader::parse_double(n.Scalar(), ratio)) {
+      if (ratio < 0 || ratio > 1) r.fail(op + "ratio", n, "must be within [0, 1]");
+      z.offload_optimizer.ratio = ratio;
+    } else {
+      r.fail(op + "ratio", n, "expected a number in [0, 1] or 'auto'");
+    }
+    if (!z.offload_optimizer.enabled)
+      r.fail(op + "ratio", n,
+             "is set, but " + op + "device is " +
+                 (r.has(op + "device") ? "'none'" : "not set") +
+                 ": the ratio applies only to an optimizer offloaded to the CPU (set " + op +
+                 "device: cpu, or remove the ratio)");
+  }
+
+}
+
+/// The cluster (a catalog system) and the simulation options.
+void read_cluster_and_simulation(const Reader& r, Scenario& s) {
+  // ---- cluster
+  ClusterConfig& c = s.cluster;
+  c.system = *r.get_string("cluster.system", true);
+  c.nodes = *r.get_int("cluster.nodes", 1, true);
+  c.gpus_per_node = r.get_int("cluster.gpus_per_node", 1, false).value_or(0);
+  {
+    const std::vector<std::string> known = system_names();
+    if (!contains(known, c.system)) {
+      std::string list;
+      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+      r.fail("cluster.system", r.at("cluster.system"), "unknown system; known systems: " + list);
+    }
+    const SystemSpec& sys = find_system(c.system);
+    if (c.gpus_per_node > sys.gpus_per_node)
+      r.fail("cluster.gpus_per_node", r.at("cluster.gpus_per_node"),
+             "a " + c.system + " node has only " + std::to_string(sys.gpus_per_node) + " GPUs");
+  }
+
+  // ---- simulation
+  {
+    const std::string f = "simulation.fold";
+    YAML::Node n = r.at(f);
+    if (n.IsDefined() && !n.IsNull()) {
+      bool b = false;
+      if (n.IsScalar() && n.Scalar() == "auto")
+        s.simulation.fold = SimulationConfig::Fold::Auto;
+      else if (n.IsScalar() && n.Tag() != "!" && YAML::convert<bool>::decode(n, b))
+        s.simulation.fold = b ? SimulationConfig::Fold::On : SimulationConfig::Fold::Off;
+      else
+        r.fail(f, n, "expected auto, true or false");
+    }
+  }
+
+}
+
+/// `model: {hf_config: path}`: the Hugging Face config's keys fill the model section where
+/// the scenario (or a --set) does not give them (models/input/hf_config.h). The path is relative to
+/// the scenario file.
+void import_hf_into(YAML::Node& root, const std::string& source) {
+  if (!root.IsMap() || !root["model"].IsMap()) return;
+  YAML::Node model = root["model"];
+  const YAML::Node ref = model["hf_config"];
+  if (!ref.IsDefined() || ref.IsNull()) return;
+  if (!ref.IsScalar())
+    throw InputError(source + ": field 'model.hf_config': expected the path of a config.json");
+  std::filesystem::path path(ref.Scalar());
+  if (path.is_relative()) path = std::filesystem::path(source).parent_path() / path;
+  std::vector<std::pair<std::string, std::string>> imported;
+  try {
+    imported = import_hf_config(path.string());
+  } catch (const InputError& e) {  // which scenario and field named the config
+    throw InputError(source + ": field 'model.hf_config': " + e.what());
+  }
+  for (const auto& [key, value] : imported)
+    if (!model[key].IsDefined()) model[key] = YAML::Load(value);
+}
+
+}  // namespace trainsim::input
