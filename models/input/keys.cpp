@@ -1,75 +1,23 @@
-// The key schema: every key a scenario may hold. Sections are mappings; keys hold values.
+// The key table's lookups (models/input/keys.h): find a key, its alias, its sections, the
+// did-you-mean suggestion, the key that fills a member, the size bounds and the documentation
+// index. The table itself is models/input/key_table.cpp.
 #include "models/input/keys.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
+#include <sstream>
+#include <stdexcept>
 
 #include "models/input/scenario.h"
 
 namespace trainsim {
-namespace input {
+
 namespace {
 
-
-const std::vector<std::string>& section_paths() {
-  static const std::vector<std::string> v = {
-      "model", "parallel", "deepspeed", "deepspeed.zero_optimization",
-      "deepspeed.zero_optimization.offload_optimizer", "cluster", "simulation"};
-  return v;
-}
-
-const std::vector<std::string>& leaf_paths() {
-  static const std::vector<std::string> v = {
-      "name", "runtime", "nccl_version", "nccl_nvls_enable",
-      // Megatron-LM argument names
-      "model.num_layers", "model.hidden_size", "model.num_attention_heads",
-      "model.seq_length", "model.padded_vocab_size", "model.ffn_hidden_size",
-      "model.kv_channels", "model.untie_embeddings_and_output_weights",
-      // models trained today (Megatron-Core argument names)
-      "model.num_query_groups", "model.group_query_attention", "model.swiglu",
-      "model.normalization", "model.position_embedding_type", "model.add_bias_linear",
-      "model.add_qkv_bias",
-      "model.hidden_dropout", "model.attention_dropout", "model.window_size",
-      "model.window_attn_skip_freq", "model.attention_backend", "model.use_flash_attn",
-      "model.multi_latent_attention", "model.q_lora_rank", "model.kv_lora_rank",
-      "model.qk_head_dim", "model.qk_pos_emb_head_dim", "model.v_head_dim", "model.qk_layernorm",
-      "model.mtp_num_layers", "model.moe_shared_expert_overlap", "model.mla_down_proj_fusion",
-      "model.num_experts", "model.moe_router_topk", "model.moe_ffn_hidden_size",
-      "model.moe_shared_expert_intermediate_size", "model.moe_layer_freq",
-      "model.moe_token_dispatcher_type", "model.moe_grouped_gemm",
-      "model.moe_token_imbalance_factor", "model.hf_config",
-      "parallel.tensor_model_parallel_size", "parallel.pipeline_model_parallel_size",
-      "parallel.micro_batch_size", "parallel.global_batch_size",
-      "parallel.num_layers_per_virtual_pipeline_stage", "parallel.recompute_granularity",
-      "parallel.recompute_modules", "parallel.recompute_method", "parallel.recompute_num_layers",
-      "parallel.sequence_parallel", "parallel.precision", "parallel.overlap_grad_reduce",
-      "parallel.scatter_gather_tensors_in_pipeline", "parallel.ddp_bucket_size",
-      "parallel.clip_grad",
-      "parallel.pipeline_schedule",
-      "parallel.context_parallel_size", "parallel.expert_model_parallel_size",
-      "parallel.expert_tensor_parallel_size", "parallel.decoder_first_pipeline_num_layers",
-      "parallel.decoder_last_pipeline_num_layers",
-      "parallel.account_for_embedding_in_pipeline_split",
-      "parallel.account_for_loss_in_pipeline_split", "parallel.use_distributed_optimizer",
-      "parallel.overlap_param_gather", "parallel.tp_comm_overlap",
-      "parallel.tp_comm_overlap_rs_method", "parallel.use_megatron_fsdp", "parallel.use_torch_fsdp2",
-      "parallel.fsdp_sharding_group_size", "parallel.fp8", "parallel.fp8_recipe", "parallel.fp8_param_gather",
-      "parallel.grad_reduce_in_fp32",
-      // DeepSpeed config keys
-      "deepspeed.zero_optimization.stage", "deepspeed.zero_optimization.reduce_bucket_size",
-      "deepspeed.zero_optimization.allgather_bucket_size",
-      "deepspeed.zero_optimization.overlap_comm",
-      "deepspeed.zero_optimization.stage3_prefetch_bucket_size",
-      "deepspeed.zero_optimization.stage3_max_live_parameters",
-      "deepspeed.zero_optimization.stage3_param_persistence_threshold",
-      "deepspeed.zero_optimization.stage3_max_reuse_distance",
-      "deepspeed.zero_optimization.sub_group_size",
-      "deepspeed.zero_optimization.offload_optimizer.device",
-      "deepspeed.zero_optimization.offload_optimizer.pin_memory",
-      "deepspeed.zero_optimization.offload_optimizer.ratio",
-      // cluster and simulation
-      "cluster.system", "cluster.nodes", "cluster.gpus_per_node", "simulation.fold"};
-  return v;
+std::vector<ScenarioKey>& mutable_keys() {
+  static std::vector<ScenarioKey> keys = input::shipped_scenario_keys();
+  return keys;
 }
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {
@@ -96,11 +44,81 @@ std::string show_limit(std::int64_t max) {
 
 }  // namespace
 
+std::string ScenarioKey::section() const { return input::parent_of(path); }
+std::string ScenarioKey::name() const { return input::last_of(path); }
+
+const std::vector<ScenarioKey>& scenario_keys() { return mutable_keys(); }
+
+const std::vector<KeyAlias>& scenario_key_aliases() {
+  static const std::vector<KeyAlias> aliases = input::shipped_scenario_key_aliases();
+  return aliases;
+}
+
+const std::vector<std::string>& scenario_sections() {
+  static const std::vector<std::string> v = {
+      "model", "parallel", "deepspeed", "deepspeed.zero_optimization",
+      "deepspeed.zero_optimization.offload_optimizer", "cluster", "simulation", "training"};
+  return v;
+}
+
+const ScenarioKey* find_scenario_key(const std::string& path) {
+  for (const ScenarioKey& k : scenario_keys())
+    if (k.path == path) return &k;
+  return nullptr;
+}
+
+const KeyAlias* find_scenario_key_alias(const std::string& path) {
+  for (const KeyAlias& a : scenario_key_aliases())
+    if (a.path == path) return &a;
+  return nullptr;
+}
+
+void register_scenario_key(ScenarioKey key) {
+  if (find_scenario_key(key.path) || !input::is_section(key.section()))
+    throw std::logic_error("register_scenario_key: '" + key.path + "' is taken or has no section");
+  mutable_keys().push_back(std::move(key));
+}
+
+void unregister_scenario_key(const std::string& path) {
+  auto& v = mutable_keys();
+  v.erase(std::remove_if(v.begin(), v.end(), [&](const ScenarioKey& k) { return k.path == path; }),
+          v.end());
+}
+
+Scenario& key_sample() {
+  static Scenario sample;
+  return sample;
+}
+
+const std::string& key_at(const void* member_of_sample) {
+  for (const ScenarioKey& k : scenario_keys())
+    if (k.field.address && k.field.address(key_sample()) == member_of_sample) return k.path;
+  throw std::logic_error("key_of: no scenario key fills this member (models/input/key_table.cpp)");
+}
+
+const std::vector<ScenarioSizeLimit>& scenario_size_limits() {
+  // See models/input/scenario.h for why these values; the table holds them.
+  static std::vector<ScenarioSizeLimit> v;
+  v.clear();
+  for (const ScenarioKey& k : scenario_keys())
+    if (k.max > 0) v.push_back({k.path.c_str(), k.max});
+  return v;
+}
+
+std::int64_t scenario_size_limit(const std::string& field) {
+  const ScenarioKey* k = find_scenario_key(field);
+  return k ? k->max : 0;
+}
+
+namespace input {
+
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
-bool is_section(const std::string& path) { return contains(section_paths(), path); }
-bool is_leaf(const std::string& path) { return contains(leaf_paths(), path); }
+bool is_section(const std::string& path) { return contains(scenario_sections(), path); }
+bool is_leaf(const std::string& path) {
+  return find_scenario_key(path) != nullptr || find_scenario_key_alias(path) != nullptr;
+}
 
 std::string join(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : prefix + "." + key;
@@ -114,13 +132,13 @@ std::string last_of(const std::string& path) {
   return dot == std::string::npos ? path : path.substr(dot + 1);
 }
 
-/// "; did you mean 'X'?" for an unknown key `path`, or "" when nothing is close.
-/// Same-section keys are named by their last component, keys of another section by full path.
 std::string suggestion(const std::string& path) {
   const std::string parent = parent_of(path);
   const std::string key = last_of(path);
-  std::vector<std::string> all = leaf_paths();
-  all.insert(all.end(), section_paths().begin(), section_paths().end());
+  std::vector<std::string> all;
+  for (const ScenarioKey& k : scenario_keys()) all.push_back(k.path);
+  for (const KeyAlias& a : scenario_key_aliases()) all.push_back(a.path);
+  all.insert(all.end(), scenario_sections().begin(), scenario_sections().end());
   // The same key in another section (e.g. model.micro_batch_size) is the likeliest slip.
   for (const auto& p : all)
     if (last_of(p) == key && parent_of(p) != parent) return "; did you mean '" + p + "'?";
@@ -131,8 +149,8 @@ std::string suggestion(const std::string& path) {
     std::size_t d = edit_distance(key, last_of(p));
     if (d < best_d) best_d = d, best = last_of(p);
   }
-  // Accept up to half the key's length: catches typos and a missing word
-  // (tensor_parallel_size -> tensor_model_parallel_size is 6 edits of 20).
+  // Accept up to half the key's length: catches typos and a missing word (a missing
+  // "model_" in a 20-letter key is 6 edits).
   if (!best.empty() && best_d <= std::max<std::size_t>(2, key.size() / 2))
     return "; did you mean '" + best + "'?";
   return "";
@@ -144,61 +162,75 @@ std::string limit_text(const std::string& field, std::int64_t max) {
   return "must be at most " + show_limit(max) + " (trainsim's upper bound for " + field +
          ", models/input/scenario.h: larger sizes would overflow the model's 64-bit arithmetic)";
 }
+
 }  // namespace input
 
-const std::vector<ScenarioSizeLimit>& scenario_size_limits() {
-  // See models/input/scenario.h for why these values.
-  constexpr std::int64_t k2p16 = std::int64_t(1) << 16, k2p20 = std::int64_t(1) << 20,
-                         k2p22 = std::int64_t(1) << 22, k2p24 = std::int64_t(1) << 24,
-                         k2p30 = std::int64_t(1) << 30, k2p50 = std::int64_t(1) << 50;
-  static const std::vector<ScenarioSizeLimit> v = {
-      {"model.num_layers", 0xFFFE},
-      {"model.hidden_size", k2p20},
-      {"model.num_attention_heads", k2p16},
-      {"model.kv_channels", k2p16},
-      {"model.ffn_hidden_size", k2p22},
-      {"model.seq_length", k2p22},
-      {"model.padded_vocab_size", k2p24},
-      {"model.num_query_groups", k2p16},
-      {"model.q_lora_rank", k2p20},
-      {"model.kv_lora_rank", k2p20},
-      {"model.qk_head_dim", k2p16},
-      {"model.qk_pos_emb_head_dim", k2p16},
-      {"model.v_head_dim", k2p16},
-      {"model.window_size", k2p22},
-      {"model.window_attn_skip_freq", 0xFFFE},
-      {"model.num_experts", k2p16},
-      {"model.moe_router_topk", k2p16},
-      {"model.moe_ffn_hidden_size", k2p22},
-      {"model.moe_shared_expert_intermediate_size", k2p22},
-      {"model.moe_layer_freq", 0xFFFE},
-      {"parallel.tensor_model_parallel_size", k2p16},
-      {"parallel.context_parallel_size", k2p16},
-      {"parallel.expert_model_parallel_size", k2p16},
-      {"parallel.expert_tensor_parallel_size", k2p16},
-      {"parallel.decoder_first_pipeline_num_layers", 0xFFFE},
-      {"parallel.decoder_last_pipeline_num_layers", 0xFFFE},
-      {"parallel.fsdp_sharding_group_size", k2p20},
-      {"parallel.pipeline_model_parallel_size", k2p16},
-      {"parallel.num_layers_per_virtual_pipeline_stage", 0xFFFE},
-      {"parallel.micro_batch_size", k2p20},
-      {"parallel.global_batch_size", k2p30},
-      {"parallel.ddp_bucket_size", k2p50},
-      {"deepspeed.zero_optimization.reduce_bucket_size", k2p50},
-      {"deepspeed.zero_optimization.allgather_bucket_size", k2p50},
-      {"deepspeed.zero_optimization.stage3_prefetch_bucket_size", k2p50},
-      {"deepspeed.zero_optimization.stage3_max_live_parameters", k2p50},
-      {"deepspeed.zero_optimization.stage3_param_persistence_threshold", k2p50},
-      {"deepspeed.zero_optimization.stage3_max_reuse_distance", k2p50},
-      {"deepspeed.zero_optimization.sub_group_size", k2p50},
-      {"cluster.nodes", k2p20},
-      {"cluster.gpus_per_node", k2p16}};
-  return v;
+namespace {
+
+const char* type_text(const ScenarioKey& k) {
+  switch (k.type) {
+    case KeyType::Int: return "int";
+    case KeyType::IntOrFloat: return "int/f";
+    case KeyType::Bool: return "bool";
+    case KeyType::Number: return "number";
+    case KeyType::String: return "str";
+    case KeyType::Enum: return "enum";
+    case KeyType::Custom: return "see above";
+    case KeyType::Any: return "any";
+  }
+  return "";
 }
 
-std::int64_t scenario_size_limit(const std::string& field) {
-  for (const auto& l : scenario_size_limits())
-    if (field == l.field) return l.max;
-  return 0;
+std::string number_text(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
 }
+
+std::string default_text(const ScenarioKey& k) {
+  if (k.required) return "required";
+  if (!k.default_value) return "—";
+  const double d = *k.default_value;
+  if (k.type == KeyType::Bool) return d != 0 ? "true" : "false";
+  if (k.type == KeyType::Enum) {
+    for (const KeyChoice& c : k.choices)
+      if (c.value == int(d)) return c.name;
+    return "none";
+  }
+  if (k.type == KeyType::Int || k.type == KeyType::IntOrFloat || k.type == KeyType::Custom)
+    return std::to_string(std::int64_t(d));
+  return number_text(d);
+}
+
+std::string bounds_text(const ScenarioKey& k) {
+  if (k.type == KeyType::Number)
+    return "[" + number_text(k.lo) + ", " + number_text(k.hi) + (k.hi_open ? ")" : "]");
+  if (k.type == KeyType::Enum) {
+    std::string out;
+    for (const KeyChoice& c : k.choices) out += (out.empty() ? "" : ", ") + c.name;
+    return out;
+  }
+  if (k.max > 0) return std::to_string(k.min) + " to " + show_limit(k.max);
+  return "";
+}
+
+}  // namespace
+
+std::string scenario_keys_markdown() {
+  std::string out = "| key | type | default | values | unit | meaning |\n|---|---|---|---|---|---|\n";
+  for (const ScenarioKey& k : scenario_keys()) {
+    const std::string meaning = k.ignored.empty() ? k.doc : "**ignored**: " + k.ignored;
+    out += "| `" + k.path + "` | " + type_text(k) + " | " + default_text(k) + " | " +
+           bounds_text(k) + " | " + k.unit + " | " + meaning + " |\n";
+  }
+  for (const KeyAlias& a : scenario_key_aliases()) {
+    std::string values;
+    for (const auto& [from, to] : a.values)
+      values += (values.empty() ? "" : ", ") + from + " → " + (to.empty() ? "(nothing)" : to);
+    out += "| `" + a.path + "` | alias | | " + values + " | | " + a.doc + ": read as `" +
+           a.canonical + "` |\n";
+  }
+  return out;
+}
+
 }  // namespace trainsim

@@ -235,12 +235,9 @@ void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& 
       check_keys(v, path, r);
     } else if (!is_leaf(path)) {
       throw InputError(r.where(path, k) + ": unknown key '" + path + "'" + suggestion(path));
-    } else if (path == "model.window_size" && v.IsSequence()) {
-      // Megatron's --window-size is a (left, right) pair; read_model_shape checks it.
-    } else if (path == "parallel.recompute_modules" && v.IsSequence()) {
-      // A list of module names; read_parallel checks it.
-    } else if (path == "model.moe_layer_freq" && v.IsSequence()) {
-      // A 0/1 per layer; read_moe_layer_freq checks it.
+    } else if (v.IsSequence() && find_scenario_key(path) && find_scenario_key(path)->list_ok) {
+      // A list its reader checks (window_size's pair, recompute_modules, moe_layer_freq), or
+      // an ignored key's.
     } else if (v.IsMap() || v.IsSequence()) {
       r.fail(path, v, "expected a single value");
     }
@@ -278,6 +275,34 @@ void apply_override(YAML::Node& root, const std::string& key, const std::string&
     rest = rest.substr(dot + 1);
   }
   cur[rest] = parsed;
+}
+
+void apply_aliases(YAML::Node& root, const Reader& r) {
+  for (const KeyAlias& a : scenario_key_aliases()) {
+    const YAML::Node n = r.at(a.path);
+    if (!n.IsDefined()) continue;
+    if (r.at(a.canonical).IsDefined())
+      r.fail(a.path, n, "is another spelling of " + a.canonical + ", which is set too; remove one");
+    YAML::Node value = n;
+    if (!a.values.empty()) {
+      std::string list, mapped;
+      bool found = false;
+      for (const auto& [from, to] : a.values) {
+        list += (list.empty() ? "" : ", ") + from;
+        if (n.IsScalar() && n.Scalar() == from) found = true, mapped = to;
+      }
+      if (!found) r.fail(a.path, n, "expected one of: " + list);
+      value = YAML::Node(mapped);
+    }
+    YAML::Node section = root;
+    for (std::string p = parent_of(a.path), rest; !p.empty(); p = rest) {
+      const auto dot = p.find('.');
+      section.reset(section[p.substr(0, dot)]);
+      rest = dot == std::string::npos ? "" : p.substr(dot + 1);
+    }
+    section.remove(last_of(a.path));
+    if (a.values.empty() || !value.Scalar().empty()) section[last_of(a.canonical)] = value;
+  }
 }
 
 }  // namespace trainsim::input

@@ -73,6 +73,11 @@ std::optional<double> get_fraction(const Reader& r, const std::string& path, dou
 /// Rejects unknown and duplicate keys and non-mapping sections, recursively.
 void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& r);
 
+/// Rewrites each alias the tree holds (models/input/keys.h KeyAlias) as its canonical key,
+/// mapping its value; refuses an alias together with its canonical key. Aliases name keys of
+/// the same section.
+void apply_aliases(YAML::Node& root, const Reader& r);
+
 /// The one YAML document of a scenario (an empty text is an empty mapping), after the
 /// pre-scan of models/input/yaml_guard.h.
 YAML::Node load_yaml_document(const std::string& yaml_text, const std::string& source);

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "models/input/json_input.h"
+#include "models/input/keys.h"
 #include "models/input/reader.h"
 #include "models/input/sections.h"
 
@@ -38,16 +39,16 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   import_hf_into(root, source);
   const Reader r(root, source, override_map);
   check_keys(root, "", r);
+  apply_aliases(root, r);
 
   Scenario s;
   s.source_path = source;
   s.name = r.get_string("name", false).value_or(stem_of(source));
-  if (auto rt = r.get_enum("runtime", {"megatron-2021", "megatron-core"}))
-    s.runtime = *rt == 0 ? Runtime::Megatron2021 : Runtime::MegatronCore;
+  read_table_keys(r, s, "");
   std::vector<std::string> releases;
   for (NcclVersion v : kNcclVersions) releases.push_back(to_string(v));
   if (auto v = r.get_enum("nccl_version", releases)) s.nccl_version = kNcclVersions[*v];
-  s.nccl_nvls_enable = r.get_bool("nccl_nvls_enable").value_or(true);
+  note_ignored_keys(r, s);
   read_model(r, s);
   read_parallel(r, s);
   read_zero(r, s);

@@ -358,6 +358,9 @@ struct Scenario {
   /// on an NVLink SHARP system; true (NCCL's default) when absent.
   bool nccl_nvls_enable = true;
   std::string source_path;  ///< the file it was read from (for error messages)
+  /// How the file was read, for the summary's notes: "ignored: KEY (why)" for each launch-line
+  /// argument accepted and not modelled (models/input/keys.h ScenarioKey::ignored).
+  std::vector<std::string> notes;
   ModelConfig model;
   ParallelConfig parallel;
   ZeroConfig zero;

@@ -14,24 +14,73 @@ namespace trainsim::input {
 
 
 namespace {
-/// GQA, SwiGLU, normalization, positions, biases, dropout, windows, the attention kernel.
+
+/// One key of the table by its type, into its member; absent, the table's default.
+void read_table_key(const Reader& r, Scenario& s, const ScenarioKey& k) {
+  void* const at = k.field.address(s);
+  const std::optional<double> def = k.default_value;
+  switch (k.type) {
+    case KeyType::Int:
+    case KeyType::IntOrFloat: {
+      const auto v = r.get_int(k.path, k.min, k.required, k.type == KeyType::IntOrFloat);
+      if (k.field.kind == FieldKind::OptInt64)
+        *static_cast<std::optional<std::int64_t>*>(at) = v;
+      else if (v || def)
+        *static_cast<std::int64_t*>(at) = v ? *v : std::int64_t(*def);
+      return;
+    }
+    case KeyType::Bool: {
+      const auto v = r.get_bool(k.path);
+      if (k.field.kind == FieldKind::OptBool)
+        *static_cast<std::optional<bool>*>(at) = v;
+      else if (v || def)
+        *static_cast<bool*>(at) = v ? *v : *def != 0;
+      return;
+    }
+    case KeyType::Number: {
+      const auto v = get_fraction(r, k.path, k.lo, k.hi, k.hi_open);
+      if (v || def) *static_cast<double*>(at) = v ? *v : *def;
+      return;
+    }
+    case KeyType::String:
+      if (const auto v = r.get_string(k.path, k.required)) *static_cast<std::string*>(at) = *v;
+      return;
+    case KeyType::Enum: {
+      std::vector<std::string> names;
+      for (const KeyChoice& c : k.choices) names.push_back(c.name);
+      const auto i = r.get_enum(k.path, names);
+      // Every scenario enum is one byte (keys.h kind_of): written through an unsigned char.
+      if (i || def) *static_cast<std::uint8_t*>(at) = std::uint8_t(i ? k.choices[*i].value : int(*def));
+      return;
+    }
+    case KeyType::Custom:
+    case KeyType::Any:
+      return;
+  }
+}
+
+}  // namespace
+
+void read_table_keys(const Reader& r, Scenario& s, const std::string& section) {
+  for (const ScenarioKey& k : scenario_keys())
+    if (k.section() == section && k.field.address && k.ignored.empty()) read_table_key(r, s, k);
+}
+
+void note_ignored_keys(const Reader& r, Scenario& s) {
+  for (const ScenarioKey& k : scenario_keys())
+    if (!k.ignored.empty() && r.at(k.path).IsDefined())
+      s.notes.push_back("ignored: " + k.path + " (" + k.ignored + ")");
+}
+
+namespace {
+/// GQA, windows and the attention kernel: the model keys the table does not read by type.
 void read_model_shape(const Reader& r, ModelConfig& m) {
-  m.num_query_groups = r.get_int("model.num_query_groups", 1, false).value_or(0);
   const auto gqa = r.get_bool("model.group_query_attention");
   if (gqa && !*gqa && m.num_query_groups != 0)
     r.fail("model.group_query_attention", r.at("model.group_query_attention"),
            "is false, but model.num_query_groups is set (Megatron applies num_query_groups "
            "only with group_query_attention; remove one of the two)");
   m.group_query_attention = gqa.value_or(m.num_query_groups != 0);
-  m.swiglu = r.get_bool("model.swiglu").value_or(false);
-  if (auto n = r.get_enum("model.normalization", {"LayerNorm", "RMSNorm"}))
-    m.normalization = *n == 0 ? Normalization::LayerNorm : Normalization::RMSNorm;
-  if (auto pe = r.get_enum("model.position_embedding_type", {"learned_absolute", "rope"}))
-    m.position_embedding_type = *pe == 0 ? PositionEmbedding::LearnedAbsolute : PositionEmbedding::Rope;
-  m.add_bias_linear = r.get_bool("model.add_bias_linear").value_or(true);
-  m.add_qkv_bias = r.get_bool("model.add_qkv_bias").value_or(false);
-  m.hidden_dropout = get_fraction(r, "model.hidden_dropout", 0, 1, true).value_or(0.1);
-  m.attention_dropout = get_fraction(r, "model.attention_dropout", 0, 1, true).value_or(0.1);
   if (r.at("model.window_size").IsSequence()) {
     // Megatron's (left, right) tuple: causal models attend `left` tokens back, right = 0.
     const YAML::Node n = r.at("model.window_size");
@@ -47,21 +96,17 @@ void read_model_shape(const Reader& r, ModelConfig& m) {
   } else {
     m.window_size = r.get_int("model.window_size", 0, false).value_or(0);
   }
-  m.window_attn_skip_freq = r.get_int("model.window_attn_skip_freq", 0, false).value_or(0);
   if (m.window_attn_skip_freq != 0 && m.window_size == 0)
     r.fail("model.window_attn_skip_freq", r.at("model.window_attn_skip_freq"),
            "needs model.window_size (sliding-window attention) to be set");
   const auto flash = r.get_bool("model.use_flash_attn");
-  if (auto b = r.get_enum("model.attention_backend", {"unfused", "fused", "flash", "auto"})) {
-    m.attention_backend = *b == 0 ? AttentionBackend::Unfused
-                          : *b == 1 ? AttentionBackend::Fused : AttentionBackend::Flash;
+  if (r.has("model.attention_backend")) {
     if (flash && *flash != (m.attention_backend == AttentionBackend::Flash))
       r.fail("model.use_flash_attn", r.at("model.use_flash_attn"),
              "contradicts model.attention_backend; remove one of the two");
   } else if (flash && *flash) {
     m.attention_backend = AttentionBackend::Flash;
   }
-  if (r.has("model.hf_config")) m.hf_config = *r.get_string("model.hf_config", false);
 }
 
 /// --moe-layer-freq: an integer N, a YAML list of 0/1 per layer, or Megatron's string
@@ -95,22 +140,12 @@ void read_moe_layer_freq(const Reader& r, ModelConfig& m) {
     pattern_of(n, std::move(*p));
     return;
   }
-  m.moe_layer_freq = r.get_int(f, 1, false).value_or(1);
+  m.moe_layer_freq = r.get_int(f, 1, false).value_or(m.moe_layer_freq);
 }
 
 /// Mixture of experts (Megatron-Core --num-experts and --moe-* arguments).
 void read_model_moe(const Reader& r, ModelConfig& m) {
-  m.num_experts = r.get_int("model.num_experts", 0, false).value_or(0);
-  m.moe_router_topk = r.get_int("model.moe_router_topk", 1, false).value_or(2);
-  m.moe_ffn_hidden_size = r.get_int("model.moe_ffn_hidden_size", 1, false).value_or(0);
-  m.moe_shared_expert_intermediate_size =
-      r.get_int("model.moe_shared_expert_intermediate_size", 0, false).value_or(0);
   read_moe_layer_freq(r, m);
-  if (auto d = r.get_enum("model.moe_token_dispatcher_type", {"alltoall", "allgather"}))
-    m.moe_token_dispatcher_type = *d == 0 ? MoeDispatcher::AllToAll : MoeDispatcher::AllGather;
-  m.moe_grouped_gemm = r.get_bool("model.moe_grouped_gemm").value_or(false);
-  m.moe_token_imbalance_factor =
-      get_fraction(r, "model.moe_token_imbalance_factor", 1, 1024, false).value_or(1.0);
   if (m.num_experts > 0 && m.moe_router_topk > m.num_experts)
     r.fail("model.moe_router_topk", r.at("model.moe_router_topk"),
            "exceeds model.num_experts (" + std::to_string(m.num_experts) + ")");
@@ -118,13 +153,6 @@ void read_model_moe(const Reader& r, ModelConfig& m) {
 
 /// Multi-head latent attention (Megatron-Core --multi-latent-attention and its _add_mla_args).
 void read_model_mla(const Reader& r, ModelConfig& m) {
-  m.multi_latent_attention = r.get_bool("model.multi_latent_attention").value_or(false);
-  m.q_lora_rank = r.get_int("model.q_lora_rank", 1, false).value_or(0);
-  m.kv_lora_rank = r.get_int("model.kv_lora_rank", 1, false).value_or(32);
-  m.qk_head_dim = r.get_int("model.qk_head_dim", 1, false).value_or(128);
-  m.qk_pos_emb_head_dim = r.get_int("model.qk_pos_emb_head_dim", 1, false).value_or(64);
-  m.v_head_dim = r.get_int("model.v_head_dim", 1, false).value_or(128);
-  m.qk_layernorm = r.get_bool("model.qk_layernorm").value_or(false);
   if (!m.multi_latent_attention) {
     for (const char* k : {"model.q_lora_rank", "model.kv_lora_rank", "model.qk_head_dim",
                           "model.qk_pos_emb_head_dim", "model.v_head_dim"})
@@ -168,18 +196,10 @@ void read_unmodelled(const Reader& r) {
 }  // namespace
 
 void read_model(const Reader& r, Scenario& s) {
-  // ---- model (Megatron-LM arguments)
+  // ---- model (Megatron-LM arguments); absent ffn_hidden_size and kv_channels stay 0, the
+  // default of validate_scenario (an explicit 0 is an error, not the default).
+  read_table_keys(r, s, "model");
   ModelConfig& m = s.model;
-  m.num_layers = *r.get_int("model.num_layers", 1, true);
-  m.hidden_size = *r.get_int("model.hidden_size", 1, true);
-  m.num_attention_heads = *r.get_int("model.num_attention_heads", 1, true);
-  m.seq_length = *r.get_int("model.seq_length", 1, true);
-  m.padded_vocab_size = *r.get_int("model.padded_vocab_size", 1, true);
-  // Absent means the default (validate_scenario); an explicit 0 is an error, not the default.
-  m.ffn_hidden_size = r.get_int("model.ffn_hidden_size", 1, false).value_or(0);
-  m.kv_channels = r.get_int("model.kv_channels", 1, false).value_or(0);
-  m.untie_embeddings_and_output_weights =
-      r.get_bool("model.untie_embeddings_and_output_weights").value_or(false);
   read_model_shape(r, m);
   read_model_mla(r, m);
   read_model_moe(r, m);
@@ -188,49 +208,29 @@ void read_model(const Reader& r, Scenario& s) {
 
 namespace {
 
-/// Megatron-Core parallelism: context and expert parallelism, uneven pipeline splits, the
-/// distributed optimizer, FSDP, FP8.
+/// Megatron-Core parallelism the table does not read by type: the overlap's method, one FSDP,
+/// the FP8 recipe.
 void read_parallel_core(const Reader& r, ParallelConfig& p) {
   const std::string f = "parallel.";
-  p.context_parallel_size = r.get_int(f + "context_parallel_size", 1, false).value_or(1);
-  p.expert_model_parallel_size = r.get_int(f + "expert_model_parallel_size", 1, false).value_or(1);
-  p.expert_tensor_parallel_size =
-      r.get_int(f + "expert_tensor_parallel_size", 1, false).value_or(0);
-  p.decoder_first_pipeline_num_layers = r.get_int(f + "decoder_first_pipeline_num_layers", 0, false);
-  p.decoder_last_pipeline_num_layers = r.get_int(f + "decoder_last_pipeline_num_layers", 0, false);
-  p.account_for_embedding_in_pipeline_split =
-      r.get_bool(f + "account_for_embedding_in_pipeline_split").value_or(false);
-  p.account_for_loss_in_pipeline_split =
-      r.get_bool(f + "account_for_loss_in_pipeline_split").value_or(false);
-  p.use_distributed_optimizer = r.get_bool(f + "use_distributed_optimizer").value_or(false);
-  p.overlap_param_gather = r.get_bool(f + "overlap_param_gather").value_or(false);
-  p.tp_comm_overlap = r.get_bool(f + "tp_comm_overlap").value_or(false);
   if (auto m = r.get_enum(f + "tp_comm_overlap_rs_method", {"pipeline", "ring_exchange"})) {
     p.tp_comm_overlap_rs_ring = *m == 1;
     if (!p.tp_comm_overlap)
       r.fail(f + "tp_comm_overlap_rs_method", r.at(f + "tp_comm_overlap_rs_method"),
              "is set, but parallel.tp_comm_overlap is not");
   }
-  p.use_megatron_fsdp = r.get_bool(f + "use_megatron_fsdp").value_or(false);
-  p.use_torch_fsdp2 = r.get_bool(f + "use_torch_fsdp2").value_or(false);
-  p.fsdp_sharding_group_size = r.get_int(f + "fsdp_sharding_group_size", 1, false).value_or(0);
   if (p.use_megatron_fsdp && p.use_torch_fsdp2)
     r.fail(f + "use_torch_fsdp2", r.at(f + "use_torch_fsdp2"),
            "and parallel.use_megatron_fsdp are both set; choose one FSDP implementation");
   if (p.fsdp_sharding_group_size != 0 && !p.uses_fsdp())
     r.fail(f + "fsdp_sharding_group_size", r.at(f + "fsdp_sharding_group_size"),
            "needs parallel.use_megatron_fsdp or parallel.use_torch_fsdp2");
-  if (auto e = r.get_enum(f + "fp8", {"e4m3", "hybrid"}))
-    p.fp8 = *e == 0 ? Fp8Format::E4M3 : Fp8Format::Hybrid;
   if (auto rc = r.get_enum(f + "fp8_recipe", {"delayed", "tensorwise", "mxfp8", "blockwise"})) {
     p.fp8_recipe = static_cast<Fp8Recipe>(*rc);
     if (p.fp8 == Fp8Format::None)
       r.fail(f + "fp8_recipe", r.at(f + "fp8_recipe"), "is set, but parallel.fp8 is not");
   }
-  p.fp8_param_gather = r.get_bool(f + "fp8_param_gather").value_or(false);
   if (p.fp8_param_gather && p.fp8 == Fp8Format::None)
     r.fail(f + "fp8_param_gather", r.at(f + "fp8_param_gather"), "needs parallel.fp8");
-  p.grad_reduce_in_fp32 = r.get_bool(f + "grad_reduce_in_fp32");
 }
 
 /// Megatron-Core's --recompute-modules (transformer_config.py): a list of module names whose
@@ -279,26 +279,10 @@ void read_recompute_method(const Reader& r, ParallelConfig& p) {
 
 void read_parallel(const Reader& r, Scenario& s) {
   // ---- parallel (Megatron-LM arguments)
+  read_table_keys(r, s, "parallel");
   ParallelConfig& p = s.parallel;
-  p.tensor_model_parallel_size = r.get_int("parallel.tensor_model_parallel_size", 1, false).value_or(1);
-  p.pipeline_model_parallel_size =
-      r.get_int("parallel.pipeline_model_parallel_size", 1, false).value_or(1);
-  p.micro_batch_size = *r.get_int("parallel.micro_batch_size", 1, true);
-  p.global_batch_size = *r.get_int("parallel.global_batch_size", 1, true);
-  p.num_layers_per_virtual_pipeline_stage =
-      r.get_int("parallel.num_layers_per_virtual_pipeline_stage", 1, false);
-  if (auto g = r.get_enum("parallel.recompute_granularity", {"full", "selective"}))
-    p.recompute_granularity = *g == 0 ? Recompute::Full : Recompute::Selective;
   read_recompute_modules(r, p);
   read_recompute_method(r, p);
-  p.sequence_parallel = r.get_bool("parallel.sequence_parallel").value_or(false);
-  if (auto pr = r.get_enum("parallel.precision", {"fp16", "bf16", "fp32"}))
-    p.precision = *pr == 0 ? Precision::FP16 : *pr == 1 ? Precision::BF16 : Precision::FP32;
-  p.overlap_grad_reduce = r.get_bool("parallel.overlap_grad_reduce").value_or(false);
-  p.scatter_gather_tensors_in_pipeline =
-      r.get_bool("parallel.scatter_gather_tensors_in_pipeline").value_or(true);
-  p.ddp_bucket_size = r.get_int("parallel.ddp_bucket_size", 1, false, true).value_or(p.ddp_bucket_size);
-  p.clip_grad = get_fraction(r, "parallel.clip_grad", 0, 1e9, false).value_or(p.clip_grad);
   if (auto sch = r.get_enum("parallel.pipeline_schedule", {"1f1b", "gpipe", "interleaved"})) {
     const std::string f = "parallel.pipeline_schedule";
     const bool vp = p.num_layers_per_virtual_pipeline_stage.has_value();
@@ -324,23 +308,10 @@ void read_zero(const Reader& r, Scenario& s) {
     if (*st > 3) r.fail(zp + "stage", r.at(zp + "stage"), "ZeRO stage must be 0, 1, 2 or 3");
     z.stage = static_cast<int>(*st);
   }
-  z.reduce_bucket_size = r.get_int(zp + "reduce_bucket_size", 1, false, true).value_or(z.reduce_bucket_size);
-  z.allgather_bucket_size =
-      r.get_int(zp + "allgather_bucket_size", 1, false, true).value_or(z.allgather_bucket_size);
-  z.overlap_comm = r.get_bool(zp + "overlap_comm").value_or(z.overlap_comm);
-  z.stage3_prefetch_bucket_size = r.get_int(zp + "stage3_prefetch_bucket_size", 1, false, true)
-                                      .value_or(z.stage3_prefetch_bucket_size);
-  z.stage3_max_live_parameters = r.get_int(zp + "stage3_max_live_parameters", 1, false, true)
-                                     .value_or(z.stage3_max_live_parameters);
-  z.stage3_param_persistence_threshold =
-      r.get_int(zp + "stage3_param_persistence_threshold", 0, false, true)
-          .value_or(z.stage3_param_persistence_threshold);
-  z.stage3_max_reuse_distance = r.get_int(zp + "stage3_max_reuse_distance", 0, false, true)
-                                    .value_or(z.stage3_max_reuse_distance);
-  z.sub_group_size = r.get_int(zp + "sub_group_size", 1, false, true).value_or(z.sub_group_size);
+  read_table_keys(r, s, "deepspeed.zero_optimization");
+  read_table_keys(r, s, "deepspeed.zero_optimization.offload_optimizer");
   const std::string op = zp + "offload_optimizer.";
   if (auto dev = r.get_enum(op + "device", {"cpu", "none"})) z.offload_optimizer.enabled = *dev == 0;
-  z.offload_optimizer.pin_memory = r.get_bool(op + "pin_memory").value_or(true);
   if (r.has(op + "ratio")) {
     YAML::Node n = r.at(op + "ratio");
     double ratio = 0;
@@ -365,10 +336,8 @@ void read_zero(const Reader& r, Scenario& s) {
 /// The cluster (a catalog system) and the simulation options.
 void read_cluster_and_simulation(const Reader& r, Scenario& s) {
   // ---- cluster
+  read_table_keys(r, s, "cluster");
   ClusterConfig& c = s.cluster;
-  c.system = *r.get_string("cluster.system", true);
-  c.nodes = *r.get_int("cluster.nodes", 1, true);
-  c.gpus_per_node = r.get_int("cluster.gpus_per_node", 1, false).value_or(0);
   {
     const std::vector<std::string> known = system_names();
     if (!contains(known, c.system)) {

@@ -13,6 +13,12 @@
 
 namespace trainsim::input {
 
+/// The keys of `section` ("" for the top level) that the table reads by type
+/// (models/input/keys.h), in table order; an absent key gets the table's default.
+void read_table_keys(const Reader& r, Scenario& s, const std::string& section);
+/// "ignored: KEY (why)" in s.notes for each ignored key the file holds.
+void note_ignored_keys(const Reader& r, Scenario& s);
+
 /// model: Megatron-LM and Megatron-Core arguments (shape, attention, MLA, MoE).
 void read_model(const Reader& r, Scenario& s);
 /// parallel: the Megatron-LM parallel plan, recomputation and Megatron-Core parallelism.

@@ -10,6 +10,7 @@
 #include "models/hardware/hardware.h"
 #include "models/input/keys.h"
 #include "models/input/scenario.h"
+#include "models/input/scenario.h"
 
 namespace trainsim {
 
@@ -132,61 +133,23 @@ void check_fabric_capacity(const Scenario& s, const SystemSpec& sys, const Fail&
 template <typename Fail>
 void check_sizes(Scenario& s, const Fail& fail) {
   ModelConfig& m = s.model;
-  ParallelConfig& p = s.parallel;
   // Sizes (parse_scenario checks these with line numbers; scenarios built in code land here):
-  // each must be positive (where `positive`) and within its bound (models/input/scenario.h).
+  // each integer key with a bound (models/input/keys.h) must be positive (where the table says
+  // so) and within its bound (models/input/scenario.h).
   struct Size {
     const char* field;
     std::int64_t value;
     bool positive;
   };
-  const Size sizes[] = {
-      {"model.num_layers", m.num_layers, true},
-      {"model.hidden_size", m.hidden_size, true},
-      {"model.num_attention_heads", m.num_attention_heads, true},
-      {"model.kv_channels", m.kv_channels, false},
-      {"model.ffn_hidden_size", m.ffn_hidden_size, false},
-      {"model.seq_length", m.seq_length, true},
-      {"model.padded_vocab_size", m.padded_vocab_size, true},
-      {"model.num_query_groups", m.num_query_groups, false},
-      {"model.q_lora_rank", m.q_lora_rank, false},
-      {"model.kv_lora_rank", m.kv_lora_rank, true},
-      {"model.qk_head_dim", m.qk_head_dim, true},
-      {"model.qk_pos_emb_head_dim", m.qk_pos_emb_head_dim, true},
-      {"model.v_head_dim", m.v_head_dim, true},
-      {"model.window_size", m.window_size, false},
-      {"model.window_attn_skip_freq", m.window_attn_skip_freq, false},
-      {"model.num_experts", m.num_experts, false},
-      {"model.moe_router_topk", m.moe_router_topk, true},
-      {"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size, false},
-      {"model.moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size, false},
-      {"model.moe_layer_freq", m.moe_layer_freq, true},
-      {"parallel.tensor_model_parallel_size", p.tensor_model_parallel_size, true},
-      {"parallel.context_parallel_size", p.context_parallel_size, true},
-      {"parallel.expert_model_parallel_size", p.expert_model_parallel_size, true},
-      {"parallel.expert_tensor_parallel_size", p.expert_tensor_parallel_size, false},
-      {"parallel.decoder_first_pipeline_num_layers", p.decoder_first_pipeline_num_layers.value_or(0), false},
-      {"parallel.decoder_last_pipeline_num_layers", p.decoder_last_pipeline_num_layers.value_or(0), false},
-      {"parallel.fsdp_sharding_group_size", p.fsdp_sharding_group_size, false},
-      {"parallel.pipeline_model_parallel_size", p.pipeline_model_parallel_size, true},
-      {"parallel.num_layers_per_virtual_pipeline_stage",
-       p.num_layers_per_virtual_pipeline_stage.value_or(1), false},
-      {"parallel.micro_batch_size", p.micro_batch_size, true},
-      {"parallel.global_batch_size", p.global_batch_size, true},
-      {"parallel.ddp_bucket_size", p.ddp_bucket_size, true},
-      {"deepspeed.zero_optimization.reduce_bucket_size", s.zero.reduce_bucket_size, true},
-      {"deepspeed.zero_optimization.allgather_bucket_size", s.zero.allgather_bucket_size, true},
-      {"deepspeed.zero_optimization.stage3_prefetch_bucket_size",
-       s.zero.stage3_prefetch_bucket_size, true},
-      {"deepspeed.zero_optimization.stage3_max_live_parameters",
-       s.zero.stage3_max_live_parameters, true},
-      {"deepspeed.zero_optimization.stage3_param_persistence_threshold",
-       s.zero.stage3_param_persistence_threshold, false},
-      {"deepspeed.zero_optimization.stage3_max_reuse_distance",
-       s.zero.stage3_max_reuse_distance, false},
-      {"deepspeed.zero_optimization.sub_group_size", s.zero.sub_group_size, true},
-      {"cluster.nodes", s.cluster.nodes, true},
-      {"cluster.gpus_per_node", s.cluster.gpus_per_node, false}};
+  std::vector<Size> sizes;
+  for (const ScenarioKey& k : scenario_keys()) {
+    if (k.max <= 0 || !k.field.address) continue;
+    void* at = k.field.address(s);
+    if (k.field.kind == FieldKind::Int64)
+      sizes.push_back({k.path.c_str(), *static_cast<std::int64_t*>(at), k.positive()});
+    else if (k.field.kind == FieldKind::OptInt64)
+      sizes.push_back({k.path.c_str(), static_cast<std::optional<std::int64_t>*>(at)->value_or(0), false});
+  }
   for (const Size& x : sizes)
     if (x.positive && x.value <= 0) fail(kv(x.field, x.value) + " must be positive");
   for (const Size& x : sizes)
@@ -231,8 +194,16 @@ void fill_defaults_and_system(Scenario& s, const Fail& fail) {
   }
   if (m.num_query_groups == 0) m.num_query_groups = m.num_attention_heads;
   if (m.moe_ffn_hidden_size == 0) m.moe_ffn_hidden_size = m.ffn_hidden_size;
-  if (s.parallel.expert_tensor_parallel_size == 0)
-    s.parallel.expert_tensor_parallel_size = s.parallel.tensor_model_parallel_size;
+  ParallelConfig& p = s.parallel;
+  // Megatron-LM accepts --expert-tensor-parallel-size 1 on a dense model (no expert reads it):
+  // read as absent, and noted.
+  if (!m.is_moe() && p.expert_tensor_parallel_size == 1 && p.tensor_model_parallel_size != 1) {
+    s.notes.push_back("ignored: " + key_of(&ParallelConfig::expert_tensor_parallel_size) +
+                      " (1 on a dense model: no experts)");
+    p.expert_tensor_parallel_size = 0;
+  }
+  if (p.expert_tensor_parallel_size == 0)
+    p.expert_tensor_parallel_size = p.tensor_model_parallel_size;
   const SystemSpec* sys = nullptr;
   try {
     sys = &find_system(s.cluster.system);
@@ -259,7 +230,7 @@ void check_tp_and_batch(Scenario& s, const Fail& fail) {
   ParallelConfig& p = s.parallel;
   // Tensor parallelism: Megatron splits heads, the hidden/ffn columns and the vocabulary.
   const std::int64_t tp = p.tensor_model_parallel_size;
-  const std::string tps = kv("parallel.tensor_model_parallel_size", tp);
+  const std::string tps = kv(key_of(&ParallelConfig::tensor_model_parallel_size), tp);
   const std::pair<const char*, std::int64_t> split_by_tp[] = {
       {"model.num_attention_heads", m.num_attention_heads},
       {"model.hidden_size", m.hidden_size},
@@ -509,7 +480,8 @@ void check_context_and_kernels(const Scenario& s, const Fail& fail) {
   if (cp > 1 && p.sequence_parallel &&
       (m.seq_length / cp) % p.tensor_model_parallel_size != 0)
     fail(kv("model.seq_length", m.seq_length) + " / " + cps +
-         " is not divisible by parallel.tensor_model_parallel_size (sequence parallelism)");
+         " is not divisible by " + key_of(&ParallelConfig::tensor_model_parallel_size) +
+         " (sequence parallelism)");
 }
 
 /// Expert parallelism, MoE layer patterns and the recomputed modules a model must have

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "models/hardware/calibration.h"
+#include "models/input/keys.h"
 #include "models/perf/cost_model.h"
 #include "models/builder/graph_builder.h"
 #include "models/hardware/hardware.h"
@@ -444,55 +445,55 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                           c.layout = describe(tp, pp, cp, dp, vpl, mb, rc, block, uniform_units,
                                               modules, sp, zero, distopt, offload);
                           if (ep > 1) c.layout += " ep" + std::to_string(ep);
-                          auto set = [&](const char* k, const std::string& v) {
+                          auto set = [&](const std::string& k, const std::string& v) {
                             c.overrides.emplace_back(k, v);
                           };
-                          set("cluster.nodes", std::to_string(gpus / gpn));
-                          set("parallel.tensor_model_parallel_size", std::to_string(tp));
-                          set("parallel.pipeline_model_parallel_size", std::to_string(pp));
-                          set("parallel.context_parallel_size", std::to_string(cp));
-                          set("parallel.expert_model_parallel_size", std::to_string(ep));
-                          set("parallel.num_layers_per_virtual_pipeline_stage",
+                          set(key_of(&ClusterConfig::nodes), std::to_string(gpus / gpn));
+                          set(key_of(&ParallelConfig::tensor_model_parallel_size), std::to_string(tp));
+                          set(key_of(&ParallelConfig::pipeline_model_parallel_size), std::to_string(pp));
+                          set(key_of(&ParallelConfig::context_parallel_size), std::to_string(cp));
+                          set(key_of(&ParallelConfig::expert_model_parallel_size), std::to_string(ep));
+                          set(key_of(&ParallelConfig::num_layers_per_virtual_pipeline_stage),
                               vpl ? std::to_string(*vpl) : "null");
-                          set("parallel.pipeline_schedule", vpl ? "interleaved" : "1f1b");
-                          set("parallel.micro_batch_size", std::to_string(mb));
-                          set("parallel.recompute_granularity", recompute_value(rc));
+                          set(key_of(&ParallelConfig::pipeline_schedule), vpl ? "interleaved" : "1f1b");
+                          set(key_of(&ParallelConfig::micro_batch_size), std::to_string(mb));
+                          set(key_of(&ParallelConfig::recompute_granularity), recompute_value(rc));
                           // The scenario's recompute_modules (or the plan's) apply to its
                           // selective candidates.
-                          if (rc != Recompute::Selective) set("parallel.recompute_modules", "null");
+                          if (rc != Recompute::Selective) set(key_of(&ParallelConfig::recompute_modules), "null");
                           if (modules)
-                            set("parallel.recompute_modules", recompute_modules_yaml(*modules));
+                            set(key_of(&ParallelConfig::recompute_modules), recompute_modules_yaml(*modules));
                           // The scenario's full recomputation method and layer count go to its
                           // full candidates (or the plan's block layer counts); the others take
                           // none (Megatron applies them to full recomputation only).
                           if (rc == Recompute::Full && !plan.recompute_num_layers.empty()) {
-                            set("parallel.recompute_method", "block");
-                            set("parallel.recompute_num_layers", std::to_string(*block));
+                            set(key_of(&ParallelConfig::recompute_block), "block");
+                            set(key_of(&ParallelConfig::recompute_num_layers), std::to_string(*block));
                           } else if (rc != Recompute::Full &&
                                      base.parallel.recompute_granularity == Recompute::Full) {
-                            set("parallel.recompute_method", "null");
-                            set("parallel.recompute_num_layers", "null");
+                            set(key_of(&ParallelConfig::recompute_block), "null");
+                            set(key_of(&ParallelConfig::recompute_num_layers), "null");
                           }
-                          set("parallel.sequence_parallel", sp ? "true" : "false");
+                          set(key_of(&ParallelConfig::sequence_parallel), sp ? "true" : "false");
                           // The scenario's TP communication overlap applies where it can
                           // (sequence parallelism on; Megatron-LM refuses it otherwise).
                           if (base.parallel.tp_comm_overlap && !(sp && tp > 1)) {
-                            set("parallel.tp_comm_overlap", "false");
-                            set("parallel.tp_comm_overlap_rs_method", "null");
+                            set(key_of(&ParallelConfig::tp_comm_overlap), "false");
+                            set(key_of(&ParallelConfig::tp_comm_overlap_rs_ring), "null");
                           }
-                          set("parallel.use_distributed_optimizer", distopt ? "true" : "false");
+                          set(key_of(&ParallelConfig::use_distributed_optimizer), distopt ? "true" : "false");
                           // FSDP shards over the candidate's own data-parallel x context-parallel
                           // group (the only sharding trainsim models; the scenario's size is its
                           // own group's).
                           if (base.parallel.uses_fsdp())
-                            set("parallel.fsdp_sharding_group_size", "null");
+                            set(key_of(&ParallelConfig::fsdp_sharding_group_size), "null");
                           // Likewise the parameter all-gather's overlap, where the candidate has
                           // that all-gather (Megatron arguments.py refuses it otherwise).
                           if (base.parallel.overlap_param_gather && !distopt &&
                               !base.parallel.uses_fsdp())
-                            set("parallel.overlap_param_gather", "false");
-                          set("deepspeed.zero_optimization.stage", std::to_string(zero));
-                          set("deepspeed.zero_optimization.offload_optimizer.device",
+                            set(key_of(&ParallelConfig::overlap_param_gather), "false");
+                          set(key_of(&ZeroConfig::stage), std::to_string(zero));
+                          set(key_of(&OffloadOptimizerConfig::enabled),
                               offload ? "cpu" : "none");
                           // The scenario's Twin-Flow ratio (or `auto`) applies where DeepSpeed
                           // takes it: a partial ratio with ZeRO-3 only (zero/config.py
@@ -500,9 +501,9 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                           const OffloadOptimizerConfig& bo = base.zero.offload_optimizer;
                           const bool partial = bo.ratio_auto || bo.ratio < 1;
                           if (!offload && bo.enabled)
-                            set("deepspeed.zero_optimization.offload_optimizer.ratio", "null");
+                            set(key_of(&OffloadOptimizerConfig::ratio), "null");
                           else if (offload && zero < 3 && partial)
-                            set("deepspeed.zero_optimization.offload_optimizer.ratio", "1.0");
+                            set(key_of(&OffloadOptimizerConfig::ratio), "1.0");
                           out.push_back(std::move(c));
                         }
   return out;
