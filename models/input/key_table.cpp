@@ -203,7 +203,7 @@ void add_parallel_core(std::vector<ScenarioKey>& v) {
   v.push_back(int_key(P(context_parallel_size), 1, 1, k2p16, "GPUs", "context-parallel ranks"));
   v.push_back(int_key(P(expert_model_parallel_size), 1, 1, k2p16, "GPUs", "expert-parallel ranks"));
   v.push_back(int_key(P(expert_tensor_parallel_size), std::nullopt, 1, k2p16, "GPUs",
-                      "expert tensor-parallel ranks; absent: tensor_model_parallel_size"));
+                      "expert tensor-parallel ranks; absent: the TP size"));
   v.push_back(int_key(P(decoder_first_pipeline_num_layers), std::nullopt, 0, kLayers, "layers",
                       "layers of the first stage"));
   v.push_back(int_key(P(decoder_last_pipeline_num_layers), std::nullopt, 0, kLayers, "layers",

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <limits>
 #include <sstream>
-#include <stdexcept>
 
 #include "models/input/scenario.h"
 
@@ -74,8 +73,8 @@ const KeyAlias* find_scenario_key_alias(const std::string& path) {
 }
 
 void register_scenario_key(ScenarioKey key) {
-  if (find_scenario_key(key.path) || !input::is_section(key.section()))
-    throw std::logic_error("register_scenario_key: '" + key.path + "' is taken or has no section");
+  TRAINSIM_CHECK(!find_scenario_key(key.path) && input::is_section(key.section()),
+                 "register_scenario_key: '" + key.path + "' is taken or has no section");
   mutable_keys().push_back(std::move(key));
 }
 
@@ -93,7 +92,8 @@ Scenario& key_sample() {
 const std::string& key_at(const void* member_of_sample) {
   for (const ScenarioKey& k : scenario_keys())
     if (k.field.address && k.field.address(key_sample()) == member_of_sample) return k.path;
-  throw std::logic_error("key_of: no scenario key fills this member (models/input/key_table.cpp)");
+  TRAINSIM_CHECK(false, "key_of: no scenario key fills this member (models/input/key_table.cpp)");
+  return scenario_keys().front().path;
 }
 
 const std::vector<ScenarioSizeLimit>& scenario_size_limits() {

@@ -9,7 +9,6 @@
 
 #include <filesystem>
 #include <map>
-#include <stdexcept>
 
 #include "models/input/json_input.h"
 #include "models/input/keys.h"
@@ -98,7 +97,8 @@ const char* to_string(Precision p) {
     case Precision::BF16: return "bf16";
     case Precision::FP32: return "fp32";
   }
-  throw std::logic_error("to_string: Precision out of range");
+  TRAINSIM_CHECK(false, "to_string: Precision out of range");
+  return "";
 }
 
 namespace {
@@ -131,7 +131,8 @@ const char* to_string(Recompute r) {
     case Recompute::Selective: return "selective";
     case Recompute::Full: return "full";
   }
-  throw std::logic_error("to_string: Recompute out of range");
+  TRAINSIM_CHECK(false, "to_string: Recompute out of range");
+  return "";
 }
 
 const char* to_string(Runtime r) {
@@ -149,7 +150,8 @@ const char* to_string(AttentionBackend a) {
     case AttentionBackend::Fused: return "fused";
     case AttentionBackend::Flash: return "flash";
   }
-  throw std::logic_error("to_string: AttentionBackend out of range");
+  TRAINSIM_CHECK(false, "to_string: AttentionBackend out of range");
+  return "";
 }
 const char* to_string(MoeDispatcher d) {
   return d == MoeDispatcher::AllGather ? "allgather" : "alltoall";
@@ -160,7 +162,8 @@ const char* to_string(Fp8Format f) {
     case Fp8Format::E4M3: return "e4m3";
     case Fp8Format::Hybrid: return "hybrid";
   }
-  throw std::logic_error("to_string: Fp8Format out of range");
+  TRAINSIM_CHECK(false, "to_string: Fp8Format out of range");
+  return "";
 }
 const char* to_string(Fp8Recipe r) {
   switch (r) {
@@ -169,7 +172,8 @@ const char* to_string(Fp8Recipe r) {
     case Fp8Recipe::Mxfp8: return "mxfp8";
     case Fp8Recipe::Blockwise: return "blockwise";
   }
-  throw std::logic_error("to_string: Fp8Recipe out of range");
+  TRAINSIM_CHECK(false, "to_string: Fp8Recipe out of range");
+  return "";
 }
 
 const char* to_string(PipelineSchedule s) {
@@ -178,7 +182,8 @@ const char* to_string(PipelineSchedule s) {
     case PipelineSchedule::OneFOneB: return "1f1b";
     case PipelineSchedule::Interleaved: return "interleaved";
   }
-  throw std::logic_error("to_string: PipelineSchedule out of range");
+  TRAINSIM_CHECK(false, "to_string: PipelineSchedule out of range");
+  return "";
 }
 
 

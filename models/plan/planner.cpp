@@ -26,23 +26,23 @@ namespace trainsim {
 
 namespace {
 
+/// A `plan:` key that names a parallel key: that key's name in the key table
+/// (models/input/keys.h), never spelled again here.
+template <typename T>
+std::string plan_key(T ParallelConfig::*member) {
+  return input::last_of(key_of(member));
+}
+
 const std::vector<std::string>& plan_keys() {
-  static const std::vector<std::string> keys = {"tensor_model_parallel_size",
-                                                "pipeline_model_parallel_size",
-                                                "num_layers_per_virtual_pipeline_stage",
-                                                "micro_batch_size",
-                                                "recompute_granularity",
-                                                "recompute_num_layers",
-                                                "recompute_modules",
-                                                "sequence_parallel",
-                                                "zero_stage",
-                                                "use_distributed_optimizer",
-                                                "context_parallel_size",
-                                                "expert_model_parallel_size",
-                                                "allow_offload",
-                                                "max_gpus",
-                                                "memory_headroom",
-                                                "top_k"};
+  using P = ParallelConfig;
+  static const std::vector<std::string> keys = {
+      plan_key(&P::tensor_model_parallel_size), plan_key(&P::pipeline_model_parallel_size),
+      plan_key(&P::num_layers_per_virtual_pipeline_stage), plan_key(&P::micro_batch_size),
+      plan_key(&P::recompute_granularity), plan_key(&P::recompute_num_layers),
+      plan_key(&P::recompute_modules), plan_key(&P::sequence_parallel), "zero_stage",
+      plan_key(&P::use_distributed_optimizer), plan_key(&P::context_parallel_size),
+      plan_key(&P::expert_model_parallel_size), "allow_offload", "max_gpus", "memory_headroom",
+      "top_k"};
   return keys;
 }
 
@@ -139,19 +139,19 @@ std::int64_t split_layers(const ParallelConfig& p, std::int64_t num_layers) {
 
 void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
   const std::int64_t kMaxDim = 65536;
-  if (r.has("tensor_model_parallel_size"))
-    c.tensor_model_parallel_size = r.ints("tensor_model_parallel_size", 1, kMaxDim);
-  if (r.has("pipeline_model_parallel_size")) {
-    auto it = r.items("pipeline_model_parallel_size");
+  if (r.has(plan_key(&ParallelConfig::tensor_model_parallel_size)))
+    c.tensor_model_parallel_size = r.ints(plan_key(&ParallelConfig::tensor_model_parallel_size), 1, kMaxDim);
+  if (r.has(plan_key(&ParallelConfig::pipeline_model_parallel_size))) {
+    auto it = r.items(plan_key(&ParallelConfig::pipeline_model_parallel_size));
     if (it.size() == 1 && it[0].Scalar() == "all")
       c.pipeline_model_parallel_size = divisors(split_layers(base.parallel, base.model.num_layers));
     else
-      c.pipeline_model_parallel_size = r.ints("pipeline_model_parallel_size", 1, kMaxDim);
+      c.pipeline_model_parallel_size = r.ints(plan_key(&ParallelConfig::pipeline_model_parallel_size), 1, kMaxDim);
   }
-  if (r.has("num_layers_per_virtual_pipeline_stage")) {
+  if (r.has(plan_key(&ParallelConfig::num_layers_per_virtual_pipeline_stage))) {
     c.num_layers_per_virtual_pipeline_stage.clear();
     c.virtual_stages_from_scenario = false;
-    const std::string key = "num_layers_per_virtual_pipeline_stage";
+    const std::string key = plan_key(&ParallelConfig::num_layers_per_virtual_pipeline_stage);
     for (const auto& v : r.items(key)) {
       if (v.Scalar() == "all")
         c.all_virtual_stages = true;
@@ -161,10 +161,10 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
         c.num_layers_per_virtual_pipeline_stage.push_back(r.to_int(key, v, 1, 0xFFFE));
     }
   }
-  if (r.has("micro_batch_size")) c.micro_batch_size = r.ints("micro_batch_size", 1, 1 << 20);
-  if (r.has("recompute_granularity")) {
+  if (r.has(plan_key(&ParallelConfig::micro_batch_size))) c.micro_batch_size = r.ints(plan_key(&ParallelConfig::micro_batch_size), 1, 1 << 20);
+  if (r.has(plan_key(&ParallelConfig::recompute_granularity))) {
     c.recompute_granularity.clear();
-    for (const auto& v : r.items("recompute_granularity")) {
+    for (const auto& v : r.items(plan_key(&ParallelConfig::recompute_granularity))) {
       const std::string s = v.Scalar();
       if (s == "none" || s == "null" || s == "~")
         c.recompute_granularity.push_back(Recompute::None);
@@ -173,13 +173,13 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
       else if (s == "full")
         c.recompute_granularity.push_back(Recompute::Full);
       else
-        r.fail("recompute_granularity", v, "expected none, selective or full");
+        r.fail(plan_key(&ParallelConfig::recompute_granularity), v, "expected none, selective or full");
     }
   }
-  if (r.has("recompute_num_layers"))
-    c.recompute_num_layers = r.ints("recompute_num_layers", 1, 0xFFFE);
-  if (r.has("recompute_modules")) {
-    const std::string key = "recompute_modules";
+  if (r.has(plan_key(&ParallelConfig::recompute_num_layers)))
+    c.recompute_num_layers = r.ints(plan_key(&ParallelConfig::recompute_num_layers), 1, 0xFFFE);
+  if (r.has(plan_key(&ParallelConfig::recompute_modules))) {
+    const std::string key = plan_key(&ParallelConfig::recompute_modules);
     const char* shape = "expected a list of module lists, e.g. [[moe_act, layernorm], [moe]]";
     const YAML::Node n = r.node(key);
     if (!n.IsSequence() || n.size() == 0) r.fail(key, n, shape);
@@ -203,13 +203,13 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
     out.clear();
     for (const auto& v : r.items(key)) out.push_back(r.to_bool(key, v));
   };
-  bools("sequence_parallel", c.sequence_parallel);
-  bools("use_distributed_optimizer", c.use_distributed_optimizer);
+  bools(plan_key(&ParallelConfig::sequence_parallel), c.sequence_parallel);
+  bools(plan_key(&ParallelConfig::use_distributed_optimizer), c.use_distributed_optimizer);
   if (r.has("zero_stage")) c.zero_stage = r.ints("zero_stage", 0, 3);
-  if (r.has("context_parallel_size"))
-    c.context_parallel_size = r.ints("context_parallel_size", 1, kMaxDim);
-  if (r.has("expert_model_parallel_size"))
-    c.expert_model_parallel_size = r.ints("expert_model_parallel_size", 1, kMaxDim);
+  if (r.has(plan_key(&ParallelConfig::context_parallel_size)))
+    c.context_parallel_size = r.ints(plan_key(&ParallelConfig::context_parallel_size), 1, kMaxDim);
+  if (r.has(plan_key(&ParallelConfig::expert_model_parallel_size)))
+    c.expert_model_parallel_size = r.ints(plan_key(&ParallelConfig::expert_model_parallel_size), 1, kMaxDim);
 }
 
 void read_limits(const PlanReader& r, const Scenario& base, PlanConfig& c) {

@@ -14,6 +14,7 @@
 
 #include "models/input/keys.h"
 #include "models/input/scenario.h"
+#include "models/run.h"
 #include "tests/support/paths.h"
 #include "tests/support/scenario_yaml.h"
 
@@ -203,6 +204,21 @@ TEST(KeyTable, MegatronLaunchLineFlagsAreAcceptedAndNoted) {
                                     "bf16: true, precision: fp16}\n"
                                     "cluster: {system: dgx-a100-80gb, nodes: 1}\n");
   EXPECT_NE(both.find("'parallel.bf16'"), std::string::npos) << both;
+}
+
+// The notes reach the run (and so the summary's notes, models/run.cpp finish_run) from a
+// scenario file, with a --set of an ignored key as well.
+TEST(KeyTable, IgnoredKeysReachTheRunsNotes) {
+  test_support::ScratchDir dir("key_table");
+  RunRequest req;
+  req.scenario_path = dir.write("launch.yaml", "model: {" + kModel + ", moe_z_loss_coeff: 0.001}\n"
+                                "parallel: {micro_batch_size: 1, global_batch_size: 8}\n"
+                                "cluster: {system: dgx-a100-80gb, nodes: 1}\n");
+  req.overrides = {{"training.log_interval", "10"}};
+  const PreparedRun run = prepare_platform(req);
+  ASSERT_EQ(run.notes.size(), 2u);
+  EXPECT_EQ(run.notes[0].rfind("ignored: training.log_interval (", 0), 0u) << run.notes[0];
+  EXPECT_EQ(run.notes[1].rfind("ignored: model.moe_z_loss_coeff (", 0), 0u) << run.notes[1];
 }
 
 TEST(KeyTable, ExpertTensorParallelOneOnADenseModelIsAccepted) {
