@@ -12,7 +12,6 @@
 
 namespace trainsim::input {
 
-
 namespace {
 
 /// One key of the table by its type, into its member; absent, the table's default.
@@ -50,7 +49,8 @@ void read_table_key(const Reader& r, Scenario& s, const ScenarioKey& k) {
       for (const KeyChoice& c : k.choices) names.push_back(c.name);
       const auto i = r.get_enum(k.path, names);
       // Every scenario enum is one byte (keys.h kind_of): written through an unsigned char.
-      if (i || def) *static_cast<std::uint8_t*>(at) = std::uint8_t(i ? k.choices[*i].value : int(*def));
+      if (i || def)
+        *static_cast<std::uint8_t*>(at) = std::uint8_t(i ? k.choices[*i].value : int(*def));
       return;
     }
     case KeyType::Custom:
@@ -75,32 +75,35 @@ void note_ignored_keys(const Reader& r, Scenario& s) {
 namespace {
 /// GQA, windows and the attention kernel: the model keys the table does not read by type.
 void read_model_shape(const Reader& r, ModelConfig& m) {
-  const auto gqa = r.get_bool("model.group_query_attention");
+  const auto gqa = r.get_bool(key_of(&ModelConfig::group_query_attention));
   if (gqa && !*gqa && m.num_query_groups != 0)
-    r.fail("model.group_query_attention", r.at("model.group_query_attention"),
+    r.fail(key_of(&ModelConfig::group_query_attention),
+           r.at(key_of(&ModelConfig::group_query_attention)),
            "is false, but model.num_query_groups is set (Megatron applies num_query_groups "
            "only with group_query_attention; remove one of the two)");
   m.group_query_attention = gqa.value_or(m.num_query_groups != 0);
-  if (r.at("model.window_size").IsSequence()) {
+  if (r.at(key_of(&ModelConfig::window_size)).IsSequence()) {
     // Megatron's (left, right) tuple: causal models attend `left` tokens back, right = 0.
-    const YAML::Node n = r.at("model.window_size");
+    const YAML::Node n = r.at(key_of(&ModelConfig::window_size));
     std::int64_t left = 0, right = -1;
     if (n.size() != 2 || !n[0].IsScalar() || !n[1].IsScalar() ||
         !Reader::parse_int(n[0].Scalar(), left) || !Reader::parse_int(n[1].Scalar(), right))
-      r.fail("model.window_size", n, "expected an integer or a pair [left, right] of integers");
+      r.fail(key_of(&ModelConfig::window_size), n,
+             "expected an integer or a pair [left, right] of integers");
     if (left < 0 || left > (std::int64_t(1) << 22) || right != 0)
-      r.fail("model.window_size", n,
+      r.fail(key_of(&ModelConfig::window_size), n,
              "expected [left, 0] with 0 <= left <= 4194304 (a causal decoder attends only to "
              "earlier tokens)");
     m.window_size = left;
   } else {
-    m.window_size = r.get_int("model.window_size", 0, false).value_or(0);
+    m.window_size = r.get_int(key_of(&ModelConfig::window_size), 0, false).value_or(0);
   }
   if (m.window_attn_skip_freq != 0 && m.window_size == 0)
-    r.fail("model.window_attn_skip_freq", r.at("model.window_attn_skip_freq"),
+    r.fail(key_of(&ModelConfig::window_attn_skip_freq),
+           r.at(key_of(&ModelConfig::window_attn_skip_freq)),
            "needs model.window_size (sliding-window attention) to be set");
   const auto flash = r.get_bool("model.use_flash_attn");
-  if (r.has("model.attention_backend")) {
+  if (r.has(key_of(&ModelConfig::attention_backend))) {
     if (flash && *flash != (m.attention_backend == AttentionBackend::Flash))
       r.fail("model.use_flash_attn", r.at("model.use_flash_attn"),
              "contradicts model.attention_backend; remove one of the two");
@@ -112,9 +115,9 @@ void read_model_shape(const Reader& r, ModelConfig& m) {
 /// --moe-layer-freq: an integer N, a YAML list of 0/1 per layer, or Megatron's string
 /// expression of that list.
 void read_moe_layer_freq(const Reader& r, ModelConfig& m) {
-  const std::string f = "model.moe_layer_freq";
+  const std::string f = key_of(&ModelConfig::moe_layer_freq);
   const YAML::Node n = r.at(f);
-  const std::int64_t max_layers = scenario_size_limit("model.num_layers");
+  const std::int64_t max_layers = scenario_size_limit(key_of(&ModelConfig::num_layers));
   auto pattern_of = [&](const YAML::Node& node, std::vector<std::uint8_t> p) {
     if (p.empty()) r.fail(f, node, "the pattern is empty; it needs one entry per layer");
     m.moe_layer_pattern = std::move(p);
@@ -135,8 +138,8 @@ void read_moe_layer_freq(const Reader& r, ModelConfig& m) {
     std::string why;
     auto p = parse_layer_pattern(n.Scalar(), max_layers, why);
     if (!p)
-      r.fail(f, n, "not a layer pattern (Megatron's list expression, e.g. \"([0]*3+[1]*58)\"): " +
-                       why);
+      r.fail(f, n,
+             "not a layer pattern (Megatron's list expression, e.g. \"([0]*3+[1]*58)\"): " + why);
     pattern_of(n, std::move(*p));
     return;
   }
@@ -147,28 +150,32 @@ void read_moe_layer_freq(const Reader& r, ModelConfig& m) {
 void read_model_moe(const Reader& r, ModelConfig& m) {
   read_moe_layer_freq(r, m);
   if (m.num_experts > 0 && m.moe_router_topk > m.num_experts)
-    r.fail("model.moe_router_topk", r.at("model.moe_router_topk"),
+    r.fail(key_of(&ModelConfig::moe_router_topk), r.at(key_of(&ModelConfig::moe_router_topk)),
            "exceeds model.num_experts (" + std::to_string(m.num_experts) + ")");
 }
 
 /// Multi-head latent attention (Megatron-Core --multi-latent-attention and its _add_mla_args).
 void read_model_mla(const Reader& r, ModelConfig& m) {
   if (!m.multi_latent_attention) {
-    for (const char* k : {"model.q_lora_rank", "model.kv_lora_rank", "model.qk_head_dim",
-                          "model.qk_pos_emb_head_dim", "model.v_head_dim"})
+    for (const std::string& k :
+         {key_of(&ModelConfig::q_lora_rank), key_of(&ModelConfig::kv_lora_rank),
+          key_of(&ModelConfig::qk_head_dim), key_of(&ModelConfig::qk_pos_emb_head_dim),
+          key_of(&ModelConfig::v_head_dim)})
       if (r.has(k))
-        r.fail(k, r.at(k), "is set, but model.multi_latent_attention is not (Megatron reads it "
-                           "only for multi-head latent attention)");
+        r.fail(k, r.at(k),
+               "is set, but model.multi_latent_attention is not (Megatron reads it "
+               "only for multi-head latent attention)");
     return;
   }
-  if (r.has("model.kv_channels"))
-    r.fail("model.kv_channels", r.at("model.kv_channels"),
+  if (r.has(key_of(&ModelConfig::kv_channels)))
+    r.fail(key_of(&ModelConfig::kv_channels), r.at(key_of(&ModelConfig::kv_channels)),
            "is not read with model.multi_latent_attention (the head dimensions are "
            "model.qk_head_dim + model.qk_pos_emb_head_dim and model.v_head_dim); remove it");
-  const char* gqa = r.has("model.num_query_groups") ? "model.num_query_groups"
-                    : m.group_query_attention       ? "model.group_query_attention"
-                                                    : nullptr;
-  if (gqa)
+  const std::string& groups = key_of(&ModelConfig::num_query_groups);
+  const std::string gqa = r.has(groups)             ? groups
+                          : m.group_query_attention ? key_of(&ModelConfig::group_query_attention)
+                                                    : std::string();
+  if (!gqa.empty())
     r.fail(gqa, r.at(gqa),
            "with model.multi_latent_attention: Megatron-LM asserts \"Group query attention is "
            "mutually exclusive with multi latent attention\" (arguments.py)");
@@ -236,7 +243,7 @@ void read_parallel_core(const Reader& r, ParallelConfig& p) {
 /// Megatron-Core's --recompute-modules (transformer_config.py): a list of module names whose
 /// activations selective recomputation discards and recomputes in the backward.
 void read_recompute_modules(const Reader& r, ParallelConfig& p) {
-  const std::string f = "parallel.recompute_modules";
+  const std::string f = key_of(&ParallelConfig::recompute_modules);
   const YAML::Node n = r.at(f);
   const bool selective = p.recompute_granularity == Recompute::Selective;
   if (!n || n.IsNull()) {
@@ -246,16 +253,18 @@ void read_recompute_modules(const Reader& r, ParallelConfig& p) {
   if (!n.IsSequence())
     r.fail(f, n, "expected a list of module names, e.g. [core_attn, layernorm, moe_act]");
   if (!selective)
-    r.fail(f, n, "needs parallel.recompute_granularity selective (Megatron-Core applies "
-                 "recompute_modules only to selective recomputation)");
+    r.fail(f, n,
+           "needs parallel.recompute_granularity selective (Megatron-Core applies "
+           "recompute_modules only to selective recomputation)");
   p.recompute_modules = 0;
   for (const YAML::Node& m : n) {
     const std::string name = m.IsScalar() ? m.Scalar() : "";
     if (const auto bit = recompute_module_bit(name)) {
       p.recompute_modules |= *bit;
     } else {
-      r.fail(f, m, "expected one of core_attn, layernorm, moe_act, mlp, moe, mla_up_proj, "
-                   "shared_experts (Megatron-Core --recompute-modules names)");
+      r.fail(f, m,
+             "expected one of core_attn, layernorm, moe_act, mlp, moe, mla_up_proj, "
+             "shared_experts (Megatron-Core --recompute-modules names)");
     }
   }
 }
@@ -263,13 +272,15 @@ void read_recompute_modules(const Reader& r, ParallelConfig& p) {
 /// Megatron's --recompute-method / --recompute-num-layers (transformer_config.py: both with
 /// full recomputation only; selective refuses a method).
 void read_recompute_method(const Reader& r, ParallelConfig& p) {
-  const std::string fm = "parallel.recompute_method", fn = "parallel.recompute_num_layers";
+  const std::string fm = "parallel.recompute_method",
+                    fn = key_of(&ParallelConfig::recompute_num_layers);
   const auto method = r.get_enum(fm, {"uniform", "block"});
   const auto layers = r.get_int(fn, 1, false);
   if ((method || layers) && p.recompute_granularity != Recompute::Full) {
     const std::string f = method ? fm : fn;
-    r.fail(f, r.at(f), "needs parallel.recompute_granularity full (Megatron-Core applies "
-                       "recompute_method and recompute_num_layers to full recomputation only)");
+    r.fail(f, r.at(f),
+           "needs parallel.recompute_granularity full (Megatron-Core applies "
+           "recompute_method and recompute_num_layers to full recomputation only)");
   }
   p.recompute_block = method && *method == 1;
   p.recompute_num_layers = layers.value_or(1);
@@ -283,8 +294,9 @@ void read_parallel(const Reader& r, Scenario& s) {
   ParallelConfig& p = s.parallel;
   read_recompute_modules(r, p);
   read_recompute_method(r, p);
-  if (auto sch = r.get_enum("parallel.pipeline_schedule", {"1f1b", "gpipe", "interleaved"})) {
-    const std::string f = "parallel.pipeline_schedule";
+  if (auto sch = r.get_enum(key_of(&ParallelConfig::pipeline_schedule),
+                            {"1f1b", "gpipe", "interleaved"})) {
+    const std::string f = key_of(&ParallelConfig::pipeline_schedule);
     const bool vp = p.num_layers_per_virtual_pipeline_stage.has_value();
     if (*sch == 2 && !vp)
       r.fail(f, r.at(f),
@@ -311,7 +323,8 @@ void read_zero(const Reader& r, Scenario& s) {
   read_table_keys(r, s, "deepspeed.zero_optimization");
   read_table_keys(r, s, "deepspeed.zero_optimization.offload_optimizer");
   const std::string op = zp + "offload_optimizer.";
-  if (auto dev = r.get_enum(op + "device", {"cpu", "none"})) z.offload_optimizer.enabled = *dev == 0;
+  if (auto dev = r.get_enum(op + "device", {"cpu", "none"}))
+    z.offload_optimizer.enabled = *dev == 0;
   if (r.has(op + "ratio")) {
     YAML::Node n = r.at(op + "ratio");
     double ratio = 0;
@@ -325,12 +338,10 @@ void read_zero(const Reader& r, Scenario& s) {
     }
     if (!z.offload_optimizer.enabled)
       r.fail(op + "ratio", n,
-             "is set, but " + op + "device is " +
-                 (r.has(op + "device") ? "'none'" : "not set") +
+             "is set, but " + op + "device is " + (r.has(op + "device") ? "'none'" : "not set") +
                  ": the ratio applies only to an optimizer offloaded to the CPU (set " + op +
                  "device: cpu, or remove the ratio)");
   }
-
 }
 
 /// The cluster (a catalog system) and the simulation options.
@@ -343,11 +354,12 @@ void read_cluster_and_simulation(const Reader& r, Scenario& s) {
     if (!contains(known, c.system)) {
       std::string list;
       for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-      r.fail("cluster.system", r.at("cluster.system"), "unknown system; known systems: " + list);
+      r.fail(key_of(&ClusterConfig::system), r.at(key_of(&ClusterConfig::system)),
+             "unknown system; known systems: " + list);
     }
     const SystemSpec& sys = find_system(c.system);
     if (c.gpus_per_node > sys.gpus_per_node)
-      r.fail("cluster.gpus_per_node", r.at("cluster.gpus_per_node"),
+      r.fail(key_of(&ClusterConfig::gpus_per_node), r.at(key_of(&ClusterConfig::gpus_per_node)),
              "a " + c.system + " node has only " + std::to_string(sys.gpus_per_node) + " GPUs");
   }
 
@@ -365,7 +377,6 @@ void read_cluster_and_simulation(const Reader& r, Scenario& s) {
         r.fail(f, n, "expected auto, true or false");
     }
   }
-
 }
 
 /// `model: {hf_config: path}`: the Hugging Face config's keys fill the model section where
