@@ -66,10 +66,13 @@ ScenarioKey enum_key(std::string path, FieldRef f, std::vector<KeyChoice> choice
   if (def) k.default_value = *def;
   return k;
 }
-/// Read by its section's reader (models/input/sections.cpp), which the doc line names.
-ScenarioKey custom_key(std::string path, FieldRef f, std::string doc, bool list_ok = false) {
+/// Read by its section's reader (models/input/sections.cpp), which the doc line names; the
+/// choices, where given, are the names that reader accepts, in its order.
+ScenarioKey custom_key(std::string path, FieldRef f, std::string doc, bool list_ok = false,
+                       std::vector<KeyChoice> choices = {}) {
   ScenarioKey k = base(std::move(path), f, KeyType::Custom, "", std::move(doc));
   k.list_ok = list_ok;
+  k.choices = std::move(choices);
   return k;
 }
 /// A launch-line argument that changes neither time nor memory: accepted, listed as ignored.
@@ -124,6 +127,7 @@ void add_top_and_model_shape(std::vector<ScenarioKey>& v) {
   v.push_back(number_key(M(hidden_dropout), 0.1, 0, 1, true, "hidden dropout probability"));
   v.push_back(number_key(M(attention_dropout), 0.1, 0, 1, true, "attention dropout probability"));
   ScenarioKey window = custom_key(M(window_size), "sliding-window span, or [left, 0]", true);
+  window.default_value = 0;
   window.max = k2p22;
   window.unit = "tokens";
   v.push_back(window);
@@ -180,7 +184,8 @@ void add_parallel(std::vector<ScenarioKey>& v) {
   v.push_back(custom_key(P(recompute_modules), "selective recomputation's modules", true));
   v.push_back(custom_key("parallel.recompute_method",
                          field<&Scenario::parallel, &ParallelConfig::recompute_block>(),
-                         "uniform or block (full recomputation)"));
+                         "checkpointed layers of a chunk (full recomputation)", false,
+                         {{"uniform", 0}, {"block", 1}}));
   ScenarioKey rnl = custom_key(P(recompute_num_layers), "layers per checkpoint unit (full recomputation)");
   rnl.unit = "layers";
   rnl.min = 1;
@@ -196,7 +201,10 @@ void add_parallel(std::vector<ScenarioKey>& v) {
   ddp.unit = "parameters";
   v.push_back(ddp);
   v.push_back(number_key(P(clip_grad), 1.0, 0, 1e9, false, "gradient clipping; > 0 adds a norm all-reduce"));
-  v.push_back(custom_key(P(pipeline_schedule), "1f1b, gpipe or interleaved"));
+  v.push_back(custom_key(P(pipeline_schedule), "the pipeline schedule", false,
+                         {choice("1f1b", PipelineSchedule::OneFOneB),
+                          choice("gpipe", PipelineSchedule::GPipe),
+                          choice("interleaved", PipelineSchedule::Interleaved)}));
 }
 
 void add_parallel_core(std::vector<ScenarioKey>& v) {
@@ -215,13 +223,18 @@ void add_parallel_core(std::vector<ScenarioKey>& v) {
   v.push_back(bool_key(P(tp_comm_overlap), false, "TP communication inside the GEMMs"));
   v.push_back(custom_key("parallel.tp_comm_overlap_rs_method",
                          field<&Scenario::parallel, &ParallelConfig::tp_comm_overlap_rs_ring>(),
-                         "pipeline or ring_exchange"));
+                         "the overlap's forward reduce-scatters", false,
+                         {{"pipeline", 0}, {"ring_exchange", 1}}));
   v.push_back(bool_key(P(use_megatron_fsdp), false, "Megatron FSDP"));
   v.push_back(bool_key(P(use_torch_fsdp2), false, "PyTorch FSDP2"));
   v.push_back(int_key(P(fsdp_sharding_group_size), std::nullopt, 1, k2p20, "GPUs", "FSDP group; absent: DP x CP"));
   v.push_back(enum_key(P(fp8), {choice("e4m3", Fp8Format::E4M3), choice("hybrid", Fp8Format::Hybrid)},
                        int(Fp8Format::None), "FP8 format; absent: no FP8"));
-  v.push_back(custom_key(P(fp8_recipe), "FP8 scaling recipe"));
+  v.push_back(custom_key(P(fp8_recipe), "FP8 scaling recipe", false,
+                         {choice("delayed", Fp8Recipe::Delayed),
+                          choice("tensorwise", Fp8Recipe::Tensorwise),
+                          choice("mxfp8", Fp8Recipe::Mxfp8),
+                          choice("blockwise", Fp8Recipe::Blockwise)}));
   v.push_back(bool_key(P(fp8_param_gather), false, "weights kept and gathered in FP8"));
   v.push_back(bool_key(P(grad_reduce_in_fp32), std::nullopt, "fp32 gradient buffer; absent: by precision"));
 }
@@ -239,7 +252,7 @@ void add_deepspeed_cluster(std::vector<ScenarioKey>& v) {
   v.push_back(custom_key("deepspeed.zero_optimization.offload_optimizer.device",
                          field<&Scenario::zero, &ZeroConfig::offload_optimizer,
                                &OffloadOptimizerConfig::enabled>(),
-                         "cpu or none"));
+                         "the optimizer on the CPU", false, {{"cpu", 1}, {"none", 0}}));
   v.push_back(bool_key(OFF(pin_memory), true, "accepted, not used by the model"));
   v.push_back(custom_key(OFF(ratio), "Twin-Flow CPU fraction, or auto"));
   ScenarioKey system = base(C(system), KeyType::String, "", "hardware catalog system");

@@ -14,6 +14,18 @@ namespace trainsim::input {
 
 namespace {
 
+/// The names a custom enum key accepts, from the table, in its reader's order.
+std::vector<std::string> names_of(const std::string& path) {
+  std::vector<std::string> names;
+  for (const KeyChoice& c : find_scenario_key(path)->choices) names.push_back(c.name);
+  return names;
+}
+
+/// The table's default of a custom integer key.
+std::int64_t default_of(const std::string& path) {
+  return std::int64_t(find_scenario_key(path)->default_value.value_or(0));
+}
+
 /// One key of the table by its type, into its member; absent, the table's default.
 void read_table_key(const Reader& r, Scenario& s, const ScenarioKey& k) {
   void* const at = k.field.address(s);
@@ -96,7 +108,8 @@ void read_model_shape(const Reader& r, ModelConfig& m) {
              "earlier tokens)");
     m.window_size = left;
   } else {
-    m.window_size = r.get_int(key_of(&ModelConfig::window_size), 0, false).value_or(0);
+    m.window_size = r.get_int(key_of(&ModelConfig::window_size), 0, false)
+                        .value_or(default_of(key_of(&ModelConfig::window_size)));
   }
   if (m.window_attn_skip_freq != 0 && m.window_size == 0)
     r.fail(key_of(&ModelConfig::window_attn_skip_freq),
@@ -143,7 +156,7 @@ void read_moe_layer_freq(const Reader& r, ModelConfig& m) {
     pattern_of(n, std::move(*p));
     return;
   }
-  m.moe_layer_freq = r.get_int(f, 1, false).value_or(m.moe_layer_freq);
+  m.moe_layer_freq = r.get_int(f, 1, false).value_or(default_of(f));
 }
 
 /// Mixture of experts (Megatron-Core --num-experts and --moe-* arguments).
@@ -219,7 +232,7 @@ namespace {
 /// the FP8 recipe.
 void read_parallel_core(const Reader& r, ParallelConfig& p) {
   const std::string f = "parallel.";
-  if (auto m = r.get_enum(f + "tp_comm_overlap_rs_method", {"pipeline", "ring_exchange"})) {
+  if (auto m = r.get_enum(f + "tp_comm_overlap_rs_method", names_of(f + "tp_comm_overlap_rs_method"))) {
     p.tp_comm_overlap_rs_ring = *m == 1;
     if (!p.tp_comm_overlap)
       r.fail(f + "tp_comm_overlap_rs_method", r.at(f + "tp_comm_overlap_rs_method"),
@@ -231,7 +244,7 @@ void read_parallel_core(const Reader& r, ParallelConfig& p) {
   if (p.fsdp_sharding_group_size != 0 && !p.uses_fsdp())
     r.fail(f + "fsdp_sharding_group_size", r.at(f + "fsdp_sharding_group_size"),
            "needs parallel.use_megatron_fsdp or parallel.use_torch_fsdp2");
-  if (auto rc = r.get_enum(f + "fp8_recipe", {"delayed", "tensorwise", "mxfp8", "blockwise"})) {
+  if (auto rc = r.get_enum(f + "fp8_recipe", names_of(f + "fp8_recipe"))) {
     p.fp8_recipe = static_cast<Fp8Recipe>(*rc);
     if (p.fp8 == Fp8Format::None)
       r.fail(f + "fp8_recipe", r.at(f + "fp8_recipe"), "is set, but parallel.fp8 is not");
@@ -274,7 +287,7 @@ void read_recompute_modules(const Reader& r, ParallelConfig& p) {
 void read_recompute_method(const Reader& r, ParallelConfig& p) {
   const std::string fm = "parallel.recompute_method",
                     fn = key_of(&ParallelConfig::recompute_num_layers);
-  const auto method = r.get_enum(fm, {"uniform", "block"});
+  const auto method = r.get_enum(fm, names_of(fm));
   const auto layers = r.get_int(fn, 1, false);
   if ((method || layers) && p.recompute_granularity != Recompute::Full) {
     const std::string f = method ? fm : fn;
@@ -283,7 +296,7 @@ void read_recompute_method(const Reader& r, ParallelConfig& p) {
            "recompute_method and recompute_num_layers to full recomputation only)");
   }
   p.recompute_block = method && *method == 1;
-  p.recompute_num_layers = layers.value_or(1);
+  p.recompute_num_layers = layers.value_or(default_of(fn));
 }
 
 }  // namespace
@@ -294,9 +307,8 @@ void read_parallel(const Reader& r, Scenario& s) {
   ParallelConfig& p = s.parallel;
   read_recompute_modules(r, p);
   read_recompute_method(r, p);
-  if (auto sch = r.get_enum(key_of(&ParallelConfig::pipeline_schedule),
-                            {"1f1b", "gpipe", "interleaved"})) {
-    const std::string f = key_of(&ParallelConfig::pipeline_schedule);
+  const std::string& f = key_of(&ParallelConfig::pipeline_schedule);
+  if (auto sch = r.get_enum(f, names_of(f))) {
     const bool vp = p.num_layers_per_virtual_pipeline_stage.has_value();
     if (*sch == 2 && !vp)
       r.fail(f, r.at(f),
@@ -323,7 +335,7 @@ void read_zero(const Reader& r, Scenario& s) {
   read_table_keys(r, s, "deepspeed.zero_optimization");
   read_table_keys(r, s, "deepspeed.zero_optimization.offload_optimizer");
   const std::string op = zp + "offload_optimizer.";
-  if (auto dev = r.get_enum(op + "device", {"cpu", "none"}))
+  if (auto dev = r.get_enum(op + "device", names_of(op + "device")))
     z.offload_optimizer.enabled = *dev == 0;
   if (r.has(op + "ratio")) {
     YAML::Node n = r.at(op + "ratio");
