@@ -202,9 +202,15 @@ GpuSpec read_gpu(const Reader& r, const YAML::Node& g) {
   field("hbm_bw_bytes_per_s", positive(gpu.hbm_bw_bytes_per_s, kMaxBandwidth));
   field("nvlink_bw_bytes_per_s", positive(gpu.nvlink_bw_bytes_per_s, kMaxBandwidth));
   field("nvlinks", [&](const YAML::Node& v, const std::string& f) { gpu.nvlinks = r.integer(v, f, 1, 1024); });
-  // NCCL's tuning tables know Volta (70) to Blackwell (100+); compute capability x10.
+  // Compute capability x10. NCCL's model here (models/perf/nccl_model.cpp) has the tables of
+  // Volta to Hopper; a later GPU would silently get Hopper's, so it is refused.
   field("compute_capability", [&](const YAML::Node& v, const std::string& f) {
-    gpu.compute_capability = r.integer(v, f, 70, 200);
+    gpu.compute_capability = r.integer(v, f, 70, 1000);
+    if (gpu.compute_capability > 90)
+      r.fail(v, f,
+             "not modelled yet: NCCL's tuning model has the tables of compute capability 70 to "
+             "90 (Blackwell's NVLink 5 bandwidths, LL caps and NVLS channels are not in "
+             "models/perf/nccl_model.cpp), got " + shown(v));
   });
   return gpu;
 }
@@ -224,7 +230,14 @@ void read_node_links(const Reader& r, const YAML::Node& n, SystemSpec& s) {
            "not modelled yet: the platform joins exactly the GPUs of one node by NVLink "
            "(sim/platform.h), so the domain must equal node.gpus (" +
                std::to_string(s.gpus_per_node) + "), got " + shown(domain));
-  s.nvlink_sharp = r.boolean(v("nvlink_sharp"), "node.nvlink_sharp");
+  const YAML::Node sharp = v("nvlink_sharp");
+  s.nvlink_sharp = r.boolean(sharp, "node.nvlink_sharp");
+  // NVLink SHARP came with the third-generation NVSwitch of Hopper systems; NCCL runs NVLS
+  // from compute capability 90 only (models/perf/nccl_model.cpp nvls_time_s).
+  if (s.nvlink_sharp && s.gpu.compute_capability < 90)
+    r.fail(sharp, "node.nvlink_sharp",
+           "needs gpu.compute_capability >= 90 (NVLS runs on Hopper and later), got " + shown(sharp) +
+               " with compute capability " + std::to_string(s.gpu.compute_capability));
   s.nvlink_latency_s = r.number(v("nvlink_latency_s"), "node.nvlink_latency_s", 0, false, kMaxLatency_s);
   const YAML::Node nics = v("nics");
   s.nics_per_node = r.integer(nics, "node.nics", 1, 1024);
@@ -307,7 +320,34 @@ SystemSpec read_system(const Reader& r, const YAML::Node& root) {
   return s;
 }
 
+/// System files are block-style YAML with plain keys and values. yaml-cpp 0.7 loops forever on
+/// some malformed flow and quoted input (a ',' after a quoted scalar or a [ ] collection, found
+/// by fuzz/fuzz_scenario.cpp; models/input/scenario.cpp scans scenarios for the same), so the
+/// characters only those forms need, and tags, anchors, aliases, block scalars, directives and
+/// complex keys, are refused before parsing, as are control characters.
+void refuse_unsupported_yaml(const std::string& text, const std::string& source) {
+  std::size_t line = 1;
+  bool comment = false, after_blank = true;
+  for (const char c : text) {
+    if (c == '\n') {
+      ++line, comment = false, after_blank = true;
+      continue;
+    }
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\t' && c != '\r') || u == 0x7F)
+      throw InputError(source + ":" + std::to_string(line) + ": control character in a system file");
+    if (comment) continue;
+    if (c == '#' && after_blank) comment = true;
+    else if (std::string("[]{},!&*|>%?'\"`@").find(c) != std::string::npos)
+      throw InputError(source + ":" + std::to_string(line) + ": '" + std::string(1, c) +
+                       "' is not supported in system files: block-style YAML with plain keys "
+                       "and values only (docs/cluster.md)");
+    after_blank = c == ' ' || c == '\t';
+  }
+}
+
 SystemSpec parse(const std::string& text, const std::string& source, bool resolve_catalog) {
+  refuse_unsupported_yaml(text, source);
   YAML::Node root;
   try {
     root = YAML::Load(text);

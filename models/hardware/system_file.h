@@ -4,15 +4,17 @@
 // another cluster the same way. docs/cluster.md lists every field with its unit and bound.
 //
 //   name: dgx-h100
-//   gpu:   {name: H100-SXM5-80GB, peak_dense_fp16_flops: 989e12, hbm_bytes: 85899345920, ...}
-//   node:  {gpus: 8, nvlink_domain_gpus: 8, nics: 8, nic_bw_bytes_per_s: 50e9,
-//           pcie_generation: 5, ...}
-//   nccl:  {net_overhead_s: 1e-6, channels: 24, channels_multi_node: 16}
-//   fabric: {type: infiniband, rail_optimized: true, oversubscription: 1, levels: 3,
-//            switch_radix: 64, switch_latency_s: 130e-9}
+//   gpu:                       # name, peak_dense_fp16_flops, hbm_bytes, ...
+//     name: H100-SXM5-80GB
+//     ...
+//   node:                      # gpus, nvlink_domain_gpus, nics, nic_bw_bytes_per_s, ...
+//   nccl:                      # net_overhead_s, channels, channels_multi_node
+//   fabric:                    # type, rail_optimized, oversubscription, levels, ...
 //
-// A user file may start from a catalog GPU (`gpu: {catalog: H100-SXM5-80GB, hbm_bytes: ...}`):
-// the GPU's figures are that catalog entry's, each key given overrides one.
+// Block style with plain keys and values only (no flow collections, quotes, anchors or tags:
+// yaml-cpp hangs on some malformed uses of them). A user file may start from a catalog GPU
+// (`catalog: H100-SXM5-80GB` under `gpu:`): the GPU's figures are that catalog entry's, each
+// key given overrides one.
 //
 // Strict: an unknown key (with a suggestion), a duplicate key, a wrong type, a value out of its
 // bound, an inconsistent node (an NVLink domain that does not divide the node's GPUs, NICs that

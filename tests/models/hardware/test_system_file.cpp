@@ -227,6 +227,11 @@ TEST(SystemFile, FeaturesNotModelledYetAreRefused) {
   expect_error(h100_with("oversubscription", "oversubscription: 2"), "fabric.oversubscription",
                "2", "not modelled yet");
   expect_error(h100_with("nics", "nics: 16"), "node.nics", "16", "must divide");
+  // Blackwell: NCCL's model has no compute capability 100 tables yet.
+  expect_error(h100_with("compute_capability", "compute_capability: 100"), "gpu.compute_capability",
+               "100", "not modelled yet");
+  expect_error(h100_with("compute_capability", "compute_capability: 80"), "node.nvlink_sharp",
+               "true", "compute_capability >= 90");
 }
 
 TEST(SystemFile, MissingFileAndBadYaml) {
@@ -236,7 +241,14 @@ TEST(SystemFile, MissingFileAndBadYaml) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/my_cluster.yaml"), std::string::npos);
   }
-  EXPECT_NE(error_of("name: [unclosed").find("my_cluster.yaml:"), std::string::npos);
+  // Flow collections, quotes, anchors, tags: refused before yaml-cpp sees them.
+  for (const char* bad : {"name: [unclosed", "name: '',", "name: [a],", ",\n- b", "name: &a x",
+                          "name: !tag x", "name: |\n  x", "name: \"x\""}) {
+    const std::string msg = error_of(bad);
+    EXPECT_NE(msg.find("my_cluster.yaml:1: '"), std::string::npos) << bad << ": " << msg;
+  }
+  EXPECT_NE(error_of("name: x\n# a comment, with [brackets] and 'quotes'\n").find("gpu: missing"),
+            std::string::npos);
   EXPECT_NE(error_of("- a list").find("expects a map"), std::string::npos);
 }
 
