@@ -1,5 +1,5 @@
 // Hardware catalog: the datasheet numbers of ../shared/ground-truth/hardware.md, written out
-// again here independently of models/hardware/hardware.cpp.
+// again here independently of the shipped systems/*.yaml.
 #include <gtest/gtest.h>
 
 #include <algorithm>
