@@ -164,12 +164,34 @@ int run(int argc, char** argv) {
   calibrate->add_flag("--allow-device-mismatch", cal.allow_device_mismatch,
                       "fit a --from-trace trace recorded on another device than --base's");
 
+  // A first word that is no option and no verb: CLI11 would answer "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string verbs;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      verbs += (verbs.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == argv[1];
+    }
+    if (!known)
+      throw InputError(std::string("unknown verb '") + argv[1] + "' (the verbs: " + verbs +
+                       "; trainsim --help describes them)");
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help / version on stdout, errors on stderr
     return rc == 0 ? 0 : 1;
   }
+  // An empty value (`--json ''`, `--trace-ranks ''`) would read as the option's absence.
+  for (const CLI::App* sub : app.get_subcommands())
+    for (const CLI::Option* opt : sub->get_options()) {
+      if (opt->get_type_size() == 0) continue;  // a flag
+      for (const std::string& value : opt->results())
+        if (value.empty())
+          throw InputError(sub->get_name() + " " + opt->get_name() +
+                           " '': an empty value (give " + opt->get_name() +
+                           " a value, or leave the option out)");
+    }
   if (simulate->parsed()) {
     sim.overrides = to_overrides(sim_sets);
     return simulate_main(sim);
