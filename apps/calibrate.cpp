@@ -115,11 +115,17 @@ int calibrate_main(const CalibrateArgs& args) {
     profile.source = base.source + "; refined from trace " + args.from_trace;
     report_fit(args.from_trace, args.base, report, base, profile);
   } else {
+#ifdef TRAINSIM_NO_MICROBENCH
+    throw InputError("calibrate: measuring this machine runs LibTorch microbenchmarks, which this "
+                     "build lacks (trainsim-torch was not built); --from-trace and "
+                     "--from-microbench fit a profile without them");
+#else
     validation::MicrobenchOptions mo;
     mo.device = args.device.empty() ? "cpu" : args.device;
     mo.quick = args.quick;
     mo.progress = true;
     profile = validation::run_microbenchmarks(mo);
+#endif
   }
   if (args.out.empty()) {
     std::cout << calibration_to_json(profile);

@@ -229,8 +229,8 @@ namespace {
 
 /// The LibTorch verbs run in trainsim-torch, next to this program (apps/CMakeLists.txt): this
 /// process execs it with the same arguments, so that `simulate` never loads LibTorch. Returns
-/// only when the verb is not a LibTorch one (validate --measured-trace is not: it reads a
-/// trace) or trainsim-torch is not there (the verb then answers "not built").
+/// only when the verb is not a LibTorch one (validate --measured-trace and calibrate's fits are
+/// not: they read files) or trainsim-torch is not there (the verb then answers "not built").
 void exec_torch_verb(char** argv) {
   const char* verb = nullptr;
   for (char** a = argv + 1; *a; ++a)
@@ -241,10 +241,16 @@ void exec_torch_verb(char** argv) {
   if (!verb || (std::strcmp(verb, "replay") != 0 && std::strcmp(verb, "validate") != 0 &&
                 std::strcmp(verb, "calibrate") != 0))
     return;
-  // validate --measured-trace compares a recorded replay: no LibTorch, it runs here.
+  // validate --measured-trace compares a recorded replay, calibrate --from-trace and
+  // --from-microbench fit files: no LibTorch, they run here.
   if (std::strcmp(verb, "validate") == 0)
     for (char** a = argv + 1; *a; ++a)
       if (std::strncmp(*a, "--measured-trace", 16) == 0) return;
+  if (std::strcmp(verb, "calibrate") == 0)
+    for (char** a = argv + 1; *a; ++a)
+      if (std::strncmp(*a, "--from-trace", 12) == 0 ||
+          std::strncmp(*a, "--from-microbench", 17) == 0)
+        return;
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return;

@@ -98,17 +98,62 @@ TEST_F(HostileVerbs, PlanRefusesOutputsThatAreInputsOrEachOther) {
   EXPECT_EQ(slurp(a), "{\"kept\": true}");
 }
 
+// calibrate's fits run in trainsim whenever trainsim_validation is built (as validate
+// --measured-trace, which needs the simulator as well).
 TEST_F(HostileVerbs, CalibrateRefusesAnOutputThatIsAnInput) {
-#ifndef TRAINSIM_HAVE_VALIDATE
-  GTEST_SKIP() << "calibrate needs LibTorch in this build";
+#ifndef TRAINSIM_HAVE_VALIDATE_TRACE
+  GTEST_SKIP() << "calibrate's fits need trainsim_validation in this build";
 #endif
   const std::string base = write("base.json", slurp(kA100));
-  const std::string trace = write("t.json", slurp(kSrc + "/validation/data/kineto_gpt_tiny_cpu.json"));
-  expect_refused("calibrate --from-trace " + trace + " --base " + base + " --out " + base,
-                 {"--out", "--base", "refusing to overwrite"});
-  expect_refused("calibrate --from-trace " + trace + " --base " + base + " --out " + trace,
-                 {"--out", "--from-trace", "refusing to overwrite"});
+  const std::string kineto = slurp(kSrc + "/validation/data/kineto_gpt_tiny_cpu.json");
+  const std::string trace = write("t.json", kineto);
+  const std::string fit = "calibrate --allow-device-mismatch --from-trace " + trace + " --base " + base;
+  expect_refused(fit + " --out " + base, {"--out", "--base", "refusing to overwrite"});
+  expect_refused(fit + " --out " + trace, {"--out", "--from-trace", "refusing to overwrite"});
   EXPECT_EQ(slurp(base), slurp(kA100));
+  EXPECT_EQ(slurp(trace), kineto);
+  // The same fit to another file is written (the refusal is the overlap's).
+  const std::string log = path("fit.log");
+  EXPECT_EQ(run(fit + " --out " + path("fitted.json"), log), 0) << slurp(log);
+  EXPECT_NE(slurp(path("fitted.json")).find("refined from trace"), std::string::npos);
+}
+
+TEST_F(HostileVerbs, CalibrateFitsRefuseImpossibleShapesAndRolesNamingTheFile) {
+#ifndef TRAINSIM_HAVE_VALIDATE_TRACE
+  GTEST_SKIP() << "calibrate's fits need trainsim_validation in this build";
+#else
+  const std::string big = "4611686018427387904";  // 2^62: the GEMM of 4.6e18^3
+  const std::string huge = write(
+      "huge.json",
+      "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", "
+      "\"ts\": 0, \"dur\": 1000, \"args\": {\"Input Dims\": [[" + big + ", " + big + "], [" +
+          big + ", " + big + "]], \"Input type\": [\"float\", \"float\"]}}]}");
+  expect_refused("calibrate --allow-device-mismatch --from-trace " + huge + " --base " + kA100,
+                 {huge, "aten::mm", "above 2^31"});
+  const std::string none = write(
+      "none.json", "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"step\", \"ts\": 0, "
+                   "\"dur\": 5}]}");
+  expect_refused("calibrate --allow-device-mismatch --from-trace " + none + " --base " + kA100,
+                 {none + ": no usable operator sample"});
+  // A measured GEMM of role 'sideways' would give a profile that simulate refuses.
+  nlohmann::json measured = nlohmann::json::parse(
+      slurp(kSrc + "/validation/data/h100_2026-11-26/calibrate_cuda.json"));
+  measured["measurements"]["gemm"][0]["role"] = "sideways";
+  const std::string sideways = write("sideways.json", measured.dump());
+  const std::string out = path("out.json");
+  expect_refused("calibrate --from-microbench " + sideways + " --base " + kSrc +
+                     "/calibration/h100-sxm5-80gb.json --out " + out,
+                 {sideways, "measurements.gemm[0]", "'sideways'"});
+  EXPECT_FALSE(fs::exists(out));
+#endif
+}
+
+TEST_F(HostileVerbs, CalibrateWithoutLibTorchSaysWhatIsMissing) {
+#if defined(TRAINSIM_HAVE_VALIDATE) || !defined(TRAINSIM_HAVE_VALIDATE_TRACE)
+  GTEST_SKIP() << "for builds whose calibrate fits but cannot measure";
+#else
+  expect_refused("calibrate --device cpu --quick", {"LibTorch", "--from-trace"});
+#endif
 }
 
 // ---- a failed run leaves every earlier output as it was
