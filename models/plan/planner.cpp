@@ -449,7 +449,7 @@ using Overrides = std::vector<std::pair<std::string, std::string>>;
 /// The recomputation overrides of a candidate.
 void set_recompute(const PlanConfig& plan, const Scenario& base, const GridPoint& x,
                    Overrides& out) {
-  auto set = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
+  auto set = [&](const std::string& k, const std::string& v) { out.emplace_back(k, v); };
   set(key_of(&ParallelConfig::recompute_granularity), recompute_value(x.rc));
   // The scenario's recompute_modules (or the plan's) apply to its selective candidates.
   if (x.rc != Recompute::Selective) set(key_of(&ParallelConfig::recompute_modules), "null");
@@ -469,7 +469,7 @@ void set_recompute(const PlanConfig& plan, const Scenario& base, const GridPoint
 
 /// The sequence-parallel, data-parallel and ZeRO overrides of a candidate.
 void set_sharding(const Scenario& base, const GridPoint& x, bool sp, Overrides& out) {
-  auto set = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
+  auto set = [&](const std::string& k, const std::string& v) { out.emplace_back(k, v); };
   set(key_of(&ParallelConfig::sequence_parallel), sp ? "true" : "false");
   // The scenario's TP communication overlap applies where it can (sequence parallelism on;
   // Megatron-LM refuses it otherwise).
@@ -510,7 +510,7 @@ PlanCandidate make_candidate(const PlanConfig& plan, const Scenario& base, const
   c.layout = describe(x.tp, x.pp, x.cp, dp, x.vpl, x.mb, x.rc, x.block, uniform_units, x.modules,
                       sp, x.zero, x.distopt, x.offload);
   if (x.ep > 1) c.layout += " ep" + std::to_string(x.ep);
-  auto set = [&](const char* k, const std::string& v) { c.overrides.emplace_back(k, v); };
+  auto set = [&](const std::string& k, const std::string& v) { c.overrides.emplace_back(k, v); };
   set(key_of(&ClusterConfig::nodes), std::to_string(gpus / gpn));
   set(key_of(&ParallelConfig::tensor_model_parallel_size), std::to_string(x.tp));
   set(key_of(&ParallelConfig::pipeline_model_parallel_size), std::to_string(x.pp));
