@@ -508,6 +508,8 @@ void check_plan_outputs(const PlanArgs& args) {
                                    {"--calibration", args.calibration}};
   for (const std::string& m : args.merge) inputs.push_back({"--merge", m});
   check_distinct_paths(inputs, {{"--json", args.json}, {"--csv", args.csv}});
+  // A folder that cannot be written fails now: the probes' temporaries are removed at once.
+  { OutputFile json_probe(args.json, "--json"), csv_probe(args.csv, "--csv"); }
   if (args.out.empty() || !args.merge.empty()) return;
   std::error_code ec;
   if (std::filesystem::exists(args.out, ec) && !std::filesystem::is_directory(args.out, ec))

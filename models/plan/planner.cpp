@@ -119,8 +119,10 @@ class PlanReader {
 
   /// A value listed twice would enumerate (and rank) the same layouts twice (issue 35).
   template <typename T>
-  void refuse_repeat(const std::string& key, const YAML::Node& v, const std::vector<T>& so_far) const {
-    if (std::find(so_far.begin(), so_far.end() - 1, so_far.back()) != so_far.end() - 1)
+  void refuse_repeat(const std::string& key, const YAML::Node& v,
+                     const std::vector<T>& so_far) const {
+    if (!so_far.empty() &&
+        std::find(so_far.begin(), so_far.end() - 1, so_far.back()) != so_far.end() - 1)
       fail(key, v, "listed twice (each value is searched once)");
   }
 
@@ -171,8 +173,7 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
         c.num_layers_per_virtual_pipeline_stage.push_back(std::nullopt);
       else
         c.num_layers_per_virtual_pipeline_stage.push_back(r.to_int(key, v, 1, 0xFFFE));
-      if (!c.num_layers_per_virtual_pipeline_stage.empty())
-        r.refuse_repeat(key, v, c.num_layers_per_virtual_pipeline_stage);
+      r.refuse_repeat(key, v, c.num_layers_per_virtual_pipeline_stage);
     }
   }
   if (r.has(plan_key(&ParallelConfig::micro_batch_size))) c.micro_batch_size = r.ints(plan_key(&ParallelConfig::micro_batch_size), 1, 1 << 20);

@@ -68,8 +68,13 @@ TEST_F(HostileVerbs, DeeplyNestedJsonIsRefusedByEveryReader) {
   expect_refused("import-hf " + deep, needles);
   expect_refused("simulate " + kScenario + " --calibration " + deep, needles);
   expect_refused("plan --merge " + deep, needles);
-#ifdef TRAINSIM_HAVE_VALIDATE_TRACE
+#ifdef TRAINSIM_HAVE_VALIDATE_TRACE  // and calibrate's fits (apps/CMakeLists.txt)
   expect_refused("validate " + kScenario + " --measured-trace " + deep, needles);
+  expect_refused("calibrate --from-trace " + deep + " --base " + kA100, needles);
+  expect_refused("calibrate --from-microbench " + deep + " --base " + kA100, needles);
+  expect_refused("calibrate --from-trace " + kSrc + "/validation/data/kineto_gpt_tiny_cpu.json" +
+                     " --base " + deep,
+                 needles);
 #endif
   // model.hf_config in a scenario reads the config through the same reader.
   const std::string scenario = write(
@@ -180,6 +185,10 @@ TEST_F(HostileVerbs, PlanChecksOutBeforeTheSearch) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5);
   EXPECT_EQ(slurp(keep), "old plan");
   EXPECT_EQ(slurp(file), "a file");
+  // So is a --json in a folder that does not exist.
+  expect_refused("plan " + kScenario + " --json " + path("no/such/folder/p.json"),
+                 {"--json", "cannot create a file"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5);
 }
 
 // ---- nonsense values
