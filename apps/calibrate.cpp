@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "apps/output_file.h"
 #include "apps/verbs.h"
 #include "models/hardware/calibration.h"
 #include "models/hardware/hardware.h"
@@ -49,6 +50,12 @@ void report_fit(const std::string& source, const std::string& base_path,
 
 int calibrate_main(const CalibrateArgs& args) {
   CalibrationProfile profile;
+  check_distinct_paths({{"--base", args.base},
+                        {"--from-trace", args.from_trace},
+                        {"--from-microbench", args.from_microbench}},
+                       {{"--out", args.out}});
+  // Checked before the fit or the microbenchmarks: a folder that cannot be written fails now.
+  OutputFile out_file(args.out, "--out");
   if (!args.from_trace.empty() && !args.from_microbench.empty())
     throw InputError("calibrate --from-trace and --from-microbench: one source per fit");
   if (args.from_trace.empty() && args.from_microbench.empty() && !args.base.empty())
@@ -104,20 +111,28 @@ int calibrate_main(const CalibrateArgs& args) {
     }
     validation::FitReport report;
     profile = validation::fit_from_operator_samples(validation::operator_samples(trace), base,
-                                                    system, &report);
+                                                    system, &report, args.from_trace);
     profile.source = base.source + "; refined from trace " + args.from_trace;
     report_fit(args.from_trace, args.base, report, base, profile);
   } else {
+#ifdef TRAINSIM_NO_MICROBENCH
+    throw InputError("calibrate: measuring this machine runs LibTorch microbenchmarks, which this "
+                     "build lacks (trainsim-torch was not built); --from-trace and "
+                     "--from-microbench fit a profile without them");
+#else
     validation::MicrobenchOptions mo;
     mo.device = args.device.empty() ? "cpu" : args.device;
     mo.quick = args.quick;
     mo.progress = true;
     profile = validation::run_microbenchmarks(mo);
+#endif
   }
-  if (args.out.empty())
+  if (args.out.empty()) {
     std::cout << calibration_to_json(profile);
-  else
-    save_calibration(profile, args.out);
+  } else {
+    out_file.stream() << calibration_to_json(profile);
+    out_file.commit();
+  }
   return 0;
 }
 

@@ -66,6 +66,26 @@ OutputFile::~OutputFile() {
 
 void OutputFile::commit() {
   if (path_.empty() || committed_) return;
+  close_checked();
+  if (!tmp_.empty() && std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp_.c_str());
+    committed_ = true;
+    throw std::runtime_error(flag_ + " '" + path_ + "': cannot replace the file (" +
+                             std::strerror(e) + ")");
+  }
+  committed_ = true;
+}
+
+void commit_all(const std::vector<OutputFile*>& outputs) {
+  for (OutputFile* f : outputs)
+    if (*f) f->close_checked();
+  for (OutputFile* f : outputs)
+    if (*f) f->commit();
+}
+
+void OutputFile::close_checked() {
+  if (path_.empty() || committed_ || closed_) return;
   out_.flush();
   const bool wrote = static_cast<bool>(out_);
   const int err = errno;
@@ -78,14 +98,7 @@ void OutputFile::commit() {
                              (tmp_.empty() ? "the output is incomplete"
                                            : "the previous file, if any, is unchanged"));
   }
-  if (!tmp_.empty() && std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp_.c_str());
-    committed_ = true;
-    throw std::runtime_error(flag_ + " '" + path_ + "': cannot replace the file (" +
-                             std::strerror(e) + ")");
-  }
-  committed_ = true;
+  closed_ = true;
 }
 
 namespace {

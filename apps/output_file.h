@@ -37,12 +37,20 @@ class OutputFile {
   /// throws std::runtime_error naming the flag, the path and the system's reason otherwise
   /// (the target is then unchanged and the temporary removed).
   void commit();
+  /// The first half of commit(): flushes, checks every write and closes the temporary, without
+  /// renaming it (throws as commit() does). commit_all() runs it on every output first.
+  void close_checked();
 
  private:
   std::string path_, flag_, tmp_;
   std::ofstream out_;
-  bool committed_ = false;
+  bool committed_ = false, closed_ = false;
 };
+
+/// Commits several outputs of one command all or none: every one is flushed and checked before
+/// any replaces its target (issue 35: a failed --memory-csv must not leave --json and --trace
+/// renamed into place). Disabled outputs (empty paths) are skipped.
+void commit_all(const std::vector<OutputFile*>& outputs);
 
 /// A named path of the command line: {"--json", "out.json"}; empty paths are ignored.
 using NamedPath = std::pair<std::string, std::string>;

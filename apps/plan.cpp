@@ -20,6 +20,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -389,8 +390,9 @@ int finish(const PlanArgs& args, std::vector<CandidateResult> results,
   for (const auto& [reason, count] : why) os << " " << reason << " " << count << ";";
   os << "\n";
   print_invalid_reasons(os, invalid);
-  if (!args.json.empty()) {
-    OutputFile f(args.json, "--json");
+  // Every output is written before any replaces its target (commit_all).
+  OutputFile json_file(args.json, "--json"), csv_file(args.csv, "--csv");
+  if (json_file) {
     PlanResultFile file;
     file.scenario = scenario;
     file.shard = args.shard;
@@ -399,16 +401,11 @@ int finish(const PlanArgs& args, std::vector<CandidateResult> results,
     file.rejected = why;
     file.invalid_reasons = invalid;
     file.candidates = results;
-    f.stream() << plan_result_json(file).dump(2) << "\n";
-    f.commit();
+    json_file.stream() << plan_result_json(file).dump(2) << "\n";
   }
-  if (!args.csv.empty()) {
-    OutputFile f(args.csv, "--csv");
-    write_csv(f.stream(), results);
-    f.commit();
-  }
+  if (csv_file) write_csv(csv_file.stream(), results);
+  std::vector<std::unique_ptr<OutputFile>> yaml_files;  // --out: checked by check_plan_outputs
   if (!args.out.empty() && !args.scenario.empty()) {
-    std::filesystem::create_directories(args.out);
     int rank = 0;
     for (const auto& r : results) {
       if (!r.simulated || !r.error.empty()) continue;
@@ -417,11 +414,14 @@ int finish(const PlanArgs& args, std::vector<CandidateResult> results,
       std::replace(name.begin(), name.end(), ' ', '_');
       char prefix[16];
       std::snprintf(prefix, sizeof prefix, "%03d_", rank);
-      OutputFile f((std::filesystem::path(args.out) / (prefix + name + ".yaml")).string(), "--out");
-      f.stream() << candidate_yaml(args, r, rank);
-      f.commit();
+      yaml_files.push_back(std::make_unique<OutputFile>(
+          (std::filesystem::path(args.out) / (prefix + name + ".yaml")).string(), "--out"));
+      yaml_files.back()->stream() << candidate_yaml(args, r, rank);
     }
   }
+  std::vector<OutputFile*> all = {&json_file, &csv_file};
+  for (auto& f : yaml_files) all.push_back(f.get());
+  commit_all(all);
   return interrupted ? 130 : 0;  // 128 + SIGINT, as a shell reports an interrupted command
 }
 
@@ -501,10 +501,70 @@ int merge_main(const PlanArgs& args) {
                 false, space.scenario);
 }
 
+/// The outputs checked before the search (issue 35): none may be an input or another output,
+/// and --out must be a folder that exists or can be made.
+void check_plan_outputs(const PlanArgs& args) {
+  std::vector<NamedPath> inputs = {{"scenario", args.scenario},
+                                   {"--calibration", args.calibration}};
+  for (const std::string& m : args.merge) inputs.push_back({"--merge", m});
+  check_distinct_paths(inputs, {{"--json", args.json}, {"--csv", args.csv}});
+  // A folder that cannot be written fails now: the probes' temporaries are removed at once.
+  { OutputFile json_probe(args.json, "--json"), csv_probe(args.csv, "--csv"); }
+  if (args.out.empty() || !args.merge.empty()) return;
+  std::error_code ec;
+  if (std::filesystem::exists(args.out, ec) && !std::filesystem::is_directory(args.out, ec))
+    throw InputError("--out '" + args.out + "': not a folder (--out names the folder that "
+                     "receives each confirmed candidate's scenario YAML)");
+  std::filesystem::create_directories(args.out, ec);
+  if (ec)
+    throw InputError("--out '" + args.out + "': cannot create the folder (" + ec.message() + ")");
+}
+
+/// Candidates above this many are refused without --force: stages (a) and (b) validate and
+/// estimate each, at about kCandidateCoreSeconds of a core (measured: 0.35 ms for gpt-tiny,
+/// 1.2 ms for gpt-145.6b on 2 cores), and every candidate and its result stay in memory (about
+/// kCandidateBytes: some 20 override strings each); docs/plan.md.
+constexpr double kMaxPlanCandidates = 100'000;
+constexpr double kCandidateCoreSeconds = 0.002;
+constexpr double kCandidateBytes = 4096;
+
+/// "40 s", "12 min", "3.1 hours", "2e+04 days".
+std::string duration_text(double s) {
+  std::ostringstream o;
+  o << std::setprecision(2);
+  if (s < 120)
+    o << s << " s";
+  else if (s < 7200)
+    o << s / 60 << " min";
+  else if (s < 172800)
+    o << s / 3600 << " hours";
+  else
+    o << s / 86400 << " days";
+  return o.str();
+}
+
+/// Refuses a space above kMaxPlanCandidates (unless --force) with its size, and the time and
+/// memory its search would take on `jobs` workers, before it is enumerated.
+void check_space_size(const PlanArgs& args, const PlanConfig& plan, const Scenario& base,
+                      int jobs) {
+  const double points = count_grid_points(plan, base);
+  if (points <= kMaxPlanCandidates || args.force) return;
+  std::ostringstream o;
+  o << std::setprecision(3) << args.scenario << ": the plan's space has " << points
+    << " layouts, above the " << std::setprecision(6) << kMaxPlanCandidates
+    << " a plan searches without --force: stages (a)+(b) would take about "
+    << duration_text(points * kCandidateCoreSeconds / double(jobs)) << " on " << jobs
+    << " workers and hold about " << std::setprecision(2) << points * kCandidateBytes / 1e9
+    << " GB of candidates; narrow the plan: section (fewer values per key, max_gpus), or pass "
+       "--force";
+  throw InputError(o.str());
+}
+
 }  // namespace
 
 int plan_main(const PlanArgs& args) {
   signal(SIGINT, on_sigint);
+  check_plan_outputs(args);
   if (!args.merge.empty()) return merge_main(args);
   // The scenario as written (with --set) on its platform, checked once as simulate checks it: a
   // `local` system without --calibration, a profile that cannot be read, … stop the plan here
@@ -519,6 +579,9 @@ int plan_main(const PlanArgs& args) {
   const Scenario& base = platform.scenario;
   PlanConfig plan = load_plan_config(args.scenario, base);
   if (args.top_k > 0) plan.top_k = args.top_k;
+  const int jobs =
+      args.jobs > 0 ? args.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  check_space_size(args, plan, base, jobs);
   std::vector<PlanCandidate> all = enumerate_candidates(plan, base);
   const std::size_t enumerated = all.size();
   if (!args.shard.empty()) {
@@ -528,8 +591,6 @@ int plan_main(const PlanArgs& args) {
       if (c.index % n == i) mine.push_back(std::move(c));
     all = std::move(mine);
   }
-  const int jobs =
-      args.jobs > 0 ? args.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   std::fprintf(stderr, "trainsim plan: %zu candidates (of %zu enumerated), %d workers\n",
                all.size(), enumerated, jobs);
 

@@ -15,6 +15,13 @@ namespace trainsim::cli {
 
 namespace {
 
+/// Bounds of a shard's figures, far above any run (issue 35: a shard's `tokens_per_s: 1e308`
+/// ranked first): the largest published training runs process about 1e7 tokens/s on tens of
+/// thousands of GPUs, and no GPU reaches 1e5 dense TFLOP/s (an H100: 989).
+constexpr double kMaxTokensPerS = 1e12;
+constexpr double kMaxTflopsPerGpu = 1e5;
+
+
 using json = nlohmann::json;
 
 /// Reads the fields of a result file, each checked: a message names the source, the field's
@@ -108,7 +115,7 @@ CandidateEstimate read_estimate(const FieldReader& f, const json& j, const std::
   e.peak_memory_bytes = std::int64_t(f.count(j, at, "peak_memory_bytes"));
   e.memory_capacity_bytes = std::int64_t(f.count(j, at, "memory_capacity_bytes"));
   e.estimate_iteration_s = f.number(j, at, "estimate_iteration_s", 0);
-  e.estimate_tokens_per_s = f.number(j, at, "estimate_tokens_per_s", 0);
+  e.estimate_tokens_per_s = f.number(j, at, "estimate_tokens_per_s", 0, kMaxTokensPerS);
   return e;
 }
 
@@ -153,8 +160,8 @@ CandidateResult read_result(const FieldReader& f, const json& j, const std::stri
   r.simulated = f.flag(j, at, "simulated");
   r.error = f.text(j, at, "error");
   r.iteration_time_s = f.number(j, at, "iteration_time_s", 0);
-  r.tokens_per_s = f.number(j, at, "tokens_per_s", 0);
-  r.model_tflops_per_gpu = f.number(j, at, "model_tflops_per_gpu", 0);
+  r.tokens_per_s = f.number(j, at, "tokens_per_s", 0, kMaxTokensPerS);
+  r.model_tflops_per_gpu = f.number(j, at, "model_tflops_per_gpu", 0, kMaxTflopsPerGpu);
   r.mfu = f.number(j, at, "mfu", 0, 1);
   r.peak_memory_bytes = std::int64_t(f.count(j, at, "peak_memory_bytes"));
   r.memory_capacity_bytes = std::int64_t(f.count(j, at, "memory_capacity_bytes"));

@@ -67,21 +67,16 @@ int simulate_main(const SimulateArgs& args) {
   const RunOutputs out = finish_run(run, record, finish);
   const std::string summary_json = summary_to_json(out.summary).dump(2) + "\n";
 
-  if (json_file) {
-    json_file.stream() << summary_json;
-    json_file.commit();
-  }
+  // Every output is written and checked before any replaces its target (commit_all).
+  if (json_file) json_file.stream() << summary_json;
   if (trace_file) {
     say("writing the trace of ranks " + out.summary.trace_ranks + " to " + args.trace);
     const CostModel cost = run.cost_model();
     write_chrome_trace(trace_file.stream(), run.graph, record, out.memory, out.selection,
                        TraceInfo{run.scenario.name, run.scenario.cluster.gpus_per_node, &cost});
-    trace_file.commit();
   }
-  if (csv_file) {
-    write_memory_csv(csv_file.stream(), out.memory, out.selection.ranks);
-    csv_file.commit();
-  }
+  if (csv_file) write_memory_csv(csv_file.stream(), out.memory, out.selection.ranks);
+  commit_all({&json_file, &trace_file, &csv_file});
   if (args.format == "json")
     std::cout << summary_json;
   else

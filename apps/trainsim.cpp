@@ -164,12 +164,34 @@ int run(int argc, char** argv) {
   calibrate->add_flag("--allow-device-mismatch", cal.allow_device_mismatch,
                       "fit a --from-trace trace recorded on another device than --base's");
 
+  // A first word that is no option and no verb: CLI11 would answer "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string verbs;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      verbs += (verbs.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == argv[1];
+    }
+    if (!known)
+      throw InputError(std::string("unknown verb '") + argv[1] + "' (the verbs: " + verbs +
+                       "; trainsim --help describes them)");
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help / version on stdout, errors on stderr
     return rc == 0 ? 0 : 1;
   }
+  // An empty value (`--json ''`, `--trace-ranks ''`) would read as the option's absence.
+  for (const CLI::App* sub : app.get_subcommands())
+    for (const CLI::Option* opt : sub->get_options()) {
+      if (opt->get_type_size() == 0) continue;  // a flag
+      for (const std::string& value : opt->results())
+        if (value.empty())
+          throw InputError(sub->get_name() + " " + opt->get_name() +
+                           " '': an empty value (give " + opt->get_name() +
+                           " a value, or leave the option out)");
+    }
   if (simulate->parsed()) {
     sim.overrides = to_overrides(sim_sets);
     return simulate_main(sim);
@@ -207,8 +229,8 @@ namespace {
 
 /// The LibTorch verbs run in trainsim-torch, next to this program (apps/CMakeLists.txt): this
 /// process execs it with the same arguments, so that `simulate` never loads LibTorch. Returns
-/// only when the verb is not a LibTorch one (validate --measured-trace is not: it reads a
-/// trace) or trainsim-torch is not there (the verb then answers "not built").
+/// only when the verb is not a LibTorch one (validate --measured-trace and calibrate's fits are
+/// not: they read files) or trainsim-torch is not there (the verb then answers "not built").
 void exec_torch_verb(char** argv) {
   const char* verb = nullptr;
   for (char** a = argv + 1; *a; ++a)
@@ -219,10 +241,16 @@ void exec_torch_verb(char** argv) {
   if (!verb || (std::strcmp(verb, "replay") != 0 && std::strcmp(verb, "validate") != 0 &&
                 std::strcmp(verb, "calibrate") != 0))
     return;
-  // validate --measured-trace compares a recorded replay: no LibTorch, it runs here.
+  // validate --measured-trace compares a recorded replay, calibrate --from-trace and
+  // --from-microbench fit files: no LibTorch, they run here.
   if (std::strcmp(verb, "validate") == 0)
     for (char** a = argv + 1; *a; ++a)
       if (std::strncmp(*a, "--measured-trace", 16) == 0) return;
+  if (std::strcmp(verb, "calibrate") == 0)
+    for (char** a = argv + 1; *a; ++a)
+      if (std::strncmp(*a, "--from-trace", 12) == 0 ||
+          std::strncmp(*a, "--from-microbench", 17) == 0)
+        return;
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return;

@@ -35,6 +35,17 @@ int validate_main(const ValidateArgs& args) {
                        {{"--json", args.json}, {"--report", args.report}});
   OutputFile json_file(args.json, "--json"), report_file(args.report, "--report");
 
+  // A CPU replay is modelled with a measured CPU profile (models/run.h): say where the `cpu`
+  // came from when the user did not write --device.
+  if (cpu && args.calibration.empty() && args.device.empty())
+    throw InputError(
+        "validate " + args.scenario + ": " +
+        (from_trace ? "the replay in --measured-trace " + args.measured_trace + " ran on the " +
+                          "CPU (its otherData.executor is '" + trace_file->executor + "')"
+                    : std::string("no CUDA device here, so the replay would run on the CPU")) +
+        ", and a CPU replay is compared with a measured CPU profile: pass --calibration "
+        "PROFILE.json from `trainsim calibrate --device cpu`");
+
   // ---- one graph (models/run.h: the local device and precision substitutions), two executors
   RunRequest req;
   req.purpose = RunPurpose::Validate;
@@ -44,6 +55,13 @@ int validate_main(const ValidateArgs& args) {
   req.device = device;
   req.force = args.force;
   const PreparedRun run = prepare_run(req);
+  for (const std::string& w : run.warnings) std::cerr << "trainsim: warning: " << w << "\n";
+  // As simulate warns (models/run.cpp): a profile of another GPU than the system's.
+  if (!cpu && !args.calibration.empty() && run.scenario.cluster.system != "local" &&
+      run.profile.device != run.system.gpu.name)
+    std::cerr << "trainsim: warning: --calibration '" << args.calibration
+              << "' is a profile for " << run.profile.device << ", but system "
+              << run.system.name << " has " << run.system.gpu.name << " GPUs\n";
   const Scenario& sc = run.scenario;
   const ScheduleGraph& graph = run.graph;
   const SystemSpec& system = run.system;
@@ -107,14 +125,10 @@ int validate_main(const ValidateArgs& args) {
   for (auto it = replay_context.begin(); it != replay_context.end(); ++it) out[it.key()] = *it;
   out["notes"] = notes;
 
-  if (json_file) {
-    json_file.stream() << out.dump(2) << "\n";
-    json_file.commit();
-  }
-  if (report_file) {
+  if (json_file) json_file.stream() << out.dump(2) << "\n";
+  if (report_file)
     report_file.stream() << validation::html_report(graph, cmp, simulated, measured, context, notes);
-    report_file.commit();
-  }
+  commit_all({&json_file, &report_file});  // both or neither replace their targets
   char line[512];
   std::snprintf(line, sizeof line,
                 "%s on %s: iteration time simulated %.4f s, measured %.4f s (error %+.1f%%); "

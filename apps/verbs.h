@@ -8,7 +8,8 @@
 //   plan      -> apps/plan.cpp (always built, with simulate)
 //   replay    -> apps/replay.cpp,    when it exists and trainsim_hw is built
 //   validate  -> apps/validate.cpp,  when it exists and trainsim_validation is built
-//   calibrate -> apps/calibrate.cpp, when it exists and trainsim_validation is built
+//   calibrate -> apps/calibrate.cpp, when it exists and trainsim_validation is built (its
+//                fits run in trainsim; its microbenchmarks need LibTorch: trainsim-torch)
 // A verb whose file or library is missing is answered by apps/verbs_unavailable.cpp ("not
 // built", exit 1).
 #pragma once

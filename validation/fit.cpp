@@ -55,7 +55,8 @@ const std::vector<std::string>& memory_bound_operator_names() {
 
 CalibrationProfile fit_from_operator_samples(const std::vector<OpSample>& samples,
                                              const CalibrationProfile& base,
-                                             const SystemSpec& system, FitReport* report) {
+                                             const SystemSpec& system, FitReport* report,
+                                             const std::string& source) {
   FitReport rep;
   CalibrationProfile p = base;
   const double peak = peak_of(base, system);
@@ -66,6 +67,13 @@ CalibrationProfile fit_from_operator_samples(const std::vector<OpSample>& sample
   for (const OpSample& op : samples) {
     GemmSample g;
     if (!gemm_of(op, &g)) continue;
+    if (!(std::max({g.m, g.n, g.k, g.batch}) <= kMaxGemmDim)) {
+      std::ostringstream o;
+      o << source << ": operator '" << op.name << "' (a GEMM of m=" << g.m << ", n=" << g.n
+        << ", k=" << g.k << ", batch=" << g.batch << "): a dimension above 2^31, beyond any "
+        << "GEMM a device runs (a corrupt 'Input Dims')";
+      throw InputError(o.str());
+    }
     by_shape[{g.m, g.n, g.k, g.batch}].push_back(g.dur_s);
     ++rep.gemm_samples;
   }
@@ -128,7 +136,7 @@ CalibrationProfile fit_from_operator_samples(const std::vector<OpSample>& sample
     rep.notes.push_back("memory-bound fit not applied: fewer than 3 samples or one size only");
   }
   if (rep.gemm_samples == 0 && !rep.memory_fit_applied)
-    throw InputError("fit: the trace has no usable operator sample (GEMMs with shapes or "
+    throw InputError(source + ": no usable operator sample for a fit (GEMMs with shapes or "
                      "memory-bound operators; was it recorded with record_shapes=True?)");
   if (report) *report = rep;
   return p;
@@ -231,6 +239,14 @@ CalibrationProfile fit_from_microbenchmarks(const CalibrationProfile& measured,
     };
     const double rate = num("flops_per_s");
     const std::string role = r.contains("role") && r["role"].is_string() ? r["role"].get<std::string>() : "";
+    // The roles a profile's GEMM table takes (models/hardware/calibration.cpp): any other would
+    // write a profile that simulate refuses.
+    if (!role.empty() && role != "fwd" && role != "dgrad" && role != "wgrad" && role != "bmm")
+      throw InputError(name + ": measurements.gemm[" + std::to_string(i) + "]: field 'role' = '" +
+                       role + "': expected fwd, dgrad, wgrad or bmm");
+    if (r.contains("role") && !r["role"].is_string())
+      throw InputError(name + ": measurements.gemm[" + std::to_string(i) +
+                       "]: field 'role' is not a string");
     const double eff = rate / peak;
     if (eff > 1) {
       std::ostringstream o;
@@ -239,7 +255,11 @@ CalibrationProfile fit_from_microbenchmarks(const CalibrationProfile& measured,
         << " (--base " << base.device << "): measured on another GPU";
       throw InputError(o.str());
     }
-    measured_points.push_back({num("m"), num("n"), num("k"), num("batch"), eff, role});
+    const double m_dim = num("m"), n_dim = num("n"), k_dim = num("k"), batch = num("batch");
+    if (!(std::max({m_dim, n_dim, k_dim, batch}) <= kMaxGemmDim))
+      throw InputError(name + ": measurements.gemm[" + std::to_string(i) +
+                       "]: a dimension (m, n, k or batch) above 2^31, beyond any GEMM measured");
+    measured_points.push_back({m_dim, n_dim, k_dim, batch, eff, role});
     ++rep.gemm_samples;
   }
   p.gemm_efficiency = mean_gemm_points(measured_points);

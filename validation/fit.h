@@ -51,11 +51,18 @@ const std::vector<std::string>& memory_bound_operator_names();
 
 /// Fits `profile` from the operator samples of a Kineto trace (see the file comment) for
 /// `system` (the system the profile is for; for `local`, models/hardware/local_device.h). Returns the
-/// new profile; `report` (if not null) says what was fitted. Throws InputError when the trace
-/// has no usable operator sample.
+/// new profile; `report` (if not null) says what was fitted. Throws InputError naming `source`
+/// (the trace's file) when the trace has no usable operator sample, or a GEMM with a dimension
+/// above kMaxGemmDim.
 CalibrationProfile fit_from_operator_samples(const std::vector<OpSample>& samples,
                                              const CalibrationProfile& profile,
-                                             const SystemSpec& system, FitReport* report);
+                                             const SystemSpec& system, FitReport* report,
+                                             const std::string& source = "the trace");
+
+/// The largest GEMM dimension (m, n, k or batch) a fit accepts: 2^31, past any GEMM a device
+/// runs (a 2^31 x 2^31 16-bit operand is 8 EiB); a trace's larger shape is corrupt (issue 35:
+/// a GEMM of 4.6e18^3 was fitted).
+inline constexpr double kMaxGemmDim = 2147483648.0;
 
 /// Fits the GEMM rate scale from per-task measured durations (indexed by task id, NaN where
 /// not measured) of `graph` (see the file comment). Throws InputError when no compute task has

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -167,6 +168,22 @@ MeasuredTrace measured_record(const MeasuredTraceFile& file, const ScheduleGraph
       fail(path, "task " + std::to_string(id) + " ('" + graph.label(id) + "') of rank " +
                      std::to_string(pid) + " is not in the trace: recorded from another graph, "
                      "or a replay that did not finish");
+  // One iteration's replay lasts seconds to minutes: a span of more than a day comes from a
+  // corrupt timestamp (issue 35: a 'ts' of 1e300 us reported a measured iteration of 1e294 s).
+  constexpr double kMaxReplaySpanS = 86400;
+  TaskId first = graph.tasks_of_rank(out.rank).front(), last = first;
+  for (TaskId id : graph.tasks_of_rank(out.rank)) {
+    if (r.start_s[id] < r.start_s[first]) first = id;
+    if (r.end_s[id] > r.end_s[last]) last = id;
+  }
+  if (r.end_s[last] - r.start_s[first] > kMaxReplaySpanS) {
+    std::ostringstream o;
+    o << "task " << last << " ('" << graph.label(last) << "') ends " << r.end_s[last]
+      << " s after the trace's origin and task " << first << " ('" << graph.label(first)
+      << "') starts at " << r.start_s[first] << " s: a replay of one iteration spanning more "
+      << "than a day (86400 s); a corrupt 'ts' or 'dur'";
+    fail(path, o.str());
+  }
   // The allocator's peaks: otherData's, or, in traces written before it carried them, none,
   // so that measured_peak_*_bytes() is the largest sample (which misses peaks inside a task).
   if (!int_field(other, "peak_allocated_bytes", &r.peak_allocated_bytes) ||

@@ -79,7 +79,31 @@ std::string path_of_value(const std::string& text, std::size_t pos, std::size_t 
 
 }  // namespace
 
+void check_json_depth(const std::string& text, const std::string& source) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;  // the escaped character, a quote included
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        throw InputError(source + ":" + std::to_string(line_of(text, i)) +
+                         ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                         " levels (no input of trainsim nests more than a few)");
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
 nlohmann::json parse_json_input(const std::string& text, const std::string& source) {
+  check_json_depth(text, source);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

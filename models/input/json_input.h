@@ -28,9 +28,21 @@ inline constexpr std::size_t kLargeInputMaxBytes = std::size_t(1) << 30;
 std::string read_input_file(const std::string& path, const std::string& noun,
                             const std::string& hint, std::size_t max_bytes);
 
+/// The deepest nesting of arrays and objects parse_json_input accepts. trainsim's inputs nest a
+/// few levels (a trace: 4, a plan result: 5); the JSON library's recursive functions (copies,
+/// dumps, destruction) exhaust the stack somewhere past 50,000 levels, so deeper text is refused
+/// before it is parsed (issue 35: a config.json nested 100,000 deep crashed every reader).
+inline constexpr std::size_t kMaxJsonDepth = 512;
+
+/// Throws InputError "SOURCE:LINE: JSON nested deeper than 512 levels ..." when the arrays and
+/// objects of `text` (outside strings) nest deeper than kMaxJsonDepth. A cheap scan, run by
+/// parse_json_input before the parser.
+void check_json_depth(const std::string& text, const std::string& source);
+
 /// Parses `text` (from `source`, named in messages). Throws InputError for a syntax error
 /// ("SOURCE:LINE:COLUMN: invalid JSON: ...") or a number beyond a double
-/// ("SOURCE:LINE: field 'KEY' = 1e999: number out of range (beyond +-1.8e308)").
+/// ("SOURCE:LINE: field 'KEY' = 1e999: number out of range (beyond +-1.8e308)") or a text nested
+/// deeper than kMaxJsonDepth (check_json_depth).
 nlohmann::json parse_json_input(const std::string& text, const std::string& source);
 
 /// The message of a JSON library exception without its "[json.exception.KIND.ID] " prefix.

@@ -110,8 +110,20 @@ class PlanReader {
 
   std::vector<std::int64_t> ints(const std::string& key, std::int64_t lo, std::int64_t hi) const {
     std::vector<std::int64_t> out;
-    for (const auto& v : items(key)) out.push_back(to_int(key, v, lo, hi));
+    for (const auto& v : items(key)) {
+      out.push_back(to_int(key, v, lo, hi));
+      refuse_repeat(key, v, out);
+    }
     return out;
+  }
+
+  /// A value listed twice would enumerate (and rank) the same layouts twice (issue 35).
+  template <typename T>
+  void refuse_repeat(const std::string& key, const YAML::Node& v,
+                     const std::vector<T>& so_far) const {
+    if (!so_far.empty() &&
+        std::find(so_far.begin(), so_far.end() - 1, so_far.back()) != so_far.end() - 1)
+      fail(key, v, "listed twice (each value is searched once)");
   }
 
  private:
@@ -161,6 +173,7 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
         c.num_layers_per_virtual_pipeline_stage.push_back(std::nullopt);
       else
         c.num_layers_per_virtual_pipeline_stage.push_back(r.to_int(key, v, 1, 0xFFFE));
+      r.refuse_repeat(key, v, c.num_layers_per_virtual_pipeline_stage);
     }
   }
   if (r.has(plan_key(&ParallelConfig::micro_batch_size))) c.micro_batch_size = r.ints(plan_key(&ParallelConfig::micro_batch_size), 1, 1 << 20);
@@ -176,6 +189,8 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
         c.recompute_granularity.push_back(Recompute::Full);
       else
         r.fail(plan_key(&ParallelConfig::recompute_granularity), v, "expected none, selective or full");
+      r.refuse_repeat(plan_key(&ParallelConfig::recompute_granularity), v,
+                      c.recompute_granularity);
     }
   }
   if (r.has(plan_key(&ParallelConfig::recompute_num_layers)))
@@ -203,7 +218,10 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
   auto bools = [&](const std::string& key, std::vector<bool>& out) {
     if (!r.has(key)) return;
     out.clear();
-    for (const auto& v : r.items(key)) out.push_back(r.to_bool(key, v));
+    for (const auto& v : r.items(key)) {
+      out.push_back(r.to_bool(key, v));
+      r.refuse_repeat(key, v, out);
+    }
   };
   bools(plan_key(&ParallelConfig::sequence_parallel), c.sequence_parallel);
   bools(plan_key(&ParallelConfig::use_distributed_optimizer), c.use_distributed_optimizer);
@@ -291,8 +309,12 @@ PlanConfig load_plan_config(const std::string& scenario_path, const Scenario& ba
   if (!plan.IsDefined() || plan.IsNull()) return c;
   const PlanReader r(plan, scenario_path);
   if (!plan.IsMap()) r.fail("(section)", plan, "expected a mapping of plan keys");
+  std::vector<std::string> seen;  // yaml-cpp keeps one of two equal keys without a word
   for (const auto& entry : plan) {
     const std::string key = entry.first.Scalar();
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      r.fail(key, entry.second, "the key is given twice in the plan section");
+    seen.push_back(key);
     if (std::find(plan_keys().begin(), plan_keys().end(), key) == plan_keys().end()) {
       std::string known;
       for (const auto& k : plan_keys()) known += (known.empty() ? "" : ", ") + k;
@@ -537,6 +559,24 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
                                   make_candidate(plan, base, x, out.size(), uniform_units));
                           }
   return out;
+}
+
+double count_grid_points(const PlanConfig& plan, const Scenario& base) {
+  // The loops of enumerate_candidates, multiplied: the choices that depend on an outer value
+  // (virtual stages on pp, block and module sets on the granularity) are summed over it.
+  const std::int64_t split = split_layers(base.parallel, base.model.num_layers);
+  double per_pp = 0;
+  for (std::int64_t pp : plan.pipeline_model_parallel_size)
+    per_pp += double(virtual_choices(plan, split, pp).size());
+  double per_rc = 0;
+  for (Recompute rc : plan.recompute_granularity)
+    per_rc += double(block_choices(plan, base, rc).size() * module_choices(plan, rc).size());
+  return double(plan.tensor_model_parallel_size.size()) * per_pp *
+         double(plan.context_parallel_size.size() * plan.expert_model_parallel_size.size()) *
+         double(plan.micro_batch_size.size()) * per_rc *
+         double(plan.sequence_parallel.size() * plan.zero_stage.size() *
+                plan.use_distributed_optimizer.size()) *
+         (plan.allow_offload ? 2.0 : 1.0);
 }
 
 const char* to_string(PlanRejection r) {

@@ -78,6 +78,11 @@ struct PlanCandidate {
 /// Every candidate of the space, in a fixed order.
 std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Scenario& base);
 
+/// The points of the plan's grid that enumerate_candidates visits, counted without building
+/// them (a double: a space's size can pass 2^64): an upper bound of the candidates, which
+/// omit the grid points that duplicate another (sequence parallelism at TP 1, ...).
+double count_grid_points(const PlanConfig& plan, const Scenario& base);
+
 /// Why a candidate was not simulated.
 enum class PlanRejection : std::uint8_t { None, Invalid, OutOfMemory, BelowCut };
 const char* to_string(PlanRejection r);

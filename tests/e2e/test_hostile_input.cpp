@@ -136,7 +136,7 @@ TEST_F(HostileInput, CalibrateBaseWithoutFromTraceIsAnError) {
 
 // ---- item 5: a trace from another device
 
-#ifdef TRAINSIM_HAVE_VALIDATE
+#ifdef TRAINSIM_HAVE_VALIDATE_TRACE  // calibrate's fits run in trainsim (apps/CMakeLists.txt)
 TEST_F(HostileInput, CalibrateRefusesATraceFromAnotherDevice) {
   expect_refused("calibrate --from-trace " + kCpuTrace + " --base " + kA100,
                  {"kineto_gpt_tiny_cpu.json", "a100-sxm4-80gb.json", "CPU", "A100-SXM4-80GB",
@@ -170,7 +170,7 @@ TEST_F(HostileInput, CalibrationNumberOverflowNamesFileFieldAndValue) {
                  {"overflow.json:", "parameters.hbm_efficiency.value", "1e999", "out of range"});
 }
 
-#ifdef TRAINSIM_HAVE_VALIDATE
+#ifdef TRAINSIM_HAVE_VALIDATE_TRACE  // calibrate's fits run in trainsim (apps/CMakeLists.txt)
 TEST_F(HostileInput, TraceErrorsNameTheEventAndField) {
   const std::string ts = write(
       "ts.json", R"({"traceEvents":[{"ph":"X","cat":"cpu_op","name":"aten::mm","ts":"abc","dur":3}]})");
@@ -216,7 +216,7 @@ TEST_F(HostileInput, EveryInputFileMissingOrADirectoryIsRefusedByName) {
   expect_refused("validate " + kScenario + " --measured-trace " + dir_.string(),
                  {dir_.string(), "is a directory, not a measured trace"});
 #endif
-#ifdef TRAINSIM_HAVE_VALIDATE
+#ifdef TRAINSIM_HAVE_VALIDATE_TRACE  // calibrate's fits run in trainsim (apps/CMakeLists.txt)
   expect_refused("calibrate --from-trace " + missing + " --base " + kA100,
                  {"missing.json", "cannot open the trace", "No such file"});
 #endif

@@ -233,8 +233,8 @@ TEST(ValidateCli, AReplayTraceCarriesItsPeakIntoValidate) {
 // slower than the wave model (every measured big shape ran below the model's rate:
 // validation/gemm_shapes.py), so the same run simulates longer.
 TEST(CalibrateCli, FromMicrobenchFitsACatalogProfileThatSimulateUses) {
-#ifndef TRAINSIM_HAVE_VALIDATE
-  GTEST_SKIP() << "the calibrate verb is not in this build (LibTorch was not found)";
+#ifndef TRAINSIM_HAVE_VALIDATE_TRACE
+  GTEST_SKIP() << "calibrate's fits are not in this build (no trainsim_validation)";
 #endif
   std::system(("mkdir -p " + kOut).c_str());
   const std::string measured = kH100Dir + "/calibrate_cuda.json";

@@ -153,3 +153,24 @@ TEST(MicrobenchFit, ANamedGpuMustBeTheBasesGpu) {
   EXPECT_NO_THROW((void)fit_from_microbenchmarks(measured, kMeasured,
                                                  default_calibration(h100.gpu.name), h100, nullptr));
 }
+
+// Issue 35: a role that no GEMM table takes (the profile the fit writes would be refused by
+// simulate) and a dimension past any GEMM are refused, naming the file and the row.
+TEST(MicrobenchFit, AnUnknownRoleOrAnImpossibleShapeIsRefused) {
+  const SystemSpec h100 = find_system("dgx-h100");
+  const CalibrationProfile base = default_calibration(h100.gpu.name);
+  CalibrationProfile measured = load_calibration(kMeasured);
+  nlohmann::json m = measurements();
+  m["gemm"][1]["role"] = "sideways";
+  measured.measurements_json = m.dump();
+  const std::string role = fit_refusal(measured, "m.json", base, h100, "role 'sideways'");
+  EXPECT_NE(role.find("m.json: measurements.gemm[1]: field 'role' = 'sideways'"),
+            std::string::npos)
+      << role;
+  m = measurements();
+  m["gemm"][2]["k"] = 4.6e18;
+  measured.measurements_json = m.dump();
+  const std::string huge = fit_refusal(measured, "m.json", base, h100, "k = 4.6e18");
+  EXPECT_NE(huge.find("m.json: measurements.gemm[2]"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("above 2^31"), std::string::npos) << huge;
+}

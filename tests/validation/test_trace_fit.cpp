@@ -184,3 +184,72 @@ TEST(TraceFit, TaskDurationFitRecoversAGemmRateScale) {
   EXPECT_NEAR(rep.gemm_rate_scale, 0.5, 1e-9);
   EXPECT_NEAR(q.local_device.peak_flops, 0.5e11, 1e-9 * 1e11);
 }
+
+namespace {
+
+/// A trace of one aten::mm of [m, k] x [k, n] (dimensions as JSON numbers), 1 ms.
+std::string mm_trace(const std::string& m, const std::string& k, const std::string& n) {
+  return "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", "
+         "\"ts\": 0, \"dur\": 1000, \"pid\": 1, \"tid\": 1, \"args\": {\"Input Dims\": [[" +
+         m + ", " + k + "], [" + k + ", " + n + "]], \"Input type\": [\"float\", \"float\"]}}]}";
+}
+
+}  // namespace
+
+// Issue 35: a GEMM of 4.6e18^3 was fitted; "no usable operator sample" did not name the file.
+TEST(TraceFit, AnImpossibleGemmAndAnEmptyTraceNameTheFile) {
+  const SystemSpec sys = find_system("dgx-a100-80gb");
+  const CalibrationProfile base = default_calibration(sys.gpu.name);
+  const std::string big = "4611686018427387904";  // 2^62
+  const ImportedTrace huge = parse_chrome_trace(mm_trace(big, big, big), "huge.json");
+  try {
+    (void)fit_from_operator_samples(operator_samples(huge), base, sys, nullptr, "huge.json");
+    ADD_FAILURE() << "a GEMM of 2^62 cubed was fitted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("huge.json: operator 'aten::mm'"), std::string::npos)
+        << e.what();
+  }
+  // 2^31 itself is a shape (the bound), fitted.
+  const std::string edge = "2147483648";
+  EXPECT_NO_THROW((void)fit_from_operator_samples(
+      operator_samples(parse_chrome_trace(mm_trace(edge, "1", "1"), "edge.json")), base, sys,
+      nullptr, "edge.json"));
+  // No operator with shapes: the message names the trace.
+  const ImportedTrace none = parse_chrome_trace(
+      "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"step\", \"ts\": 0, \"dur\": 5}]}",
+      "none.json");
+  try {
+    (void)fit_from_operator_samples(operator_samples(none), base, sys, nullptr, "none.json");
+    ADD_FAILURE() << "a trace without samples was fitted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("none.json: no usable operator sample"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Issue 35: JSON nested 100,000 deep crashed the reader; the bound is 512 levels, counted
+// outside strings.
+TEST(TraceImport, NestingIsBoundedAt512LevelsOutsideStrings) {
+  const auto trace_with_args = [](const std::string& value) {
+    return "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"x\", \"ts\": 0, \"dur\": 1, "
+           "\"args\": {\"v\": " + value + "}}]}";
+  };
+  // The event object, its args and traceEvents' list and the root: 4 levels around `v`.
+  const std::size_t inner_ok = 512 - 4;
+  EXPECT_NO_THROW((void)parse_chrome_trace(
+      trace_with_args(std::string(inner_ok, '[') + std::string(inner_ok, ']')), "ok.json"));
+  try {
+    (void)parse_chrome_trace(
+        trace_with_args(std::string(inner_ok + 1, '[') + std::string(inner_ok + 1, ']')),
+        "deep.json");
+    ADD_FAILURE() << "513 levels were parsed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("deep.json:1: JSON nested deeper than 512 levels"),
+              std::string::npos)
+        << e.what();
+  }
+  // Brackets inside a string (and an escaped quote before them) are text, not nesting.
+  EXPECT_NO_THROW((void)parse_chrome_trace(
+      trace_with_args("\"\\\"" + std::string(2000, '[') + "\""), "string.json"));
+}

@@ -100,6 +100,8 @@ TEST(PlannerEnumeration, CountMatchesAHandCount) {
   // = 96.
   const auto all = enumerate_candidates(plan, base);
   EXPECT_EQ(all.size(), 96u);
+  // No grid point repeats another here: the count before enumerating is the hand count too.
+  EXPECT_EQ(count_grid_points(plan, base), 96.0);
   for (std::size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i].index, i);
   EXPECT_EQ(all.front().layout, "tp1 pp1 dp8 mb1 norecomp");
 }
@@ -132,6 +134,8 @@ TEST(PlannerEnumeration, FlashAttentionDropsSelectiveRecomputationAsARepeatOfNon
   const Scenario base = load_scenario(path);
   // 2 TP x 2 PP x {none, full}: selective would rebuild the same graph as none.
   EXPECT_EQ(enumerate_candidates(load_plan_config(path, base), base).size(), 8u);
+  // The count before enumerating is of the grid: selective included (an upper bound).
+  EXPECT_EQ(count_grid_points(load_plan_config(path, base), base), 12.0);
 }
 
 // A Megatron-Core launch line (sequence parallelism, the distributed optimizer with its
