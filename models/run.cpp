@@ -237,6 +237,8 @@ void substitute_local_device(const RunRequest& req, PreparedRun& run) {
                         "profile) so that the simulation models the device the replay runs on; "
                         "each of the " + std::to_string(world) + " ranks is a one-device node");
     sc.cluster.system = kLocalSystemName;
+    sc.cluster.system_file.clear();
+    sc.cluster.file_system.reset();
     sc.cluster.gpus_per_node = 1;
     sc.cluster.nodes = world;
   }
@@ -271,7 +273,7 @@ void choose_system(const RunRequest& req, PreparedRun& run) {
             : "validate: --device " + req.device + " needs --calibration PROFILE.json from "
                   "`trainsim calibrate --device " + req.device + "` (the shipped profiles "
                   "describe datacenter GPUs)");
-  run.system = find_system(sc.cluster.system);
+  run.system = cluster_system(sc.cluster);
   choose_profile(req, run, local);
   if (req.purpose == RunPurpose::Validate && (local || cpu_validate)) {
     substitute_local_device(req, run);

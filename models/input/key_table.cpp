@@ -255,9 +255,10 @@ void add_deepspeed_cluster(std::vector<ScenarioKey>& v) {
                          "the optimizer on the CPU", false, {{"cpu", 1}, {"none", 0}}));
   v.push_back(bool_key(OFF(pin_memory), true, "accepted, not used by the model"));
   v.push_back(custom_key(OFF(ratio), "Twin-Flow CPU fraction, or auto"));
-  ScenarioKey system = base(C(system), KeyType::String, "", "hardware catalog system");
-  system.required = true;
-  v.push_back(system);
+  // One of the two is required (read_cluster_and_simulation): a catalog name or a file.
+  v.push_back(base(C(system), KeyType::String, "", "hardware catalog system"));
+  v.push_back(base(C(system_file), KeyType::String, "",
+                   "a cluster file (docs/cluster.md), relative to the scenario, instead of system"));
   v.push_back(required_int(C(nodes), k2p20, "nodes", "nodes"));
   v.push_back(int_key(C(gpus_per_node), std::nullopt, 1, k2p16, "GPUs", "GPUs per node; absent: the system's"));
   v.push_back(custom_key("simulation.fold", FieldRef{}, "auto, true or false"));

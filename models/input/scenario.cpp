@@ -56,6 +56,10 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   return s;
 }
 
+const SystemSpec& cluster_system(const ClusterConfig& cluster) {
+  return cluster.file_system ? *cluster.file_system : find_system(cluster.system);
+}
+
 Scenario load_scenario(const std::string& path,
                        const std::vector<std::pair<std::string, std::string>>& overrides) {
   const std::string text = read_input_file(
@@ -85,6 +89,16 @@ std::string scenario_text_with_overrides(
                                                      ref.Scalar())
                                .lexically_normal()
                                .string();
+  }
+  // cluster.system_file likewise.
+  if (root["cluster"].IsMap()) {
+    YAML::Node cluster = root["cluster"];
+    const YAML::Node ref = cluster["system_file"];
+    if (ref.IsDefined() && ref.IsScalar() && std::filesystem::path(ref.Scalar()).is_relative())
+      cluster["system_file"] = std::filesystem::absolute(
+                                   std::filesystem::path(path).parent_path() / ref.Scalar())
+                                   .lexically_normal()
+                                   .string();
   }
   YAML::Emitter out;
   out << root;

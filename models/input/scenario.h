@@ -12,7 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include <memory>
+
 #include "models/errors.h"
+#include "models/hardware/hardware.h"
 #include "models/perf/nccl_model.h"
 #include "models/parallel_layout.h"
 #include "models/precision.h"
@@ -335,10 +338,21 @@ struct ZeroConfig {
 
 /// cluster: a catalog system name plus overrides.
 struct ClusterConfig {
-  std::string system;          ///< hardware catalog name, e.g. `dgx-a100-80gb`
+  /// Hardware catalog name, e.g. `dgx-a100-80gb`; with `system_file`, the file's `name`.
+  std::string system;
+  /// A cluster file (docs/cluster.md) describing the system instead of a catalog name, as
+  /// given (relative to the scenario's folder); empty: the catalog's `system`.
+  std::string system_file;
+  /// The system read from `system_file` (models/hardware/system_file.h); null for a catalog
+  /// system. Shared by the scenario's copies (the planner's candidates).
+  std::shared_ptr<const SystemSpec> file_system;
   std::int64_t nodes = 1;
   std::int64_t gpus_per_node = 0;  ///< 0 means the system's own count
 };
+
+/// The cluster's system: the one read from `cluster.system_file`, else the catalog's
+/// `cluster.system` (find_system, which throws InputError for an unknown name).
+const SystemSpec& cluster_system(const ClusterConfig& cluster);
 
 /// Options of the simulation itself (trainsim extension, all optional).
 struct SimulationConfig {

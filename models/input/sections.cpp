@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "models/hardware/hardware.h"
+#include "models/hardware/system_file.h"
 #include "models/input/hf_config.h"
 #include "models/input/keys.h"
 #include "models/input/layer_pattern.h"
@@ -361,19 +362,31 @@ void read_cluster_and_simulation(const Reader& r, Scenario& s) {
   // ---- cluster
   read_table_keys(r, s, "cluster");
   ClusterConfig& c = s.cluster;
-  {
-    const std::vector<std::string> known = system_names();
-    if (!contains(known, c.system)) {
-      std::string list;
-      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-      r.fail(key_of(&ClusterConfig::system), r.at(key_of(&ClusterConfig::system)),
-             "unknown system; known systems: " + list);
+  const std::string system_key = key_of(&ClusterConfig::system);
+  const std::string file_key = key_of(&ClusterConfig::system_file);
+  if (!c.system_file.empty()) {
+    if (!c.system.empty())
+      r.fail(file_key, r.at(file_key),
+             "give " + system_key + " (a catalog name) or " + file_key + ", not both");
+    std::filesystem::path path(c.system_file);
+    if (path.is_relative()) path = std::filesystem::path(r.source()).parent_path() / path;
+    try {
+      c.file_system = std::make_shared<const SystemSpec>(load_system_file(path.string()));
+    } catch (const InputError& e) {  // which scenario and field named the file
+      throw InputError(r.source() + ": field '" + file_key + "': " + e.what());
     }
-    const SystemSpec& sys = find_system(c.system);
-    if (c.gpus_per_node > sys.gpus_per_node)
-      r.fail(key_of(&ClusterConfig::gpus_per_node), r.at(key_of(&ClusterConfig::gpus_per_node)),
-             "a " + c.system + " node has only " + std::to_string(sys.gpus_per_node) + " GPUs");
+    c.system = c.file_system->name;
+  } else if (c.system.empty()) {
+    r.missing(system_key);  // or cluster.system_file (docs/scenario.md)
+  } else if (!contains(system_names(), c.system)) {
+    std::string list;
+    for (const auto& n : system_names()) list += (list.empty() ? "" : ", ") + n;
+    r.fail(system_key, r.at(system_key), "unknown system; known systems: " + list);
   }
+  const SystemSpec& sys = cluster_system(c);
+  if (c.gpus_per_node > sys.gpus_per_node)
+    r.fail(key_of(&ClusterConfig::gpus_per_node), r.at(key_of(&ClusterConfig::gpus_per_node)),
+           "a " + c.system + " node has only " + std::to_string(sys.gpus_per_node) + " GPUs");
 
   // ---- simulation
   {

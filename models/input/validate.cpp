@@ -211,7 +211,7 @@ void fill_defaults_and_system(Scenario& s, const Fail& fail) {
     p.expert_tensor_parallel_size = p.tensor_model_parallel_size;
   const SystemSpec* sys = nullptr;
   try {
-    sys = &find_system(s.cluster.system);
+    sys = &cluster_system(s.cluster);
   } catch (const InputError& e) {
     fail("field 'cluster.system' = '" + s.cluster.system + "': " + e.what());
   }
