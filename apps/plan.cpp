@@ -29,7 +29,7 @@
 #include "apps/output_file.h"
 #include "apps/plan_result.h"
 #include "apps/verbs.h"
-#include "models/input/json_input.h"
+#include "models/json_input.h"
 #include "models/plan/planner.h"
 #include "models/run.h"
 #ifdef TRAINSIM_HAVE_SIM

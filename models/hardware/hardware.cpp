@@ -5,7 +5,7 @@
 
 #include <map>
 
-#include "models/input/scenario.h"
+#include "models/errors.h"
 
 namespace trainsim {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "models/hardware/hardware.h"
 #include "models/input/hf_config.h"
-#include "models/input/json_input.h"
+#include "models/json_input.h"
 
 namespace trainsim {
 namespace {

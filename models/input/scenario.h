@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "models/nccl_version.h"
 #include "models/errors.h"
-#include "models/perf/nccl_model.h"
 #include "models/parallel_layout.h"
 #include "models/precision.h"
 

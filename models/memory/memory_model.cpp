@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "models/memory/zero_offload.h"
+#include "models/errors.h"
 
 namespace trainsim {
 
@@ -121,6 +121,14 @@ std::int64_t attention_linear_weights_per_rank(const ModelConfig& m, std::int64_
   return w.q_down + w.q_up + w.kv_down + w.kv_up + w.proj;
 }
 }  // namespace
+
+std::int64_t grad_element_bytes(const Scenario& sc) {
+  if (sc.parallel.precision == Precision::FP32) return 4;  // fp32 training: fp32 gradients
+  const std::int64_t e = precision_bytes(sc.parallel.precision);
+  if (sc.zero.stage != 0) return e;  // DeepSpeed ZeRO partitions (FSDP runs as stage 3)
+  if (sc.parallel.grad_reduce_in_fp32) return *sc.parallel.grad_reduce_in_fp32 ? 4 : e;
+  return sc.parallel.precision == Precision::BF16 ? 4 : e;
+}
 
 ModelFeatures model_features(const Scenario& sc) {
   ModelFeatures f;
@@ -536,8 +544,8 @@ std::int64_t logits_gradient_bytes(const Scenario& sc) {
 }
 
 StateBytesPerParam state_bytes_per_param(int zero_stage, std::int64_t dp) {
-  if (zero_stage < 0 || zero_stage > 3 || dp < 1)
-    throw std::logic_error("state_bytes_per_param: stage must be 0..3 and dp >= 1");
+  TRAINSIM_CHECK(zero_stage >= 0 && zero_stage <= 3 && dp >= 1,
+                 "state_bytes_per_param: stage must be 0..3 and dp >= 1");
   StateBytesPerParam b;
   const double n = static_cast<double>(dp);
   if (zero_stage >= 1) b.optimizer /= n;

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "models/errors.h"
+
 namespace trainsim {
 namespace {
 
@@ -25,9 +27,8 @@ struct Shape {
 
 Shape shape_of(const OpDesc& op) {
   auto need = [&](std::int64_t v, const char* field) {
-    if (v <= 0)
-      throw std::logic_error(std::string("op_kernels: ") + to_string(op.kind) + " needs " +
-                             field + " > 0, got " + std::to_string(v));
+    TRAINSIM_CHECK(v > 0, std::string("op_kernels: ") + to_string(op.kind) + " needs " + field +
+                              " > 0, got " + std::to_string(v));
   };
   need(op.micro_batch, "micro_batch");
   need(op.seq, "seq");
@@ -242,9 +243,8 @@ void logits_backward(const Shape& x, const OpDesc& op, std::vector<KernelWork>& 
 }
 
 void need_positive(const OpDesc& op, std::int64_t v, const char* field) {
-  if (v <= 0)
-    throw std::logic_error(std::string("op_kernels: ") + to_string(op.kind) + " needs " +
-                           field + " > 0, got " + std::to_string(v));
+  TRAINSIM_CHECK(v > 0, std::string("op_kernels: ") + to_string(op.kind) + " needs " + field +
+                            " > 0, got " + std::to_string(v));
 }
 
 }  // namespace
@@ -878,7 +878,7 @@ double element_bytes(Precision p) {
     case Precision::FP32:
       return kFp32Bytes;
   }
-  throw std::logic_error("element_bytes: Precision out of range");
+  TRAINSIM_CHECK(false, "element_bytes: Precision out of range");
 }
 
 std::vector<KernelWork> op_kernels(const OpDesc& op) {
@@ -936,7 +936,7 @@ std::vector<KernelWork> op_kernels(const OpDesc& op) {
     case OpKind::OptimizerStepGpu:
       // Megatron's optimizer launches multi-tensor kernels over all parameters; modelled as
       // one memory-bound pass of optimizer_gpu_bytes_per_param bytes per parameter.
-      if (op.params < 0) throw std::logic_error("op_kernels: optimizer step with params < 0");
+      TRAINSIM_CHECK(op.params >= 0, "op_kernels: optimizer step with params < 0");
       out.push_back(mem("mixed_precision_adam",
                         static_cast<double>(op.params) *
                             optimizer_gpu_bytes_per_param(op.precision, op.features.main_grad_bytes)));

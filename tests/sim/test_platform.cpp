@@ -52,7 +52,7 @@ TEST(PlatformModel, HostCopiesCrossGpuLinkAndSwitchUplink) {
   EXPECT_EQ(names(p, d2h), (std::vector<std::string>{"n0-gpu5-pcie:up", "n0-pcisw2-uplink:up"}));
   EXPECT_DOUBLE_EQ(h2d.latency_s, f.system.pcie_latency_s);
   EXPECT_DOUBLE_EQ(h2d.bottleneck_bw_bytes_per_s, 32e9 * f.profile.pcie_efficiency);
-  EXPECT_THROW(p.route(Endpoint::cpu(0), Endpoint::cpu(0)), std::logic_error);
+  EXPECT_THROW(p.route(Endpoint::cpu(0), Endpoint::cpu(0)), trainsim::InvariantError);
 }
 
 TEST(PlatformModel, SameRailNeighboursMeetAtTheirLeaf) {
