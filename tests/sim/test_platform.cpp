@@ -199,15 +199,18 @@ TEST(Isolate, ErrorsComeBackWithTheirTypeAndMessage) {
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "scenario.yaml: field x: bad");
   }
-  EXPECT_THROW(run_in_child([](int) -> std::string { throw std::logic_error("broken"); }),
-               std::logic_error);
+  EXPECT_THROW(run_in_child([](int) -> std::string {
+                 TRAINSIM_CHECK(1 + 1 == 3, "broken");
+                 return "";
+               }),
+               trainsim::InvariantError);
   try {
     run_in_child([](int) -> std::string {
       std::fprintf(stderr, "about to abort\n");
       std::abort();
     });
     FAIL();
-  } catch (const std::runtime_error& e) {
+  } catch (const trainsim::SystemError& e) {
     EXPECT_NE(std::string(e.what()).find("about to abort"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("signal"), std::string::npos) << e.what();
   }
