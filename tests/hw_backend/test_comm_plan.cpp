@@ -174,7 +174,7 @@ TEST(CommPlan, CollectivesInDifferentOrdersAreRejected) {
   try {
     hw::plan_communicators(s.g, 2);
     FAIL() << "accepted collectives issued in different orders";
-  } catch (const std::logic_error& e) {
+  } catch (const trainsim::InvariantError& e) {
     EXPECT_NE(std::string(e.what()).find("different orders"), std::string::npos) << e.what();
   }
   // With one process the group is absent (copies): no communicator, nothing to check.

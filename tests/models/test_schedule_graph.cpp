@@ -130,7 +130,7 @@ TEST(ScheduleGraph, MemoryEffectsBelongToTheirTask) {
   g.add_memory_effect(t2, {8, MemCategory::OffloadBuffers, false, true});
   // Only the last added task may receive effects.
   EXPECT_THROW(g.add_memory_effect(t0, {1, MemCategory::Parameters, false, false}),
-               std::logic_error);
+               trainsim::InvariantError);
   g.finalize();
   ASSERT_EQ(g.effects_end(t0) - g.effects_begin(t0), 2);
   EXPECT_EQ(g.effects_begin(t0)[0].bytes, 100);
@@ -190,7 +190,7 @@ TEST(ScheduleGraph, CycleThroughStreamOrderIsDetected) {
   try {
     g.finalize();
     FAIL() << "finalize accepted a cycle";
-  } catch (const std::logic_error& e) {
+  } catch (const trainsim::InvariantError& e) {
     EXPECT_NE(std::string(e.what()).find("cycle"), std::string::npos) << e.what();
   }
 }
