@@ -31,86 +31,35 @@ constexpr double kFoldAutoTasks = 100'000;
 constexpr double kBytesPerTask = 500;
 constexpr double kSecondsPerTask = 13e-6;
 
-double ceil_div(double a, double b) { return b > 0 ? std::ceil(a / b) : 0; }
+/// estimate_run stops counting one rank per stage past this many tasks: twice the most a run
+/// may have (kMaxRunTasks), so every run within the limits is counted to the last task.
+constexpr double kCountLimitTasks = 2 * kMaxRunTasks;
 
-/// Tasks one rank at `stage` issues, as models/builder emits them (test_run_estimate.cpp holds
-/// it to the built graphs), per microbatch and layer: the attention and MLP blocks, forward,
-/// backward and, with full recomputation, recomputed, or the MLP module's re-run with
-/// --recompute-modules mlp / moe; each block's tensor-parallel collectives (none inside
-/// Transformer Engine's TP overlap; the amax all-reduce of FP8 current scaling; none in an MoE
-/// block that keeps its tokens local) and context-parallel exchange; an MoE layer's token
-/// exchanges; the embedding and logits; each chunk's pipeline messages (and their scatter/gather
-/// all-gathers); FSDP's and ZeRO-3's gathers; gradient buckets (and the distributed optimizer's
-/// parameter gathers); optimizer sub-groups and copies.
-/// `d` and `recomputed` are the builder's dims and fully recomputed layers of `sc`.
-double tasks_of_rank(const Scenario& sc, const builder::ModelDims& d,
-                     const std::vector<bool>& recomputed, std::int64_t stage) {
+/// The ranks one folded rank stands for: its TP peers and DP x CP replicas.
+double replicas(const Scenario& sc) {
   const ParallelConfig& p = sc.parallel;
-  const ModelConfig& m = sc.model;
-  const double mb = double(d.nmb), v = double(d.v);
-  const bool tp = d.t > 1;
-  // Per block and pass, as the tensor-parallel pass emits them: the gather and reduce-scatter
-  // (SP) or the all-reduce, none inside TE's overlap; and the FP8 amax all-reduce.
-  const double tp_block = (tp && !d.tp_overlap ? (d.sp ? 2 : 1) : 0) + (d.fp8_amax_reduce ? 1 : 0);
-  const double cp = d.cp > 1 ? 1 : 0;  // the ring exchange per attention block
-  const bool exchanges = m.is_moe() && p.expert_model_parallel_size > 1;
-  const bool first = stage == 0, last = stage == d.pp - 1;
-  // The embedding forward and backward on the first stage; the logits and their TP
-  // collectives on the last.
-  double per_mb = (first ? 2 : 0) + (last ? 2 + (tp ? 2 : 0) : 0);
-  if (d.pp > 1) {  // per chunk a send and a receive each way, but none off the model's two ends
-    const double receives = 2 * v - (first ? 1 : 0) - (last ? 1 : 0);
-    per_mb += 2 * receives * (d.scatter_gather ? 1.5 : 1);  // and an all-gather per receive
-  }
-  double layers = 0, recomputed_layers = 0;
-  for (std::int64_t l : p.stage_layers(stage)) {
-    const bool moe = d.moe_layer(l), rerun = mlp_checkpointed(sc, l);
-    const bool full = recomputed[std::size_t(l)];
-    const double mlp_tp = moe && d.moe_block_local ? 0 : tp_block;
-    per_mb += (full ? 3 : 2) * (2 + tp_block + mlp_tp + cp);
-    if (rerun) per_mb += 1 + mlp_tp;
-    if (moe && exchanges) per_mb += 4 + (rerun || full ? 2 : 0);
-    layers += 1;
-    recomputed_layers += full ? 1 : 0;
-  }
-  const ZeroConfig& z = sc.zero;
-  const bool fsdp = p.uses_fsdp();
-  if (fsdp)  // each layer, the embedding and the output gathered each pass, reduce-scattered once
-    per_mb += 3 * (layers + 2);
-  else if (z.stage >= 3)  // DeepSpeed's fetches: four linear submodules a layer in the forward
-    // and in the backward; a recomputed forward's fetches are partly still gathered for the
-    // backward (stage3_max_reuse_distance): about two more a layer on the shipped scenarios.
-    per_mb += 8 * layers + 2 * recomputed_layers + 4;
-  double tasks = mb * per_mb;
-  const double params = double(params_per_rank(sc, stage));
-  if (!fsdp && (p.data_parallel_size > 1 || z.offload_optimizer.enabled)) {
-    if (z.stage == 0)  // a reduction per bucket, and the distributed optimizer's gather
-      tasks += (p.use_distributed_optimizer ? 2 : 1) * ceil_div(params, double(p.ddp_bucket_size));
-    else  // reduce-scatter (+ up to two copies with offload) per bucket; stage >= 2 per microbatch
-      tasks += (z.offload_optimizer.enabled ? 3 : 1) *
-               ceil_div(params, double(z.reduce_bucket_size)) * (z.stage >= 2 ? mb : 1);
-  }
-  tasks += 2 * ceil_div(double(cpu_stepped_params(sc, stage)), double(z.sub_group_size)) + 4;
-  return tasks;
+  return double(p.tensor_model_parallel_size) * double(p.data_parallel_size) *
+         double(p.context_parallel_size);
+}
+
+/// `e`, an estimate_run of `sc` (folded or not), for the graph built folded or not.
+RunEstimate with_fold(const Scenario& sc, RunEstimate e, bool fold) {
+  e.tasks = fold ? e.unfolded_tasks / replicas(sc) : e.unfolded_tasks;
+  e.memory_bytes = e.tasks * kBytesPerTask;
+  e.simulate_s = e.tasks * kSecondsPerTask;
+  return e;
 }
 
 }  // namespace
 
 RunEstimate estimate_run(const Scenario& sc, bool fold) {
-  const ParallelConfig& p = sc.parallel;
-  const builder::ModelDims d(sc);
-  const std::vector<bool> recomputed = p.fully_recomputed_layers(sc.model.num_layers);
-  double per_stage = 0;  // one rank of every pipeline stage
-  for (std::int64_t stage = 0; stage < p.pipeline_model_parallel_size; ++stage)
-    per_stage += tasks_of_rank(sc, d, recomputed, stage);
-  const double replicas = double(p.tensor_model_parallel_size) * double(p.data_parallel_size) *
-                          double(p.context_parallel_size);
+  // One rank of every pipeline stage, as the builder emits it; a count past the limit is
+  // refused whatever it is (check_run_size), so the builder stops counting there.
+  const double per_stage = double(count_schedule_tasks(sc, std::int64_t(kCountLimitTasks)));
   RunEstimate e;
-  e.unfolded_tasks = per_stage * replicas;
-  e.tasks = fold ? per_stage : e.unfolded_tasks;
-  e.memory_bytes = e.tasks * kBytesPerTask;
-  e.simulate_s = e.tasks * kSecondsPerTask;
-  return e;
+  e.unfolded_tasks = per_stage * replicas(sc);
+  e.complete = per_stage <= kCountLimitTasks;
+  return with_fold(sc, e, fold);
 }
 
 namespace {
@@ -143,10 +92,10 @@ std::string duration(double s) {
 /// The largest source of tasks that a setting controls, as advice.
 std::string size_advice(const Scenario& sc, const RunEstimate& e, bool fold) {
   const ParallelConfig& p = sc.parallel;
-  if (!fold && estimate_run(sc, true).tasks <= kMaxRunTasks)
+  if (!fold && with_fold(sc, e, true).tasks <= kMaxRunTasks)
     return "set simulation.fold: true (--set simulation.fold=true): the TP peers and DP "
            "replicas are identical and the folded graph has " +
-           count(estimate_run(sc, true).tasks) + " tasks";
+           count(with_fold(sc, e, true).tasks) + " tasks";
   const double params = double(params_per_rank(sc, 0));
   if (sc.zero.stage == 0 && params / double(p.ddp_bucket_size) > 0.1 * e.tasks / p.pipeline_model_parallel_size)
     return "raise parallel.ddp_bucket_size (now " + std::to_string(p.ddp_bucket_size) +
@@ -165,7 +114,8 @@ std::string size_advice(const Scenario& sc, const RunEstimate& e, bool fold) {
 void check_run_size(const Scenario& sc, const RunEstimate& e, bool fold) {
   if (e.tasks <= kMaxRunTasks && e.memory_bytes <= kMaxRunMemoryBytes) return;
   std::ostringstream o;
-  o << sc.source_path << ": this run would build about " << count(e.tasks) << " tasks ("
+  o << sc.source_path << ": this run would build " << (e.complete ? "about " : "more than ")
+    << count(e.tasks) << " tasks ("
     << (fold ? "folded" : "unfolded") << "), needing about " << gib(e.memory_bytes)
     << " of memory and " << duration(e.simulate_s) << " to simulate; the limits are "
     << count(kMaxRunTasks) << " tasks and " << gib(kMaxRunMemoryBytes) << ". "
@@ -174,6 +124,13 @@ void check_run_size(const Scenario& sc, const RunEstimate& e, bool fold) {
 }
 
 std::pair<bool, std::string> fold_decision(const Scenario& sc) {
+  // Counted only where the decision needs it.
+  const bool counted = sc.simulation.fold == SimulationConfig::Fold::Auto &&
+                       replicas(sc) > 1;
+  return fold_decision(sc, counted ? estimate_run(sc, false) : RunEstimate{});
+}
+
+std::pair<bool, std::string> fold_decision(const Scenario& sc, const RunEstimate& e) {
   switch (sc.simulation.fold) {
     case SimulationConfig::Fold::On:
       return {true, "simulation.fold: true"};
@@ -185,13 +142,14 @@ std::pair<bool, std::string> fold_decision(const Scenario& sc) {
   const ParallelConfig& p = sc.parallel;
   if (p.tensor_model_parallel_size * p.data_parallel_size * p.context_parallel_size == 1)
     return {false, "nothing to fold (TP x DP = 1)"};
-  // The unfolded graph's size, as estimate_run counts it.
-  const double tasks = estimate_run(sc, false).unfolded_tasks;
+  // The unfolded graph's size, as the builder counts it.
+  const double tasks = e.unfolded_tasks;
   if (tasks > kFoldAutoTasks)
     return {true, "simulation.fold: auto: the " + std::to_string(p.tensor_model_parallel_size) +
                       " TP ranks and " + std::to_string(p.data_parallel_size) +
                       " DP replicas of a stage run the same program, so one stands for all; "
-                      "the unfolded graph would have about " + count(tasks) + " tasks"};
+                      "the unfolded graph would have " + (e.complete ? "about " : "more than ") +
+                      count(tasks) + " tasks"};
   return {false, "simulation.fold: auto: the unfolded graph (about " + count(tasks) +
                      " tasks) is small enough to simulate every rank"};
 }
@@ -355,18 +313,26 @@ PreparedRun prepare_run(const RunRequest& req) {
   PreparedRun run = prepare_platform(req);
   Scenario& sc = run.scenario;
 
-  std::tie(run.fold, run.fold_reason) = fold_decision(sc);
-  if (req.unfolded && run.fold) {
-    run.fold = false;
-    run.fold_reason = "every process of a multi-process replay needs its own rank's tasks";
-  }
-  run.estimate = estimate_run(sc, run.fold);
+  // The fold and the estimate from the builder's count of the scenario.
+  auto decide = [&]() {
+    const RunEstimate counted = estimate_run(sc, false);
+    std::tie(run.fold, run.fold_reason) = fold_decision(sc, counted);
+    if (req.unfolded && run.fold) {
+      run.fold = false;
+      run.fold_reason = "every process of a multi-process replay needs its own rank's tasks";
+    }
+    run.estimate = with_fold(sc, counted, run.fold);
+  };
+  decide();
   if (!req.force) check_run_size(sc, run.estimate, run.fold);
 
-  // `offload_optimizer.ratio: auto`: a planning step above the builder (trial graphs).
+  // `offload_optimizer.ratio: auto`: a planning step above the builder (trial graphs), after
+  // the size check (an unresolved ratio counts the scenario's own, at most all, CPU-stepped
+  // parameters); the graph is then counted again with the chosen ratio.
   if (sc.zero.offload_optimizer.ratio_auto && !sc.zero.offload_optimizer.ratio_resolved) {
     say("choosing the offload ratio (ratio: auto)");
     resolve_offload_ratio(sc, run.system, run.profile);
+    decide();
   }
   if (effective_offload_ratio(sc) > 0) check_host_memory(sc, run.system, run.profile);
 

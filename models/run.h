@@ -57,14 +57,18 @@ struct RunRequest {
   std::function<void(const std::string&)> progress;
 };
 
-/// Size of the graph a scenario builds, estimated from the scenario alone before anything is
-/// built or allocated (models/run.cpp tasks_of_rank: each layer's blocks, collectives and
-/// exchanges as the builder emits them, pipeline messages, gathers, gradient buckets and
-/// optimizer sub-groups; tests/models/test_run_estimate.cpp holds it within a fifth of the built
-/// graph; bytes and seconds per task from bench_sim_scale's measurement).
+/// Size of the graph a scenario builds, known before anything is built or allocated: the
+/// builder counts the tasks of one rank per pipeline stage (count_schedule_tasks,
+/// models/builder/graph_builder.h: its passes run into a counting build that records nothing),
+/// and every TP peer and DP replica runs the same program. tests/models/test_run_estimate.cpp
+/// holds the count to the built graph's on every shipped scenario. Bytes and seconds per task
+/// from bench_sim_scale's measurement.
 struct RunEstimate {
   double tasks = 0;           ///< tasks of the graph as it would be built (folded or not)
   double unfolded_tasks = 0;  ///< tasks without folding
+  /// False when the count stopped past twice kMaxRunTasks per stage set (a runaway run):
+  /// `tasks` is then a lower bound.
+  bool complete = true;
   double memory_bytes = 0;    ///< graph + SimGrid memory of the simulation
   double simulate_s = 0;      ///< wall time of the simulation on one core
 };
@@ -119,6 +123,8 @@ void check_run_size(const Scenario& scenario, const RunEstimate& estimate, bool 
 /// whenever the folded graph is smaller (the TP peers and DP replicas of a stage run the same
 /// program by construction: ParallelLayout, and the summary says so).
 std::pair<bool, std::string> fold_decision(const Scenario& scenario);
+/// The same with the scenario's estimate_run (folded or not) already counted.
+std::pair<bool, std::string> fold_decision(const Scenario& scenario, const RunEstimate& estimate);
 
 /// `offload_optimizer.ratio: auto`: the smallest ratio on a 0.01 grid whose program-order GPU
 /// peak (graph built with that ratio) fits in the GPU memory; 1.0 when none fits (the run

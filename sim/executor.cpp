@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +25,8 @@
 #include <simgrid/s4u/Mailbox.hpp>
 #include <simgrid/s4u/Semaphore.hpp>
 
+#include "models/errors.h"
+#include "models/system/collective_flows.h"
 #include "sim/isolate.h"
 #include "sim/platform.h"
 
@@ -34,38 +37,39 @@ namespace s4u = simgrid::s4u;
 using Clock = std::chrono::steady_clock;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-/// Amount of the execution that holds a running collective's SMs (Run::run_task, the
-/// Collective case): far more than any collective lasts (1e9 s at kHostSpeed); it is cancelled
-/// when the collective ends.
+/// Amount of the execution that holds a running collective's SMs (Run::run_collective): far
+/// more than any collective lasts (1e9 s at kHostSpeed); it is cancelled when the collective
+/// ends.
 constexpr double kSmHoldAmount = 1e18;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+/// One flow of a collective as the executor runs it: a PeerFlow of
+/// models/system/collective_flows.h with its end points and mailboxes.
+struct FlowPlan {
+  std::uint64_t bytes = 0;        ///< wire bytes
+  double rate_bytes_per_s = 0;    ///< 0: no cap (the links alone set the rate)
+  Endpoint dst, pred;             ///< successor, predecessor
+  std::uint32_t mb_out = kNone;   ///< mailbox to the successor; kNone: a flow to its host
+  std::uint32_t mb_in = kNone;    ///< mailbox from the predecessor
+  bool flow_in = false;           ///< predecessor not simulated: a flow pred -> this rank
+};
+
 /// What a communication task moves, from where to where, and the mailboxes it uses.
 struct CommPlan {
-  std::uint64_t bytes = 0;     ///< flow size
+  std::uint64_t bytes = 0;     ///< copy / message: flow size
   double latency_s = 0;        ///< route latency (+ collective software latency)
-  Endpoint src, dst;           ///< flow end points (for flows without a mailbox)
-  std::uint32_t mb_out = kNone;  ///< mailbox this task puts to
-  std::uint32_t mb_in = kNone;   ///< mailbox this task gets from
-  bool flow = false;           ///< a direct flow src -> dst (copy, unsimulated peer)
-  bool flow_in = false;        ///< collective: also a flow pred -> src (pred not simulated)
-  Endpoint pred;               ///< collective: ring predecessor
+  Endpoint src, dst;           ///< copy / message: flow end points; collective: src = this rank
+  std::uint32_t mb_out = kNone;  ///< message: mailbox this task puts to
+  std::uint32_t mb_in = kNone;   ///< message: mailbox this task gets from
   bool zero_time = false;      ///< collective of one rank
-  /// Collective spanning several nodes with k > 1 members per node: NCCL runs one ring
-  /// channel per NIC (rail), so besides the intra-node ring over NVLink, each member sends 1/k
-  /// of the ring bytes to its same-position peer in the next node over its own NIC.
-  bool has_rail = false;
-  std::uint64_t rail_bytes = 0;
-  Endpoint rail_dst, rail_pred;
-  std::uint32_t rail_mb_out = kNone, rail_mb_in = kNone;
-  bool rail_flow_out = false, rail_flow_in = false;
-  /// Collective: the most its ring flow and its rail flow may carry, in wire bytes/s (NCCL's
-  /// bus bandwidth of the chosen algorithm/protocol, models/perf/nccl_model.h, split between the
-  /// two in proportion to their bytes); 0: no cap (the links alone set the rate).
-  double rate_bytes_per_s = 0, rail_rate_bytes_per_s = 0;
+  /// Collective: the ring flow, then (hierarchical ring) the rail flow over the rank's NIC.
+  std::array<FlowPlan, 2> flows;
+  std::uint8_t num_flows = 0;
+  /// Collective: ends no earlier than this after its flows start (folded_min_time_s).
+  double min_flows_s = 0;
   /// Collective: share of the rank's GPU its NCCL kernel occupies while it runs (its CTAs'
   /// SMs, CostModel::nccl_sm_share); compute on the rank gets the rest. 0: none.
   double sm_share = 0;
@@ -91,49 +95,33 @@ std::string task_desc(const ScheduleGraph& g, TaskId id) {
          ", stream " + to_string(t.stream) + ")";
 }
 
-Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemSpec& system,
-                 const CostModel& cost) {
-  Prepared P;
-  P.g = &g;
-  const std::int64_t gpn =
-      scenario.cluster.gpus_per_node > 0 ? scenario.cluster.gpus_per_node : system.gpus_per_node;
-  P.gpus_per_node = gpn;
-  P.platform = std::make_unique<PlatformModel>(system, scenario.cluster.nodes, gpn, cost);
-  PlatformModel& plat = *P.platform;
-  const std::uint64_t world = std::uint64_t(scenario.cluster.nodes) * std::uint64_t(gpn);
-  const std::size_t n = g.num_tasks();
-  if (boost::num_vertices(g.dependencies()) != n)
-    throw std::logic_error("simulate: the schedule graph is not finalized");
+bool is_exec(TaskKind k) {
+  return k == TaskKind::Compute || k == TaskKind::OptimizerGpu || k == TaskKind::OptimizerCpu;
+}
 
-  const auto& ranks = g.simulated_ranks();
-  for (RankId r : ranks) {
-    if (r >= world)
-      throw std::logic_error("simulate: rank " + std::to_string(r) + " outside the cluster of " +
-                             std::to_string(scenario.cluster.nodes) + " nodes x " +
-                             std::to_string(gpn) + " GPUs");
-    plat.use(Endpoint::gpu(r));  // every simulated rank's actors live on its GPU host
-  }
-  auto simulated = [&](std::int64_t r) {
-    return r >= 0 && g.rank_index(RankId(r)) != kNone;
-  };
-
-  // Durations of compute ops, once per op descriptor.
+/// Exec amounts of compute ops, once per op descriptor (CostModel::compute_time_s).
+void prepare_durations(Prepared& P, const CostModel& cost) {
+  const ScheduleGraph& g = *P.g;
   P.op_amount.assign(g.ops().size(), kNaN);
   std::vector<char> op_needed(g.ops().size(), 0);
   for (const Task& t : g.tasks())
-    if (t.kind == TaskKind::Compute || t.kind == TaskKind::OptimizerGpu ||
-        t.kind == TaskKind::OptimizerCpu)
-      op_needed[t.op] = 1;
+    if (is_exec(t.kind)) op_needed[t.op] = 1;
   for (std::size_t i = 0; i < g.ops().size(); ++i) {
     if (!op_needed[i]) continue;
     const double d = cost.compute_time_s(g.ops()[i]);
-    if (!(d >= 0) || !std::isfinite(d))
-      throw std::logic_error("simulate: CostModel::compute_time_s gave " + std::to_string(d) +
-                             " s for op " + to_string(g.ops()[i].kind));
+    TRAINSIM_CHECK(d >= 0 && std::isfinite(d),
+                   "simulate: CostModel::compute_time_s gave " + std::to_string(d) +
+                       " s for op " + to_string(g.ops()[i].kind));
     P.op_amount[i] = d * kHostSpeed;
   }
+}
 
-  // Actor slots and program order per (rank, stream).
+/// Actor slots and program order per (rank, stream); same-rank edges are waited on,
+/// cross-rank edges must be Send -> Recv of one message (satisfied by the message itself).
+void prepare_order(Prepared& P) {
+  const ScheduleGraph& g = *P.g;
+  const std::size_t n = g.num_tasks();
+  const auto& ranks = g.simulated_ranks();
   P.slot_of_task.resize(n);
   P.slot_tasks.assign(ranks.size() * kNumStreams, {});
   for (std::size_t ri = 0; ri < ranks.size(); ++ri)
@@ -142,9 +130,6 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
       P.slot_of_task[id] = slot;
       P.slot_tasks[slot].push_back(id);
     }
-
-  // Dependencies: same-rank edges are waited on; cross-rank edges must be Send -> Recv of one
-  // message (satisfied by the message itself).
   P.pending.assign(n, 0);
   const auto& deps = g.dependencies();
   for (TaskId v = 0; v < n; ++v) {
@@ -156,199 +141,169 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
         ++P.pending[u];
         continue;
       }
-      if (tv.kind != TaskKind::Send || tu.kind != TaskKind::Recv || tv.match != tu.match ||
-          tv.peer != std::int32_t(tu.rank) || tu.peer != std::int32_t(tv.rank))
-        throw std::logic_error("simulate: cross-rank dependency " + task_desc(g, v) + " -> " +
-                               task_desc(g, u) +
-                               " is not a Send -> Recv of one message (the only cross-rank edges "
-                               "the executor supports)");
+      TRAINSIM_CHECK(tv.kind == TaskKind::Send && tu.kind == TaskKind::Recv &&
+                         tv.match == tu.match && tv.peer == std::int32_t(tu.rank) &&
+                         tu.peer == std::int32_t(tv.rank),
+                     "simulate: cross-rank dependency " + task_desc(g, v) + " -> " +
+                         task_desc(g, u) +
+                         " is not a Send -> Recv of one message (the only cross-rank edges "
+                         "the executor supports)");
+    }
+  }
+}
+
+/// Plans the communication tasks of a graph: their flows (models/system/collective_flows.h for
+/// collectives), the routes they need on the platform and their mailboxes, in task order (the
+/// order of the routes and mailboxes is the platform's and SimGrid's).
+class CommPlanner {
+ public:
+  CommPlanner(Prepared& P, const CostModel& cost, std::uint64_t world)
+      : P_(P), g_(*P.g), plat_(*P.platform), cost_(cost), world_(world) {}
+
+  void plan_all() {
+    const std::size_t n = g_.num_tasks();
+    P_.comm_of_task.assign(n, kNone);
+    for (TaskId id = 0; id < n; ++id) {
+      const Task& t = g_.task(id);
+      if (is_exec(t.kind)) {
+        if (t.kind == TaskKind::OptimizerCpu) plat_.use(Endpoint::cpu(node_of(t.rank)));
+        continue;
+      }
+      TRAINSIM_CHECK(g_.op(id).bytes >= 0, "simulate: negative byte count in " + task_desc(g_, id));
+      CommPlan c;
+      switch (t.kind) {
+        case TaskKind::CopyH2D:
+        case TaskKind::CopyD2H: c = plan_copy(t, g_.op(id)); break;
+        case TaskKind::Send:
+        case TaskKind::Recv: c = plan_message(id); break;
+        case TaskKind::Collective: c = plan_collective(id); break;
+        default: TRAINSIM_CHECK(false, "simulate: unexpected task kind in " + task_desc(g_, id));
+      }
+      P_.comm_of_task[id] = std::uint32_t(P_.comms.size());
+      P_.comms.push_back(c);
     }
   }
 
-  // Communication plans.
-  std::map<std::tuple<int, std::uint32_t, std::uint32_t, std::uint32_t>, std::uint32_t> mailbox_ids;
-  auto mailbox = [&](int kind, std::uint32_t a, std::uint32_t b, std::uint32_t c) {
-    auto [it, inserted] = mailbox_ids.emplace(std::make_tuple(kind, a, b, c), P.num_mailboxes);
-    if (inserted) ++P.num_mailboxes;
+ private:
+  std::uint32_t node_of(RankId r) const { return std::uint32_t(r / std::uint64_t(P_.gpus_per_node)); }
+  bool simulated(std::int64_t r) const { return r >= 0 && g_.rank_index(RankId(r)) != kNone; }
+  std::uint32_t mailbox(int kind, std::uint32_t a, std::uint32_t b, std::uint32_t c) {
+    auto [it, inserted] = mailbox_ids_.emplace(std::make_tuple(kind, a, b, c), P_.num_mailboxes);
+    if (inserted) ++P_.num_mailboxes;
     return it->second;
-  };
-  P.comm_of_task.assign(n, kNone);
-  auto node_of = [&](RankId r) { return std::uint32_t(r / std::uint64_t(gpn)); };
-  for (TaskId id = 0; id < n; ++id) {
-    const Task& t = g.task(id);
-    const OpDesc& op = g.op(id);
-    if (t.kind == TaskKind::Compute || t.kind == TaskKind::OptimizerGpu ||
-        t.kind == TaskKind::OptimizerCpu) {
-      if (t.kind == TaskKind::OptimizerCpu) plat.use(Endpoint::cpu(node_of(t.rank)));
-      continue;
-    }
-    CommPlan c;
-    if (op.bytes < 0)
-      throw std::logic_error("simulate: negative byte count in " + task_desc(g, id));
-    const Endpoint me = Endpoint::gpu(t.rank);
-    switch (t.kind) {
-      case TaskKind::CopyH2D:
-      case TaskKind::CopyD2H: {
-        const Endpoint cpu = Endpoint::cpu(node_of(t.rank));
-        c.src = t.kind == TaskKind::CopyH2D ? cpu : me;
-        c.dst = t.kind == TaskKind::CopyH2D ? me : cpu;
-        c.bytes = std::uint64_t(op.bytes);
-        c.latency_s = plat.route(c.src, c.dst).latency_s;
-        c.flow = true;
-        break;
-      }
-      case TaskKind::Send:
-      case TaskKind::Recv: {
-        if (t.peer < 0 || std::uint64_t(t.peer) >= world || RankId(t.peer) == t.rank)
-          throw std::logic_error("simulate: bad peer " + std::to_string(t.peer) + " in " +
-                                 task_desc(g, id));
-        const Endpoint peer = Endpoint::gpu(RankId(t.peer));
-        const bool send = t.kind == TaskKind::Send;
-        c.src = send ? me : peer;
-        c.dst = send ? peer : me;
-        c.bytes = std::uint64_t(op.bytes);
-        plat.route(c.src, c.dst);
-        // NCCL send/recv: launch latency + one step (CostModel, from NCCL's tuning model, whose
-        // per-step figure includes the link latency).
-        c.latency_s = cost.collective_latency_s(OpKind::SendRecv, 2,
-                                                node_of(c.src.index) == node_of(c.dst.index));
-        if (simulated(t.peer)) {
-          const std::uint32_t mb = mailbox(0, c.src.index, c.dst.index, 0);
-          (send ? c.mb_out : c.mb_in) = mb;
-        } else {
-          c.flow = true;  // folded: the peer's side is not simulated, its host still is an end
-        }
-        break;
-      }
-      case TaskKind::Collective: {
-        if (t.group == kNone || t.group >= g.groups().size())
-          throw std::logic_error("simulate: collective without a group: " + task_desc(g, id));
-        const CommGroup& grp = g.group(t.group);
-        const std::int64_t size = std::int64_t(grp.ranks.size());
-        if (size != op.group_size)
-          throw std::logic_error("simulate: " + task_desc(g, id) + " has op.group_size " +
-                                 std::to_string(op.group_size) + " but its group has " +
-                                 std::to_string(size) + " ranks");
-        auto pos = std::find(grp.ranks.begin(), grp.ranks.end(), t.rank);
-        if (pos == grp.ranks.end())
-          throw std::logic_error("simulate: rank " + std::to_string(t.rank) +
-                                 " is not in the group of " + task_desc(g, id));
-        if (size == 1) {
-          c.zero_time = true;
-          break;
-        }
-        const std::size_t i = std::size_t(pos - grp.ranks.begin());
-        const RankId succ = grp.ranks[(i + 1) % grp.ranks.size()];
-        const RankId pred = grp.ranks[(i + grp.ranks.size() - 1) % grp.ranks.size()];
-        bool intra_node = true;
-        for (RankId r : grp.ranks) intra_node = intra_node && node_of(r) == node_of(t.rank);
-        // Ring implementation (nccl-tests doc/PERFORMANCE.md): every rank sends
-        // ring_bytes_per_rank to its successor. The latency is the cost model's (NCCL launch
-        // + steps x per-step latency, NCCL's figure that includes the link latency), so the
-        // route's own latency is not added again.
-        const double ring_bytes = CostModel::ring_bytes_per_rank(op.kind, double(op.bytes), size);
-        c.bytes = std::uint64_t(std::llround(ring_bytes));
-        // Members per node, in group order. With several nodes and k > 1 members on each, the
-        // ring is hierarchical (NCCL's multi-channel rings, one per NIC; nccl-tests
-        // PERFORMANCE.md bus bandwidth): per member (k-1)/k of the ring bytes stay on NVLink
-        // and 1/k crosses the fabric on the member's own NIC.
-        std::map<std::uint32_t, std::vector<RankId>> by_node;
-        for (RankId r : grp.ranks) by_node[node_of(r)].push_back(r);
-        const std::size_t k = by_node.begin()->second.size();
-        bool uniform = true;
-        for (const auto& [node, members] : by_node) uniform = uniform && members.size() == k;
-        RankId succ_r = succ, pred_r = pred;
-        if (by_node.size() > 1 && k > 1 && uniform) {
-          const auto& local = by_node[node_of(t.rank)];
-          const std::size_t j = std::size_t(std::find(local.begin(), local.end(), t.rank) - local.begin());
-          succ_r = local[(j + 1) % k];
-          pred_r = local[(j + k - 1) % k];
-          c.bytes = std::uint64_t(std::llround(ring_bytes * double(k - 1) / double(k)));
-          if (op.kind == OpKind::AllToAll)  // (k-1)/n to the node's peers over NVLink
-            c.bytes = std::uint64_t(std::llround(double(op.bytes) * double(k - 1) / double(size)));
-          std::vector<std::uint32_t> nodes;
-          for (const auto& [node, members] : by_node) nodes.push_back(node);
-          const std::size_t ni = std::size_t(std::find(nodes.begin(), nodes.end(), node_of(t.rank)) - nodes.begin());
-          const RankId rail_succ = by_node[nodes[(ni + 1) % nodes.size()]][j];
-          const RankId rail_pred = by_node[nodes[(ni + nodes.size() - 1) % nodes.size()]][j];
-          c.has_rail = true;
-          c.rail_bytes = std::uint64_t(std::llround(ring_bytes / double(k)));
-          // All-to-all: (n-k)/n of the buffer goes to other nodes, each GPU over its own NIC
-          // (rail-optimized; the fat tree carries it to every node at full bisection).
-          if (op.kind == OpKind::AllToAll)
-            c.rail_bytes =
-                std::uint64_t(std::llround(double(op.bytes) * double(size - std::int64_t(k)) / double(size)));
-          c.rail_dst = Endpoint::gpu(rail_succ);
-          c.rail_pred = Endpoint::gpu(rail_pred);
-          plat.route(me, c.rail_dst);
-          const std::uint32_t stream = std::uint32_t(t.stream);
-          if (simulated(rail_succ)) c.rail_mb_out = mailbox(3, t.group, stream, rail_succ);
-          else c.rail_flow_out = true;
-          if (simulated(rail_pred)) {
-            c.rail_mb_in = mailbox(3, t.group, stream, t.rank);
-          } else {
-            c.rail_flow_in = true;
-            plat.route(c.rail_pred, me);
-          }
-        }
-        c.src = me;
-        c.dst = Endpoint::gpu(succ_r);
-        plat.route(me, c.dst);
-        if (op.kind == OpKind::AllToAll) {
-          c.latency_s = cost.collective_latency_s(op.kind, size, intra_node);
-        } else {
-          // NCCL's algorithm and protocol for this size and group (models/perf/nccl_model.h): its
-          // latency, and the protocol's wire format on the links (LL and LL128 carry flags
-          // with the data). A tree all-reduce moves as many bytes per NIC as the ring (2S
-          // per node, up and down the two binary trees), so the ring's flows carry it too.
-          const NcclChoice nccl = cost.nccl_collective(op.kind, double(op.bytes), size,
-                                                       std::int64_t(by_node.size()));
-          c.latency_s = nccl.latency_s;
-          c.sm_share = cost.nccl_sm_share(nccl);
-          // No faster than NCCL's bus bandwidth for the pair: the ring bytes of this rank in
-          // ring_bytes / bus seconds, the ring and the rail flows each carrying their share.
-          const double wire_rate = nccl.bus_bw_bytes_per_s * nccl.wire_factor;
-          const double share = c.has_rail ? double(k - 1) / double(k) : 1.0;
-          c.rate_bytes_per_s = wire_rate * share;
-          if (c.has_rail) c.rail_rate_bytes_per_s = wire_rate / double(k);
-          c.bytes = std::uint64_t(std::llround(double(c.bytes) * nccl.wire_factor));
-          c.rail_bytes = std::uint64_t(std::llround(double(c.rail_bytes) * nccl.wire_factor));
-          if (is_nvls(nccl.algo)) {
-            // NVLink SHARP: the switch reduces and multicasts, so a rank moves its NVLS
-            // traffic (nccl_traffic), not the ring's; each flow paced to end when NCCL's
-            // algorithm bandwidth would (the ring bytes at its bus bandwidth).
-            const NcclTraffic tr = nccl_traffic(nccl, op.kind, double(op.bytes), size,
-                                                std::int64_t(by_node.size()));
-            const double bw_s = ring_bytes / nccl.bus_bw_bytes_per_s;
-            const double nvlink_bytes = c.has_rail ? tr.nvlink_bytes : tr.nvlink_bytes + tr.nic_bytes;
-            c.bytes = std::uint64_t(std::llround(nvlink_bytes));
-            c.rate_bytes_per_s = nvlink_bytes / bw_s;
-            if (c.has_rail) {
-              c.rail_bytes = std::uint64_t(std::llround(tr.nic_bytes));
-              c.rail_rate_bytes_per_s = tr.nic_bytes / bw_s;
-            }
-          }
-        }
-        const std::uint32_t stream = std::uint32_t(t.stream);
-        if (simulated(succ_r)) c.mb_out = mailbox(1, t.group, stream, succ_r);
-        else c.flow = true;
-        c.pred = Endpoint::gpu(pred_r);
-        if (simulated(pred_r)) {
-          c.mb_in = mailbox(1, t.group, stream, t.rank);
-        } else {
-          // Folded: the predecessor stands for a replica of this rank; its flow into this rank
-          // still loads this rank's links (as it would unfolded), so it is simulated too.
-          c.flow_in = true;
-          plat.route(c.pred, me);
-        }
-        break;
-      }
-      default:
-        throw std::logic_error("simulate: unexpected task kind in " + task_desc(g, id));
-    }
-    P.comm_of_task[id] = std::uint32_t(P.comms.size());
-    P.comms.push_back(c);
   }
+
+  /// A host copy: the PCIe route's latency, then a flow between the node's CPU and the GPU.
+  CommPlan plan_copy(const Task& t, const OpDesc& op) {
+    CommPlan c;
+    const Endpoint me = Endpoint::gpu(t.rank);
+    const Endpoint cpu = Endpoint::cpu(node_of(t.rank));
+    c.src = t.kind == TaskKind::CopyH2D ? cpu : me;
+    c.dst = t.kind == TaskKind::CopyH2D ? me : cpu;
+    c.bytes = std::uint64_t(op.bytes);
+    c.latency_s = plat_.route(c.src, c.dst).latency_s;
+    return c;
+  }
+
+  /// A message: into the peer's mailbox, or (folded, peer not simulated) a flow to its host.
+  CommPlan plan_message(TaskId id) {
+    const Task& t = g_.task(id);
+    TRAINSIM_CHECK(t.peer >= 0 && std::uint64_t(t.peer) < world_ && RankId(t.peer) != t.rank,
+                   "simulate: bad peer " + std::to_string(t.peer) + " in " + task_desc(g_, id));
+    CommPlan c;
+    const Endpoint me = Endpoint::gpu(t.rank);
+    const Endpoint peer = Endpoint::gpu(RankId(t.peer));
+    const bool send = t.kind == TaskKind::Send;
+    c.src = send ? me : peer;
+    c.dst = send ? peer : me;
+    c.bytes = std::uint64_t(g_.op(id).bytes);
+    plat_.route(c.src, c.dst);
+    c.latency_s = message_latency_s(cost_, c.src.index, c.dst.index, P_.gpus_per_node);
+    if (simulated(t.peer)) (send ? c.mb_out : c.mb_in) = mailbox(0, c.src.index, c.dst.index, 0);
+    return c;
+  }
+
+  CommPlan plan_collective(TaskId id) {
+    const Task& t = g_.task(id);
+    const OpDesc& op = g_.op(id);
+    TRAINSIM_CHECK(t.group != kNone && t.group < g_.groups().size(),
+                   "simulate: collective without a group: " + task_desc(g_, id));
+    const CommGroup& grp = g_.group(t.group);
+    TRAINSIM_CHECK(std::int64_t(grp.ranks.size()) == op.group_size,
+                   "simulate: " + task_desc(g_, id) + " has op.group_size " +
+                       std::to_string(op.group_size) + " but its group has " +
+                       std::to_string(grp.ranks.size()) + " ranks");
+    TRAINSIM_CHECK(std::find(grp.ranks.begin(), grp.ranks.end(), t.rank) != grp.ranks.end(),
+                   "simulate: rank " + std::to_string(t.rank) + " is not in the group of " +
+                       task_desc(g_, id));
+    const CollectiveFlows f = collective_flows(cost_, op, grp, t.rank, P_.gpus_per_node);
+    CommPlan c;
+    c.src = Endpoint::gpu(t.rank);
+    if (f.zero_time) {
+      c.zero_time = true;
+      return c;
+    }
+    c.latency_s = f.latency_s;
+    c.sm_share = f.sm_share;
+    c.min_flows_s = folded_min_time_s(f, [this](RankId r) { return simulated(r); });
+    c.num_flows = f.has_rail ? 2 : 1;
+    // The rail's routes and mailboxes first, then the ring's (the platform's order).
+    if (f.has_rail) c.flows[1] = connect(f.rail, 3, t);
+    c.flows[0] = connect(f.ring, 1, t);
+    return c;
+  }
+
+  /// The routes and mailboxes of one of a collective's flows. In a folded graph, a successor
+  /// that is not simulated is still the flow's destination host, and a predecessor that is not
+  /// simulated stands for a replica of this rank: its flow still loads this rank's links (as it
+  /// would unfolded), so it is simulated too.
+  FlowPlan connect(const PeerFlow& p, int kind, const Task& t) {
+    FlowPlan f;
+    const Endpoint me = Endpoint::gpu(t.rank);
+    f.bytes = p.bytes;
+    f.rate_bytes_per_s = p.rate_bytes_per_s;
+    f.dst = Endpoint::gpu(p.dst);
+    f.pred = Endpoint::gpu(p.pred);
+    plat_.route(me, f.dst);
+    const std::uint32_t stream = std::uint32_t(t.stream);
+    if (simulated(p.dst)) f.mb_out = mailbox(kind, t.group, stream, p.dst);
+    if (simulated(p.pred)) {
+      f.mb_in = mailbox(kind, t.group, stream, t.rank);
+    } else {
+      f.flow_in = true;
+      plat_.route(f.pred, me);
+    }
+    return f;
+  }
+
+  Prepared& P_;
+  const ScheduleGraph& g_;
+  PlatformModel& plat_;
+  const CostModel& cost_;
+  std::uint64_t world_;
+  std::map<std::tuple<int, std::uint32_t, std::uint32_t, std::uint32_t>, std::uint32_t> mailbox_ids_;
+};
+
+Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemSpec& system,
+                 const CostModel& cost) {
+  Prepared P;
+  P.g = &g;
+  const std::int64_t gpn =
+      scenario.cluster.gpus_per_node > 0 ? scenario.cluster.gpus_per_node : system.gpus_per_node;
+  P.gpus_per_node = gpn;
+  P.platform = std::make_unique<PlatformModel>(system, scenario.cluster.nodes, gpn, cost);
+  const std::uint64_t world = std::uint64_t(scenario.cluster.nodes) * std::uint64_t(gpn);
+  TRAINSIM_CHECK(boost::num_vertices(g.dependencies()) == g.num_tasks(),
+                 "simulate: the schedule graph is not finalized");
+  for (RankId r : g.simulated_ranks()) {
+    TRAINSIM_CHECK(r < world, "simulate: rank " + std::to_string(r) + " outside the cluster of " +
+                                  std::to_string(scenario.cluster.nodes) + " nodes x " +
+                                  std::to_string(gpn) + " GPUs");
+    P.platform->use(Endpoint::gpu(r));  // every simulated rank's actors live on its GPU host
+  }
+  prepare_durations(P, cost);
+  prepare_order(P);
+  CommPlanner(P, cost, world).plan_all();
   return P;
 }
 
@@ -455,7 +410,7 @@ class Run {
         if (pending_[t] != 0) {
           a.waiting_for = t;
           a.sem->acquire();
-          if (pending_[t] != 0) throw std::logic_error("woken before the dependencies were done");
+          TRAINSIM_CHECK(pending_[t] == 0, "woken before the dependencies were done");
         }
         start_[t] = s4u::Engine::get_clock();
         run_task(t);
@@ -527,12 +482,11 @@ class Run {
     const Task& task = g_.task(t);
     switch (task.kind) {
       case TaskKind::Compute:
-      case TaskKind::OptimizerGpu: {
+      case TaskKind::OptimizerGpu:
         ++activities_;
         s4u::this_actor::execute(P_.op_amount[task.op]);
         finish(t);
         return;
-      }
       case TaskKind::OptimizerCpu: {
         ++activities_;
         const std::uint32_t node = std::uint32_t(task.rank / std::uint64_t(P_.gpus_per_node));
@@ -554,118 +508,101 @@ class Run {
         s4u::Comm::sendto(platform_.host(c.src), platform_.host(c.dst), c.bytes);
         finish(t);
         return;
-      case TaskKind::Send:
-        ++activities_;
-        if (c.mb_out != kNone) {
-          // Posted and left: the stream goes on, and the receiver records this task's end and
-          // releases its successors on other streams (they wait for the delivery) when the
-          // message is in.
-          mailboxes_[c.mb_out]->put_init(payload_of(t), c.bytes)->detach();
-          release(t, Successors::SameStream);
-        } else {
-          // The peer is not simulated: a helper actor carries the flow to its host.
-          s4u::Host* src = platform_.host(c.src);
-          s4u::Host* dst = platform_.host(c.dst);
-          const std::uint64_t bytes = c.bytes;
-          const double latency = c.latency_s;
-          s4u::Actor::create("send-" + std::to_string(t), src, [this, t, src, dst, bytes, latency] {
-            s4u::Comm::sendto(src, dst, bytes);
-            sleep(latency);
-            end_[t] = s4u::Engine::get_clock();
-            release(t, Successors::OtherStreams);
-          });
-          release(t, Successors::SameStream);
-        }
-        return;
-      case TaskKind::Recv: {
-        ++activities_;
-        if (c.mb_in != kNone) {
-          void* data = nullptr;
-          mailboxes_[c.mb_in]->get_async<void>(&data)->wait();
-          const TaskId sender = task_of(data);
-          check_match(sender, t);
-          sleep(c.latency_s);
-          end_[sender] = s4u::Engine::get_clock();
-          release(sender, Successors::OtherStreams);
-        } else {
-          s4u::Comm::sendto(platform_.host(c.src), platform_.host(c.dst), c.bytes);
-          sleep(c.latency_s);
-        }
-        finish(t);
-        return;
-      }
-      case TaskKind::Collective: {
-        if (c.zero_time) {
-          finish(t);
-          return;
-        }
-        // The NCCL kernel holds its SMs from launch to the end: an execution on this rank's
-        // GPU bounded to that share of its speed, so that compute running beside it (SimGrid
-        // shares a host max-min fairly) gets only the rest; cancelled when the collective
-        // ends.
-        s4u::ExecPtr sms;
-        if (c.sm_share > 0) {
-          ++activities_;
-          sms = s4u::Exec::init();
-          sms->set_flops_amount(kSmHoldAmount)->set_bound(c.sm_share * kHostSpeed);
-          sms->set_host(s4u::this_actor::get_host())->start();
-        }
-        sleep(c.latency_s);
-        // SimGrid bounds a mailbox comm's rate (set_rate), but a host-to-host comm
-        // (sendto_init, the flows into and out of non-simulated peers of a folded rank) starts
-        // without it: such a flow runs at what its links give. Its rate bound is kept by
-        // ending the collective no earlier than its slowest flow would at that rate.
-        const double flows_start_s = s4u::Engine::get_clock();
-        double paced_s = 0;
-        if (c.rate_bytes_per_s > 0 && (c.mb_out == kNone || c.flow_in))
-          paced_s = double(c.bytes) / c.rate_bytes_per_s;
-        if (c.has_rail && c.rail_rate_bytes_per_s > 0 &&
-            (c.rail_mb_out == kNone || c.rail_flow_in))
-          paced_s = std::max(paced_s, double(c.rail_bytes) / c.rail_rate_bytes_per_s);
-        ++activities_;
-        s4u::CommPtr out = c.mb_out != kNone
-                               ? start_put(c.mb_out, t, c.bytes, c.rate_bytes_per_s)
-                               : start_flow(c.src, c.dst, c.bytes, c.rate_bytes_per_s);
-        void* data = nullptr;
-        s4u::CommPtr in;
-        if (c.mb_in != kNone) {
-          in = mailboxes_[c.mb_in]->get_async<void>(&data);
-        } else if (c.flow_in) {
-          ++activities_;
-          in = start_flow(c.pred, c.src, c.bytes, c.rate_bytes_per_s);
-        }
-        s4u::CommPtr rail_out, rail_in;
-        void* rail_data = nullptr;
-        if (c.has_rail) {
-          ++activities_;
-          rail_out = c.rail_mb_out != kNone
-                         ? start_put(c.rail_mb_out, t, c.rail_bytes, c.rail_rate_bytes_per_s)
-                         : start_flow(c.src, c.rail_dst, c.rail_bytes, c.rail_rate_bytes_per_s);
-          if (c.rail_mb_in != kNone) {
-            rail_in = mailboxes_[c.rail_mb_in]->get_async<void>(&rail_data);
-          } else if (c.rail_flow_in) {
-            ++activities_;
-            rail_in = start_flow(c.rail_pred, c.src, c.rail_bytes, c.rail_rate_bytes_per_s);
-          }
-        }
-        out->wait();
-        if (in) {
-          in->wait();
-          if (c.mb_in != kNone) check_match(task_of(data), t);
-        }
-        if (rail_out) rail_out->wait();
-        if (rail_in) {
-          rail_in->wait();
-          if (c.rail_mb_in != kNone) check_match(task_of(rail_data), t);
-        }
-        sleep(flows_start_s + paced_s - s4u::Engine::get_clock());
-        if (sms) sms->cancel();
-        finish(t);
-        return;
-      }
-      default:
-        throw std::logic_error("simulate: unexpected task kind in " + task_desc(g_, t));
+      case TaskKind::Send: return run_send(t, c);
+      case TaskKind::Recv: return run_recv(t, c);
+      case TaskKind::Collective: return run_collective(t, c);
+      default: TRAINSIM_CHECK(false, "simulate: unexpected task kind in " + task_desc(g_, t));
     }
+  }
+
+  void run_send(TaskId t, const CommPlan& c) {
+    ++activities_;
+    if (c.mb_out != kNone) {
+      // Posted and left: the stream goes on, and the receiver records this task's end and
+      // releases its successors on other streams (they wait for the delivery) when the
+      // message is in.
+      mailboxes_[c.mb_out]->put_init(payload_of(t), c.bytes)->detach();
+      release(t, Successors::SameStream);
+      return;
+    }
+    // The peer is not simulated: a helper actor carries the flow to its host.
+    s4u::Host* src = platform_.host(c.src);
+    s4u::Host* dst = platform_.host(c.dst);
+    const std::uint64_t bytes = c.bytes;
+    const double latency = c.latency_s;
+    s4u::Actor::create("send-" + std::to_string(t), src, [this, t, src, dst, bytes, latency] {
+      s4u::Comm::sendto(src, dst, bytes);
+      sleep(latency);
+      end_[t] = s4u::Engine::get_clock();
+      release(t, Successors::OtherStreams);
+    });
+    release(t, Successors::SameStream);
+  }
+
+  void run_recv(TaskId t, const CommPlan& c) {
+    ++activities_;
+    if (c.mb_in != kNone) {
+      void* data = nullptr;
+      mailboxes_[c.mb_in]->get_async<void>(&data)->wait();
+      const TaskId sender = task_of(data);
+      check_match(sender, t);
+      sleep(c.latency_s);
+      end_[sender] = s4u::Engine::get_clock();
+      release(sender, Successors::OtherStreams);
+    } else {
+      s4u::Comm::sendto(platform_.host(c.src), platform_.host(c.dst), c.bytes);
+      sleep(c.latency_s);
+    }
+    finish(t);
+  }
+
+  /// A collective: its NCCL kernel holds the rank's SMs, the latency, then its flows (the
+  /// ring's, then the rail's; models/system/collective_flows.h), each out to its successor
+  /// while its predecessor's comes in.
+  void run_collective(TaskId t, const CommPlan& c) {
+    if (c.zero_time) {
+      finish(t);
+      return;
+    }
+    // The NCCL kernel holds its SMs from launch to the end: an execution on this rank's GPU
+    // bounded to that share of its speed, so that compute running beside it (SimGrid shares a
+    // host max-min fairly) gets only the rest; cancelled when the collective ends.
+    s4u::ExecPtr sms;
+    if (c.sm_share > 0) {
+      ++activities_;
+      sms = s4u::Exec::init();
+      sms->set_flops_amount(kSmHoldAmount)->set_bound(c.sm_share * kHostSpeed);
+      sms->set_host(s4u::this_actor::get_host())->start();
+    }
+    sleep(c.latency_s);
+    // SimGrid bounds a mailbox comm's rate (set_rate), but a host-to-host comm (sendto_init,
+    // the flows into and out of non-simulated peers of a folded rank) starts without it: such
+    // a flow runs at what its links give. Its rate bound is kept by ending the collective no
+    // earlier than its slowest flow would at that rate (c.min_flows_s).
+    const double flows_start_s = s4u::Engine::get_clock();
+    std::array<s4u::CommPtr, 2> out, in;
+    std::array<void*, 2> data{nullptr, nullptr};
+    for (std::size_t i = 0; i < c.num_flows; ++i) {
+      const FlowPlan& f = c.flows[i];
+      ++activities_;
+      out[i] = f.mb_out != kNone ? start_put(f.mb_out, t, f.bytes, f.rate_bytes_per_s)
+                                 : start_flow(c.src, f.dst, f.bytes, f.rate_bytes_per_s);
+      if (f.mb_in != kNone) {
+        in[i] = mailboxes_[f.mb_in]->get_async<void>(&data[i]);
+      } else if (f.flow_in) {
+        ++activities_;
+        in[i] = start_flow(f.pred, c.src, f.bytes, f.rate_bytes_per_s);
+      }
+    }
+    for (std::size_t i = 0; i < c.num_flows; ++i) {
+      out[i]->wait();
+      if (!in[i]) continue;
+      in[i]->wait();
+      if (c.flows[i].mb_in != kNone) check_match(task_of(data[i]), t);
+    }
+    sleep(flows_start_s + c.min_flows_s - s4u::Engine::get_clock());
+    if (sms) sms->cancel();
+    finish(t);
   }
 
   /// A collective's flow started into a mailbox, no faster than `rate` wire bytes/s when

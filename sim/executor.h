@@ -16,14 +16,16 @@
 //    stream waiting on an NCCL send). Recv: blocks until the message
 //    from its peer is there (messages of one (src, dst) pair match in FIFO order; the match id
 //    is checked), plus collective_latency_s(SendRecv) (NCCL launch + one step);
-//  - Collective, this rank's part of a ring collective of op.group_size ranks (ring order of
-//    graph.group(task.group)): collective_latency_s (NCCL launch + ring steps x per-step
-//    latency; NCCL's per-step figure includes the links' latency), then a flow of
-//    ring_bytes_per_rank(kind, bytes, n) to the ring successor, while receiving the same from
-//    the predecessor when that rank is simulated too (so members synchronize). In a folded
-//    graph, a successor that is not simulated is still the flow's destination host, and a
-//    predecessor that is not simulated still sends its flow into this rank's links (replicas
-//    are identical, so its flow starts when this rank's does). Group size 1 takes no time.
+//  - Collective: this rank's flows from models/system/collective_flows.h (the system layer
+//    maps the collective to NCCL's algorithm and protocol, its latency, and point-to-point
+//    flows: the ring, or the hierarchical ring's NVLink ring and NIC rail, NVLS traffic, each
+//    flow's rate bound): the latency, then each flow to its successor while receiving the
+//    same from its predecessor when that rank is simulated too (so members synchronize),
+//    while the NCCL kernel holds its share of the rank's SMs. In a folded graph, a successor
+//    that is not simulated is still the flow's destination host, and a predecessor that is
+//    not simulated still sends its flow into this rank's links (replicas are identical, so its
+//    flow starts when this rank's does); such flows keep their rate bound by the collective
+//    ending no earlier than folded_min_time_s. Group size 1 takes no time.
 //  Latencies are paid by the executor (a sleep), not by SimGrid's links (see platform.h).
 //
 // Every call runs SimGrid in a fork()ed child process (sim/isolate.h), so simulate() can be

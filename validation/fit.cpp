@@ -149,7 +149,7 @@ CalibrationProfile fit_from_task_durations(const ScheduleGraph& graph,
     for (const KernelWork& k : op_kernels(graph.op(id))) {
       if (k.cls == KernelClass::Gemm) {
         const double g =
-            cost.gemm_compute_time_s(k.m, k.n, k.k, k.batch, CostModel::gemm_role(k.name, k.batch));
+            cost.gemm_compute_time_s(k.m, k.n, k.k, k.batch, CostModel::gemm_role(k.pass, k.batch));
         gemm += g;
         other += cost.kernel_time_s(k) - g;
       } else {

@@ -53,10 +53,10 @@ class DdpBuckets final : public DataParallelStrategy {
     if (!distributed_ || !ctx.scenario().parallel.overlap_param_gather || gathered_) return;
     if (!step.forward) return;
     gathered_ = true;  // the first forward step: issue every bucket's all-gather
-    for (const auto& [lo, n] : forward_buckets(ctx)) {
+    for_each_forward_bucket(ctx, [&](std::int64_t lo, std::int64_t n) {
       const TaskId ag = param_gather(ctx, n, kNone, std::uint16_t(gather_tasks_.size()));
       gather_tasks_.emplace_back(lo, ag);
-    }
+    });
   }
 
   void before_unit(RankContext& ctx, bool forward, const Unit& unit) override {
@@ -75,10 +75,9 @@ class DdpBuckets final : public DataParallelStrategy {
     if (!distributed_ || ctx.scenario().parallel.overlap_param_gather) return;
     TaskId last = kNone;
     std::uint16_t i = 0;
-    for (const auto& [lo, n] : forward_buckets(ctx)) {
-      (void)lo;
+    for_each_forward_bucket(ctx, [&](std::int64_t, std::int64_t n) {
       last = param_gather(ctx, n, step.gpu_step != kNone ? step.gpu_step : step.final_compute, i++);
-    }
+    });
     if (last != kNone) ctx.last_compute = last;
   }
 
@@ -147,12 +146,12 @@ class DdpBuckets final : public DataParallelStrategy {
     }
     return position;
   }
-  /// (first parameter, parameters) of each ddp_bucket_size bucket, in forward order.
-  static std::vector<std::pair<std::int64_t, std::int64_t>> forward_buckets(const RankContext& ctx) {
+  /// `fn(first parameter, parameters)` of each ddp_bucket_size bucket, in forward order (one at
+  /// a time: a counting build of one-parameter buckets stops at its limit, holding no list).
+  template <typename Fn>
+  static void for_each_forward_bucket(const RankContext& ctx, Fn fn) {
     const std::int64_t total = stage_params(ctx), size = ctx.scenario().parallel.ddp_bucket_size;
-    std::vector<std::pair<std::int64_t, std::int64_t>> out;
-    for (std::int64_t lo = 0; lo < total; lo += size) out.emplace_back(lo, std::min(size, total - lo));
-    return out;
+    for (std::int64_t lo = 0; lo < total; lo += size) fn(lo, std::min(size, total - lo));
   }
   /// The all-gather of a bucket's updated parameters (training precision) over DP x CP.
   static TaskId param_gather(RankContext& ctx, std::int64_t n, TaskId after, std::uint16_t bucket) {

@@ -80,6 +80,23 @@ Scenario fsdp_as_zero3(const Scenario& sc) {
 
 }  // namespace
 
+std::int64_t count_schedule_tasks(const Scenario& scenario_in, std::int64_t limit) {
+  Scenario scenario = scenario_in.parallel.uses_fsdp() ? fsdp_as_zero3(scenario_in) : scenario_in;
+  scenario.zero.offload_optimizer.ratio_resolved = true;
+  // The calibration profile sets memory figures only, which a count does not keep.
+  builder::GraphBuild build(scenario, CalibrationProfile{});
+  build.count_only = true;
+  build.count_limit = limit;
+  const builder::PipelinePass pipeline(build);
+  try {
+    for (std::int64_t stage = 0; stage < build.layout.pp; ++stage)
+      pipeline.emit_rank(RankCoords{0, 0, stage});
+  } catch (const builder::CountLimitReached&) {
+    return build.counted_tasks + 1;  // the task it refused to count
+  }
+  return build.counted_tasks;
+}
+
 ScheduleGraph build_schedule_graph(const Scenario& scenario_in, const SystemSpec& system,
                                    const BuildOptions& options) {
   const Scenario scenario =

@@ -4,6 +4,9 @@
 // graph_builder.cpp); this header is its only public entry point.
 #pragma once
 
+#include <climits>
+#include <cstdint>
+
 #include "models/perf/cost_model.h"
 #include "models/hardware/hardware.h"
 #include "models/input/scenario.h"
@@ -24,5 +27,15 @@ struct BuildOptions {
 /// is resolved (models/run.h prepare_run does both, and decides folding: fold_decision).
 ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& system,
                                    const BuildOptions& options);
+
+/// The tasks of the folded schedule graph of `scenario` (one rank per pipeline stage, the
+/// graph build_schedule_graph builds with BuildOptions::fold), counted by the builder itself:
+/// its passes emit every rank's program as for a build, into a counting build
+/// (builder::GraphBuild::count_only) that records nothing. Every TP peer and DP replica of a
+/// stage runs the same program, so the unfolded graph has tp x dp x cp times as many.
+/// An unresolved `offload_optimizer.ratio: auto` counts at the scenario's ratio value.
+/// Counting stops once the count passes `limit`: it returns a count above `limit` then, not the
+/// graph's.
+std::int64_t count_schedule_tasks(const Scenario& scenario, std::int64_t limit = INT64_MAX);
 
 }  // namespace trainsim

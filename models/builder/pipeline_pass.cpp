@@ -14,6 +14,7 @@
 #include "models/memory/memory_model.h"
 #include "models/graph/pipeline_schedule.h"
 #include "models/memory/zero_offload.h"
+#include "models/input/runtime.h"
 
 namespace trainsim::builder {
 
@@ -170,7 +171,7 @@ class RankProgram {
         dp_(make_data_parallel_strategy(ctx_)),
         bytes_{layer_bytes(build.scenario, false), layer_bytes(build.scenario, true)},
         units_(build.scenario.parallel.recompute_units(build.scenario.model.num_layers)),
-        batched_exchanges_(build.scenario.runtime == Runtime::Megatron2021 &&
+        batched_exchanges_(runtime_spec(build.scenario.runtime).batched_interleaved_p2p &&
                            build.scenario.parallel.pipeline_schedule ==
                                PipelineSchedule::Interleaved) {}
 
@@ -575,7 +576,8 @@ class RankProgram {
   /// distributed optimizer); Megatron-FSDP reduces the local shards and is not emitted here.
   TaskId non_tensor_parallel_allreduce(TaskId final_compute, TaskId last_sync) {
     const Scenario& sc = ctx_.scenario();
-    if (sc.runtime != Runtime::MegatronCore || sc.zero.stage != 0 || sc.parallel.uses_fsdp())
+    if (!runtime_spec(sc.runtime).finalize_grads_tp_allreduce || sc.zero.stage != 0 ||
+        sc.parallel.uses_fsdp())
       return last_sync;
     const std::int64_t params = tp_reduced_grad_params(sc, ctx_.coords.pp_stage);
     if (params == 0) return last_sync;

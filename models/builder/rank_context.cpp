@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "models/input/runtime.h"
+
 namespace trainsim::builder {
 
 ModelDims::ModelDims(const Scenario& sc) {
@@ -22,15 +24,15 @@ ModelDims::ModelDims(const Scenario& sc) {
   sp = p.sequence_parallel && t > 1;
   scatter_gather = p.scatter_gather_tensors_in_pipeline && !sp && t > 1;
   act_bytes = s * b * h * e / cp;  // this rank's s / cp tokens
-  fp8_input_gather =
-      sp && sc.runtime == Runtime::MegatronCore && p.fp8 != Fp8Format::None;
+  const RuntimeSpec& runtime = runtime_spec(sc.runtime);
+  fp8_input_gather = sp && runtime.transformer_engine_fp8 && p.fp8 != Fp8Format::None;
   fp8_amax_reduce = fp8_input_gather && p.fp8_recipe == Fp8Recipe::Tensorwise;
   moe = sc.model.is_moe();
   moe_layers.assign(std::size_t(sc.model.num_layers), false);
   for (std::int64_t l = 0; l < sc.model.num_layers; ++l) moe_layers[std::size_t(l)] = sc.model.moe_layer(l);
   moe_block_local = moe && sp && p.expert_tensor_parallel_size == 1 &&
                     sc.model.moe_shared_expert_intermediate_size == 0;
-  tp_overlap = sc.runtime == Runtime::MegatronCore && p.uses_tp_comm_overlap();
+  tp_overlap = runtime.tp_comm_overlap_userbuffers && p.uses_tp_comm_overlap();
   const ModelConfig& m = sc.model;
   shared_rerun = moe && m.moe_shared_expert_intermediate_size > 0 &&
                  (p.recompute_modules & kRecomputeSharedExperts) != 0;
@@ -97,6 +99,12 @@ RankContext::RankContext(GraphBuild& build, const RankCoords& c)
 }
 
 TaskId RankContext::add(Task t, std::initializer_list<MemEffect> effects) {
+  if (build_.count_only) {  // a placeholder id, distinct from kNone and from the others
+    if (build_.counted_tasks >= build_.count_limit) throw CountLimitReached{};
+    join_next.clear();
+    unwaited_sends.clear();
+    return TaskId(build_.counted_tasks++ % kNone);
+  }
   t.rank = static_cast<RankId>(rank);
   const TaskId id = graph().add_task(t);
   for (const MemEffect& e : effects)
@@ -120,12 +128,20 @@ ChunkSpan RankContext::chunk_span(std::int64_t chunk) const {
           p.layers_of_virtual_stage(vstage)};
 }
 
+void RankContext::add_effect(TaskId task, const MemEffect& effect) {
+  if (!build_.count_only) graph().add_memory_effect(task, effect);
+}
+
 void RankContext::dep(TaskId from, TaskId to) {
-  if (from != kNone) graph().add_dependency(from, to);
+  if (from != kNone && !build_.count_only) graph().add_dependency(from, to);
+}
+
+std::uint32_t RankContext::add_op(const OpDesc& op) {
+  return build_.count_only ? 0 : graph().add_op(op);
 }
 
 std::uint32_t RankContext::add_group(GroupKind kind, const std::vector<RankId>& ranks) {
-  return graph().add_group(kind, ranks);
+  return build_.count_only ? 0 : graph().add_group(kind, ranks);
 }
 
 OpDesc RankContext::comm_op(OpKind kind, GroupKind group, std::int64_t bytes,
@@ -152,7 +168,7 @@ TaskId RankContext::collective(std::uint32_t op, std::uint32_t group, StreamId s
   t.layer = layer;
   t.bucket = bucket;
   t.group = group;
-  t.match = build_.matches.collective(group, collective_seq_[group]++);
+  if (!build_.count_only) t.match = build_.matches.collective(group, collective_seq_[group]++);
   const TaskId id = add(t, effects);
   dep(after, id);
   return id;
@@ -188,9 +204,11 @@ TaskId RankContext::message(std::uint32_t op, TaskKind kind, std::int64_t peer, 
   t.microbatch = mb;
   t.chunk = chunk;
   t.peer = static_cast<std::int32_t>(peer);
-  t.group = add_group(GroupKind::Pipeline, {RankId(src), RankId(dst)});
-  const std::uint64_t pair = (std::uint64_t(src) << 32) | std::uint64_t(dst);
-  t.match = build_.matches.message(src, dst, message_seq_[pair]++);
+  if (!build_.count_only) {
+    t.group = add_group(GroupKind::Pipeline, {RankId(src), RankId(dst)});
+    const std::uint64_t pair = (std::uint64_t(src) << 32) | std::uint64_t(dst);
+    t.match = build_.matches.message(src, dst, message_seq_[pair]++);
+  }
   const TaskId id = add(t);
   dep(last_compute, id);
   return id;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <initializer_list>
 #include <map>
 #include <unordered_map>
@@ -63,7 +64,7 @@ struct ModelDims {
   /// the block has no tensor-parallel collective.
   bool moe_block_local = false;
   /// Transformer Engine's userbuffers overlap (parallel.tp_comm_overlap): the all-gathers and
-  /// reduce-scatters of a dense block run inside its GEMMs (models/perf/flops.cpp tp_overlap),
+  /// reduce-scatters of a dense block run inside its GEMMs (models/perf/flops_core.cpp tp_overlap),
   /// so the pass emits no gather or reduce-scatter task for them.
   bool tp_overlap = false;
   /// Multi-head latent attention: this rank's s / cp tokens' q input of the up projection
@@ -101,7 +102,20 @@ struct GraphBuild {
   /// Memory each built rank holds before its first task (the graph indexes it by simulated
   /// rank only once finalized).
   std::map<std::int64_t, RankStateBytes> initial_memory;
+  /// A counting build (count_schedule_tasks, graph_builder.h): the passes run exactly as for a
+  /// real build, but RankContext records nothing in `graph` (no task, dependency, memory
+  /// effect, descriptor, group or match id); it counts the tasks it would have added.
+  bool count_only = false;
+  std::int64_t counted_tasks = 0;  ///< tasks a counting build's ranks would have added
+  /// A counting build stops (RankContext::add throws CountLimitReached) once it has counted
+  /// more tasks than this: a runaway scenario (one-parameter gradient buckets, say) is known
+  /// to be too large long before its billions of tasks are counted.
+  std::int64_t count_limit = INT64_MAX;
 };
+
+/// Thrown by RankContext::add in a counting build past GraphBuild::count_limit (caught by
+/// count_schedule_tasks).
+struct CountLimitReached {};
 
 /// A model chunk of a rank (its virtual stage chunk x pp + pipeline stage): whether it is the
 /// model's first virtual stage (the embedding) or its last (the output layer), and its global
@@ -112,7 +126,10 @@ struct ChunkSpan {
 };
 
 /// The program of one rank being emitted. A fresh context per rank: nothing carries over
-/// from the previous rank except what GraphBuild holds.
+/// from the previous rank except what GraphBuild holds. Every task, dependency, memory effect,
+/// descriptor and group a pass adds goes through this class, so a counting build
+/// (GraphBuild::count_only) needs nothing of the passes: here each task added is counted and
+/// given a distinct placeholder id, and nothing else is recorded.
 class RankContext {
  public:
   /// Adds the rank's tensor- and data-parallel groups (ring order) to the graph.
@@ -147,10 +164,10 @@ class RankContext {
   /// Appends a task of this rank with its memory effects (effects of 0 bytes are skipped).
   TaskId add(Task t, std::initializer_list<MemEffect> effects = {});
   /// Adds a memory effect to `task`, which must be the last task added.
-  void add_effect(TaskId task, const MemEffect& effect) { graph().add_memory_effect(task, effect); }
+  void add_effect(TaskId task, const MemEffect& effect);
   /// `to` waits for `from`; nothing when `from` is kNone.
   void dep(TaskId from, TaskId to);
-  std::uint32_t add_op(const OpDesc& op) { return graph().add_op(op); }
+  std::uint32_t add_op(const OpDesc& op);
   std::uint32_t add_group(GroupKind kind, const std::vector<RankId>& ranks);
   /// A communication descriptor in the training precision.
   OpDesc comm_op(OpKind kind, GroupKind group, std::int64_t bytes, std::int64_t group_size) const;

@@ -33,8 +33,8 @@
 // All of them are synchronous with compute: each waits for the compute path and becomes its
 // new tail (RankContext::last_compute). With Transformer Engine's userbuffers overlap
 // (parallel.tp_comm_overlap) a dense block's gathers and reduce-scatters run inside its GEMMs
-// instead (ModelDims::tp_overlap; the GEMM kernels carry the bytes, models/perf/flops.cpp), and
-// the pass emits none for the attention and dense MLP blocks.
+// instead (ModelDims::tp_overlap; the GEMM kernels carry the bytes,
+// models/perf/flops_core.cpp), and the pass emits none for the attention and dense MLP blocks.
 #pragma once
 
 #include <cstdint>

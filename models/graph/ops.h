@@ -45,8 +45,8 @@ enum class GroupKind : std::uint8_t {
 };
 
 /// How a transformer's compute ops run beyond their shapes: the runtime's kernel list and the
-/// Megatron-Core model features (models/perf/flops.cpp reads them). The defaults are the 2021 GPT of
-/// SC'21 on Megatron-LM 2021, whose kernel list does not look at the other fields.
+/// Megatron-Core model features (models/perf/flops_core.cpp reads them). The defaults are the
+/// 2021 GPT of SC'21 on Megatron-LM 2021, whose kernel list does not look at the other fields.
 struct ModelFeatures {
   bool core = false;          ///< runtime megatron-core: the Transformer Engine kernel list
   std::int64_t kv_heads = 0;  ///< query groups on this rank (GQA); 0 = heads (MHA)

@@ -152,7 +152,7 @@ struct CalibrationProfile {
   };
   std::vector<AttentionPoint> flash_attention_efficiency;
   std::string flash_attention_efficiency_source;  ///< where the points come from
-  /// Measured rate (bytes / s, bytes counted as models/perf/flops.cpp counts them) of each class of
+  /// Measured rate (bytes / s, bytes counted as models/perf/flops.h counts them) of each class of
   /// memory-bound kernel (CostModel::memory_bound_class: "elementwise", "layernorm",
   /// "softmax", "gelu", "dropout"). When non-empty, CostModel times a memory-bound kernel of
   /// a listed class at its rate instead of HBM bandwidth x hbm_efficiency (on a CPU these

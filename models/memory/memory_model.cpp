@@ -4,10 +4,18 @@
 #include <stdexcept>
 
 #include "models/errors.h"
+#include "models/input/runtime.h"
 
 namespace trainsim {
 
 namespace {
+
+/// Whether the scenario's runtime keeps Transformer Engine's activations
+/// (core_layer_activation_bytes and the embedding / logits terms below) rather than Korthikanti
+/// et al.'s (models/input/runtime.h ActivationTerms).
+bool transformer_engine_activations(const Scenario& sc) {
+  return runtime_spec(sc.runtime).activation_terms == ActivationTerms::TransformerEngine;
+}
 
 /// The --recompute-modules bit that checkpoints a layer's whole MLP module: `moe` for an MoE
 /// layer, `mlp` for a dense one (Megatron-Core applies `mlp` to dense layers only).
@@ -132,7 +140,7 @@ std::int64_t grad_element_bytes(const Scenario& sc) {
 
 ModelFeatures model_features(const Scenario& sc) {
   ModelFeatures f;
-  if (sc.runtime != Runtime::MegatronCore) return f;
+  if (runtime_spec(sc.runtime).kernels != KernelLists::TransformerEngine) return f;
   const ModelConfig& m = sc.model;
   const ParallelConfig& p = sc.parallel;
   f.core = true;
@@ -455,7 +463,7 @@ std::int64_t core_moe_mlp_bytes(const Scenario& sc, const CoreDims& c) {
   return mlp;
 }
 
-/// Megatron-Core with Transformer Engine (the kernels of models/perf/flops.cpp
+/// Megatron-Core with Transformer Engine (the kernels of models/perf/flops_core.cpp
 /// core_op_kernels): what each block keeps from its forward to its backward, per layer and
 /// microbatch, term by term (Korthikanti et al. 2022 Sec. 4's accounting applied to these
 /// kernels). T = b s / cp, Tsp = T / t with sequence parallelism, P = a d / t, Pkv = g d / t,
@@ -497,7 +505,7 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc, bool moe_la
 }  // namespace
 
 LayerActivationBytes layer_activation_bytes_no_recompute(const Scenario& sc, bool moe_layer) {
-  if (sc.runtime == Runtime::MegatronCore) return core_layer_activation_bytes(sc, moe_layer);
+  if (transformer_engine_activations(sc)) return core_layer_activation_bytes(sc, moe_layer);
   const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
   const std::int64_t h = sc.model.hidden_size, a = sc.model.num_attention_heads;
   const std::int64_t t = sc.parallel.tensor_model_parallel_size;
@@ -529,7 +537,7 @@ LayerActivationBytes layer_activation_bytes(const Scenario& sc) {
 }
 
 LayerActivationBytes layer_activation_bytes(const Scenario& sc, bool moe_layer) {
-  if (sc.parallel.recompute_granularity == Recompute::Full && sc.runtime == Runtime::MegatronCore) {
+  if (sc.parallel.recompute_granularity == Recompute::Full && transformer_engine_activations(sc)) {
     // Only the layer input is stashed (e Tsp h).
     LayerActivationBytes out;
     out.attn = precision_bytes(sc.parallel.precision) * tokens_of(sc).Tsp * sc.model.hidden_size;
@@ -557,7 +565,7 @@ std::int64_t sequence_split(const ParallelConfig& p) {
 }  // namespace
 
 std::int64_t embedding_dropout_mask_bytes(const Scenario& sc) {
-  if (sc.runtime == Runtime::MegatronCore)
+  if (transformer_engine_activations(sc))
     return sc.model.hidden_dropout > 0 ? tokens_of(sc).Tsp * sc.model.hidden_size : 0;
   const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;
   return dropout_mask_bytes(sc.parallel.precision) * s * b * sc.model.hidden_size /
@@ -565,7 +573,7 @@ std::int64_t embedding_dropout_mask_bytes(const Scenario& sc) {
 }
 
 std::int64_t logits_activation_bytes(const Scenario& sc) {
-  if (sc.runtime == Runtime::MegatronCore) {
+  if (transformer_engine_activations(sc)) {
     // Final norm input and the output layer's input (e Tsp h each), and the bf16 logits the
     // fused cross entropy keeps for its backward (e T V / t).
     const Tokens tk = tokens_of(sc);
@@ -581,7 +589,7 @@ std::int64_t logits_activation_bytes(const Scenario& sc) {
 }
 
 std::int64_t logits_gradient_bytes(const Scenario& sc) {
-  if (sc.runtime == Runtime::MegatronCore)
+  if (transformer_engine_activations(sc))
     return precision_bytes(sc.parallel.precision) * tokens_of(sc).T *
            (sc.model.padded_vocab_size / sc.parallel.tensor_model_parallel_size);
   const std::int64_t s = sc.model.seq_length, b = sc.parallel.micro_batch_size;

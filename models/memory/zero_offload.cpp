@@ -7,6 +7,7 @@
 
 #include "models/errors.h"
 #include "models/memory/memory_model.h"
+#include "models/input/runtime.h"
 
 namespace trainsim {
 
@@ -92,7 +93,7 @@ int communicators_of_rank(const Scenario& sc, std::int64_t pp_stage) {
 /// CommOverlapP2PBase).
 std::int64_t userbuffers_bytes(const Scenario& sc) {
   const auto& p = sc.parallel;
-  if (sc.runtime != Runtime::MegatronCore || !p.uses_tp_comm_overlap()) return 0;
+  if (!runtime_spec(sc.runtime).tp_comm_overlap_userbuffers || !p.uses_tp_comm_overlap()) return 0;
   const std::int64_t t = p.tensor_model_parallel_size;
   const std::int64_t elements = sc.model.seq_length * p.micro_batch_size /
                                 p.context_parallel_size * sc.model.hidden_size;
@@ -118,7 +119,7 @@ RankStateBytes rank_state_bytes(const Scenario& sc, const CalibrationProfile& pr
   // transpose for the backward GEMMs (1 + 1 bytes per linear weight; with FSDP/ZeRO-3 only the
   // shard is resident between gathers).
   // With fp8_param_gather the weight itself is the FP8 copy: its e-byte copy goes away.
-  if (sc.runtime == Runtime::MegatronCore && sc.parallel.fp8 != Fp8Format::None) {
+  if (runtime_spec(sc.runtime).transformer_engine_fp8 && sc.parallel.fp8 != Fp8Format::None) {
     std::int64_t linear = linear_weights_per_rank(sc, pp_stage);
     if (stage >= 3) linear /= sc.parallel.data_parallel_size;
     g[int(MemCategory::Parameters)] += (sc.parallel.fp8_param_gather ? 2 - e : 2) * linear;

@@ -44,13 +44,16 @@ CostModel::CostModel(const SystemSpec& system, const CalibrationProfile& profile
   require_positive(profile_.gemm_tile_n, "profile.gemm_tile_n");
 }
 
-const char* CostModel::gemm_role(const char* kernel_name, double batch) {
-  switch (gemm_pass(kernel_name)) {
+const char* CostModel::gemm_role(GemmPass pass, double batch) {
+  switch (pass) {
     case GemmPass::Dgrad: return batch > 1 ? "bmm" : "dgrad";
     case GemmPass::Wgrad: return "wgrad";
-    case GemmPass::Forward: break;
+    case GemmPass::Forward: return batch > 1 ? "bmm" : "fwd";
+    case GemmPass::None: break;
   }
-  return batch > 1 ? "bmm" : "fwd";
+  TRAINSIM_CHECK(false, std::string("gemm_role: a GEMM kernel without its pass (GemmPass ") +
+                            std::to_string(static_cast<int>(pass)) + ")");
+  return "";
 }
 
 double CostModel::fp8_efficiency() const {
@@ -199,7 +202,7 @@ double CostModel::kernel_time_s(const KernelWork& k) const {
       const double chunks = k.overlap_chunks > 0 ? k.overlap_chunks : 1.0;
       const double gemm_s =
           chunks * std::max(gemm_compute_time_s(k.m / chunks, k.n, k.k, k.batch,
-                                                gemm_role(k.name, k.batch), k.fp8,
+                                                gemm_role(k.pass, k.batch), k.fp8,
                                                 k.split_accumulator),
                             hbm_time_s(k.bytes / chunks));
       return overlapped_gemm_time_s(gemm_s, k) + profile_.kernel_launch_overhead_s;

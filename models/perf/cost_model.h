@@ -79,8 +79,9 @@ class CostModel {
   /// time; plus the launch overhead.
   double kernel_time_s(const KernelWork& kernel) const;
   /// The class of a memory-bound kernel for CalibrationProfile::memory_bound_bytes_per_s, from
-  /// its name (models/perf/flops.cpp): "dropout" (forward dropouts: random numbers), "layernorm",
-  /// "softmax" (also the cross-entropy exp/log kernels "xent_*"), "gelu", else "elementwise".
+  /// its name (the kernel lists, models/perf/flops.h): "dropout" (forward dropouts: random
+  /// numbers), "layernorm", "softmax" (also the cross-entropy exp/log kernels "xent_*"), "gelu",
+  /// else "elementwise".
   static const char* memory_bound_class(const char* kernel_name);
   /// Compute part of a GEMM: wave-quantized tile time at gemm_max_efficiency (no launch); with
   /// a measured GEMM table, 2mnk batch / (peak x table efficiency of the shape and `role`).
@@ -103,9 +104,11 @@ class CostModel {
   /// efficiency of that shape (interpolate_attention_efficiency).
   double attention_compute_time_s(double flops, bool backward, double head_dim = 0,
                                   double seq_length = 0) const;
-  /// The GEMM role of a kernel (CalibrationProfile::GemmPoint::role) from its name
-  /// (models/perf/flops.cpp): "*dgrad*" -> dgrad, "*wgrad*" -> wgrad, batch > 1 -> bmm, else fwd.
-  static const char* gemm_role(const char* kernel_name, double batch);
+  /// The GEMM role of a kernel (CalibrationProfile::GemmPoint::role) from its pass
+  /// (KernelWork::pass, set by the kernel lists of models/perf/): wgrad -> "wgrad"; dgrad ->
+  /// "dgrad", or "bmm" when batched; forward -> "fwd", or "bmm" when batched. A GEMM without
+  /// its pass (GemmPass::None) is a bug in the kernel lists (std::logic_error).
+  static const char* gemm_role(GemmPass pass, double batch);
   /// Wave-quantized tile time of a GEMM at `rate` FLOP/s for a full wave of tiles, each wave
   /// followed by its epilogue (SMs x tile x 2 bytes stored at the HBM rate).
   double wave_time_s(double m, double n, double k, double batch, double rate) const;

@@ -1,15 +1,23 @@
 // Work of compute operations: matmul FLOPs and device-memory traffic, per kernel.
 //
 // The kernel list of each op (op_kernels) is the ONE place that says which CUDA kernels a
-// Megatron-LM transformer layer launches (the 2021 ParallelTransformerLayer that SC'21 ran:
-// fused LayerNorm, cuBLAS GEMMs, baddbmm/bmm core attention, FusedScaleMaskSoftmax, PyTorch
-// dropout, JIT-fused bias-GeLU and bias-dropout-add, vocab-parallel cross entropy). Both
-// fill_work (the op's totals, stored in the schedule graph and the traces) and
-// CostModel::compute_time_s (a time per kernel, summed) read it, so the FLOPs and bytes a
-// trace reports are exactly the ones the time was computed from.
+// transformer layer launches, per runtime (models/input/runtime.h KernelLists):
+//  - flops_megatron2021.cpp: Megatron-LM's 2021 ParallelTransformerLayer that SC'21 ran (fused
+//    LayerNorm, cuBLAS GEMMs, baddbmm/bmm core attention, FusedScaleMaskSoftmax, PyTorch
+//    dropout, JIT-fused bias-GeLU and bias-dropout-add, vocab-parallel cross entropy);
+//  - flops_core.cpp: Megatron-Core with Transformer Engine modules (core_op_kernels: norms
+//    fused into their linear layers, GQA, SwiGLU, RoPE, flash attention, FP8 casts, the
+//    userbuffers overlap of tensor-parallel collectives with GEMMs);
+//  - flops_mla.cpp: Megatron-Core's multi-head latent attention; flops_moe.cpp: its
+//    mixture-of-experts MLPs;
+//  - flops.cpp: op_kernels and fill_work, the optimizer step's bytes and FLOPs per parameter,
+//    and the iteration FLOP counts; kernel_lists.h: what the lists share.
+// Both fill_work (the op's totals, stored in the schedule graph and the traces) and
+// CostModel::compute_time_s (a time per kernel, summed) read the lists, so the FLOPs and bytes
+// a trace reports are exactly the ones the time was computed from.
 //
 // Shapes are one rank's shard (OpDesc): heads = a/tp, ffn = ffn/tp, vocab = V/tp; hidden,
-// micro batch b and sequence s are full. Activations are 2-byte (fp16/bf16) tensors.
+// micro batch b and sequence s are full (Megatron-Core: s / cp tokens per rank).
 //
 // FLOP convention: only matmuls count, 2*m*n*k each (Narayanan et al. SC'21 Sec. 5.1 and
 // Appendix; Korthikanti et al. 2022 Sec. 4), so the sums over an iteration equal the papers'
@@ -31,10 +39,18 @@ enum class KernelClass : std::uint8_t {
   Attention,     ///< fused (flash) attention: time from its FLOPs at the flash rate
 };
 
+/// The pass a GEMM kernel computes, set where the kernel lists make it: the forward product
+/// (also the forward re-runs of recomputation), the data gradient dX = dY W^T (dgrad), or the
+/// weight gradient dW = X^T dY (wgrad). None: the kernel is not a GEMM. The cost model picks a
+/// measured GEMM table's role from it (CostModel::gemm_role), and Transformer Engine's FP8
+/// recipes their accumulator (KernelWork::split_accumulator).
+enum class GemmPass : std::uint8_t { None, Forward, Dgrad, Wgrad };
+
 /// One CUDA kernel of an op.
 struct KernelWork {
   const char* name = "";          ///< e.g. "qkv_gemm", "softmax_fwd" (static string)
   KernelClass cls = KernelClass::MemoryBound;
+  GemmPass pass = GemmPass::None;  ///< a GEMM's pass (KernelClass::Gemm); None otherwise
   // GEMM shape: C[m x n] = A[m x k] * B[k x n], `batch` independent products.
   double m = 0, n = 0, k = 0, batch = 1;
   double flops = 0;               ///< matmul FLOPs: 2*m*n*k*batch (0 for memory-bound)
@@ -62,18 +78,13 @@ struct KernelWork {
 /// Bytes of one activation / weight element in `p` (fp16 and bf16: 2).
 double element_bytes(Precision p);
 
-/// The pass a GEMM kernel computes, from its name in the kernel lists: "*dgrad*" (data
-/// gradient), "*wgrad*" (weight gradient), anything else forward.
-enum class GemmPass : std::uint8_t { Forward, Dgrad, Wgrad };
-GemmPass gemm_pass(const char* kernel_name);
-
 /// The kernels of a compute op (AttnFwd .. LogitsLossBwd, OptimizerStepGpu/Cpu), in launch
 /// order. Communication and copy ops have no kernels here (empty list). Throws
 /// std::logic_error when a compute op's shape fields are missing (zero).
 std::vector<KernelWork> op_kernels(const OpDesc& op);
 
 /// The kernels of a compute op under the Megatron-Core runtime (op.features.core): Transformer
-/// Engine modules, FP8, GQA, SwiGLU, RoPE, flash attention (models/perf/flops.cpp); op_kernels
+/// Engine modules, FP8, GQA, SwiGLU, RoPE, flash attention (models/perf/flops_core.cpp); op_kernels
 /// calls it for such ops.
 std::vector<KernelWork> core_op_kernels(const OpDesc& op);
 

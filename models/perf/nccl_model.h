@@ -6,11 +6,11 @@
 // and runs the cheapest. trainsim asks the same question with the same latency table and the
 // same bandwidth refinements, over the bandwidths of the simulated links, so that small
 // messages use LL / LL128 and multi-node all-reduces the tree where NCCL would; the
-// simulator then moves the bytes over its links (sim/executor.cpp) in the chosen protocol's
-// wire format, each flow no faster than the pair's bus bandwidth in NCCL's model (LL's
-// llMaxBws cap and its share of the link, the tree's 0.92 and size correction): NVIDIA's
-// figures for what its kernels reach, so a link shared with other traffic can still slow a
-// collective below them, but an idle one never lifts it above.
+// simulator then moves the bytes over its links (flows of models/system/collective_flows.h)
+// in the chosen protocol's wire format, each flow no faster than the pair's bus bandwidth in
+// NCCL's model (LL's llMaxBws cap and its share of the link, the tree's 0.92 and size
+// correction): NVIDIA's figures for what its kernels reach, so a link shared with other
+// traffic can still slow a collective below them, but an idle one never lifts it above.
 //
 // The two releases differ, for what is modelled here, in: the ring LL bandwidth (v2.18.5:
 // 1/4 of the bus bandwidth for all-reduce or across nodes, 1/3 otherwise; v2.29.7: 1/2);

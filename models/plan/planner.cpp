@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -18,6 +17,8 @@
 #include "models/graph/pipeline_schedule.h"
 #include "models/run.h"
 #include "models/memory/zero_offload.h"
+#include "models/input/runtime.h"
+#include "models/system/collective_flows.h"
 
 namespace trainsim {
 
@@ -268,7 +269,7 @@ PlanConfig load_plan_config(const std::string& scenario_path, const Scenario& ba
   const ParallelConfig& bp = base.parallel;
   c.sequence_parallel = {bp.sequence_parallel};
   c.zero_stage = {base.zero.stage};
-  if (base.runtime == Runtime::Megatron2021) {
+  if (runtime_spec(base.runtime).deepspeed_zero_sharding) {
     c.zero_stage = {0, 1};
     if (base.zero.stage > 1) c.zero_stage.push_back(base.zero.stage);
   }
@@ -392,14 +393,119 @@ std::vector<std::optional<std::uint8_t>> module_choices(const PlanConfig& plan, 
   return {plan.recompute_modules.begin(), plan.recompute_modules.end()};
 }
 
+/// One point of the plan's grid: a candidate's parallel layout and training settings.
+struct GridPoint {
+  std::int64_t tp = 1, pp = 1, cp = 1, ep = 1, mb = 1, zero = 0;
+  std::optional<std::int64_t> vpl, block;
+  std::optional<std::uint8_t> modules;
+  Recompute rc = Recompute::None;
+  bool sp_asked = false, distopt = false, offload = false;
+};
+
+/// Whether the grid point is no candidate of its own: an offload without ZeRO, sequence
+/// parallelism on one tensor-parallel rank, selective recomputation that recomputes nothing.
+bool skipped(const PlanConfig& plan, const Scenario& base, const GridPoint& x) {
+  if (x.offload && x.zero == 0) return true;  // DeepSpeed offloads ZeRO states
+  // Megatron turns sequence parallelism off on one tensor-parallel rank (arguments.py); at
+  // TP 1 `true` is the run of `false`, enumerated once.
+  if (x.sp_asked && x.tp == 1 &&
+      std::find(plan.sequence_parallel.begin(), plan.sequence_parallel.end(), false) !=
+          plan.sequence_parallel.end())
+    return true;
+  // With fused/flash attention selective recomputation of core_attn recomputes nothing
+  // (models/builder/pipeline_pass.cpp): the same run as none, unless its recompute_modules
+  // (the plan's, or the scenario's) name other modules.
+  const bool flash_attention = runtime_spec(base.runtime).fused_attention_kernels &&
+                               base.model.attention_backend != AttentionBackend::Unfused;
+  const std::uint8_t recomputed_modules = x.modules ? *x.modules : base.parallel.recompute_modules;
+  return x.rc == Recompute::Selective && flash_attention &&
+         !(recomputed_modules & ~kRecomputeCoreAttn);
+}
+
+using Overrides = std::vector<std::pair<std::string, std::string>>;
+
+/// The recomputation overrides of a candidate.
+void set_recompute(const PlanConfig& plan, const Scenario& base, const GridPoint& x,
+                   Overrides& out) {
+  auto set = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
+  set("parallel.recompute_granularity", recompute_value(x.rc));
+  // The scenario's recompute_modules (or the plan's) apply to its selective candidates.
+  if (x.rc != Recompute::Selective) set("parallel.recompute_modules", "null");
+  if (x.modules) set("parallel.recompute_modules", recompute_modules_yaml(*x.modules));
+  // The scenario's full recomputation method and layer count go to its full candidates (or
+  // the plan's block layer counts); the others take none (Megatron applies them to full
+  // recomputation only).
+  if (x.rc == Recompute::Full && !plan.recompute_num_layers.empty()) {
+    set("parallel.recompute_method", "block");
+    set("parallel.recompute_num_layers", std::to_string(*x.block));
+  } else if (x.rc != Recompute::Full && base.parallel.recompute_granularity == Recompute::Full) {
+    set("parallel.recompute_method", "null");
+    set("parallel.recompute_num_layers", "null");
+  }
+}
+
+/// The sequence-parallel, data-parallel and ZeRO overrides of a candidate.
+void set_sharding(const Scenario& base, const GridPoint& x, bool sp, Overrides& out) {
+  auto set = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
+  set("parallel.sequence_parallel", sp ? "true" : "false");
+  // The scenario's TP communication overlap applies where it can (sequence parallelism on;
+  // Megatron-LM refuses it otherwise).
+  if (base.parallel.tp_comm_overlap && !(sp && x.tp > 1)) {
+    set("parallel.tp_comm_overlap", "false");
+    set("parallel.tp_comm_overlap_rs_method", "null");
+  }
+  set("parallel.use_distributed_optimizer", x.distopt ? "true" : "false");
+  // FSDP shards over the candidate's own data-parallel x context-parallel group (the only
+  // sharding trainsim models; the scenario's size is its own group's).
+  if (base.parallel.uses_fsdp()) set("parallel.fsdp_sharding_group_size", "null");
+  // Likewise the parameter all-gather's overlap, where the candidate has that all-gather
+  // (Megatron arguments.py refuses it otherwise).
+  if (base.parallel.overlap_param_gather && !x.distopt && !base.parallel.uses_fsdp())
+    set("parallel.overlap_param_gather", "false");
+  set("deepspeed.zero_optimization.stage", std::to_string(x.zero));
+  set("deepspeed.zero_optimization.offload_optimizer.device", x.offload ? "cpu" : "none");
+  // The scenario's Twin-Flow ratio (or `auto`) applies where DeepSpeed takes it: a partial
+  // ratio with ZeRO-3 only (zero/config.py offload_ratio_check), a full offload below; no
+  // ratio without offload.
+  const OffloadOptimizerConfig& bo = base.zero.offload_optimizer;
+  const bool partial = bo.ratio_auto || bo.ratio < 1;
+  if (!x.offload && bo.enabled)
+    set("deepspeed.zero_optimization.offload_optimizer.ratio", "null");
+  else if (x.offload && x.zero < 3 && partial)
+    set("deepspeed.zero_optimization.offload_optimizer.ratio", "1.0");
+}
+
+/// The candidate of grid point `x`, the `index`-th of the enumeration.
+PlanCandidate make_candidate(const PlanConfig& plan, const Scenario& base, const GridPoint& x,
+                             std::size_t index, std::int64_t uniform_units) {
+  const std::int64_t gpus = plan.max_gpus, gpn = base.cluster.gpus_per_node;
+  const bool sp = x.sp_asked && x.tp > 1;
+  PlanCandidate c;
+  c.index = index;
+  const std::int64_t model_parallel = x.tp * x.pp * x.cp;
+  const std::int64_t dp = gpus % model_parallel == 0 ? gpus / model_parallel : 0;
+  c.layout = describe(x.tp, x.pp, x.cp, dp, x.vpl, x.mb, x.rc, x.block, uniform_units, x.modules,
+                      sp, x.zero, x.distopt, x.offload);
+  if (x.ep > 1) c.layout += " ep" + std::to_string(x.ep);
+  auto set = [&](const char* k, const std::string& v) { c.overrides.emplace_back(k, v); };
+  set("cluster.nodes", std::to_string(gpus / gpn));
+  set("parallel.tensor_model_parallel_size", std::to_string(x.tp));
+  set("parallel.pipeline_model_parallel_size", std::to_string(x.pp));
+  set("parallel.context_parallel_size", std::to_string(x.cp));
+  set("parallel.expert_model_parallel_size", std::to_string(x.ep));
+  set("parallel.num_layers_per_virtual_pipeline_stage", x.vpl ? std::to_string(*x.vpl) : "null");
+  set("parallel.pipeline_schedule", x.vpl ? "interleaved" : "1f1b");
+  set("parallel.micro_batch_size", std::to_string(x.mb));
+  set_recompute(plan, base, x, c.overrides);
+  set_sharding(base, x, sp, c.overrides);
+  return c;
+}
+
 }  // namespace
 
 std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Scenario& base) {
   std::vector<PlanCandidate> out;
-  const std::int64_t gpus = plan.max_gpus, gpn = base.cluster.gpus_per_node;
   const std::int64_t split = split_layers(base.parallel, base.model.num_layers);
-  const bool flash_attention = base.runtime == Runtime::MegatronCore &&
-                               base.model.attention_backend != AttentionBackend::Unfused;
   const std::vector<bool> offload_choices =
       plan.allow_offload ? std::vector<bool>{false, true} : std::vector<bool>{false};
   // The scenario's own uniform units, which its full candidates keep (named in their layout).
@@ -407,6 +513,7 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
       base.parallel.recompute_granularity == Recompute::Full && !base.parallel.recompute_block
           ? base.parallel.recompute_num_layers
           : 1;
+  GridPoint x;
   for (std::int64_t tp : plan.tensor_model_parallel_size)
     for (std::int64_t pp : plan.pipeline_model_parallel_size)
       for (std::int64_t cp : plan.context_parallel_size)
@@ -415,97 +522,17 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
             for (std::int64_t mb : plan.micro_batch_size)
               for (Recompute rc : plan.recompute_granularity)
                 for (const auto& block : block_choices(plan, base, rc))
-                 for (const auto& modules : module_choices(plan, rc))
-                  for (bool sp_asked : plan.sequence_parallel)
-                    for (std::int64_t zero : plan.zero_stage)
-                      for (bool distopt : plan.use_distributed_optimizer)
-                        for (bool offload : offload_choices) {
-                          if (offload && zero == 0) continue;  // DeepSpeed offloads ZeRO states
-                          // Megatron turns sequence parallelism off on one tensor-parallel rank
-                          // (arguments.py); at TP 1 `true` is the run of `false`, enumerated once.
-                          const bool sp = sp_asked && tp > 1;
-                          if (sp_asked && tp == 1 &&
-                              std::find(plan.sequence_parallel.begin(),
-                                        plan.sequence_parallel.end(),
-                                        false) != plan.sequence_parallel.end())
-                            continue;
-                          // With fused/flash attention selective recomputation of core_attn
-                          // recomputes nothing (models/builder/pipeline_pass.cpp): the same run
-                          // as none, unless its recompute_modules (the plan's, or the scenario's)
-                          // name other modules.
-                          const std::uint8_t recomputed_modules =
-                              modules ? *modules : base.parallel.recompute_modules;
-                          if (rc == Recompute::Selective && flash_attention &&
-                              !(recomputed_modules & ~kRecomputeCoreAttn))
-                            continue;
-                          PlanCandidate c;
-                          c.index = out.size();
-                          const std::int64_t dp =
-                              gpus % (tp * pp * cp) == 0 ? gpus / (tp * pp * cp) : 0;
-                          c.layout = describe(tp, pp, cp, dp, vpl, mb, rc, block, uniform_units,
-                                              modules, sp, zero, distopt, offload);
-                          if (ep > 1) c.layout += " ep" + std::to_string(ep);
-                          auto set = [&](const char* k, const std::string& v) {
-                            c.overrides.emplace_back(k, v);
-                          };
-                          set("cluster.nodes", std::to_string(gpus / gpn));
-                          set("parallel.tensor_model_parallel_size", std::to_string(tp));
-                          set("parallel.pipeline_model_parallel_size", std::to_string(pp));
-                          set("parallel.context_parallel_size", std::to_string(cp));
-                          set("parallel.expert_model_parallel_size", std::to_string(ep));
-                          set("parallel.num_layers_per_virtual_pipeline_stage",
-                              vpl ? std::to_string(*vpl) : "null");
-                          set("parallel.pipeline_schedule", vpl ? "interleaved" : "1f1b");
-                          set("parallel.micro_batch_size", std::to_string(mb));
-                          set("parallel.recompute_granularity", recompute_value(rc));
-                          // The scenario's recompute_modules (or the plan's) apply to its
-                          // selective candidates.
-                          if (rc != Recompute::Selective) set("parallel.recompute_modules", "null");
-                          if (modules)
-                            set("parallel.recompute_modules", recompute_modules_yaml(*modules));
-                          // The scenario's full recomputation method and layer count go to its
-                          // full candidates (or the plan's block layer counts); the others take
-                          // none (Megatron applies them to full recomputation only).
-                          if (rc == Recompute::Full && !plan.recompute_num_layers.empty()) {
-                            set("parallel.recompute_method", "block");
-                            set("parallel.recompute_num_layers", std::to_string(*block));
-                          } else if (rc != Recompute::Full &&
-                                     base.parallel.recompute_granularity == Recompute::Full) {
-                            set("parallel.recompute_method", "null");
-                            set("parallel.recompute_num_layers", "null");
+                  for (const auto& modules : module_choices(plan, rc))
+                    for (bool sp_asked : plan.sequence_parallel)
+                      for (std::int64_t zero : plan.zero_stage)
+                        for (bool distopt : plan.use_distributed_optimizer)
+                          for (bool offload : offload_choices) {
+                            x = GridPoint{tp, pp, cp, ep, mb, zero, vpl, block, modules, rc,
+                                          sp_asked, distopt, offload};
+                            if (!skipped(plan, base, x))
+                              out.push_back(
+                                  make_candidate(plan, base, x, out.size(), uniform_units));
                           }
-                          set("parallel.sequence_parallel", sp ? "true" : "false");
-                          // The scenario's TP communication overlap applies where it can
-                          // (sequence parallelism on; Megatron-LM refuses it otherwise).
-                          if (base.parallel.tp_comm_overlap && !(sp && tp > 1)) {
-                            set("parallel.tp_comm_overlap", "false");
-                            set("parallel.tp_comm_overlap_rs_method", "null");
-                          }
-                          set("parallel.use_distributed_optimizer", distopt ? "true" : "false");
-                          // FSDP shards over the candidate's own data-parallel x context-parallel
-                          // group (the only sharding trainsim models; the scenario's size is its
-                          // own group's).
-                          if (base.parallel.uses_fsdp())
-                            set("parallel.fsdp_sharding_group_size", "null");
-                          // Likewise the parameter all-gather's overlap, where the candidate has
-                          // that all-gather (Megatron arguments.py refuses it otherwise).
-                          if (base.parallel.overlap_param_gather && !distopt &&
-                              !base.parallel.uses_fsdp())
-                            set("parallel.overlap_param_gather", "false");
-                          set("deepspeed.zero_optimization.stage", std::to_string(zero));
-                          set("deepspeed.zero_optimization.offload_optimizer.device",
-                              offload ? "cpu" : "none");
-                          // The scenario's Twin-Flow ratio (or `auto`) applies where DeepSpeed
-                          // takes it: a partial ratio with ZeRO-3 only (zero/config.py
-                          // offload_ratio_check), a full offload below; no ratio without offload.
-                          const OffloadOptimizerConfig& bo = base.zero.offload_optimizer;
-                          const bool partial = bo.ratio_auto || bo.ratio < 1;
-                          if (!offload && bo.enabled)
-                            set("deepspeed.zero_optimization.offload_optimizer.ratio", "null");
-                          else if (offload && zero < 3 && partial)
-                            set("deepspeed.zero_optimization.offload_optimizer.ratio", "1.0");
-                          out.push_back(std::move(c));
-                        }
   return out;
 }
 
@@ -548,15 +575,14 @@ namespace {
 /// Bandwidth the estimate gives a collective on `group`: NVLink inside a node;
 /// across nodes the members of a node share their NICs (one per GPU,
 /// rail-optimized), as the simulator's hierarchical rings do
-/// (sim/executor.cpp).
+/// (models/system/collective_flows.h, whose group_layout places the members).
 double group_bandwidth(const CommGroup& g, const SystemSpec& sys, bool* intra,
                        std::int64_t* nodes, std::int64_t* members) {
-  std::map<std::int64_t, std::int64_t> per_node;
-  for (RankId r : g.ranks) ++per_node[std::int64_t(r) / sys.gpus_per_node];
-  *intra = per_node.size() <= 1;
-  *nodes = std::int64_t(per_node.size());
+  const GroupLayout layout = group_layout(g, sys.gpus_per_node);
+  *intra = layout.nodes.size() <= 1;
+  *nodes = std::int64_t(layout.nodes.size());
   std::int64_t k = sys.gpus_per_node;  // the fewest members on a node
-  for (const auto& [node, n] : per_node) k = std::min(k, n);
+  for (const auto& on_node : layout.members) k = std::min(k, std::int64_t(on_node.size()));
   *members = k;
   if (*intra) return sys.gpu.nvlink_bw_bytes_per_s;
   return std::min(sys.gpu.nvlink_bw_bytes_per_s, sys.nic_bw_bytes_per_s * double(k));
@@ -586,9 +612,10 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
       if (t.kind == TaskKind::Collective && n > 1 && t.group != kNone &&
           (op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter ||
            op.kind == OpKind::AllGather)) {
-        // As the simulator runs it (sim/executor.cpp): NCCL's algorithm and protocol for this
-        // size and group (models/perf/nccl_model.h), its latency, and the ring's bytes in the
-        // protocol's wire format over the group's links, no faster than NCCL's bus bandwidth.
+        // As the simulator runs it (models/system/collective_flows.h): NCCL's algorithm and
+        // protocol for this size and group (models/perf/nccl_model.h), its latency, and the
+        // ring's bytes in the protocol's wire format over the group's links, no faster than
+        // NCCL's bus bandwidth.
         const NcclChoice c = cm.nccl_collective(op.kind, double(op.bytes), n, nodes);
         const double eff = intra ? cm.nvlink_efficiency() : cm.network_efficiency();
         return c.latency_s +
@@ -596,9 +623,9 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
       }
       if (t.kind == TaskKind::Collective && op.kind == OpKind::AllToAll && !intra &&
           t.group != kNone) {
-        // As the simulator runs it (sim/executor.cpp): (k-1)/n of the buffer to the node's
-        // peers over NVLink while (n-k)/n leaves the node on the rank's own NIC, k members a
-        // node; the slower of the two.
+        // As the simulator runs it (models/system/collective_flows.h): (k-1)/n of the buffer to
+        // the node's peers over NVLink while (n-k)/n leaves the node on the rank's own NIC, k
+        // members a node; the slower of the two.
         const double b = double(op.bytes), nd = double(n);
         const double nvlink_s = b * double(k - 1) / nd /
                                 (sys.gpu.nvlink_bw_bytes_per_s * cm.nvlink_efficiency());

@@ -3,7 +3,8 @@
 
 Usage: include_graph.py MODELS_DIR
 
-A unit is a header and its source (models/input/scenario.h + scenario.cpp: `input/scenario`);
+A unit is a header and its source (models/input/scenario.h + scenario.cpp: `input/scenario`;
+an internal header listed in INTERNAL_HEADERS joins the unit it serves);
 an edge A -> B is an `#include "models/B.h"` in either file of A. The script prints
 
   - every include cycle between units (a strongly connected component of more than one unit),
@@ -28,12 +29,18 @@ LAYERS = ["<bottom>", "hardware", "input", "graph", "perf", "system", "memory", 
 BOTTOM_UNITS = {"errors", "precision", "parallel_layout", "nccl_version", "json_input",
                 "subprocess"}
 TOP_UNITS = {"run"}
+# Internal headers, one unit with the unit whose interface they serve: models/perf/kernel_lists.h
+# declares the kernel makers flops.cpp defines and the lists the flops_*.cpp files define, for
+# flops.cpp and those files only (its own comment: "internal to models/perf/; the interface is
+# flops.h").
+INTERNAL_HEADERS = {"perf/kernel_lists": "perf/flops"}
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include\s+"models/([^"]+)\.(?:h|hpp)"', re.M)
 
 
 def unit_of(rel):
     """`input/scenario` for input/scenario.h or .cpp (path relative to models/, '/' separated)."""
-    return os.path.splitext(rel)[0]
+    unit = os.path.splitext(rel)[0]
+    return INTERNAL_HEADERS.get(unit, unit)
 
 
 def layer_of(unit):
@@ -62,7 +69,7 @@ def read_graph(models_dir):
             with open(path, encoding="utf-8", errors="replace") as f:
                 text = f.read()
             for m in INCLUDE.finditer(text):
-                target = m.group(1)
+                target = INTERNAL_HEADERS.get(m.group(1), m.group(1))
                 if target != unit:
                     line = text.count("\n", 0, m.start()) + 1
                     edges.setdefault(target, "models/%s:%d" % (rel, line))

@@ -168,6 +168,7 @@ TEST(CostModel, OverlappedTensorParallelGemms) {
   KernelWork k;
   k.name = "qkv_gemm";
   k.cls = KernelClass::Gemm;
+  k.pass = GemmPass::Forward;
   k.m = 8192;
   k.n = 1536;
   k.k = 4096;

@@ -111,6 +111,44 @@ TEST(Flops, BytesOfNamedKernelsByHand) {
   EXPECT_DOUBLE_EQ(op.bytes_accessed, sum);
 }
 
+TEST(Flops, EachGemmCarriesItsPass) {
+  // Y[T x n] = X[T x k] W[k x n]: the forward product and the data gradient dX = dY W^T have the
+  // T token rows as m; the weight gradient dW = X^T dY sums over them (k = T), and each linear
+  // layer's backward has one of each. The batched attention products of the backward (dProbs,
+  // dV, dQ, dK) are data gradients. Memory-bound kernels have no pass. Both kernel lists.
+  const Shape x{2, 512, 1024, 16, 1, 51200, 2};
+  const double T = 2.0 * 512;
+  for (bool core : {false, true})
+    for (OpKind kind : {OpKind::AttnFwd, OpKind::AttnBwd, OpKind::MlpFwd, OpKind::MlpBwd,
+                        OpKind::LogitsLossFwd, OpKind::LogitsLossBwd}) {
+      OpDesc op = make(kind, x);
+      op.features.core = core;
+      const bool backward = kind == OpKind::AttnBwd || kind == OpKind::MlpBwd ||
+                            kind == OpKind::LogitsLossBwd;
+      int forward = 0, dgrad = 0, wgrad = 0;
+      for (const KernelWork& k : op_kernels(op)) {
+        const std::string where = std::string(to_string(kind)) + " " + k.name;
+        if (k.cls != KernelClass::Gemm) {
+          EXPECT_EQ(k.pass, GemmPass::None) << where;
+          continue;
+        }
+        const bool batched = k.batch > 1;
+        switch (k.pass) {
+          case GemmPass::Forward: ++forward; break;
+          case GemmPass::Dgrad: ++dgrad; break;
+          case GemmPass::Wgrad: ++wgrad; break;
+          case GemmPass::None: ADD_FAILURE() << where << ": a GEMM without its pass"; break;
+        }
+        if (batched) continue;
+        if (k.pass == GemmPass::Wgrad) EXPECT_EQ(k.k, T) << where;
+        else EXPECT_EQ(k.m, T) << where;
+      }
+      EXPECT_EQ(forward == 0, backward) << to_string(kind);
+      EXPECT_EQ(dgrad - (kind == OpKind::AttnBwd ? 4 : 0), wgrad) << to_string(kind);
+      EXPECT_EQ(wgrad > 0, backward) << to_string(kind);
+    }
+}
+
 TEST(Flops, SequenceParallelShrinksLayerNormTraffic) {
   const Shape x{1, 2048, 12288, 96, 1, 51200, 8};
   OpDesc plain = make(OpKind::MlpFwd, x);

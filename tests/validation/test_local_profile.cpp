@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "models/hardware/calibration.h"
 #include "models/perf/cost_model.h"
@@ -58,10 +59,13 @@ TEST(LocalProfile, GemmRolesSelectTheirPoints) {
   const double f = 2.0 * 128 * 512 * 128;
   EXPECT_DOUBLE_EQ(cost.gemm_compute_time_s(128, 512, 128, 1, "fwd"), f / (2e10 * 0.3));
   EXPECT_DOUBLE_EQ(cost.gemm_compute_time_s(128, 512, 128, 1, "dgrad"), f / (2e10 * 0.6));
-  EXPECT_STREQ(CostModel::gemm_role("fc1_gemm", 1), "fwd");
-  EXPECT_STREQ(CostModel::gemm_role("fc2_dgrad", 1), "dgrad");
-  EXPECT_STREQ(CostModel::gemm_role("fc2_wgrad", 1), "wgrad");
-  EXPECT_STREQ(CostModel::gemm_role("pv_bmm", 16), "bmm");
+  EXPECT_STREQ(CostModel::gemm_role(GemmPass::Forward, 1), "fwd");
+  EXPECT_STREQ(CostModel::gemm_role(GemmPass::Dgrad, 1), "dgrad");
+  EXPECT_STREQ(CostModel::gemm_role(GemmPass::Wgrad, 1), "wgrad");
+  EXPECT_STREQ(CostModel::gemm_role(GemmPass::Wgrad, 8), "wgrad");  // grouped expert GEMMs
+  EXPECT_STREQ(CostModel::gemm_role(GemmPass::Forward, 16), "bmm");
+  EXPECT_STREQ(CostModel::gemm_role(GemmPass::Dgrad, 16), "bmm");
+  EXPECT_THROW(CostModel::gemm_role(GemmPass::None, 1), std::logic_error);
   // No wgrad point: only the role-less (256, 512, 128) point counts.
   EXPECT_DOUBLE_EQ(cost.gemm_compute_time_s(128, 512, 128, 1, "wgrad"), f / (2e10 * 0.9));
 }

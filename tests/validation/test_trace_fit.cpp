@@ -173,7 +173,7 @@ TEST(TraceFit, TaskDurationFitRecoversAGemmRateScale) {
     for (const KernelWork& k : op_kernels(g.op(id))) {
       const double gemm = k.cls == KernelClass::Gemm
                               ? cost.gemm_compute_time_s(k.m, k.n, k.k, k.batch,
-                                                         CostModel::gemm_role(k.name, k.batch))
+                                                         CostModel::gemm_role(k.pass, k.batch))
                               : 0;
       t += cost.kernel_time_s(k) + gemm;  // the GEMM's compute part twice as long
     }

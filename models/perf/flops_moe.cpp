@@ -1,0 +1,116 @@
+// Kernel lists of a mixture-of-experts MLP block under Megatron-Core with Transformer Engine
+// modules (kernel_lists.h core_moe), on flops_core.cpp's CoreShape and pieces.
+#include <cstdint>
+
+#include "models/perf/kernel_lists.h"
+
+namespace trainsim::kernel_lists {
+
+namespace {
+
+// Mixture of experts (Megatron-Core MoELayer with the alltoall token dispatcher,
+// megatron/core/transformer/moe/): the pre-MLP norm; the router (a bf16 GEMM h x E, softmax
+// and top-k over E scores per token); permute (gather each token's k copies in expert order);
+// [the dispatch all-to-all over the EP group: a collective of its own, models/builder]; the
+// local experts' MLPs (one grouped GEMM over the E / EP experts with --moe-grouped-gemm, else
+// one GEMM per expert), on T k tokens arriving per rank when balanced (each rank receives what
+// it sends), times the imbalance factor on the busiest rank, the routing weights applied in
+// the activation (experts.py activation_func_with_probs: it reads the fp32 weights, and its
+// backward writes their gradient); [the combine all-to-all]; unpermute, an unweighted gather
+// back to token order; the shared expert (a dense MLP) if any.
+/// The GEMMs of the local experts, each C[m x n] = A[m x k] B[k x n] with the per-expert shape
+/// (m or k is the expert's tokens: the token copies on this rank / its local experts).
+void expert_gemms(const char* name, GemmPass pass, double m, double n, double k,
+                  const CoreShape& c, const ModelFeatures& f, std::vector<KernelWork>& out) {
+  const double experts = double(f.experts_local);
+  if (f.grouped_gemm) {
+    KernelWork w = core_gemm(name, pass, m, n, k, c, true);
+    w.batch = experts;
+    w.flops *= experts;
+    w.bytes *= experts;
+    out.push_back(w);
+  } else {
+    for (std::int64_t e = 0; e < f.experts_local; ++e)
+      out.push_back(core_gemm(name, pass, m, n, k, c, true));
+  }
+}
+
+/// The shared expert's forward (a dense MLP of Fs on every token of the layer), or its re-run
+/// before its backward (`rerun`, --recompute-modules shared_experts).
+void shared_expert_forward(const CoreShape& c, double Fs, bool rerun,
+                           std::vector<KernelWork>& out) {
+  const double Fs1 = c.swiglu ? 2 * Fs : Fs;
+  out.push_back(core_gemm(rerun ? "shared_fc1_gemm_recompute" : "shared_fc1_gemm",
+                          GemmPass::Forward, c.T, Fs1, c.H, c, true));
+  out.push_back(
+      mem(rerun ? "shared_swiglu_recompute" : "shared_swiglu_fwd", c.T * (Fs1 + Fs) * c.e));
+  out.push_back(core_gemm(rerun ? "shared_fc2_gemm_recompute" : "shared_fc2_gemm",
+                          GemmPass::Forward, c.T, c.H, Fs, c, true));
+}
+
+}  // namespace
+
+void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
+  const ModelFeatures& f = op.features;
+  const double E = double(f.num_experts), kk = double(f.topk);
+  const double tokens = c.Tsp * kk * f.imbalance;  // token copies on this rank's experts
+  const double te = tokens / double(f.experts_local);  // tokens per local expert
+  const double Fe = double(f.expert_ffn), F1 = c.swiglu ? 2 * Fe : Fe;
+  const double Fs = double(f.shared_ffn), Fs1 = c.swiglu ? 2 * Fs : Fs;
+  if (forward) {
+    // --recompute-modules moe re-runs the MoELayer alone: the pre-MLP norm (a separate TENorm
+    // before it) and the bias-dropout-add after it are outside the checkpoint.
+    const bool rerun = f.checkpoint_rerun;
+    if (!rerun) core_norm_fwd("pre_mlp_norm_fwd", c, out);
+    out.push_back(core_gemm("router_gemm", GemmPass::Forward, c.Tsp, E, c.H, c, false));
+    out.push_back(mem("router_topk", c.Tsp * E * 2 * kFp32Bytes));
+    out.push_back(mem("moe_permute", c.Tsp * c.H * c.e + tokens * c.H * c.e));
+    quantize("expert_fc1_input_cast", "expert_fc1_input_amax", tokens * c.H, c, out);
+    expert_gemms("expert_fc1_gemm", GemmPass::Forward, te, F1, c.H, c, f, out);
+    out.push_back(mem(c.swiglu ? "expert_swiglu_fwd" : "expert_gelu_fwd",
+                      tokens * ((F1 + Fe) * c.e + kFp32Bytes)));
+    quantize("expert_fc2_input_cast", "expert_fc2_input_amax", tokens * Fe, c, out);
+    expert_gemms("expert_fc2_gemm", GemmPass::Forward, te, c.H, Fe, c, f, out);
+    out.push_back(mem("moe_unpermute", tokens * c.H * c.e + c.Tsp * c.H * c.e));
+    if (Fs > 0) shared_expert_forward(c, Fs, false, out);
+    if (!rerun) core_residual_fwd(c, out);
+    return;
+  }
+  core_residual_bwd(c, out);
+  // --recompute-modules layernorm: the pre-MLP norm re-runs when the MoE output's gradient
+  // arrives (TransformerLayer's CheckpointWithoutOutput registers it on the MLP output).
+  if (f.recompute_layernorm) core_norm_fwd("pre_mlp_norm_recompute", c, out);
+  if (Fs > 0) {
+    // --recompute-modules shared_experts: its checkpointed forward first.
+    if (f.recompute_shared) shared_expert_forward(c, Fs, true, out);
+    core_linear_bwd("shared_fc2_grad_cast", "shared_fc2_grad_amax", "shared_fc2_dgrad",
+                    "shared_fc2_wgrad", c.T, c.H, Fs, c, out);
+    out.push_back(mem("shared_swiglu_bwd", c.T * (Fs + 2 * Fs1) * c.e));
+    core_linear_bwd("shared_fc1_grad_cast", "shared_fc1_grad_amax", "shared_fc1_dgrad",
+                    "shared_fc1_wgrad", c.T, Fs1, c.H, c, out);
+  }
+  out.push_back(mem("moe_unpermute_bwd", tokens * c.H * c.e + c.Tsp * c.H * c.e));
+  // --recompute-modules moe_act: the weighted activation (and its FP8 cast for fc2) re-runs
+  // when fc2's output gradient arrives (experts.py discard_output_and_register_recompute).
+  if (f.recompute_moe_act) {
+    out.push_back(mem(c.swiglu ? "expert_swiglu_recompute" : "expert_gelu_recompute",
+                      tokens * ((F1 + Fe) * c.e + kFp32Bytes)));
+    quantize("expert_fc2_input_cast_recompute", "expert_fc2_input_amax_recompute", tokens * Fe, c,
+             out);
+  }
+  quantize("expert_fc2_grad_cast", "expert_fc2_grad_amax", tokens * c.H, c, out);
+  expert_gemms("expert_fc2_dgrad", GemmPass::Dgrad, te, Fe, c.H, c, f, out);
+  expert_gemms("expert_fc2_wgrad", GemmPass::Wgrad, Fe, c.H, te, c, f, out);
+  out.push_back(mem(c.swiglu ? "expert_swiglu_bwd" : "expert_gelu_bwd",
+                    tokens * ((Fe + 2 * F1) * c.e + 2 * kFp32Bytes)));
+  quantize("expert_fc1_grad_cast", "expert_fc1_grad_amax", tokens * F1, c, out);
+  expert_gemms("expert_fc1_dgrad", GemmPass::Dgrad, te, c.H, F1, c, f, out);
+  expert_gemms("expert_fc1_wgrad", GemmPass::Wgrad, c.H, F1, te, c, f, out);
+  out.push_back(mem("moe_permute_bwd", c.Tsp * c.H * c.e + tokens * c.H * c.e));
+  out.push_back(mem("router_topk_bwd", c.Tsp * E * 2 * kFp32Bytes));
+  out.push_back(core_gemm("router_dgrad", GemmPass::Dgrad, c.Tsp, c.H, E, c, false));
+  out.push_back(core_gemm("router_wgrad", GemmPass::Wgrad, E, c.H, c.Tsp, c, false));
+  core_norm_bwd("pre_mlp_norm_bwd", c, out);
+}
+
+}  // namespace trainsim::kernel_lists

@@ -1,0 +1,149 @@
+#include "models/system/collective_flows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "models/errors.h"
+
+namespace trainsim {
+namespace {
+
+std::uint32_t node_of(RankId r, std::int64_t gpus_per_node) {
+  return std::uint32_t(r / std::uint64_t(gpus_per_node));
+}
+
+std::uint64_t round_bytes(double bytes) { return std::uint64_t(std::llround(bytes)); }
+
+/// The hierarchical ring (several nodes, k > 1 members on each): (k-1)/k of the ring bytes
+/// round the node's ring over NVLink, 1/k over the rank's own NIC to the same-position member
+/// of the next node (NCCL's multi-channel rings, one per NIC; nccl-tests PERFORMANCE.md bus
+/// bandwidth).
+void split_rail(CollectiveFlows& f, const GroupLayout& layout, const OpDesc& op, double ring_bytes,
+                std::int64_t size, RankId rank, std::int64_t gpus_per_node) {
+  const std::size_t k = layout.members_per_node;
+  const std::size_t ni = std::size_t(
+      std::find(layout.nodes.begin(), layout.nodes.end(), node_of(rank, gpus_per_node)) -
+      layout.nodes.begin());
+  const auto& local = layout.members[ni];
+  const std::size_t j = std::size_t(std::find(local.begin(), local.end(), rank) - local.begin());
+  f.ring.dst = local[(j + 1) % k];
+  f.ring.pred = local[(j + k - 1) % k];
+  f.ring.bytes = round_bytes(ring_bytes * double(k - 1) / double(k));
+  if (op.kind == OpKind::AllToAll)  // (k-1)/n to the node's peers over NVLink
+    f.ring.bytes = round_bytes(double(op.bytes) * double(k - 1) / double(size));
+  const std::size_t nn = layout.nodes.size();
+  f.has_rail = true;
+  f.rail.dst = layout.members[(ni + 1) % nn][j];
+  f.rail.pred = layout.members[(ni + nn - 1) % nn][j];
+  f.rail.bytes = round_bytes(ring_bytes / double(k));
+  // All-to-all: (n-k)/n of the buffer goes to other nodes, each GPU over its own NIC
+  // (rail-optimized; the fat tree carries it to every node at full bisection).
+  if (op.kind == OpKind::AllToAll)
+    f.rail.bytes = round_bytes(double(op.bytes) * double(size - std::int64_t(k)) / double(size));
+}
+
+/// NCCL's algorithm and protocol for this size and group (models/perf/nccl_model.h): its
+/// latency, and the protocol's wire format on the links (LL and LL128 carry flags with the
+/// data). A tree all-reduce moves as many bytes per NIC as the ring (2S per node, up and down
+/// the two binary trees), so the ring's flows carry it too.
+void apply_nccl(CollectiveFlows& f, const CostModel& cost, const OpDesc& op,
+                const GroupLayout& layout, double ring_bytes, std::int64_t size) {
+  const NcclChoice nccl = cost.nccl_collective(op.kind, double(op.bytes), size,
+                                               std::int64_t(layout.nodes.size()));
+  f.nccl = nccl;
+  f.latency_s = nccl.latency_s;
+  f.sm_share = cost.nccl_sm_share(nccl);
+  // No faster than NCCL's bus bandwidth for the pair: the ring bytes of this rank in
+  // ring_bytes / bus seconds, the ring and the rail flows each carrying their share.
+  const std::size_t k = layout.members_per_node;
+  const double wire_rate = nccl.bus_bw_bytes_per_s * nccl.wire_factor;
+  const double share = f.has_rail ? double(k - 1) / double(k) : 1.0;
+  f.ring.rate_bytes_per_s = wire_rate * share;
+  if (f.has_rail) f.rail.rate_bytes_per_s = wire_rate / double(k);
+  f.ring.bytes = round_bytes(double(f.ring.bytes) * nccl.wire_factor);
+  f.rail.bytes = round_bytes(double(f.rail.bytes) * nccl.wire_factor);
+  if (!is_nvls(nccl.algo)) return;
+  // NVLink SHARP: the switch reduces and multicasts, so a rank moves its NVLS traffic
+  // (nccl_traffic), not the ring's; each flow paced to end when NCCL's algorithm bandwidth
+  // would (the ring bytes at its bus bandwidth).
+  const NcclTraffic tr = nccl_traffic(nccl, op.kind, double(op.bytes), size,
+                                      std::int64_t(layout.nodes.size()));
+  const double bw_s = ring_bytes / nccl.bus_bw_bytes_per_s;
+  const double nvlink_bytes = f.has_rail ? tr.nvlink_bytes : tr.nvlink_bytes + tr.nic_bytes;
+  f.ring.bytes = round_bytes(nvlink_bytes);
+  f.ring.rate_bytes_per_s = nvlink_bytes / bw_s;
+  if (f.has_rail) {
+    f.rail.bytes = round_bytes(tr.nic_bytes);
+    f.rail.rate_bytes_per_s = tr.nic_bytes / bw_s;
+  }
+}
+
+}  // namespace
+
+GroupLayout group_layout(const CommGroup& group, std::int64_t gpus_per_node) {
+  TRAINSIM_CHECK(gpus_per_node > 0, "gpus_per_node " + std::to_string(gpus_per_node));
+  std::map<std::uint32_t, std::vector<RankId>> by_node;
+  for (RankId r : group.ranks) by_node[node_of(r, gpus_per_node)].push_back(r);
+  GroupLayout out;
+  for (auto& [node, members] : by_node) {
+    out.nodes.push_back(node);
+    out.members.push_back(std::move(members));
+  }
+  if (out.members.empty()) return out;
+  out.members_per_node = out.members.front().size();
+  for (const auto& members : out.members)
+    out.uniform = out.uniform && members.size() == out.members_per_node;
+  return out;
+}
+
+CollectiveFlows collective_flows(const CostModel& cost, const OpDesc& op, const CommGroup& group,
+                                 RankId rank, std::int64_t gpus_per_node) {
+  CollectiveFlows f;
+  const auto pos = std::find(group.ranks.begin(), group.ranks.end(), rank);
+  TRAINSIM_CHECK(pos != group.ranks.end(),
+                 "rank " + std::to_string(rank) + " is not in its collective's group");
+  const std::int64_t size = std::int64_t(group.ranks.size());
+  if (size == 1) {
+    f.zero_time = true;
+    return f;
+  }
+  // The ring over the group's order (nccl-tests doc/PERFORMANCE.md): every rank sends
+  // ring_bytes_per_rank to its successor.
+  const std::size_t i = std::size_t(pos - group.ranks.begin());
+  const std::size_t n = group.ranks.size();
+  f.ring.dst = group.ranks[(i + 1) % n];
+  f.ring.pred = group.ranks[(i + n - 1) % n];
+  const double ring_bytes = CostModel::ring_bytes_per_rank(op.kind, double(op.bytes), size);
+  f.ring.bytes = round_bytes(ring_bytes);
+  const GroupLayout layout = group_layout(group, gpus_per_node);
+  if (layout.hierarchical()) split_rail(f, layout, op, ring_bytes, size, rank, gpus_per_node);
+  if (op.kind == OpKind::AllToAll) {
+    // NCCL all-to-all: grouped send/recv to every peer, no algorithm choice.
+    f.latency_s = cost.collective_latency_s(op.kind, size, layout.nodes.size() == 1);
+    return f;
+  }
+  apply_nccl(f, cost, op, layout, ring_bytes, size);
+  return f;
+}
+
+double folded_min_time_s(const CollectiveFlows& flows,
+                         const std::function<bool(RankId)>& simulated) {
+  auto folded = [&](const PeerFlow& p) { return !simulated(p.dst) || !simulated(p.pred); };
+  double paced_s = 0;
+  if (flows.zero_time) return paced_s;
+  if (flows.ring.rate_bytes_per_s > 0 && folded(flows.ring))
+    paced_s = double(flows.ring.bytes) / flows.ring.rate_bytes_per_s;
+  if (flows.has_rail && flows.rail.rate_bytes_per_s > 0 && folded(flows.rail))
+    paced_s = std::max(paced_s, double(flows.rail.bytes) / flows.rail.rate_bytes_per_s);
+  return paced_s;
+}
+
+double message_latency_s(const CostModel& cost, RankId src, RankId dst,
+                         std::int64_t gpus_per_node) {
+  return cost.collective_latency_s(OpKind::SendRecv, 2,
+                                   node_of(src, gpus_per_node) == node_of(dst, gpus_per_node));
+}
+
+}  // namespace trainsim

@@ -1,0 +1,84 @@
+// The system layer: what one rank's communication task moves, to whom and how fast, as
+// point-to-point flows between GPUs (ASTRA-sim's split of a system layer from its network
+// backends). No SimGrid here: the executor (sim/executor.cpp) turns these flows into SimGrid
+// activities on the links of sim/platform.h, and the tests check them without a simulator.
+//
+// A collective of n ranks (the ring order of its CommGroup; nccl-tests doc/PERFORMANCE.md):
+//  - NCCL's algorithm and protocol for the size and group (CostModel::nccl_collective,
+//    models/perf/nccl_model.h): its latency, the SM share of its kernel, the protocol's wire
+//    format on the links (LL and LL128 carry flags with the data) and its bus bandwidth as the
+//    flows' rate bound. All-to-all has no NCCL choice: CostModel::collective_latency_s.
+//  - the ring: every rank sends ring_bytes_per_rank to its successor while its predecessor
+//    sends as much to it. On several nodes with k > 1 members on each (all nodes alike) the
+//    ring is hierarchical, as NCCL runs one ring channel per NIC: (k-1)/k of the ring bytes go
+//    round the node's ring over NVLink and 1/k to the same-position member of the next node
+//    over the rank's own NIC (the rail). All-to-all: (k-1)/n of the buffer to the node's peers
+//    over NVLink and (n-k)/n over the rail.
+//  - NVLS / NVLS-Tree (NVLink SHARP): a rank moves its NVLS traffic (nccl_traffic) on NVLink
+//    and on its NIC instead of the ring's, each flow paced to end when NCCL's algorithm
+//    bandwidth would.
+//  - a folded graph simulates one rank of a set of identical replicas: its ring successor or
+//    predecessor may not be simulated (folded_min_time_s).
+// A group of one rank takes no time and moves nothing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "models/graph/schedule_graph.h"
+#include "models/perf/cost_model.h"
+
+namespace trainsim {
+
+/// Where a group's ranks sit on nodes of `gpus_per_node` consecutive ranks (the platform's
+/// layout, sim/platform.h).
+struct GroupLayout {
+  std::vector<std::uint32_t> nodes;          ///< the nodes the group spans, ascending
+  std::vector<std::vector<RankId>> members;  ///< per node (as `nodes`), in group order
+  std::size_t members_per_node = 0;          ///< k: the members of the first node
+  bool uniform = true;                       ///< every node holds k members
+  /// The ring is hierarchical: several nodes, k > 1 members on each, all alike.
+  bool hierarchical() const { return nodes.size() > 1 && members_per_node > 1 && uniform; }
+};
+GroupLayout group_layout(const CommGroup& group, std::int64_t gpus_per_node);
+
+/// One of a rank's flows: it sends `bytes` (on the wire) to `dst` while `pred` sends as many
+/// to it, each no faster than `rate_bytes_per_s` (0: the links alone set the rate).
+struct PeerFlow {
+  RankId dst = 0;   ///< ring (or rail) successor
+  RankId pred = 0;  ///< ring (or rail) predecessor
+  std::uint64_t bytes = 0;
+  double rate_bytes_per_s = 0;
+};
+
+/// One rank's part of a collective.
+struct CollectiveFlows {
+  bool zero_time = false;        ///< a group of one rank: no time, no flow
+  std::optional<NcclChoice> nccl;  ///< NCCL's algorithm and protocol (none for all-to-all)
+  double latency_s = 0;          ///< paid before the flows (launch + steps; includes the links')
+  double sm_share = 0;           ///< CostModel::nccl_sm_share of the kernel; 0: none
+  PeerFlow ring;                 ///< the ring: over NVLink when hierarchical
+  bool has_rail = false;         ///< hierarchical: also a flow over the rank's NIC
+  PeerFlow rail;                 ///< to the same-position member of the next node
+};
+
+/// The flows of `rank`'s part of collective `op` (op.kind, op.bytes) on `group`, which holds
+/// `rank` (TRAINSIM_CHECK), on nodes of `gpus_per_node` GPUs.
+CollectiveFlows collective_flows(const CostModel& cost, const OpDesc& op, const CommGroup& group,
+                                 RankId rank, std::int64_t gpus_per_node);
+
+/// The rate bound of a folded rank's flows: a flow to or from a rank that is not simulated
+/// (`simulated` false) is a flow between two hosts, which SimGrid does not bound (only mailbox
+/// comms take Comm::set_rate), so the collective ends no earlier than the slowest such flow
+/// would at its rate: max over them of bytes / rate; 0 when there is none.
+double folded_min_time_s(const CollectiveFlows& flows,
+                         const std::function<bool(RankId)>& simulated);
+
+/// A point-to-point message from `src` to `dst` (NCCL send/recv): launch latency + one step
+/// (CostModel::collective_latency_s(SendRecv), whose per-step figure includes the links').
+double message_latency_s(const CostModel& cost, RankId src, RankId dst,
+                         std::int64_t gpus_per_node);
+
+}  // namespace trainsim

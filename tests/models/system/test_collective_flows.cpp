@@ -1,0 +1,238 @@
+// Tests of models/system/collective_flows: a collective as point-to-point flows, without
+// SimGrid. Neighbours, byte counts and rates are worked out here from the ring's closed forms
+// (nccl-tests doc/PERFORMANCE.md), the hierarchical ring's (k-1)/k and 1/k split, the
+// protocols' wire formats (NCCL src/device/prims_ll*.h) and the NVLS traffic formulas of
+// models/perf/nccl_model.h.
+#include "models/system/collective_flows.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+
+#include "models/hardware/calibration.h"
+#include "models/hardware/hardware.h"
+
+namespace trainsim {
+namespace {
+
+struct Env {
+  SystemSpec system;
+  CalibrationProfile profile;
+  CostModel cost;
+  explicit Env(const std::string& name = "dgx-a100-80gb")
+      : system(find_system(name)), profile(default_calibration(system.gpu.name)),
+        cost(system, profile) {}
+  double nvlink_bw() const { return system.gpu.nvlink_bw_bytes_per_s * profile.nvlink_efficiency; }
+};
+
+OpDesc collective(OpKind kind, std::int64_t bytes, std::int64_t size) {
+  OpDesc op;
+  op.kind = kind;
+  op.group = GroupKind::Data;
+  op.bytes = bytes;
+  op.group_size = size;
+  return op;
+}
+
+CommGroup group_of(std::vector<RankId> ranks) {
+  CommGroup g;
+  g.kind = GroupKind::Data;
+  g.ranks = std::move(ranks);
+  return g;
+}
+
+std::vector<RankId> iota_ranks(RankId first, std::size_t count, RankId stride = 1) {
+  std::vector<RankId> r(count);
+  for (std::size_t i = 0; i < count; ++i) r[i] = first + RankId(i) * stride;
+  return r;
+}
+
+constexpr std::int64_t kGpn = 8;
+constexpr std::int64_t kLarge = std::int64_t(1) << 30;  // 1 GiB: bandwidth-bound, Simple
+
+TEST(CollectiveFlows, TensorParallelRingOfEightOnOneNodeVisitsEveryGpuOnce) {
+  Env env;
+  const CommGroup g = group_of(iota_ranks(8, 8));  // node 1
+  const OpDesc op = collective(OpKind::AllReduce, kLarge, 8);
+  std::set<RankId> successors;
+  for (RankId r = 8; r < 16; ++r) {
+    const CollectiveFlows f = collective_flows(env.cost, op, g, r, kGpn);
+    EXPECT_EQ(f.ring.dst, 8 + (r - 8 + 1) % 8);
+    EXPECT_EQ(f.ring.pred, 8 + (r - 8 + 7) % 8);
+    EXPECT_FALSE(f.has_rail);
+    ASSERT_TRUE(f.nccl);
+    EXPECT_EQ(f.nccl->algo, NcclAlgo::Ring);  // A100: no NVLS, one node: no tree
+    EXPECT_EQ(f.nccl->proto, NcclProto::Simple);
+    // All-reduce ring: 2 (n-1)/n S per rank, Simple adds no flags.
+    EXPECT_EQ(f.ring.bytes, std::uint64_t(2 * 7 * (kLarge / 8)));
+    // Simple ring inside a node: NCCL's bus bandwidth is the achieved NVLink rate.
+    EXPECT_DOUBLE_EQ(f.ring.rate_bytes_per_s, env.nvlink_bw());
+    EXPECT_DOUBLE_EQ(f.latency_s, f.nccl->latency_s);
+    successors.insert(f.ring.dst);
+  }
+  EXPECT_EQ(successors.size(), 8u);
+}
+
+TEST(CollectiveFlows, InterNodeRingSplitsOverTheEightNicRails) {
+  Env env;
+  // 4 nodes x 8 GPUs, reduce-scatter (a ring; the tree is for all-reduce only).
+  const CommGroup g = group_of(iota_ranks(0, 32));
+  const OpDesc op = collective(OpKind::ReduceScatter, kLarge, 32);
+  const CollectiveFlows f = collective_flows(env.cost, op, g, 10, kGpn);  // node 1, GPU 2
+  ASSERT_TRUE(f.has_rail);
+  EXPECT_EQ(f.ring.dst, 11u);
+  EXPECT_EQ(f.ring.pred, 9u);
+  EXPECT_EQ(f.rail.dst, 18u);  // GPU 2 of node 2: the same rail
+  EXPECT_EQ(f.rail.pred, 2u);  // GPU 2 of node 0
+  ASSERT_TRUE(f.nccl);
+  ASSERT_EQ(f.nccl->proto, NcclProto::Simple);
+  const double ring_bytes = 31.0 / 32.0 * double(kLarge);
+  EXPECT_EQ(f.ring.bytes, std::uint64_t(std::llround(ring_bytes * 7 / 8)));
+  EXPECT_EQ(f.rail.bytes, std::uint64_t(std::llround(ring_bytes / 8)));
+  // The bus bandwidth split in proportion to the bytes: both flows end together.
+  const double bus = f.nccl->bus_bw_bytes_per_s;
+  EXPECT_DOUBLE_EQ(f.ring.rate_bytes_per_s, bus * 7 / 8);
+  EXPECT_DOUBLE_EQ(f.rail.rate_bytes_per_s, bus / 8);
+  // The last node's rail wraps to node 0.
+  const CollectiveFlows last = collective_flows(env.cost, op, g, 31, kGpn);
+  EXPECT_EQ(last.rail.dst, 7u);
+  EXPECT_EQ(last.rail.pred, 23u);
+  EXPECT_EQ(last.ring.dst, 24u);
+}
+
+TEST(CollectiveFlows, OneMemberPerNodeOrUnevenNodesKeepTheFlatRing) {
+  Env env;
+  // Data parallel across TP=8 nodes: one member per node, the ring crosses nodes directly.
+  const CommGroup dp = group_of(iota_ranks(0, 4, 8));
+  const CollectiveFlows f = collective_flows(env.cost, collective(OpKind::AllGather, kLarge, 4), dp, 8, kGpn);
+  EXPECT_FALSE(f.has_rail);
+  EXPECT_EQ(f.ring.dst, 16u);
+  EXPECT_EQ(f.ring.pred, 0u);
+  EXPECT_EQ(f.ring.bytes, std::uint64_t(3 * (kLarge / 4)));
+  // 6 members on node 0, 2 on node 1: not uniform.
+  const CommGroup uneven = group_of(iota_ranks(2, 8));
+  const CollectiveFlows u =
+      collective_flows(env.cost, collective(OpKind::AllGather, kLarge, 8), uneven, 7, kGpn);
+  EXPECT_FALSE(u.has_rail);
+  EXPECT_EQ(u.ring.dst, 8u);
+}
+
+TEST(CollectiveFlows, SmallMessagesUseLlWithItsFlagsLargeOnesSimple) {
+  Env env;
+  const CommGroup g = group_of(iota_ranks(0, 8));
+  const std::int64_t small = 4096;
+  const CollectiveFlows s = collective_flows(env.cost, collective(OpKind::AllReduce, small, 8), g, 0, kGpn);
+  ASSERT_TRUE(s.nccl);
+  const NcclChoice expect_small = env.cost.nccl_collective(OpKind::AllReduce, double(small), 8, 1);
+  EXPECT_EQ(s.nccl->algo, expect_small.algo);
+  EXPECT_EQ(s.nccl->proto, NcclProto::LL);  // NCCL's choice for a few KiB on NVLink
+  EXPECT_DOUBLE_EQ(s.latency_s, expect_small.latency_s);
+  // LL: 16-byte lines of 8 data and 8 flag bytes, twice the payload on the wire.
+  EXPECT_EQ(s.ring.bytes, std::uint64_t(std::llround(2.0 * 7 / 8 * small * 2)));
+  EXPECT_DOUBLE_EQ(s.ring.rate_bytes_per_s, s.nccl->bus_bw_bytes_per_s * 2);
+  const CollectiveFlows l = collective_flows(env.cost, collective(OpKind::AllReduce, kLarge, 8), g, 0, kGpn);
+  EXPECT_EQ(l.nccl->proto, NcclProto::Simple);
+  EXPECT_EQ(l.nccl->algo, env.cost.nccl_collective(OpKind::AllReduce, double(kLarge), 8, 1).algo);
+  EXPECT_GT(s.sm_share, 0.0);
+  EXPECT_LE(s.sm_share, 1.0);
+}
+
+TEST(CollectiveFlows, NvlsAllReduceMovesItsSwitchTrafficNotTheRings) {
+  Env env("dgx-h100");
+  const double S = double(kLarge);
+  const CommGroup one = group_of(iota_ranks(0, 8));
+  const CollectiveFlows f = collective_flows(env.cost, collective(OpKind::AllReduce, kLarge, 8), one, 3, kGpn);
+  ASSERT_TRUE(f.nccl);
+  ASSERT_EQ(f.nccl->algo, NcclAlgo::Nvls);
+  // multimem reads S/k of each of k shards and writes S, plus its own shard each way:
+  // S (k+1)/k on NVLink, paced to end when the ring bytes would at NCCL's bus bandwidth.
+  const double nvlink = S * 9 / 8;
+  const double bw_s = 2.0 * 7 / 8 * S / f.nccl->bus_bw_bytes_per_s;
+  EXPECT_EQ(f.ring.bytes, std::uint64_t(std::llround(nvlink)));
+  EXPECT_DOUBLE_EQ(f.ring.rate_bytes_per_s, nvlink / bw_s);
+  // Two nodes: NVLS-Tree, the node's reduced buffer over its 8 heads' NICs, S/8 each.
+  const CommGroup two = group_of(iota_ranks(0, 16));
+  const CollectiveFlows t = collective_flows(env.cost, collective(OpKind::AllReduce, kLarge, 16), two, 3, kGpn);
+  ASSERT_TRUE(t.nccl);
+  ASSERT_EQ(t.nccl->algo, NcclAlgo::NvlsTree);
+  ASSERT_TRUE(t.has_rail);
+  const double bw2_s = 2.0 * 15 / 16 * S / t.nccl->bus_bw_bytes_per_s;
+  EXPECT_EQ(t.ring.bytes, std::uint64_t(std::llround(nvlink)));
+  EXPECT_EQ(t.rail.bytes, std::uint64_t(std::llround(S / 8)));
+  EXPECT_DOUBLE_EQ(t.rail.rate_bytes_per_s, S / 8 / bw2_s);
+  EXPECT_EQ(t.rail.dst, 11u);
+}
+
+TEST(CollectiveFlows, FoldedRankEndsNoEarlierThanItsUnboundedFlowsAtTheirRate) {
+  Env env;
+  const CommGroup g = group_of(iota_ranks(0, 32));
+  const CollectiveFlows f =
+      collective_flows(env.cost, collective(OpKind::ReduceScatter, kLarge, 32), g, 10, kGpn);
+  ASSERT_TRUE(f.has_rail);
+  const double ring_s = double(f.ring.bytes) / f.ring.rate_bytes_per_s;
+  const double rail_s = double(f.rail.bytes) / f.rail.rate_bytes_per_s;
+  auto all = [](RankId) { return true; };
+  EXPECT_EQ(folded_min_time_s(f, all), 0.0);  // every flow is a mailbox comm, bounded
+  // Only node 1 simulated: the ring's neighbours are, the rail's are not.
+  auto node1 = [](RankId r) { return r / 8 == 1; };
+  EXPECT_DOUBLE_EQ(folded_min_time_s(f, node1), rail_s);
+  // Only the ring's predecessor folded away: its flow into this rank is host-to-host too.
+  auto but_pred = [](RankId r) { return r != 9; };
+  EXPECT_DOUBLE_EQ(folded_min_time_s(f, but_pred), ring_s);
+  // Only rank 10 simulated: both flows are host-to-host, the slower sets the end.
+  auto alone = [](RankId r) { return r == 10; };
+  EXPECT_DOUBLE_EQ(folded_min_time_s(f, alone), std::max(ring_s, rail_s));
+  // All-to-all has no NCCL rate: nothing to pace.
+  const CollectiveFlows a =
+      collective_flows(env.cost, collective(OpKind::AllToAll, kLarge, 32), g, 10, kGpn);
+  EXPECT_EQ(folded_min_time_s(a, alone), 0.0);
+}
+
+TEST(CollectiveFlows, AllToAllAcrossNodesSendsTheOtherNodesShareOverTheRail) {
+  Env env;
+  const CommGroup g = group_of(iota_ranks(0, 16));
+  const CollectiveFlows f =
+      collective_flows(env.cost, collective(OpKind::AllToAll, kLarge, 16), g, 5, kGpn);
+  EXPECT_FALSE(f.nccl);
+  ASSERT_TRUE(f.has_rail);
+  EXPECT_EQ(f.ring.bytes, std::uint64_t(7 * (kLarge / 16)));  // (k-1)/n on NVLink
+  EXPECT_EQ(f.rail.bytes, std::uint64_t(8 * (kLarge / 16)));  // (n-k)/n over the NIC
+  EXPECT_DOUBLE_EQ(f.latency_s, env.profile.nccl_launch_latency_s +
+                                    env.profile.nccl_step_latency_inter_node_s);  // one step
+  EXPECT_EQ(f.ring.rate_bytes_per_s, 0.0);
+}
+
+TEST(CollectiveFlows, GroupOfOneTakesNoTimeAndARankOutsideItsGroupIsABug) {
+  Env env;
+  const CollectiveFlows f =
+      collective_flows(env.cost, collective(OpKind::AllReduce, 100, 1), group_of({4}), 4, kGpn);
+  EXPECT_TRUE(f.zero_time);
+  EXPECT_FALSE(f.nccl);
+  EXPECT_THROW(collective_flows(env.cost, collective(OpKind::AllReduce, 100, 2), group_of({0, 1}), 2, kGpn),
+               std::logic_error);
+}
+
+TEST(CollectiveFlows, MessageLatencyIsLaunchPlusOneStepOfTheLinkItCrosses) {
+  Env env;
+  const double launch = env.profile.nccl_launch_latency_s;
+  EXPECT_DOUBLE_EQ(message_latency_s(env.cost, 3, 5, kGpn),
+                   launch + env.profile.nccl_step_latency_intra_node_s);
+  EXPECT_DOUBLE_EQ(message_latency_s(env.cost, 7, 8, kGpn),
+                   launch + env.profile.nccl_step_latency_inter_node_s);
+}
+
+TEST(GroupLayout, MembersPerNodeInGroupOrder) {
+  const GroupLayout l = group_layout(group_of({17, 1, 16, 0}), kGpn);
+  ASSERT_EQ(l.nodes, (std::vector<std::uint32_t>{0, 2}));
+  EXPECT_EQ(l.members[0], (std::vector<RankId>{1, 0}));
+  EXPECT_EQ(l.members[1], (std::vector<RankId>{17, 16}));
+  EXPECT_EQ(l.members_per_node, 2u);
+  EXPECT_TRUE(l.hierarchical());
+  EXPECT_FALSE(group_layout(group_of({0, 1, 2, 8}), kGpn).hierarchical());
+}
+
+}  // namespace
+}  // namespace trainsim
