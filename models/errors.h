@@ -1,5 +1,5 @@
-// The error channels of trainsim (docs/architecture.md "Errors"). Every throw in models/,
-// sim/ and hw_backend/ is one of these three; none throws a bare std::logic_error,
+// The error channels of trainsim (docs/architecture.md "Errors"). The rule: code in models/,
+// sim/ and hw_backend/ throws one of these three, never a bare std::logic_error,
 // std::invalid_argument or std::runtime_error.
 //  - InputError: something the user can fix (a bad scenario, flag, environment variable,
 //    profile or trace file, a missing file, a run refused as too large). The message names the
