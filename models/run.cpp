@@ -302,6 +302,8 @@ void choose_system(const RunRequest& req, PreparedRun& run) {
 PreparedRun prepare_platform(const RunRequest& req) {
   PreparedRun run;
   run.scenario = load_scenario(req.scenario_path, req.overrides);
+  // Launch-line keys accepted and not modelled (models/input/keys.h), first in the notes.
+  run.notes.insert(run.notes.end(), run.scenario.notes.begin(), run.scenario.notes.end());
   choose_system(req, run);
   return run;
 }

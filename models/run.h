@@ -1,5 +1,5 @@
-// One run, as a value: the single code path every verb (simulate, replay, validate, and the
-// planner to come) uses to go from a scenario file to a schedule graph, and from an execution
+// One run, as a value: the single code path every verb (simulate, replay, validate, and each
+// candidate the planner simulates) uses to go from a scenario file to a schedule graph, and from an execution
 // record to typed outputs.
 //
 //   RunRequest ──prepare_run──► PreparedRun ──(an executor: sim::simulate, hw::replay)──►

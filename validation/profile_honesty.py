@@ -69,7 +69,9 @@ def relations(device, sheet, measured):
     """(parameter, implied low, implied high, derivation text, kind) for one GPU."""
     a100 = device.startswith("A100")
     col = {"A100-SXM4-40GB": "A100 SXM 40GB", "A100-SXM4-80GB": "A100 SXM 80GB",
-           "H100-SXM5-80GB": "H100 SXM 80GB"}[device]
+           "H100-SXM5-80GB": "H100 SXM 80GB", "H200-SXM-141GB": "H200 SXM 141GB"}[device]
+    # H200: the H100 rows below (same GH100 compute, NVLink 4, NICs and host: the H200 profile
+    # carries the H100 values over, and they must stay within the H100 measurements).
     ds = sheet[col]
     peak = numbers(ds["dense BF16/FP16 tensor TFLOP/s"])[0]
     nvlink_both = numbers(ds["NVLink per GPU (both directions together)"])[0]

@@ -1,6 +1,8 @@
-// The hardware catalog: GPUs, DGX nodes and their fabrics, from datasheets
-// (../shared/ground-truth/hardware.md). A measured calibration profile refines what these
-// datasheet numbers predict; the catalog itself holds only published facts.
+// The hardware catalog: GPUs, DGX nodes and their fabrics, from datasheets. The catalog is
+// data: one system file per system in systems/*.yaml (format: docs/cluster.md, reader:
+// system_file.h), each number with its source, embedded in the library at build time. A
+// measured calibration profile refines what these datasheet numbers predict; the catalog itself
+// holds only published facts.
 #pragma once
 
 #include <cstdint>
@@ -63,7 +65,7 @@ struct SystemSpec {
   double pcie_latency_s = 0;
 };
 
-/// The catalog entry with that name: `dgx-a100-40gb`, `dgx-a100-80gb`, `dgx-h100`.
+/// The catalog entry with that name: a shipped system file (systems/<name>.yaml) or `local`.
 /// Throws InputError listing the known names when there is none.
 const SystemSpec& find_system(const std::string& name);
 std::vector<std::string> system_names();

@@ -33,6 +33,7 @@
 
 #include "models/errors.h"
 #include "models/json_input.h"
+#include "models/input/keys.h"
 
 namespace trainsim {
 
@@ -57,21 +58,26 @@ std::string text(bool b) { return b ? "true" : "false"; }
 
 using Keys = std::vector<std::pair<std::string, std::string>>;
 
+/// The model key that fills `member`, named through the key table (models/input/keys.h), and
+/// its YAML value.
+template <typename T>
+void put(Keys& out, T ModelConfig::*member, const std::string& value) {
+  out.emplace_back(input::last_of(key_of(member)), value);
+}
+
 /// num_experts / num_local_experts, top-k, expert and shared-expert sizes; false for a dense
 /// model.
 bool import_moe(const json& c, const std::string& path, std::int64_t ffn, Keys& out) {
-  auto put = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
   const char* experts_key = c.contains("num_experts") ? "num_experts" : "num_local_experts";
   if (!c.contains(experts_key) || c[experts_key].is_null() || c[experts_key] == 0) return false;
-  put("num_experts", std::to_string(need_int(c, path, experts_key)));
-  put("moe_router_topk", std::to_string(need_int(c, path, "num_experts_per_tok")));
-  put("moe_ffn_hidden_size", std::to_string(c.contains("moe_intermediate_size")
+  put(out, &ModelConfig::num_experts, std::to_string(need_int(c, path, experts_key)));
+  put(out, &ModelConfig::moe_router_topk, std::to_string(need_int(c, path, "num_experts_per_tok")));
+  put(out, &ModelConfig::moe_ffn_hidden_size, std::to_string(c.contains("moe_intermediate_size")
                                                 ? need_int(c, path, "moe_intermediate_size")
                                                 : ffn));
   if (c.contains("shared_expert_intermediate_size") && c["shared_expert_intermediate_size"] != 0)
-    put("moe_shared_expert_intermediate_size",
-        std::to_string(need_int(c, path, "shared_expert_intermediate_size")));
-  put("moe_grouped_gemm", "true");
+    put(out, &ModelConfig::moe_shared_expert_intermediate_size, std::to_string(need_int(c, path, "shared_expert_intermediate_size")));
+  put(out, &ModelConfig::moe_grouped_gemm, "true");
   return true;
 }
 
@@ -80,7 +86,7 @@ void put_layer_pattern(const std::vector<bool>& is_moe, Keys& out) {
   std::string pattern = "[";
   for (std::size_t i = 0; i < is_moe.size(); ++i)
     pattern += (i ? ", " : "") + std::string(is_moe[i] ? "1" : "0");
-  out.emplace_back("moe_layer_freq", pattern + "]");
+  put(out, &ModelConfig::moe_layer_freq, pattern + "]");
 }
 
 /// Qwen3-MoE's dense layers (transformers models/qwen3_moe/modeling_qwen3_moe.py,
@@ -115,7 +121,7 @@ void import_windows(const json& c, const std::string& path, const std::string& a
                                                          a == "MixtralForCausalLM" ||
                                                          a == "MistralForCausalLM");
   if (!sliding) return;
-  out.emplace_back("window_size", std::to_string(c["sliding_window"].get<std::int64_t>()));
+  put(out, &ModelConfig::window_size, std::to_string(c["sliding_window"].get<std::int64_t>()));
   if (!c.contains("layer_types") || !c["layer_types"].is_array()) return;
   const json& t = c["layer_types"];
   bool alternating = t.size() >= 2;
@@ -123,34 +129,32 @@ void import_windows(const json& c, const std::string& path, const std::string& a
     alternating = alternating && t[i] == (i % 2 == 0 ? "sliding_attention" : "full_attention");
   if (!alternating)
     bad(path, "layer_types", t, "only sliding/full alternation (or all sliding) is modelled");
-  out.emplace_back("window_attn_skip_freq", "2");
+  put(out, &ModelConfig::window_attn_skip_freq, "2");
 }
 
 /// DeepSeek-V2 / V3: multi-head latent attention and the routed/shared experts.
 void import_deepseek(const json& c, const std::string& path, std::int64_t layers, Keys& out) {
-  auto put = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
   if (c.contains("num_nextn_predict_layers") && c["num_nextn_predict_layers"] != 0)
     bad(path, "num_nextn_predict_layers", c["num_nextn_predict_layers"],
         "multi-token prediction (Megatron's mtp_num_layers) is not modelled; set it to 0 in a "
         "copy of the config to simulate the model without its MTP module");
-  put("multi_latent_attention", "true");
-  put("qk_layernorm", "true");
+  put(out, &ModelConfig::multi_latent_attention, "true");
+  put(out, &ModelConfig::qk_layernorm, "true");
   if (c.contains("q_lora_rank") && !c["q_lora_rank"].is_null())
-    put("q_lora_rank", std::to_string(need_int(c, path, "q_lora_rank")));
-  put("kv_lora_rank", std::to_string(need_int(c, path, "kv_lora_rank")));
-  put("qk_head_dim", std::to_string(need_int(c, path, "qk_nope_head_dim")));
-  put("qk_pos_emb_head_dim", std::to_string(need_int(c, path, "qk_rope_head_dim")));
-  put("v_head_dim", std::to_string(need_int(c, path, "v_head_dim")));
+    put(out, &ModelConfig::q_lora_rank, std::to_string(need_int(c, path, "q_lora_rank")));
+  put(out, &ModelConfig::kv_lora_rank, std::to_string(need_int(c, path, "kv_lora_rank")));
+  put(out, &ModelConfig::qk_head_dim, std::to_string(need_int(c, path, "qk_nope_head_dim")));
+  put(out, &ModelConfig::qk_pos_emb_head_dim, std::to_string(need_int(c, path, "qk_rope_head_dim")));
+  put(out, &ModelConfig::v_head_dim, std::to_string(need_int(c, path, "v_head_dim")));
   if (!c.contains("n_routed_experts") || c["n_routed_experts"].is_null()) return;
   const std::int64_t moe_ffn = need_int(c, path, "moe_intermediate_size");
-  put("num_experts", std::to_string(need_int(c, path, "n_routed_experts")));
-  put("moe_router_topk", std::to_string(need_int(c, path, "num_experts_per_tok")));
-  put("moe_ffn_hidden_size", std::to_string(moe_ffn));
+  put(out, &ModelConfig::num_experts, std::to_string(need_int(c, path, "n_routed_experts")));
+  put(out, &ModelConfig::moe_router_topk, std::to_string(need_int(c, path, "num_experts_per_tok")));
+  put(out, &ModelConfig::moe_ffn_hidden_size, std::to_string(moe_ffn));
   if (c.contains("n_shared_experts") && !c["n_shared_experts"].is_null() &&
       c["n_shared_experts"] != 0)
-    put("moe_shared_expert_intermediate_size",
-        std::to_string(moe_ffn * need_int(c, path, "n_shared_experts")));
-  put("moe_grouped_gemm", "true");
+    put(out, &ModelConfig::moe_shared_expert_intermediate_size, std::to_string(moe_ffn * need_int(c, path, "n_shared_experts")));
+  put(out, &ModelConfig::moe_grouped_gemm, "true");
   std::int64_t dense = 0;
   if (c.contains("first_k_dense_replace") && !c["first_k_dense_replace"].is_null()) {
     const json& k = c["first_k_dense_replace"];
@@ -195,36 +199,35 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
     bad(path, "hidden_act", c["hidden_act"], "only gated SiLU (SwiGLU) MLPs are imported");
 
   std::vector<std::pair<std::string, std::string>> out;
-  auto put = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
   const std::int64_t heads = need_int(c, path, "num_attention_heads");
   const std::int64_t layers = need_int(c, path, "num_hidden_layers");
-  put("num_layers", std::to_string(layers));
-  put("hidden_size", std::to_string(need_int(c, path, "hidden_size")));
-  put("num_attention_heads", std::to_string(heads));
+  put(out, &ModelConfig::num_layers, std::to_string(layers));
+  put(out, &ModelConfig::hidden_size, std::to_string(need_int(c, path, "hidden_size")));
+  put(out, &ModelConfig::num_attention_heads, std::to_string(heads));
   if (!deepseek && c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()) {
     const std::int64_t groups = need_int(c, path, "num_key_value_heads");
-    if (groups != heads) put("num_query_groups", std::to_string(groups));
+    if (groups != heads) put(out, &ModelConfig::num_query_groups, std::to_string(groups));
   }
   if (!deepseek && c.contains("head_dim") && !c["head_dim"].is_null())
-    put("kv_channels", std::to_string(need_int(c, path, "head_dim")));
+    put(out, &ModelConfig::kv_channels, std::to_string(need_int(c, path, "head_dim")));
   const std::int64_t ffn = need_int(c, path, "intermediate_size");
-  put("ffn_hidden_size", std::to_string(ffn));
-  put("swiglu", "true");
-  if (c.contains("rms_norm_eps")) put("normalization", "RMSNorm");
-  if (c.contains("rope_theta") || c.contains("rope_scaling")) put("position_embedding_type", "rope");
-  put("untie_embeddings_and_output_weights", text(!c.value("tie_word_embeddings", false)));
-  put("add_bias_linear", text(c.value("attention_bias", false)));
-  if (a == "Qwen2ForCausalLM") put("add_qkv_bias", "true");
+  put(out, &ModelConfig::ffn_hidden_size, std::to_string(ffn));
+  put(out, &ModelConfig::swiglu, "true");
+  if (c.contains("rms_norm_eps")) put(out, &ModelConfig::normalization, "RMSNorm");
+  if (c.contains("rope_theta") || c.contains("rope_scaling")) put(out, &ModelConfig::position_embedding_type, "rope");
+  put(out, &ModelConfig::untie_embeddings_and_output_weights, text(!c.value("tie_word_embeddings", false)));
+  put(out, &ModelConfig::add_bias_linear, text(c.value("attention_bias", false)));
+  if (a == "Qwen2ForCausalLM") put(out, &ModelConfig::add_qkv_bias, "true");
   // Qwen3 (dense and MoE) normalizes each head's query and key (transformers
   // modeling_qwen3.py Qwen3Attention q_norm / k_norm; Megatron-Bridge's Qwen3 providers set
   // qk_layernorm).
-  if (a == "Qwen3ForCausalLM" || a == "Qwen3MoeForCausalLM") put("qk_layernorm", "true");
+  if (a == "Qwen3ForCausalLM" || a == "Qwen3MoeForCausalLM") put(out, &ModelConfig::qk_layernorm, "true");
   const std::int64_t vocab = need_int(c, path, "vocab_size");
-  put("padded_vocab_size", std::to_string((vocab + 127) / 128 * 128));
-  put("hidden_dropout", "0.0");
+  put(out, &ModelConfig::padded_vocab_size, std::to_string((vocab + 127) / 128 * 128));
+  put(out, &ModelConfig::hidden_dropout, "0.0");
   if (c.contains("attention_dropout") && c["attention_dropout"].is_number())
-    put("attention_dropout", c["attention_dropout"].dump());
-  put("attention_backend", "flash");
+    put(out, &ModelConfig::attention_dropout, c["attention_dropout"].dump());
+  put(out, &ModelConfig::attention_backend, "flash");
   if (deepseek)
     import_deepseek(c, path, layers, out);
   else if (import_moe(c, path, ffn, out))

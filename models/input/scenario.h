@@ -358,6 +358,9 @@ struct Scenario {
   /// on an NVLink SHARP system; true (NCCL's default) when absent.
   bool nccl_nvls_enable = true;
   std::string source_path;  ///< the file it was read from (for error messages)
+  /// How the file was read, for the summary's notes: "ignored: KEY (why)" for each launch-line
+  /// argument accepted and not modelled (models/input/keys.h ScenarioKey::ignored).
+  std::vector<std::string> notes;
   ModelConfig model;
   ParallelConfig parallel;
   ZeroConfig zero;
@@ -375,27 +378,13 @@ struct Scenario {
 /// FLOP counts (doubles) stay finite. A value above its bound is an InputError naming the
 /// field, the value and the bound.
 ///
-///   model.num_layers                  65,534   (the schedule graph numbers layers in 16 bits)
-///   model.hidden_size                 2^20 = 1,048,576
-///   model.num_attention_heads         2^16 = 65,536
-///   model.kv_channels                 2^16 = 65,536
-///   model.ffn_hidden_size             2^22 = 4,194,304
-///   model.seq_length                  2^22 = 4,194,304
-///   model.padded_vocab_size           2^24 = 16,777,216
-///   parallel.tensor_model_parallel_size, pipeline_model_parallel_size   65,536
-///   parallel.num_layers_per_virtual_pipeline_stage                     65,534
-///   parallel.micro_batch_size         2^20 = 1,048,576
-///   parallel.global_batch_size        2^30 = 1,073,741,824
-///   parallel.ddp_bucket_size and the deepspeed.zero_optimization bucket and sub-group
-///   sizes (elements)                  2^50
-///   model.num_query_groups, num_experts, moe_router_topk, parallel.context_parallel_size,
-///   expert_model_parallel_size, expert_tensor_parallel_size          2^16
-///   model.window_size, moe_ffn_hidden_size, moe_shared_expert_intermediate_size   2^22
-///   model.window_attn_skip_freq, moe_layer_freq, parallel.decoder_first/last_pipeline_num_layers
-///                                     65,534
-///   parallel.fsdp_sharding_group_size 2^20
-///   cluster.nodes                     2^20 = 1,048,576 (and the system's fat tree must hold
-///                                     them: validate_scenario names the largest count that fits)
+/// The per-key bounds are declared with the keys, in the key table (models/input/key_table.cpp,
+/// ScenarioKey::max; docs/scenario.md "Key index" lists them): 65,534 for layer counts (the
+/// schedule graph numbers layers in 16 bits), 2^16 for head and group counts and parallel
+/// sizes, 2^20 for the hidden size and the microbatch, 2^22 for the sequence and MLP sizes,
+/// 2^24 for the vocabulary, 2^30 for the global batch, 2^50 for bucket sizes (elements), 2^20
+/// nodes (and the system's fat tree must hold them: validate_scenario names the largest count
+/// that fits).
 ///
 /// Derived bounds (validate_scenario names the fields that form them):
 ///   number of microbatches (global_batch_size / (micro_batch_size x dp)) <= 65,534
@@ -407,7 +396,8 @@ struct ScenarioSizeLimit {
   const char* field;  ///< dotted key
   std::int64_t max;   ///< largest accepted value
 };
-/// The per-key bounds above (every integer key of a scenario file has one).
+/// The per-key bounds of the key table (every integer key of a scenario file has one); valid
+/// until the table changes (register_scenario_key).
 const std::vector<ScenarioSizeLimit>& scenario_size_limits();
 /// The bound of a dotted integer key, or 0 when the key has none.
 std::int64_t scenario_size_limit(const std::string& field);

@@ -326,7 +326,7 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   // The bus bandwidth the simulated links give a Simple ring (sim/platform.cpp scales the
   // same nominal figures by the same efficiencies): NVLink inside a node; across nodes also
   // the NICs, each GPU's own reached through its PCIe switch. The hierarchical ring of k
-  // members per node (sim/executor.cpp) sends 1/k of every rank's ring bytes over that
+  // members per node (models/system/collective_flows.h) sends 1/k of every rank's ring bytes over that
   // rank's NIC, so the node's k NICs (at most its nics_per_node) carry the ring together:
   // NCCL's nChannels x bwInter, a channel per NIC.
   const double nvlink = system_.gpu.nvlink_bw_bytes_per_s * nvlink_efficiency();

@@ -55,7 +55,8 @@ class CostModel {
                                             std::int64_t nodes) const;
   /// Share of the GPU's SMs a running NCCL collective occupies: its channels (one CTA each)
   /// over the profile's SM count; 0 when the channels are not known. The simulator slows the
-  /// rank's compute by it while the collective runs (sim/executor.cpp).
+  /// rank's compute by it while the collective runs (models/system/collective_flows.h gives
+  /// the share, sim/executor.cpp holds it).
   double nccl_sm_share(const NcclChoice& c) const;
   /// Bytes each rank sends in a ring implementation of the collective (nccl-tests
   /// doc/PERFORMANCE.md): all-reduce 2(n-1)/n * S, reduce-scatter and all-gather (n-1)/n * S.

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
 #include "models/errors.h"
 #include "models/hardware/calibration.h"
+#include "models/input/keys.h"
 #include "models/perf/cost_model.h"
 #include "models/builder/graph_builder.h"
 #include "models/hardware/hardware.h"
@@ -27,23 +29,23 @@ namespace trainsim {
 
 namespace {
 
+/// A `plan:` key that names a parallel key: that key's name in the key table
+/// (models/input/keys.h), never spelled again here.
+template <typename T>
+std::string plan_key(T ParallelConfig::*member) {
+  return input::last_of(key_of(member));
+}
+
 const std::vector<std::string>& plan_keys() {
-  static const std::vector<std::string> keys = {"tensor_model_parallel_size",
-                                                "pipeline_model_parallel_size",
-                                                "num_layers_per_virtual_pipeline_stage",
-                                                "micro_batch_size",
-                                                "recompute_granularity",
-                                                "recompute_num_layers",
-                                                "recompute_modules",
-                                                "sequence_parallel",
-                                                "zero_stage",
-                                                "use_distributed_optimizer",
-                                                "context_parallel_size",
-                                                "expert_model_parallel_size",
-                                                "allow_offload",
-                                                "max_gpus",
-                                                "memory_headroom",
-                                                "top_k"};
+  using P = ParallelConfig;
+  static const std::vector<std::string> keys = {
+      plan_key(&P::tensor_model_parallel_size), plan_key(&P::pipeline_model_parallel_size),
+      plan_key(&P::num_layers_per_virtual_pipeline_stage), plan_key(&P::micro_batch_size),
+      plan_key(&P::recompute_granularity), plan_key(&P::recompute_num_layers),
+      plan_key(&P::recompute_modules), plan_key(&P::sequence_parallel), "zero_stage",
+      plan_key(&P::use_distributed_optimizer), plan_key(&P::context_parallel_size),
+      plan_key(&P::expert_model_parallel_size), "allow_offload", "max_gpus", "memory_headroom",
+      "top_k"};
   return keys;
 }
 
@@ -140,19 +142,19 @@ std::int64_t split_layers(const ParallelConfig& p, std::int64_t num_layers) {
 
 void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
   const std::int64_t kMaxDim = 65536;
-  if (r.has("tensor_model_parallel_size"))
-    c.tensor_model_parallel_size = r.ints("tensor_model_parallel_size", 1, kMaxDim);
-  if (r.has("pipeline_model_parallel_size")) {
-    auto it = r.items("pipeline_model_parallel_size");
+  if (r.has(plan_key(&ParallelConfig::tensor_model_parallel_size)))
+    c.tensor_model_parallel_size = r.ints(plan_key(&ParallelConfig::tensor_model_parallel_size), 1, kMaxDim);
+  if (r.has(plan_key(&ParallelConfig::pipeline_model_parallel_size))) {
+    auto it = r.items(plan_key(&ParallelConfig::pipeline_model_parallel_size));
     if (it.size() == 1 && it[0].Scalar() == "all")
       c.pipeline_model_parallel_size = divisors(split_layers(base.parallel, base.model.num_layers));
     else
-      c.pipeline_model_parallel_size = r.ints("pipeline_model_parallel_size", 1, kMaxDim);
+      c.pipeline_model_parallel_size = r.ints(plan_key(&ParallelConfig::pipeline_model_parallel_size), 1, kMaxDim);
   }
-  if (r.has("num_layers_per_virtual_pipeline_stage")) {
+  if (r.has(plan_key(&ParallelConfig::num_layers_per_virtual_pipeline_stage))) {
     c.num_layers_per_virtual_pipeline_stage.clear();
     c.virtual_stages_from_scenario = false;
-    const std::string key = "num_layers_per_virtual_pipeline_stage";
+    const std::string key = plan_key(&ParallelConfig::num_layers_per_virtual_pipeline_stage);
     for (const auto& v : r.items(key)) {
       if (v.Scalar() == "all")
         c.all_virtual_stages = true;
@@ -162,10 +164,10 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
         c.num_layers_per_virtual_pipeline_stage.push_back(r.to_int(key, v, 1, 0xFFFE));
     }
   }
-  if (r.has("micro_batch_size")) c.micro_batch_size = r.ints("micro_batch_size", 1, 1 << 20);
-  if (r.has("recompute_granularity")) {
+  if (r.has(plan_key(&ParallelConfig::micro_batch_size))) c.micro_batch_size = r.ints(plan_key(&ParallelConfig::micro_batch_size), 1, 1 << 20);
+  if (r.has(plan_key(&ParallelConfig::recompute_granularity))) {
     c.recompute_granularity.clear();
-    for (const auto& v : r.items("recompute_granularity")) {
+    for (const auto& v : r.items(plan_key(&ParallelConfig::recompute_granularity))) {
       const std::string s = v.Scalar();
       if (s == "none" || s == "null" || s == "~")
         c.recompute_granularity.push_back(Recompute::None);
@@ -174,13 +176,13 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
       else if (s == "full")
         c.recompute_granularity.push_back(Recompute::Full);
       else
-        r.fail("recompute_granularity", v, "expected none, selective or full");
+        r.fail(plan_key(&ParallelConfig::recompute_granularity), v, "expected none, selective or full");
     }
   }
-  if (r.has("recompute_num_layers"))
-    c.recompute_num_layers = r.ints("recompute_num_layers", 1, 0xFFFE);
-  if (r.has("recompute_modules")) {
-    const std::string key = "recompute_modules";
+  if (r.has(plan_key(&ParallelConfig::recompute_num_layers)))
+    c.recompute_num_layers = r.ints(plan_key(&ParallelConfig::recompute_num_layers), 1, 0xFFFE);
+  if (r.has(plan_key(&ParallelConfig::recompute_modules))) {
+    const std::string key = plan_key(&ParallelConfig::recompute_modules);
     const char* shape = "expected a list of module lists, e.g. [[moe_act, layernorm], [moe]]";
     const YAML::Node n = r.node(key);
     if (!n.IsSequence() || n.size() == 0) r.fail(key, n, shape);
@@ -204,13 +206,13 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
     out.clear();
     for (const auto& v : r.items(key)) out.push_back(r.to_bool(key, v));
   };
-  bools("sequence_parallel", c.sequence_parallel);
-  bools("use_distributed_optimizer", c.use_distributed_optimizer);
+  bools(plan_key(&ParallelConfig::sequence_parallel), c.sequence_parallel);
+  bools(plan_key(&ParallelConfig::use_distributed_optimizer), c.use_distributed_optimizer);
   if (r.has("zero_stage")) c.zero_stage = r.ints("zero_stage", 0, 3);
-  if (r.has("context_parallel_size"))
-    c.context_parallel_size = r.ints("context_parallel_size", 1, kMaxDim);
-  if (r.has("expert_model_parallel_size"))
-    c.expert_model_parallel_size = r.ints("expert_model_parallel_size", 1, kMaxDim);
+  if (r.has(plan_key(&ParallelConfig::context_parallel_size)))
+    c.context_parallel_size = r.ints(plan_key(&ParallelConfig::context_parallel_size), 1, kMaxDim);
+  if (r.has(plan_key(&ParallelConfig::expert_model_parallel_size)))
+    c.expert_model_parallel_size = r.ints(plan_key(&ParallelConfig::expert_model_parallel_size), 1, kMaxDim);
 }
 
 void read_limits(const PlanReader& r, const Scenario& base, PlanConfig& c) {
@@ -427,52 +429,53 @@ using Overrides = std::vector<std::pair<std::string, std::string>>;
 /// The recomputation overrides of a candidate.
 void set_recompute(const PlanConfig& plan, const Scenario& base, const GridPoint& x,
                    Overrides& out) {
-  auto set = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
-  set("parallel.recompute_granularity", recompute_value(x.rc));
+  auto set = [&](const std::string& k, const std::string& v) { out.emplace_back(k, v); };
+  set(key_of(&ParallelConfig::recompute_granularity), recompute_value(x.rc));
   // The scenario's recompute_modules (or the plan's) apply to its selective candidates.
-  if (x.rc != Recompute::Selective) set("parallel.recompute_modules", "null");
-  if (x.modules) set("parallel.recompute_modules", recompute_modules_yaml(*x.modules));
+  if (x.rc != Recompute::Selective) set(key_of(&ParallelConfig::recompute_modules), "null");
+  if (x.modules)
+    set(key_of(&ParallelConfig::recompute_modules), recompute_modules_yaml(*x.modules));
   // The scenario's full recomputation method and layer count go to its full candidates (or
   // the plan's block layer counts); the others take none (Megatron applies them to full
   // recomputation only).
   if (x.rc == Recompute::Full && !plan.recompute_num_layers.empty()) {
-    set("parallel.recompute_method", "block");
-    set("parallel.recompute_num_layers", std::to_string(*x.block));
+    set(key_of(&ParallelConfig::recompute_block), "block");
+    set(key_of(&ParallelConfig::recompute_num_layers), std::to_string(*x.block));
   } else if (x.rc != Recompute::Full && base.parallel.recompute_granularity == Recompute::Full) {
-    set("parallel.recompute_method", "null");
-    set("parallel.recompute_num_layers", "null");
+    set(key_of(&ParallelConfig::recompute_block), "null");
+    set(key_of(&ParallelConfig::recompute_num_layers), "null");
   }
 }
 
 /// The sequence-parallel, data-parallel and ZeRO overrides of a candidate.
 void set_sharding(const Scenario& base, const GridPoint& x, bool sp, Overrides& out) {
-  auto set = [&](const char* k, const std::string& v) { out.emplace_back(k, v); };
-  set("parallel.sequence_parallel", sp ? "true" : "false");
+  auto set = [&](const std::string& k, const std::string& v) { out.emplace_back(k, v); };
+  set(key_of(&ParallelConfig::sequence_parallel), sp ? "true" : "false");
   // The scenario's TP communication overlap applies where it can (sequence parallelism on;
   // Megatron-LM refuses it otherwise).
   if (base.parallel.tp_comm_overlap && !(sp && x.tp > 1)) {
-    set("parallel.tp_comm_overlap", "false");
-    set("parallel.tp_comm_overlap_rs_method", "null");
+    set(key_of(&ParallelConfig::tp_comm_overlap), "false");
+    set(key_of(&ParallelConfig::tp_comm_overlap_rs_ring), "null");
   }
-  set("parallel.use_distributed_optimizer", x.distopt ? "true" : "false");
+  set(key_of(&ParallelConfig::use_distributed_optimizer), x.distopt ? "true" : "false");
   // FSDP shards over the candidate's own data-parallel x context-parallel group (the only
   // sharding trainsim models; the scenario's size is its own group's).
-  if (base.parallel.uses_fsdp()) set("parallel.fsdp_sharding_group_size", "null");
+  if (base.parallel.uses_fsdp()) set(key_of(&ParallelConfig::fsdp_sharding_group_size), "null");
   // Likewise the parameter all-gather's overlap, where the candidate has that all-gather
   // (Megatron arguments.py refuses it otherwise).
   if (base.parallel.overlap_param_gather && !x.distopt && !base.parallel.uses_fsdp())
-    set("parallel.overlap_param_gather", "false");
-  set("deepspeed.zero_optimization.stage", std::to_string(x.zero));
-  set("deepspeed.zero_optimization.offload_optimizer.device", x.offload ? "cpu" : "none");
+    set(key_of(&ParallelConfig::overlap_param_gather), "false");
+  set(key_of(&ZeroConfig::stage), std::to_string(x.zero));
+  set(key_of(&OffloadOptimizerConfig::enabled), x.offload ? "cpu" : "none");
   // The scenario's Twin-Flow ratio (or `auto`) applies where DeepSpeed takes it: a partial
   // ratio with ZeRO-3 only (zero/config.py offload_ratio_check), a full offload below; no
   // ratio without offload.
   const OffloadOptimizerConfig& bo = base.zero.offload_optimizer;
   const bool partial = bo.ratio_auto || bo.ratio < 1;
   if (!x.offload && bo.enabled)
-    set("deepspeed.zero_optimization.offload_optimizer.ratio", "null");
+    set(key_of(&OffloadOptimizerConfig::ratio), "null");
   else if (x.offload && x.zero < 3 && partial)
-    set("deepspeed.zero_optimization.offload_optimizer.ratio", "1.0");
+    set(key_of(&OffloadOptimizerConfig::ratio), "1.0");
 }
 
 /// The candidate of grid point `x`, the `index`-th of the enumeration.
@@ -487,15 +490,16 @@ PlanCandidate make_candidate(const PlanConfig& plan, const Scenario& base, const
   c.layout = describe(x.tp, x.pp, x.cp, dp, x.vpl, x.mb, x.rc, x.block, uniform_units, x.modules,
                       sp, x.zero, x.distopt, x.offload);
   if (x.ep > 1) c.layout += " ep" + std::to_string(x.ep);
-  auto set = [&](const char* k, const std::string& v) { c.overrides.emplace_back(k, v); };
-  set("cluster.nodes", std::to_string(gpus / gpn));
-  set("parallel.tensor_model_parallel_size", std::to_string(x.tp));
-  set("parallel.pipeline_model_parallel_size", std::to_string(x.pp));
-  set("parallel.context_parallel_size", std::to_string(x.cp));
-  set("parallel.expert_model_parallel_size", std::to_string(x.ep));
-  set("parallel.num_layers_per_virtual_pipeline_stage", x.vpl ? std::to_string(*x.vpl) : "null");
-  set("parallel.pipeline_schedule", x.vpl ? "interleaved" : "1f1b");
-  set("parallel.micro_batch_size", std::to_string(x.mb));
+  auto set = [&](const std::string& k, const std::string& v) { c.overrides.emplace_back(k, v); };
+  set(key_of(&ClusterConfig::nodes), std::to_string(gpus / gpn));
+  set(key_of(&ParallelConfig::tensor_model_parallel_size), std::to_string(x.tp));
+  set(key_of(&ParallelConfig::pipeline_model_parallel_size), std::to_string(x.pp));
+  set(key_of(&ParallelConfig::context_parallel_size), std::to_string(x.cp));
+  set(key_of(&ParallelConfig::expert_model_parallel_size), std::to_string(x.ep));
+  set(key_of(&ParallelConfig::num_layers_per_virtual_pipeline_stage),
+      x.vpl ? std::to_string(*x.vpl) : "null");
+  set(key_of(&ParallelConfig::pipeline_schedule), x.vpl ? "interleaved" : "1f1b");
+  set(key_of(&ParallelConfig::micro_batch_size), std::to_string(x.mb));
   set_recompute(plan, base, x, c.overrides);
   set_sharding(base, x, sp, c.overrides);
   return c;

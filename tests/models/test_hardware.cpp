@@ -1,5 +1,5 @@
 // Hardware catalog: the datasheet numbers of ../shared/ground-truth/hardware.md, written out
-// again here independently of models/hardware/hardware.cpp.
+// again here independently of the shipped systems/*.yaml.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,7 +22,7 @@ constexpr double TiB = 1024 * GiB;
 TEST(Hardware, CatalogNames) {
   auto names = trainsim::system_names();
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "local"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "local"}));
   for (const auto& n : names) EXPECT_EQ(find_system(n).name, n);
 }
 

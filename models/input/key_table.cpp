@@ -1,0 +1,328 @@
+// The table of scenario keys (models/input/keys.h): one declaration per key. Names follow
+// Megatron-LM's arguments (model, parallel, training) and DeepSpeed's config keys (deepspeed),
+// so a user can copy them from a launch script; docs/scenario.md describes each (the
+// documentation check, tests/models/input/test_key_table.cpp, keeps the two in step). The
+// bounds are explained in models/input/scenario.h (ScenarioSizeLimit).
+#include "models/input/keys.h"
+
+namespace trainsim::input {
+
+namespace {
+
+constexpr std::int64_t k2p16 = std::int64_t(1) << 16, k2p20 = std::int64_t(1) << 20,
+                       k2p22 = std::int64_t(1) << 22, k2p24 = std::int64_t(1) << 24,
+                       k2p30 = std::int64_t(1) << 30, k2p50 = std::int64_t(1) << 50;
+constexpr std::int64_t kLayers = 0xFFFE;  // the schedule graph numbers layers in 16 bits
+
+// ---- builders: one per type
+ScenarioKey base(std::string path, FieldRef f, KeyType type, std::string unit, std::string doc) {
+  ScenarioKey k;
+  k.path = std::move(path);
+  k.field = f;
+  k.type = type;
+  k.unit = std::move(unit);
+  k.doc = std::move(doc);
+  return k;
+}
+/// An integer with a default (nullopt: the member keeps its "absent" value).
+ScenarioKey int_key(std::string path, FieldRef f, std::optional<double> def, std::int64_t min,
+                    std::int64_t max, std::string unit, std::string doc) {
+  ScenarioKey k = base(std::move(path), f, KeyType::Int, std::move(unit), std::move(doc));
+  k.default_value = def;
+  k.min = min;
+  k.max = max;
+  return k;
+}
+ScenarioKey required_int(std::string path, FieldRef f, std::int64_t max, std::string unit,
+                         std::string doc) {
+  ScenarioKey k = int_key(std::move(path), f, std::nullopt, 1, max, std::move(unit), std::move(doc));
+  k.required = true;
+  return k;
+}
+/// DeepSpeed's sizes: the float form 5e8 accepted when integral.
+ScenarioKey size_key(std::string path, FieldRef f, double def, std::int64_t min, std::string doc) {
+  ScenarioKey k = int_key(std::move(path), f, def, min, k2p50, "elements", std::move(doc));
+  k.type = KeyType::IntOrFloat;
+  return k;
+}
+ScenarioKey bool_key(std::string path, FieldRef f, std::optional<bool> def, std::string doc) {
+  ScenarioKey k = base(std::move(path), f, KeyType::Bool, "", std::move(doc));
+  if (def) k.default_value = *def ? 1 : 0;
+  return k;
+}
+ScenarioKey number_key(std::string path, FieldRef f, double def, double lo, double hi,
+                       bool hi_open, std::string doc) {
+  ScenarioKey k = base(std::move(path), f, KeyType::Number, "", std::move(doc));
+  k.default_value = def;
+  k.lo = lo;
+  k.hi = hi;
+  k.hi_open = hi_open;
+  return k;
+}
+ScenarioKey enum_key(std::string path, FieldRef f, std::vector<KeyChoice> choices,
+                     std::optional<int> def, std::string doc) {
+  ScenarioKey k = base(std::move(path), f, KeyType::Enum, "", std::move(doc));
+  k.choices = std::move(choices);
+  if (def) k.default_value = *def;
+  return k;
+}
+/// Read by its section's reader (models/input/sections.cpp), which the doc line names; the
+/// choices, where given, are the names that reader accepts, in its order.
+ScenarioKey custom_key(std::string path, FieldRef f, std::string doc, bool list_ok = false,
+                       std::vector<KeyChoice> choices = {}) {
+  ScenarioKey k = base(std::move(path), f, KeyType::Custom, "", std::move(doc));
+  k.list_ok = list_ok;
+  k.choices = std::move(choices);
+  return k;
+}
+/// A launch-line argument that changes neither time nor memory: accepted, listed as ignored.
+ScenarioKey ignored(std::string path, std::string why) {
+  ScenarioKey k = base(std::move(path), FieldRef{}, KeyType::Any, "", "");
+  k.list_ok = true;
+  k.ignored = std::move(why);
+  return k;
+}
+template <typename E>
+KeyChoice choice(const char* name, E value) {
+  return {name, int(value)};
+}
+
+#define TOP(m) #m, field<&Scenario::m>()
+#define M(m) "model." #m, field<&Scenario::model, &ModelConfig::m>()
+#define P(m) "parallel." #m, field<&Scenario::parallel, &ParallelConfig::m>()
+#define Z(m) "deepspeed.zero_optimization." #m, field<&Scenario::zero, &ZeroConfig::m>()
+#define OFF(m)                                                       \
+  "deepspeed.zero_optimization.offload_optimizer." #m,               \
+      field<&Scenario::zero, &ZeroConfig::offload_optimizer, &OffloadOptimizerConfig::m>()
+#define C(m) "cluster." #m, field<&Scenario::cluster, &ClusterConfig::m>()
+
+void add_top_and_model_shape(std::vector<ScenarioKey>& v) {
+  using A = AttentionBackend;
+  v.push_back(custom_key(TOP(name), "reported as the summary's name; absent: the file's stem"));
+  v.push_back(enum_key(TOP(runtime), {choice("megatron-2021", Runtime::Megatron2021),
+                                      choice("megatron-core", Runtime::MegatronCore)},
+                       int(Runtime::Megatron2021), "the runtime whose kernels the scenario assumes"));
+  v.push_back(custom_key("nccl_version", FieldRef{}, "the NCCL release whose tuning model applies"));
+  v.push_back(bool_key(TOP(nccl_nvls_enable), true, "NCCL's NVLS algorithms (NCCL_NVLS_ENABLE)"));
+  v.push_back(required_int(M(num_layers), kLayers, "layers", "transformer layers"));
+  v.push_back(required_int(M(hidden_size), k2p20, "", "hidden size"));
+  v.push_back(required_int(M(num_attention_heads), k2p16, "", "attention heads"));
+  v.push_back(required_int(M(seq_length), k2p22, "tokens", "sequence length"));
+  v.push_back(required_int(M(padded_vocab_size), k2p24, "tokens", "padded vocabulary"));
+  v.push_back(int_key(M(ffn_hidden_size), std::nullopt, 1, k2p22, "", "MLP size; absent: 4 x hidden"));
+  v.push_back(int_key(M(kv_channels), std::nullopt, 1, k2p16, "", "head dimension; absent: hidden / heads"));
+  v.push_back(bool_key(M(untie_embeddings_and_output_weights), false, "a separate output layer"));
+  v.push_back(int_key(M(num_query_groups), std::nullopt, 1, k2p16, "groups", "GQA key/value groups"));
+  v.push_back(custom_key(M(group_query_attention), "GQA; absent: whether num_query_groups is given"));
+  v.push_back(bool_key(M(swiglu), false, "gated SiLU MLP"));
+  v.push_back(enum_key(M(normalization), {choice("LayerNorm", Normalization::LayerNorm),
+                                          choice("RMSNorm", Normalization::RMSNorm)},
+                       int(Normalization::LayerNorm), "the norm layers"));
+  v.push_back(enum_key(M(position_embedding_type),
+                       {choice("learned_absolute", PositionEmbedding::LearnedAbsolute),
+                        choice("rope", PositionEmbedding::Rope)},
+                       int(PositionEmbedding::LearnedAbsolute), "position embedding"));
+  v.push_back(bool_key(M(add_bias_linear), true, "biases on the linear layers"));
+  v.push_back(bool_key(M(add_qkv_bias), false, "biases on the QKV projection alone"));
+  v.push_back(number_key(M(hidden_dropout), 0.1, 0, 1, true, "hidden dropout probability"));
+  v.push_back(number_key(M(attention_dropout), 0.1, 0, 1, true, "attention dropout probability"));
+  ScenarioKey window = custom_key(M(window_size), "sliding-window span, or [left, 0]", true);
+  window.default_value = 0;
+  window.max = k2p22;
+  window.unit = "tokens";
+  v.push_back(window);
+  v.push_back(int_key(M(window_attn_skip_freq), 0, 0, kLayers, "layers", "every N-th layer attends fully"));
+  v.push_back(enum_key(M(attention_backend),
+                       {choice("unfused", A::Unfused), choice("fused", A::Fused),
+                        choice("flash", A::Flash), choice("auto", A::Flash)},
+                       int(A::Unfused), "the attention kernel"));
+  v.push_back(custom_key("model.use_flash_attn", FieldRef{}, "true: attention_backend flash"));
+}
+
+void add_model_mla_moe(std::vector<ScenarioKey>& v) {
+  v.push_back(bool_key(M(multi_latent_attention), false, "multi-head latent attention (MLA)"));
+  v.push_back(int_key(M(q_lora_rank), std::nullopt, 1, k2p20, "", "MLA query latent; absent: none"));
+  v.push_back(int_key(M(kv_lora_rank), 32, 1, k2p20, "", "MLA key/value latent"));
+  v.push_back(int_key(M(qk_head_dim), 128, 1, k2p16, "", "MLA query/key head dimension without RoPE"));
+  v.push_back(int_key(M(qk_pos_emb_head_dim), 64, 1, k2p16, "", "MLA RoPE head dimension"));
+  v.push_back(int_key(M(v_head_dim), 128, 1, k2p16, "", "MLA value head dimension"));
+  v.push_back(bool_key(M(qk_layernorm), false, "norms on the query and key (or MLA's latents)"));
+  v.push_back(custom_key("model.mtp_num_layers", FieldRef{}, "multi-token prediction: only 0"));
+  v.push_back(custom_key("model.moe_shared_expert_overlap", FieldRef{}, "not modelled: only false"));
+  v.push_back(custom_key("model.mla_down_proj_fusion", FieldRef{}, "not modelled: only false"));
+  v.push_back(int_key(M(num_experts), 0, 0, k2p16, "experts", "experts per MoE layer; 0: dense"));
+  v.push_back(int_key(M(moe_router_topk), 2, 1, k2p16, "experts", "experts per token"));
+  v.push_back(int_key(M(moe_ffn_hidden_size), std::nullopt, 1, k2p22, "", "expert MLP size; absent: ffn_hidden_size"));
+  v.push_back(int_key(M(moe_shared_expert_intermediate_size), 0, 0, k2p22, "", "shared expert size; 0: none"));
+  ScenarioKey freq = custom_key(M(moe_layer_freq), "MoE layer frequency, list or pattern", true);
+  freq.min = 1;
+  freq.max = kLayers;
+  freq.default_value = 1;
+  freq.unit = "layers";
+  v.push_back(freq);
+  v.push_back(enum_key(M(moe_token_dispatcher_type),
+                       {choice("alltoall", MoeDispatcher::AllToAll),
+                        choice("allgather", MoeDispatcher::AllGather)},
+                       int(MoeDispatcher::AllToAll), "the token exchange"));
+  v.push_back(bool_key(M(moe_grouped_gemm), false, "grouped expert GEMMs"));
+  v.push_back(number_key(M(moe_token_imbalance_factor), 1.0, 1, 1024, false,
+                         "tokens of the busiest expert rank / the mean"));
+  ScenarioKey hf = base(M(hf_config), KeyType::String, "", "a Hugging Face config.json to import");
+  v.push_back(hf);
+}
+
+void add_parallel(std::vector<ScenarioKey>& v) {
+  v.push_back(int_key(P(tensor_model_parallel_size), 1, 1, k2p16, "GPUs", "tensor-parallel ranks"));
+  v.push_back(int_key(P(pipeline_model_parallel_size), 1, 1, k2p16, "GPUs", "pipeline stages"));
+  v.push_back(required_int(P(micro_batch_size), k2p20, "sequences", "microbatch size"));
+  v.push_back(required_int(P(global_batch_size), k2p30, "sequences", "global batch size"));
+  v.push_back(int_key(P(num_layers_per_virtual_pipeline_stage), std::nullopt, 1, kLayers, "layers",
+                      "set: the interleaved schedule"));
+  v.push_back(enum_key(P(recompute_granularity),
+                       {choice("full", Recompute::Full), choice("selective", Recompute::Selective)},
+                       int(Recompute::None), "activation recomputation; absent: none"));
+  v.push_back(custom_key(P(recompute_modules), "selective recomputation's modules", true));
+  v.push_back(custom_key("parallel.recompute_method",
+                         field<&Scenario::parallel, &ParallelConfig::recompute_block>(),
+                         "checkpointed layers of a chunk (full recomputation)", false,
+                         {{"uniform", 0}, {"block", 1}}));
+  ScenarioKey rnl = custom_key(P(recompute_num_layers), "layers per checkpoint unit (full recomputation)");
+  rnl.unit = "layers";
+  rnl.min = 1;
+  rnl.default_value = 1;
+  v.push_back(rnl);
+  v.push_back(bool_key(P(sequence_parallel), false, "sequence parallelism"));
+  v.push_back(enum_key(P(precision), {choice("fp16", Precision::FP16), choice("bf16", Precision::BF16),
+                                      choice("fp32", Precision::FP32)},
+                       int(Precision::FP16), "training precision"));
+  v.push_back(bool_key(P(overlap_grad_reduce), false, "gradient buckets reduced during backward"));
+  v.push_back(bool_key(P(scatter_gather_tensors_in_pipeline), true, "pipeline messages split over TP"));
+  ScenarioKey ddp = size_key(P(ddp_bucket_size), 40'000'000, 1, "DDP gradient bucket");
+  ddp.unit = "parameters";
+  v.push_back(ddp);
+  v.push_back(number_key(P(clip_grad), 1.0, 0, 1e9, false, "gradient clipping; > 0 adds a norm all-reduce"));
+  v.push_back(custom_key(P(pipeline_schedule), "the pipeline schedule", false,
+                         {choice("1f1b", PipelineSchedule::OneFOneB),
+                          choice("gpipe", PipelineSchedule::GPipe),
+                          choice("interleaved", PipelineSchedule::Interleaved)}));
+}
+
+void add_parallel_core(std::vector<ScenarioKey>& v) {
+  v.push_back(int_key(P(context_parallel_size), 1, 1, k2p16, "GPUs", "context-parallel ranks"));
+  v.push_back(int_key(P(expert_model_parallel_size), 1, 1, k2p16, "GPUs", "expert-parallel ranks"));
+  v.push_back(int_key(P(expert_tensor_parallel_size), std::nullopt, 1, k2p16, "GPUs",
+                      "expert tensor-parallel ranks; absent: the TP size"));
+  v.push_back(int_key(P(decoder_first_pipeline_num_layers), std::nullopt, 0, kLayers, "layers",
+                      "layers of the first stage"));
+  v.push_back(int_key(P(decoder_last_pipeline_num_layers), std::nullopt, 0, kLayers, "layers",
+                      "layers of the last stage"));
+  v.push_back(bool_key(P(account_for_embedding_in_pipeline_split), false, "embedding counts as a layer"));
+  v.push_back(bool_key(P(account_for_loss_in_pipeline_split), false, "loss counts as a layer"));
+  v.push_back(bool_key(P(use_distributed_optimizer), false, "Megatron-Core's distributed optimizer"));
+  v.push_back(bool_key(P(overlap_param_gather), false, "parameter all-gather overlapped"));
+  v.push_back(bool_key(P(tp_comm_overlap), false, "TP communication inside the GEMMs"));
+  v.push_back(custom_key("parallel.tp_comm_overlap_rs_method",
+                         field<&Scenario::parallel, &ParallelConfig::tp_comm_overlap_rs_ring>(),
+                         "the overlap's forward reduce-scatters", false,
+                         {{"pipeline", 0}, {"ring_exchange", 1}}));
+  v.push_back(bool_key(P(use_megatron_fsdp), false, "Megatron FSDP"));
+  v.push_back(bool_key(P(use_torch_fsdp2), false, "PyTorch FSDP2"));
+  v.push_back(int_key(P(fsdp_sharding_group_size), std::nullopt, 1, k2p20, "GPUs", "FSDP group; absent: DP x CP"));
+  v.push_back(enum_key(P(fp8), {choice("e4m3", Fp8Format::E4M3), choice("hybrid", Fp8Format::Hybrid)},
+                       int(Fp8Format::None), "FP8 format; absent: no FP8"));
+  v.push_back(custom_key(P(fp8_recipe), "FP8 scaling recipe", false,
+                         {choice("delayed", Fp8Recipe::Delayed),
+                          choice("tensorwise", Fp8Recipe::Tensorwise),
+                          choice("mxfp8", Fp8Recipe::Mxfp8),
+                          choice("blockwise", Fp8Recipe::Blockwise)}));
+  v.push_back(bool_key(P(fp8_param_gather), false, "weights kept and gathered in FP8"));
+  v.push_back(bool_key(P(grad_reduce_in_fp32), std::nullopt, "fp32 gradient buffer; absent: by precision"));
+}
+
+void add_deepspeed_cluster(std::vector<ScenarioKey>& v) {
+  v.push_back(custom_key(Z(stage), "ZeRO stage 0-3"));  // an int member: FieldKind::Int32
+  v.push_back(size_key(Z(reduce_bucket_size), 500'000'000, 1, "gradient bucket"));
+  v.push_back(size_key(Z(allgather_bucket_size), 500'000'000, 1, "accepted, not used by the model"));
+  v.push_back(bool_key(Z(overlap_comm), true, "reduce-scatter during backward"));
+  v.push_back(size_key(Z(stage3_prefetch_bucket_size), 50'000'000, 1, "ZeRO-3 prefetch"));
+  v.push_back(size_key(Z(stage3_max_live_parameters), 1'000'000'000, 1, "ZeRO-3 gathered limit"));
+  v.push_back(size_key(Z(stage3_param_persistence_threshold), 100'000, 0, "ZeRO-3 persistent tensors"));
+  v.push_back(size_key(Z(stage3_max_reuse_distance), 1'000'000'000, 0, "ZeRO-3 reuse distance"));
+  v.push_back(size_key(Z(sub_group_size), 1'000'000'000, 1, "optimizer sub-group"));
+  v.push_back(custom_key("deepspeed.zero_optimization.offload_optimizer.device",
+                         field<&Scenario::zero, &ZeroConfig::offload_optimizer,
+                               &OffloadOptimizerConfig::enabled>(),
+                         "the optimizer on the CPU", false, {{"cpu", 1}, {"none", 0}}));
+  v.push_back(bool_key(OFF(pin_memory), true, "accepted, not used by the model"));
+  v.push_back(custom_key(OFF(ratio), "Twin-Flow CPU fraction, or auto"));
+  ScenarioKey system = base(C(system), KeyType::String, "", "hardware catalog system");
+  system.required = true;
+  v.push_back(system);
+  v.push_back(required_int(C(nodes), k2p20, "nodes", "nodes"));
+  v.push_back(int_key(C(gpus_per_node), std::nullopt, 1, k2p16, "GPUs", "GPUs per node; absent: the system's"));
+  v.push_back(custom_key("simulation.fold", FieldRef{}, "auto, true or false"));
+}
+
+/// Megatron-LM and DeepSpeed arguments that change neither time nor memory in trainsim's
+/// model of one training iteration: accepted so that a launch line can be copied, and listed
+/// in the summary's notes. (clip_grad is not among them: its norm all-reduce is modelled.)
+void add_ignored(std::vector<ScenarioKey>& v) {
+  const std::string opt = "optimizer hyper-parameter: same kernels, same states";
+  const std::string sched = "learning-rate schedule: a scalar per step";
+  const std::string log = "logging, evaluation or checkpoint interval: outside the iteration";
+  const std::string data = "tokenizer or data input: the token counts are the scenario's";
+  for (const char* k : {"lr", "min_lr", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps",
+                        "init_method_std"})
+    v.push_back(ignored(std::string("training.") + k, opt));
+  for (const char* k : {"lr_decay_style", "lr_warmup_iters", "lr_warmup_fraction",
+                        "lr_decay_iters", "lr_warmup_init", "train_iters", "train_samples"})
+    v.push_back(ignored(std::string("training.") + k, sched));
+  for (const char* k : {"seed", "log_interval", "eval_interval", "eval_iters", "save_interval",
+                        "save", "load", "tensorboard_dir", "wandb_project"})
+    v.push_back(ignored(std::string("training.") + k, k == std::string("seed")
+                                                          ? "random seed: same work" : log));
+  for (const char* k : {"tokenizer_type", "tokenizer_model", "vocab_file", "merge_file",
+                        "data_path", "split", "num_workers"})
+    v.push_back(ignored(std::string("training.") + k, data));
+  v.push_back(ignored("model.moe_aux_loss_coeff", "load-balancing loss weight: no time or memory"));
+  v.push_back(ignored("model.moe_z_loss_coeff", "router z-loss weight: no time or memory"));
+  v.push_back(ignored("model.moe_router_load_balancing_type",
+                      "how the router's loss balances: tokens per expert are "
+                      "moe_token_imbalance_factor's"));
+  v.push_back(ignored("deepspeed.steps_per_print", log));
+  v.push_back(ignored("deepspeed.wall_clock_breakdown", log));
+}
+
+#undef TOP
+#undef M
+#undef P
+#undef Z
+#undef OFF
+#undef C
+
+}  // namespace
+
+std::vector<ScenarioKey> shipped_scenario_keys() {
+  std::vector<ScenarioKey> v;
+  add_top_and_model_shape(v);
+  add_model_mla_moe(v);
+  add_parallel(v);
+  add_parallel_core(v);
+  add_deepspeed_cluster(v);
+  add_ignored(v);
+  return v;
+}
+
+std::vector<KeyAlias> shipped_scenario_key_aliases() {
+  return {
+      {"parallel.fp8_format", "parallel.fp8", {}, "Megatron's --fp8-format spelling"},
+      {"parallel.bf16", "parallel.precision", {{"true", "bf16"}, {"false", ""}}, "--bf16"},
+      {"parallel.fp16", "parallel.precision", {{"true", "fp16"}, {"false", ""}}, "--fp16"},
+      {"parallel.recompute_activations",
+       "parallel.recompute_granularity",
+       {{"true", "selective"}, {"false", ""}},
+       "--recompute-activations (selective recomputation)"},
+  };
+}
+
+}  // namespace trainsim::input

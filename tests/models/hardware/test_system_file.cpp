@@ -1,0 +1,261 @@
+// System files (models/hardware/system_file.h): the shipped catalog files give exactly the
+// datasheet figures (written out here again, not read through the loader twice), and every bad
+// file is refused with an InputError naming the file, the field and the value.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "models/errors.h"
+#include "models/hardware/hardware.h"
+#include "models/hardware/system_file.h"
+#include "tests/support/paths.h"
+
+using trainsim::find_system;
+using trainsim::InputError;
+using trainsim::parse_system_file;
+using trainsim::SystemSpec;
+using trainsim::test_support::source_path;
+
+namespace {
+
+constexpr double GiB = 1073741824.0;  // 2^30
+constexpr double TiB = 1024 * GiB;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// The shipped dgx-h100.yaml with the line of `key` (first match, any indentation) replaced by
+/// `replacement` (indented as the original).
+std::string h100_with(const std::string& key, const std::string& replacement) {
+  std::string text = read_text(source_path("systems/dgx-h100.yaml"));
+  const std::string pattern = key.find(':') == std::string::npos ? key + ":" : key;
+  const std::regex line("(\n *)" + pattern + "[^\n]*");
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(text, m, line)) << key;
+  return m.prefix().str() + m[1].str() + replacement + m.suffix().str();
+}
+
+/// The InputError message of parsing `text` as "my_cluster.yaml" ("" when it parses).
+std::string error_of(const std::string& text) {
+  try {
+    parse_system_file(text, "my_cluster.yaml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_error(const std::string& text, const std::string& field, const std::string& value,
+                  const std::string& words = "") {
+  const std::string msg = error_of(text);
+  SCOPED_TRACE(msg);
+  EXPECT_NE(msg.find("my_cluster.yaml:"), std::string::npos);  // file and line
+  EXPECT_NE(msg.find(field), std::string::npos) << field;
+  EXPECT_NE(msg.find("'" + value + "'"), std::string::npos) << value;
+  if (!words.empty()) EXPECT_NE(msg.find(words), std::string::npos) << words;
+}
+
+}  // namespace
+
+// The previous C++ catalog's values, from the datasheets (validation/data/hardware.md), compared
+// exactly: a shipped file must reproduce every double bit for bit (goldens byte-identical).
+TEST(SystemFile, DgxA100FilesGiveTheDatasheetFigures) {
+  for (const bool big : {false, true}) {
+    const SystemSpec& s = find_system(big ? "dgx-a100-80gb" : "dgx-a100-40gb");
+    SCOPED_TRACE(s.name);
+    EXPECT_EQ(s.gpu.name, big ? "A100-SXM4-80GB" : "A100-SXM4-40GB");
+    EXPECT_EQ(s.gpu.peak_dense_fp16_flops, 312e12);
+    EXPECT_EQ(s.gpu.peak_dense_fp8_flops, 0.0);
+    EXPECT_EQ(s.gpu.peak_fp32_flops, 19.5e12);
+    EXPECT_EQ(s.gpu.hbm_bytes, (big ? 80 : 40) * GiB);
+    EXPECT_EQ(s.gpu.hbm_bw_bytes_per_s, big ? 2039e9 : 1555e9);
+    EXPECT_EQ(s.gpu.nvlink_bw_bytes_per_s, 600e9 / 2);
+    EXPECT_EQ(s.gpu.pcie_bw_bytes_per_s, 16e9 * 16 / 8);  // Gen4: 16 GT/s x 16 lanes
+    EXPECT_EQ(s.gpu.compute_capability, 80);
+    EXPECT_EQ(s.gpu.nvlinks, 12);
+    EXPECT_EQ(s.gpus_per_node, 8);
+    EXPECT_EQ(s.nics_per_node, 8);
+    EXPECT_EQ(s.nic_bw_bytes_per_s, 200e9 / 8);
+    EXPECT_EQ(s.gpus_per_pcie_switch, 2);
+    EXPECT_EQ(s.pcie_uplink_bw_bytes_per_s, 32e9);
+    EXPECT_EQ(s.cpu_sockets, 2);
+    EXPECT_EQ(s.cpu_cores, 128);
+    EXPECT_TRUE(s.amd_cpu);
+    EXPECT_EQ(s.nccl_net_overhead_s, 2e-6);
+    EXPECT_EQ(s.nccl_channels, 24);
+    EXPECT_EQ(s.nccl_channels_multi_node, 24);
+    EXPECT_FALSE(s.nvlink_sharp);
+    EXPECT_EQ(s.host_memory_bytes, (big ? 2 : 1) * TiB);
+    EXPECT_EQ(s.fat_tree_levels, 3);
+    EXPECT_EQ(s.switch_radix, 40);
+    EXPECT_EQ(s.switch_latency_s, 130e-9);
+    EXPECT_EQ(s.nvlink_latency_s, 1e-6);
+    EXPECT_EQ(s.pcie_latency_s, 1e-6);
+  }
+}
+
+TEST(SystemFile, DgxH100FileGivesTheDatasheetFigures) {
+  const SystemSpec& s = find_system("dgx-h100");
+  EXPECT_EQ(s.gpu.name, "H100-SXM5-80GB");
+  EXPECT_EQ(s.gpu.peak_dense_fp16_flops, 989e12);
+  EXPECT_EQ(s.gpu.peak_dense_fp8_flops, 1979e12);
+  EXPECT_EQ(s.gpu.peak_fp32_flops, 67e12);
+  EXPECT_EQ(s.gpu.hbm_bytes, 80 * GiB);
+  EXPECT_EQ(s.gpu.hbm_bw_bytes_per_s, 3350e9);
+  EXPECT_EQ(s.gpu.nvlink_bw_bytes_per_s, 900e9 / 2);
+  EXPECT_EQ(s.gpu.pcie_bw_bytes_per_s, 32e9 * 16 / 8);  // Gen5: 32 GT/s x 16 lanes
+  EXPECT_EQ(s.gpu.compute_capability, 90);
+  EXPECT_EQ(s.gpu.nvlinks, 18);
+  EXPECT_EQ(s.gpus_per_node, 8);
+  EXPECT_EQ(s.nics_per_node, 8);
+  EXPECT_EQ(s.nic_bw_bytes_per_s, 400e9 / 8);
+  EXPECT_EQ(s.gpus_per_pcie_switch, 2);
+  EXPECT_EQ(s.pcie_uplink_bw_bytes_per_s, 64e9);
+  EXPECT_EQ(s.cpu_sockets, 2);
+  EXPECT_EQ(s.cpu_cores, 112);
+  EXPECT_FALSE(s.amd_cpu);
+  EXPECT_EQ(s.nccl_net_overhead_s, 1e-6);
+  EXPECT_EQ(s.nccl_channels, 24);
+  EXPECT_EQ(s.nccl_channels_multi_node, 16);
+  EXPECT_TRUE(s.nvlink_sharp);
+  EXPECT_EQ(s.host_memory_bytes, 2 * TiB);
+  EXPECT_EQ(s.fat_tree_levels, 3);
+  EXPECT_EQ(s.switch_radix, 64);
+  EXPECT_EQ(s.switch_latency_s, 130e-9);
+  EXPECT_EQ(s.nvlink_latency_s, 1e-6);
+  EXPECT_EQ(s.pcie_latency_s, 1e-6);
+}
+
+TEST(SystemFile, EachShippedFileLoadsFromDiskAsItsCatalogEntry) {
+  for (const auto& name : trainsim::system_names()) {
+    if (name == "local") continue;  // measured, no system file (hardware.cpp)
+    SCOPED_TRACE(name);
+    const SystemSpec s = trainsim::load_system_file(source_path("systems/" + name + ".yaml"));
+    const SystemSpec& c = find_system(name);
+    EXPECT_EQ(s.name, c.name);
+    EXPECT_EQ(s.gpu.hbm_bytes, c.gpu.hbm_bytes);
+    EXPECT_EQ(s.nic_bw_bytes_per_s, c.nic_bw_bytes_per_s);
+  }
+}
+
+TEST(SystemFile, UserClusterFromACatalogGpuWithFourNics) {
+  // docs/cluster.md's example: H100 nodes with 4 NICs of 400 Gb/s, two GPUs per NIC.
+  const std::string doc = read_text(source_path("docs/cluster.md"));
+  const std::string marker = "<!-- example -->\n```yaml\n";
+  const auto begin = doc.find(marker);
+  ASSERT_NE(begin, std::string::npos);
+  const auto end = doc.find("```", begin + marker.size());
+  const std::string text = doc.substr(begin + marker.size(), end - begin - marker.size());
+  const SystemSpec s = parse_system_file(text, "cluster_example.yaml");
+  const SystemSpec& h100 = find_system("dgx-h100");
+  EXPECT_EQ(s.name, "h100-4nic");
+  EXPECT_EQ(s.gpu.name, "H100-SXM5-80GB");  // the catalog GPU, so its calibration profile
+  EXPECT_EQ(s.gpu.peak_dense_fp16_flops, h100.gpu.peak_dense_fp16_flops);
+  EXPECT_EQ(s.gpu.hbm_bytes, 80 * GiB);
+  EXPECT_EQ(s.nics_per_node, 4);
+  EXPECT_EQ(s.nic_bw_bytes_per_s, 50e9);
+  EXPECT_EQ(s.host_memory_bytes, 1 * TiB);
+  EXPECT_EQ(s.fat_tree_levels, 2);
+}
+
+TEST(SystemFile, CatalogGpuOverride) {
+  std::string text = h100_with("name: H100-SXM5-80GB", "catalog: H100-SXM5-80GB");
+  text = text.replace(text.find("hbm_bytes: 85899345920"), 22, "hbm_bytes: 103079215104");
+  const SystemSpec s = parse_system_file(text, "x.yaml");
+  EXPECT_EQ(s.gpu.name, "H100-SXM5-80GB");
+  EXPECT_EQ(s.gpu.hbm_bytes, 96 * GiB);
+  EXPECT_EQ(s.gpu.hbm_bw_bytes_per_s, 3350e9);
+}
+
+// The four bad files of issue 34, each naming the file, the field and the value.
+TEST(SystemFile, NvlinkDomainThatDoesNotDivideTheGpus) {
+  expect_error(h100_with("nvlink_domain_gpus", "nvlink_domain_gpus: 3"), "node.nvlink_domain_gpus",
+               "3", "neither divides");
+}
+
+TEST(SystemFile, ZeroNics) { expect_error(h100_with("nics", "nics: 0"), "node.nics", "0"); }
+
+TEST(SystemFile, NegativeBandwidth) {
+  expect_error(h100_with("nic_bw_bytes_per_s", "nic_bw_bytes_per_s: -50e9"),
+               "node.nic_bw_bytes_per_s", "-50e9", "must be > 0");
+  expect_error(h100_with("hbm_bw_bytes_per_s", "hbm_bw_bytes_per_s: -1"), "gpu.hbm_bw_bytes_per_s",
+               "-1");
+}
+
+TEST(SystemFile, UnknownGpu) {
+  expect_error(h100_with("name: H100-SXM5-80GB", "catalog: H300-SXM"), "gpu.catalog", "H300-SXM",
+               "known GPUs: ");
+}
+
+TEST(SystemFile, UnknownKeyWithSuggestion) {
+  expect_error(h100_with("nics", "nics: 8\n  nic_bandwidth_bytes_per_s: 1"),
+               "node.nic_bandwidth_bytes_per_s", "node.nic_bandwidth_bytes_per_s",
+               "did you mean 'nic_bw_bytes_per_s'?");
+  // A key of another section names that section.
+  expect_error(h100_with("levels", "levels: 3\n  gpus: 8"), "fabric.gpus", "fabric.gpus",
+               "did you mean 'node.gpus'?");
+}
+
+TEST(SystemFile, WrongTypesMissingAndDuplicateKeys) {
+  expect_error(h100_with("gpus", "gpus: 8.5"), "node.gpus", "8.5", "integer");
+  expect_error(h100_with("nvlink_sharp", "nvlink_sharp: maybe"), "node.nvlink_sharp", "maybe");
+  expect_error(h100_with("hbm_bytes", "hbm_bytes: .inf"), "gpu.hbm_bytes", ".inf");
+  expect_error(h100_with("pcie_generation", "pcie_generation: 7"), "node.pcie_generation", "7");
+  expect_error(h100_with("cpu_vendor", "cpu_vendor: arm"), "node.cpu_vendor", "arm");
+  expect_error(h100_with("channels", "channels: 65"), "nccl.channels", "65");
+  EXPECT_NE(error_of(h100_with("switch_radix", "")).find("fabric.switch_radix: missing"),
+            std::string::npos);
+  expect_error(h100_with("gpus", "gpus: 8\n  gpus: 4"), "node.gpus", "gpus", "duplicate key");
+}
+
+TEST(SystemFile, FeaturesNotModelledYetAreRefused) {
+  expect_error(h100_with("nvlink_domain_gpus", "nvlink_domain_gpus: 72"), "node.nvlink_domain_gpus",
+               "72", "not modelled yet");
+  expect_error(h100_with("nvlink_domain_gpus", "nvlink_domain_gpus: 4"), "node.nvlink_domain_gpus",
+               "4", "not modelled yet");
+  expect_error(h100_with("type", "type: roce"), "fabric.type", "roce", "not modelled yet");
+  expect_error(h100_with("rail_optimized", "rail_optimized: false"), "fabric.rail_optimized",
+               "false", "not modelled yet");
+  expect_error(h100_with("oversubscription", "oversubscription: 2"), "fabric.oversubscription",
+               "2", "not modelled yet");
+  expect_error(h100_with("nics", "nics: 16"), "node.nics", "16", "must divide");
+  // Blackwell: NCCL's model has no compute capability 100 tables yet.
+  expect_error(h100_with("compute_capability", "compute_capability: 100"), "gpu.compute_capability",
+               "100", "not modelled yet");
+  expect_error(h100_with("compute_capability", "compute_capability: 80"), "node.nvlink_sharp",
+               "true", "compute_capability >= 90");
+}
+
+TEST(SystemFile, MissingFileAndBadYaml) {
+  try {
+    trainsim::load_system_file("/nonexistent/my_cluster.yaml");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/my_cluster.yaml"), std::string::npos);
+  }
+  // Flow collections, quotes, anchors, tags: refused before yaml-cpp sees them.
+  for (const char* bad : {"name: [unclosed", "name: '',", "name: [a],", ",\n- b", "name: &a x",
+                          "name: !tag x", "name: |\n  x", "name: \"x\""}) {
+    const std::string msg = error_of(bad);
+    EXPECT_NE(msg.find("my_cluster.yaml:1: '"), std::string::npos) << bad << ": " << msg;
+  }
+  EXPECT_NE(error_of("name: x\n# a comment, with [brackets] and 'quotes'\n").find("gpu: missing"),
+            std::string::npos);
+  EXPECT_NE(error_of("- a list").find("expects a map"), std::string::npos);
+}
+
+TEST(SystemFile, CatalogGpuNames) {
+  const auto names = trainsim::catalog_gpu_names();
+  for (const char* n : {"A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  EXPECT_EQ(trainsim::catalog_gpu("H100-SXM5-80GB").hbm_bw_bytes_per_s, 3350e9);
+  EXPECT_THROW(trainsim::catalog_gpu("local"), InputError);
+}
