@@ -3,10 +3,7 @@
 // on its own, the parent only collects one JSON line per candidate), progress
 // and an ETA on stderr, Ctrl-C printing the best found so far, shards for job
 // arrays and their merge. docs/plan.md is the reference.
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -30,9 +27,10 @@
 #include "apps/output_file.h"
 #include "apps/plan_result.h"
 #include "apps/verbs.h"
-#include "models/input/json_input.h"
+#include "models/json_input.h"
 #include "models/plan/planner.h"
 #include "models/run.h"
+#include "models/subprocess.h"
 #ifdef TRAINSIM_HAVE_SIM
 #include "sim/executor.h"
 #endif
@@ -49,120 +47,54 @@ void on_sigint(int) { g_interrupted = 1; }
 // -----------------------------------------------------------------------
 // worker processes
 
-/// Runs work(i) for every i in [0, n) in `jobs` forked workers; each result
-/// (one line of JSON text) reaches on_result(i, text) in the parent as it
-/// arrives. Stops early (killing the workers) when Ctrl-C was pressed; returns
-/// false then.
+/// Runs work(i) for every i in [0, n) in `jobs` forked workers (models/subprocess.h); each
+/// result (one line of JSON text) reaches on_result(i, text) in the parent as it arrives.
+/// Stops early (killing the workers) when Ctrl-C was pressed; returns false then.
 bool run_in_workers(std::size_t n, int jobs, const std::function<std::string(std::size_t)>& work,
                     const std::function<void(std::size_t, const std::string&)>& on_result) {
   jobs = std::max(1, std::min<int>(jobs, int(std::max<std::size_t>(n, 1))));
-  struct Worker {
-    pid_t pid;
-    int fd;
-    std::string buffer;
-    std::size_t expected, received;  ///< its candidates: w, w + jobs, ...; results so far
+  const std::size_t step = std::size_t(jobs);
+  // Worker w computes candidates w, w + jobs, ...: one "i\tRESULT" line each.
+  auto worker = [&](int w, int out_fd) {
+    for (std::size_t i = std::size_t(w); i < n; i += step) {
+      std::string line;
+      try {
+        line = std::to_string(i) + "\t" + work(i) + "\n";
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "trainsim plan: worker %d, candidate %zu: %s\n", w, i, e.what());
+        return 3;
+      }
+      if (!write_all(out_fd, line.data(), line.size())) return 2;
+    }
+    return 0;
   };
-  std::vector<Worker> workers;
+  std::vector<Subprocess> workers;
+  std::vector<std::size_t> expected, received(std::size_t(jobs), 0);
   for (int w = 0; w < jobs; ++w) {
-    int fds[2];
-    if (pipe(fds) != 0)
-      throw std::runtime_error(std::string("plan: pipe: ") + std::strerror(errno));
-    const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error(std::string("plan: fork: ") + std::strerror(errno));
-    if (pid == 0) {
-      close(fds[0]);
-      signal(SIGINT, SIG_IGN);  // the parent decides; it kills the workers
-      for (std::size_t i = std::size_t(w); i < n; i += std::size_t(jobs)) {
-        std::string line;
-        try {
-          line = std::to_string(i) + "\t" + work(i) + "\n";
-        } catch (const std::exception& e) {
-          // Never back into the caller: this process is a copy of the parent.
-          std::fprintf(stderr, "trainsim plan: worker %d, candidate %zu: %s\n", w, i, e.what());
-          _exit(3);
-        } catch (...) {
-          std::fprintf(stderr, "trainsim plan: worker %d, candidate %zu: unknown error\n", w, i);
-          _exit(3);
-        }
-        const char* p = line.data();
-        std::size_t left = line.size();
-        while (left > 0) {
-          const ssize_t k = write(fds[1], p, left);
-          if (k <= 0) _exit(2);
-          p += k;
-          left -= std::size_t(k);
-        }
-      }
-      _exit(0);
-    }
-    close(fds[1]);
-    const std::size_t mine = n > std::size_t(w) ? (n - std::size_t(w) - 1) / std::size_t(jobs) + 1 : 0;
-    workers.push_back({pid, fds[0], {}, mine, 0});
+    workers.push_back(Subprocess::call(
+        "plan", [&, w](int out_fd) { return worker(w, out_fd); },
+        ChildOptions{/*output_pipe=*/true, /*ignore_sigint=*/true}));  // the parent decides
+    expected.push_back(n > std::size_t(w) ? (n - std::size_t(w) - 1) / step + 1 : 0);
   }
-  // Ends every worker and reaps it (Ctrl-C, or a worker that failed).
-  auto stop_all = [&] {
-    for (auto& w : workers) {
-      if (w.pid <= 0) continue;
-      kill(w.pid, SIGKILL);
-      if (w.fd >= 0) close(w.fd);
-      waitpid(w.pid, nullptr, 0);
-      w.pid = -1;
-    }
+  auto on_line = [&](std::size_t w, const std::string& line) {
+    const std::size_t tab = line.find('\t');
+    on_result(std::stoul(line.substr(0, tab)), line.substr(tab + 1));
+    ++received[w];
   };
-  std::size_t open_pipes = workers.size();
-  while (open_pipes > 0 && !g_interrupted) {
-    std::vector<pollfd> pfds;
-    for (auto& w : workers)
-      if (w.fd >= 0) pfds.push_back({w.fd, POLLIN, 0});
-    if (poll(pfds.data(), pfds.size(), 200) < 0 && errno != EINTR) {
-      const std::string why = std::strerror(errno);
-      stop_all();
-      throw std::runtime_error("plan: poll: " + why);
-    }
-    for (std::size_t wi = 0; wi < workers.size(); ++wi) {
-      Worker& w = workers[wi];
-      if (w.fd < 0) continue;
-      auto it =
-          std::find_if(pfds.begin(), pfds.end(), [&](const pollfd& p) { return p.fd == w.fd; });
-      if (it == pfds.end() || !(it->revents & (POLLIN | POLLHUP))) continue;
-      char buf[65536];
-      const ssize_t k = read(w.fd, buf, sizeof buf);
-      if (k <= 0) {
-        close(w.fd);
-        w.fd = -1;
-        --open_pipes;
-        int status = 0;
-        waitpid(w.pid, &status, 0);
-        w.pid = -1;
-        if (w.received == w.expected && WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-        // A worker that ended early took its candidates with it: a ranking of part of the
-        // space would look complete, so the plan stops here (the worker's message is above).
-        stop_all();
-        throw std::runtime_error(
-            "plan: worker " + std::to_string(wi) + " ended (" +
-            (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
-                                 : "exit status " + std::to_string(WEXITSTATUS(status))) +
-            ") with " + std::to_string(w.expected - w.received) + " of its " +
-            std::to_string(w.expected) + " candidates not done; no ranking of part of the space");
-      }
-      w.buffer.append(buf, std::size_t(k));
-      std::size_t nl;
-      while ((nl = w.buffer.find('\n')) != std::string::npos) {
-        const std::string line = w.buffer.substr(0, nl);
-        w.buffer.erase(0, nl + 1);
-        const std::size_t tab = line.find('\t');
-        try {
-          on_result(std::stoul(line.substr(0, tab)), line.substr(tab + 1));
-        } catch (...) {
-          stop_all();
-          throw;
-        }
-        ++w.received;
-      }
-    }
-  }
-  stop_all();  // Ctrl-C; otherwise every worker was reaped above
-  return !g_interrupted;
+  auto on_end = [&](std::size_t w) {
+    const ExitStatus st = workers[w].wait();
+    if (received[w] == expected[w] && st.ok()) return;
+    // A worker that ended early took its candidates with it: a ranking of part of the space
+    // would look complete, so the plan stops here (the worker's message is above); the
+    // Subprocess destructors stop the other workers.
+    throw std::runtime_error(
+        "plan: worker " + std::to_string(w) + " ended (" +
+        (st.signal ? "killed by signal " + std::to_string(st.signal)
+                   : "exit status " + std::to_string(st.exit_code)) +
+        ") with " + std::to_string(expected[w] - received[w]) + " of its " +
+        std::to_string(expected[w]) + " candidates not done; no ranking of part of the space");
+  };
+  return read_lines(workers, on_line, on_end, [] { return g_interrupted != 0; }, "plan");
 }
 
 /// "12/340 (4%), 25.1/s, ETA 13 s" on stderr, at most once a second.

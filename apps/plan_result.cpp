@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "apps/verbs.h"
-#include "models/input/json_input.h"
-#include "models/input/scenario.h"  // InputError
+#include "models/errors.h"
+#include "models/json_input.h"
 
 namespace trainsim::cli {
 

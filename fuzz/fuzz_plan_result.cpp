@@ -7,7 +7,7 @@
 #include <string>
 
 #include "apps/plan_result.h"
-#include "models/input/scenario.h"  // InputError
+#include "models/errors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

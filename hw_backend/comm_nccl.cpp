@@ -13,6 +13,7 @@
 #include "kernels/fused_adam.h"  // kernels::cuda::set_device
 #include "kernels/nccl_comm.h"
 #include "kernels/rendezvous.h"
+#include "models/errors.h"
 
 namespace trainsim::hw {
 
@@ -65,9 +66,9 @@ class NcclComm final : public CommBackend {
     world_.all_reduce(one.data_ptr(), one.data_ptr(), 1, kernels::DType::F32, stream);
     wait(*c_.loop->record_event(stream), "the barrier before the iteration");
     if (one.item<float>() != static_cast<float>(o.nprocs))
-      throw std::runtime_error("replay: the NCCL barrier all-reduce of ones gave " +
-                               std::to_string(one.item<float>()) + ", expected " +
-                               std::to_string(o.nprocs));
+      throw SystemError("replay: the NCCL barrier all-reduce of ones gave " +
+                        std::to_string(one.item<float>()) + ", expected " +
+                        std::to_string(o.nprocs));
     setup_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
@@ -92,8 +93,8 @@ class NcclComm final : public CommBackend {
         comm.reduce_scatter(base, base + me * part * es, part, c_.dtype, stream);
         break;
       default:
-        throw std::logic_error("replay: collective task " + g.label(id) + " has op " +
-                               to_string(op.kind));
+        TRAINSIM_CHECK(false, "replay: collective task " + g.label(id) + " has op " +
+                                  to_string(op.kind));
     }
     ++collectives_[int(op.group)];
     return "nccl";
@@ -157,7 +158,7 @@ class NcclComm final : public CommBackend {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!err.empty() || waited > c_.options->nccl_timeout_s) {
         abort_all();
-        throw std::runtime_error(
+        throw SystemError(
             "replay: rank " + std::to_string(c_.rank) + ": " +
             (err.empty() ? "NCCL operations did not finish within " + std::to_string(waited) +
                                " s (TRAINSIM_NCCL_TIMEOUT_S) while waiting for " + what +

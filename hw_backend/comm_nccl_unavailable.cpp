@@ -2,6 +2,7 @@
 // no nvcc, or nccl.h not found, or TRAINSIM_WITH_NCCL=OFF): multi-process replays are refused.
 #include "hw_backend/backends.h"
 #include "hw_backend/comm_backend.h"
+#include "models/errors.h"
 
 namespace trainsim::hw {
 

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/errors.h"
+
 namespace trainsim::hw {
 
 std::vector<std::vector<int>> CommPlan::members(const ScheduleGraph& graph) const {
@@ -52,9 +54,9 @@ CommPlan plan_communicators(const ScheduleGraph& g, std::int64_t nprocs) {
       const Task& t = g.task(id);
       if (t.kind != TaskKind::Collective && t.kind != TaskKind::Send && t.kind != TaskKind::Recv)
         continue;
-      if (t.group == kNone || t.group >= g.groups().size())
-        throw std::logic_error("replay: communication task " + std::to_string(id) + " (" +
-                               g.label(id) + ") has no group");
+      TRAINSIM_CHECK(t.group != kNone && t.group < g.groups().size(),
+                     "replay: communication task " + std::to_string(id) + " (" + g.label(id) +
+                         ") has no group");
       uses[t.group][static_cast<RankId>(r)].push_back(id);
     }
 
@@ -67,8 +69,7 @@ CommPlan plan_communicators(const ScheduleGraph& g, std::int64_t nprocs) {
     bool p2p = false, coll = false;
     for (const auto& [rank, ids] : by_rank)
       for (TaskId id : ids) (g.task(id).kind == TaskKind::Collective ? coll : p2p) = true;
-    if (p2p && coll)
-      throw std::logic_error("replay: " + gname + " carries both collectives and messages");
+    TRAINSIM_CHECK(!(p2p && coll), "replay: " + gname + " carries both collectives and messages");
     if (coll) {
       // Every member issues the same collectives (match ids) in the same order.
       const RankId first = grp.ranks.front();
@@ -85,7 +86,8 @@ CommPlan plan_communicators(const ScheduleGraph& g, std::int64_t nprocs) {
         if (s != ref) {
           std::size_t k = 0;
           while (k < s.size() && k < ref.size() && s[k] == ref[k]) ++k;
-          throw std::logic_error(
+          TRAINSIM_CHECK(
+              false,
               "replay: the members of " + gname + " issue its collectives in different orders: "
               "rank " + std::to_string(first) + " has " + std::to_string(ref.size()) +
               ", rank " + std::to_string(r) + " has " + std::to_string(s.size()) +
@@ -98,9 +100,9 @@ CommPlan plan_communicators(const ScheduleGraph& g, std::int64_t nprocs) {
       }
     } else {
       // A directed channel [src, dst]: src only sends, dst only receives, same message order.
-      if (grp.ranks.size() != 2)
-        throw std::logic_error("replay: message " + gname + " has " +
-                               std::to_string(grp.ranks.size()) + " ranks, expected [src, dst]");
+      TRAINSIM_CHECK(grp.ranks.size() == 2, "replay: message " + gname + " has " +
+                                                std::to_string(grp.ranks.size()) +
+                                                " ranks, expected [src, dst]");
       const RankId src = grp.ranks[0], dst = grp.ranks[1];
       std::vector<std::uint32_t> sent, received;
       for (const auto& [rank, ids] : by_rank)
@@ -108,17 +110,17 @@ CommPlan plan_communicators(const ScheduleGraph& g, std::int64_t nprocs) {
           const Task& t = g.task(id);
           const bool ok = (t.kind == TaskKind::Send && rank == src && t.peer == std::int32_t(dst)) ||
                           (t.kind == TaskKind::Recv && rank == dst && t.peer == std::int32_t(src));
-          if (!ok)
-            throw std::logic_error("replay: task " + desc(id) + " does not fit the channel " +
-                                   std::to_string(src) + " -> " + std::to_string(dst) + " of " + gname);
+          TRAINSIM_CHECK(ok, "replay: task " + desc(id) + " does not fit the channel " +
+                                 std::to_string(src) + " -> " + std::to_string(dst) + " of " +
+                                 gname);
           (t.kind == TaskKind::Send ? sent : received).push_back(t.match);
         }
-      if (sent != received)
-        throw std::logic_error("replay: rank " + std::to_string(src) + " posts " +
-                               std::to_string(sent.size()) + " messages to rank " +
-                               std::to_string(dst) + " in an order (or number) that rank does "
-                               "not receive them in (" + std::to_string(received.size()) +
-                               " receives); NCCL would wait forever");
+      TRAINSIM_CHECK(sent == received,
+                     "replay: rank " + std::to_string(src) + " posts " +
+                         std::to_string(sent.size()) + " messages to rank " +
+                         std::to_string(dst) + " in an order (or number) that rank does "
+                         "not receive them in (" + std::to_string(received.size()) +
+                         " receives); NCCL would wait forever");
     }
     plan.comm_of_group[group] = static_cast<int>(plan.groups.size());
     plan.groups.push_back(group);

@@ -5,6 +5,7 @@
 
 #include "hw_backend/backends.h"
 #include "hw_backend/replay.h"
+#include "models/errors.h"
 
 namespace trainsim::hw {
 
@@ -14,13 +15,14 @@ DeviceChoice parse_device(const std::string& s) {
     DeviceChoice d;
     d.cuda = true;
     if (s.size() > 5) {
+      std::size_t used = 0;
       try {
-        std::size_t used = 0;
         d.index = std::stoi(s.substr(5), &used);
-        if (used != s.size() - 5 || d.index < 0) throw std::invalid_argument(s);
-      } catch (const std::exception&) {
-        throw InputError("replay: --device " + s + ": expected cpu, cuda or cuda:N");
+      } catch (const std::exception&) {  // std::stoi: no digits, or out of range
+        used = 0;
       }
+      if (used == 0 || used != s.size() - 5 || d.index < 0)
+        throw InputError("replay: --device " + s + ": expected cpu, cuda or cuda:N");
     }
     std::string why;
     if (!cuda_available(&why)) throw InputError("replay: --device " + s + ": " + why);
@@ -39,10 +41,10 @@ std::int64_t cpu_free_memory_bytes() {
     std::string unit;
     fields >> kib >> unit;
     if (kib < 0 || unit != "kB")
-      throw std::runtime_error("replay: cannot parse /proc/meminfo line '" + line + "'");
+      throw SystemError("replay: cannot parse /proc/meminfo line '" + line + "'");
     return kib * 1024;
   }
-  throw std::runtime_error("replay: no MemAvailable in /proc/meminfo");
+  throw SystemError("replay: no MemAvailable in /proc/meminfo");
 }
 
 std::int64_t device_free_memory_bytes(const std::string& device) {

@@ -17,6 +17,7 @@
 #include "hw_backend/backends.h"
 #include "hw_backend/comm_backend.h"
 #include "hw_backend/device_loop.h"
+#include "models/errors.h"
 
 namespace trainsim::hw {
 
@@ -39,8 +40,8 @@ std::int64_t cuda_free_memory_bytes(int index) {
   std::size_t free = 0, total = 0;
   const cudaError_t err = cudaMemGetInfo(&free, &total);
   if (err != cudaSuccess)
-    throw std::runtime_error(std::string("replay: cudaMemGetInfo on cuda:") + std::to_string(index) +
-                             ": " + cudaGetErrorString(err));
+    throw SystemError(std::string("replay: cudaMemGetInfo on cuda:") + std::to_string(index) +
+                      ": " + cudaGetErrorString(err));
   return static_cast<std::int64_t>(free);
 }
 
@@ -189,7 +190,7 @@ class CudaLoop final : public DeviceLoop {
     const c10::cuda::CUDAStream cur =
         c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index_));
     if (cur.stream() == handle) return cur;
-    throw std::logic_error("replay: a stream handle that is not the CUDA loop's");
+    TRAINSIM_CHECK(false, "replay: a stream handle that is not the CUDA loop's");
   }
 
   const int index_;

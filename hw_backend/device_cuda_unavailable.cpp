@@ -5,6 +5,7 @@
 
 #include "hw_backend/backends.h"
 #include "hw_backend/replay.h"
+#include "models/errors.h"
 
 namespace trainsim::hw {
 
@@ -30,7 +31,7 @@ std::int64_t cuda_free_memory_bytes(int index) {
 }
 
 std::unique_ptr<DeviceLoop> make_cuda_loop(int) {
-  throw std::logic_error("replay: CUDA device loop in a build without CUDA LibTorch");
+  TRAINSIM_CHECK(false, "replay: CUDA device loop in a build without CUDA LibTorch");
 }
 
 }  // namespace trainsim::hw

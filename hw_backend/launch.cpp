@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -14,11 +13,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <stdexcept>
-#include <thread>
 #include <vector>
 
-#include "models/input/scenario.h"
+#include "models/errors.h"
+#include "models/subprocess.h"
 
 extern char** environ;
 
@@ -40,7 +38,9 @@ int parse_int(const char* name, const char* value) {
 std::vector<std::string> own_command_line() {
   std::vector<std::string> args;
   const int fd = ::open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(std::string("launch: cannot read /proc/self/cmdline: ") + std::strerror(errno));
+  if (fd < 0)
+    throw SystemError(std::string("launch: cannot read /proc/self/cmdline: ") +
+                      std::strerror(errno));
   std::string all;
   char buf[4096];
   for (ssize_t r; (r = ::read(fd, buf, sizeof buf)) > 0;) all.append(buf, std::size_t(r));
@@ -52,7 +52,7 @@ std::vector<std::string> own_command_line() {
     if (end == std::string::npos) break;
     at = end + 1;
   }
-  if (args.empty()) throw std::runtime_error("launch: empty /proc/self/cmdline");
+  if (args.empty()) throw SystemError("launch: empty /proc/self/cmdline");
   return args;
 }
 
@@ -128,22 +128,20 @@ std::string per_rank_path(const std::string& path, int rank) {
 }
 
 int launch_local_workers(int nprocs) {
-  if (nprocs < 1) throw std::invalid_argument("launch: nprocs must be >= 1");
+  TRAINSIM_CHECK(nprocs >= 1, "launch: nprocs must be >= 1");
   const std::vector<std::string> args = own_command_line();
   const char* tmp = std::getenv("TMPDIR");
   std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/trainsim-nccl-XXXXXX";
   std::vector<char> dirbuf(templ.begin(), templ.end());
   dirbuf.push_back('\0');
   if (!::mkdtemp(dirbuf.data()))
-    throw std::runtime_error("launch: cannot create a rendezvous directory " + templ + ": " +
-                             std::strerror(errno));
+    throw InputError("launch: cannot create a rendezvous directory " + templ + ": " +
+                     std::strerror(errno) + " (set TMPDIR to a writable directory)");
   const std::string dir = dirbuf.data();
   const std::string run_id =
       "trainsim-" + std::to_string(::getpid()) + "-" +
       std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
 
-  // Everything a child needs is built before fork(): between fork and exec only
-  // async-signal-safe calls.
   std::vector<std::string> base_env;
   const char* ours[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
                         "TRAINSIM_NCCL_DIR=", "TRAINSIM_NCCL_RUN_ID="};
@@ -152,81 +150,33 @@ int launch_local_workers(int nprocs) {
     for (const char* p : ours) replaced |= std::strncmp(*e, p, std::strlen(p)) == 0;
     if (!replaced) base_env.emplace_back(*e);
   }
-  std::vector<std::vector<std::string>> envs(nprocs, base_env);
-  for (int r = 0; r < nprocs; ++r) {
-    envs[r].push_back("RANK=" + std::to_string(r));
-    envs[r].push_back("WORLD_SIZE=" + std::to_string(nprocs));
-    envs[r].push_back("LOCAL_RANK=" + std::to_string(r));
-    envs[r].push_back("LOCAL_WORLD_SIZE=" + std::to_string(nprocs));
-    envs[r].push_back("TRAINSIM_NCCL_DIR=" + dir);
-    envs[r].push_back("TRAINSIM_NCCL_RUN_ID=" + run_id);
-  }
-  auto pointers = [](std::vector<std::string>& v) {
-    std::vector<char*> p;
-    for (auto& s : v) p.push_back(s.data());
-    p.push_back(nullptr);
-    return p;
-  };
-  std::vector<std::string> argv_copy = args;
-  std::vector<char*> argv = pointers(argv_copy);
-  std::vector<std::vector<char*>> envps;
-  for (auto& e : envs) envps.push_back(pointers(e));
-
-  std::cout.flush();
-  std::cerr.flush();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < nprocs; ++r) {
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      const std::string why = std::strerror(errno);
-      for (pid_t p : pids) ::kill(p, SIGTERM);
-      for (pid_t p : pids) ::waitpid(p, nullptr, 0);
-      remove_tree_files(dir);
-      throw std::runtime_error("launch: fork failed: " + why);
-    }
-    if (pid == 0) {
-      ::execve("/proc/self/exe", argv.data(), envps[r].data());
-      static const char msg[] = "trainsim: launch: execve(/proc/self/exe) failed\n";
-      (void)!::write(2, msg, sizeof msg - 1);
-      ::_exit(127);
-    }
-    pids.push_back(pid);
-  }
-
-  std::vector<int> status(nprocs, -1);
-  int remaining = nprocs, failed_rank = -1;
-  auto since_stop = std::chrono::steady_clock::time_point{};
-  bool stopping = false, killed = false;
-  while (remaining > 0) {
-    bool progressed = false;
+  std::vector<Subprocess> workers;
+  try {
     for (int r = 0; r < nprocs; ++r) {
-      if (status[r] >= 0) continue;
-      int st = 0;
-      const pid_t w = ::waitpid(pids[r], &st, WNOHANG);
-      if (w != pids[r]) continue;
-      progressed = true;
-      status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      --remaining;
-      if (status[r] != 0 && !stopping) {
-        failed_rank = r;
-        stopping = true;
-        since_stop = std::chrono::steady_clock::now();
-        for (int k = 0; k < nprocs; ++k)
-          if (status[k] < 0) ::kill(pids[k], SIGTERM);
-      }
+      std::vector<std::string> env = base_env;
+      env.push_back("RANK=" + std::to_string(r));
+      env.push_back("WORLD_SIZE=" + std::to_string(nprocs));
+      env.push_back("LOCAL_RANK=" + std::to_string(r));
+      env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(nprocs));
+      env.push_back("TRAINSIM_NCCL_DIR=" + dir);
+      env.push_back("TRAINSIM_NCCL_RUN_ID=" + run_id);
+      workers.push_back(Subprocess::exec("launch", "/proc/self/exe", args, env));
     }
-    if (stopping && !killed && remaining > 0 &&
-        std::chrono::steady_clock::now() - since_stop > std::chrono::seconds(10)) {
-      for (int k = 0; k < nprocs; ++k)
-        if (status[k] < 0) ::kill(pids[k], SIGKILL);
-      killed = true;
-    }
-    if (!progressed && remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } catch (...) {  // fork failed: the workers started wait for peers that never come
+    for (auto& w : workers) w.signal(SIGTERM);
+    for (auto& w : workers) w.wait();
+    remove_tree_files(dir);
+    throw;
+  }
+  int failed_rank;
+  {
+    const ForwardSignals forward(workers);  // a SIGTERM to the launcher stops its workers
+    failed_rank = wait_all_stop_on_failure(workers, /*grace_s=*/10);
   }
   remove_tree_files(dir);
   if (failed_rank >= 0) {
     std::cerr << "trainsim: replay: rank " << failed_rank << " of " << nprocs
-              << " failed (exit status " << status[failed_rank]
+              << " failed (exit status " << workers[failed_rank].status()->shell_status()
               << "); the other ranks were stopped\n";
     return 1;
   }

@@ -40,10 +40,12 @@ struct ProcessEnv {
 /// variable and its value.
 ProcessEnv process_env(const std::function<const char*(const char*)>& getenv = nullptr);
 
-/// Starts `nprocs` workers running this program's own command line (see the file comment) and
-/// waits for them. Returns 0 when all exit 0, else 1 (after stopping the rest with SIGTERM,
-/// then SIGKILL after 10 s). Each worker's stdout and stderr are the parent's. Throws
-/// std::runtime_error when the workers cannot be started.
+/// Starts `nprocs` (>= 1) workers running this program's own command line (see the file
+/// comment; models/subprocess.h) and waits for them, forwarding SIGINT and SIGTERM to them.
+/// Returns 0 when all exit 0, else 1 (after stopping the rest with SIGTERM, then SIGKILL after
+/// 10 s). Each worker's stdout and stderr are the parent's. Throws InputError when the
+/// rendezvous directory cannot be created under TMPDIR, SystemError when the workers cannot be
+/// started.
 int launch_local_workers(int nprocs);
 
 /// `path` with ".rank<N>" inserted before its extension ("t.json" -> "t.rank1.json"): the file

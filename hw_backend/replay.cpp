@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "hw_backend/executor.h"
+#include "models/errors.h"
 
 namespace trainsim::hw {
 
@@ -37,11 +38,11 @@ std::vector<TaskId> replay_order(const ScheduleGraph& graph, std::int64_t rank) 
     for (auto [e, end] = boost::in_edges(program[i], deps); e != end; ++e) {
       const TaskId from = static_cast<TaskId>(boost::source(*e, deps));
       auto it = position.find(from);
-      if (it != position.end() && it->second >= i)
-        throw std::logic_error("replay_order: program order of rank " + std::to_string(rank) +
-                               " issues task " + std::to_string(program[i]) + " (" +
-                               graph.label(program[i]) + ") before its dependency " +
-                               std::to_string(from) + " (" + graph.label(from) + ")");
+      TRAINSIM_CHECK(it == position.end() || it->second < i,
+                     "replay_order: program order of rank " + std::to_string(rank) +
+                         " issues task " + std::to_string(program[i]) + " (" +
+                         graph.label(program[i]) + ") before its dependency " +
+                         std::to_string(from) + " (" + graph.label(from) + ")");
     }
   }
   return program;

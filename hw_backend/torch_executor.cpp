@@ -24,6 +24,7 @@
 #include "hw_backend/executor.h"
 #include "hw_backend/transformer_layer.h"
 #include "kernels/cpu_adam.h"
+#include "models/errors.h"
 #include "models/precision.h"
 #include "models/input/scenario.h"
 
@@ -106,10 +107,9 @@ class Executor {
         throw InputError("replay: rank " + std::to_string(rank) + " is not among the " +
                          std::to_string(o.nprocs) + " processes of a multi-process replay");
     }
-    if (model_.num_layers <= 0)
-      throw std::logic_error("replay: the schedule graph has no replay_model (num_layers " +
-                             std::to_string(model_.num_layers) +
-                             "): build it with build_schedule_graph");
+    TRAINSIM_CHECK(model_.num_layers > 0,
+                   "replay: the schedule graph has no replay_model (num_layers " +
+                       std::to_string(model_.num_layers) + "): build it with build_schedule_graph");
   }
 
   ExecutionRecord run() {
@@ -157,7 +157,8 @@ class Executor {
       if (t.kind == TaskKind::OptimizerCpu) cpu_step_params_ += op.params;  // sub-groups, in order
       if (t.kind == TaskKind::CopyH2D || t.kind == TaskKind::CopyD2H) ++copies_;
     }
-    if (!shape_op) throw std::logic_error("replay: rank " + std::to_string(rank_) + " has no compute task");
+    TRAINSIM_CHECK(shape_op != nullptr,
+                   "replay: rank " + std::to_string(rank_) + " has no compute task");
     d_.b = shape_op->micro_batch, d_.s = shape_op->seq, d_.h = shape_op->hidden;
     d_.heads = shape_op->heads, d_.head_dim = shape_op->head_dim, d_.ffn = shape_op->ffn;
     d_.vocab = shape_op->vocab, d_.tp = shape_op->tp;
@@ -297,12 +298,12 @@ class Executor {
   torch::Tensor take(std::map<std::uint32_t, torch::Tensor>& m, std::uint32_t mb, TaskId id,
                      const char* what) {
     auto it = m.find(mb);
-    if (it == m.end())
-      throw std::logic_error("replay: task " + std::to_string(id) + " (" + g_.label(id) +
-                             ") has no " + what + " for microbatch " + std::to_string(mb));
-    if (pending_fill_.count(mb_key(mb, &m == &grad_ ? 1 : 0)))
-      throw std::logic_error("replay: task " + std::to_string(id) + " (" + g_.label(id) +
-                             ") uses a received tensor before its all-gather completed it");
+    TRAINSIM_CHECK(it != m.end(), "replay: task " + std::to_string(id) + " (" + g_.label(id) +
+                                      ") has no " + what + " for microbatch " +
+                                      std::to_string(mb));
+    TRAINSIM_CHECK(pending_fill_.count(mb_key(mb, &m == &grad_ ? 1 : 0)) == 0,
+                   "replay: task " + std::to_string(id) + " (" + g_.label(id) +
+                       ") uses a received tensor before its all-gather completed it");
     torch::Tensor t = it->second;
     m.erase(it);
     return t;
@@ -378,8 +379,8 @@ class Executor {
           x = take(act_, mb, id, "re-run input");
         } else if (t.phase == Phase::Recompute && (attn || mlp_ckpt)) {
           auto it = stash_.find(mb_key(mb, t.layer));
-          if (it == stash_.end())
-            throw std::logic_error("replay: recompute task " + g_.label(id) + " has no stashed input");
+          TRAINSIM_CHECK(it != stash_.end(),
+                         "replay: recompute task " + g_.label(id) + " has no stashed input");
           x = it->second;
           stash_.erase(it);
         } else {
@@ -398,8 +399,8 @@ class Executor {
       case OpKind::AttnBwd:
       case OpKind::MlpBwd: {
         auto it = blocks_.find(block_key(mb, t.layer, t.part));
-        if (it == blocks_.end())
-          throw std::logic_error("replay: backward task " + g_.label(id) + " has no forward state");
+        TRAINSIM_CHECK(it != blocks_.end(),
+                       "replay: backward task " + g_.label(id) + " has no forward state");
         torch::Tensor g = take(grad_, mb, id, "output gradient");
         grad_[mb] = block_backward(it->second, g, mask_, d_, dropout_);
         blocks_.erase(it);
@@ -414,8 +415,7 @@ class Executor {
       }
       case OpKind::LogitsLossBwd: {
         auto it = logits_.find(mb);
-        if (it == logits_.end())
-          throw std::logic_error("replay: " + g_.label(id) + " has no forward state");
+        TRAINSIM_CHECK(it != logits_.end(), "replay: " + g_.label(id) + " has no forward state");
         torch::autograd::backward({it->second.second});
         grad_[mb] = it->second.first.grad();
         logits_.erase(it);
@@ -423,15 +423,15 @@ class Executor {
       }
       case OpKind::EmbedBwd: {
         auto it = embed_out_.find(mb);
-        if (it == embed_out_.end())
-          throw std::logic_error("replay: " + g_.label(id) + " has no forward state");
+        TRAINSIM_CHECK(it != embed_out_.end(),
+                       "replay: " + g_.label(id) + " has no forward state");
         torch::Tensor g = take(grad_, mb, id, "output gradient");
         torch::autograd::backward({it->second}, {g});
         embed_out_.erase(it);
         return;
       }
       default:
-        throw std::logic_error(std::string("replay: compute task with op ") + to_string(op.kind));
+        TRAINSIM_CHECK(false, std::string("replay: compute task with op ") + to_string(op.kind));
     }
   }
 
@@ -539,12 +539,12 @@ class Executor {
     const auto* base = static_cast<const char*>(flat_grads_.data_ptr());
     for (const auto& [prm, off] : grad_views_) {
       const torch::Tensor& g = prm.grad();
-      if (!g.defined() || g.data_ptr() != base + off * flat_grads_.element_size())
-        throw std::logic_error("replay: a parameter's gradient left the contiguous gradient "
-                               "buffer (autograd replaced .grad instead of accumulating)");
+      TRAINSIM_CHECK(g.defined() && g.data_ptr() == base + off * flat_grads_.element_size(),
+                     "replay: a parameter's gradient left the contiguous gradient "
+                     "buffer (autograd replaced .grad instead of accumulating)");
     }
-    if (flat_grads_.abs().max().item<double>() == 0.0)
-      throw std::logic_error("replay: the backward tasks left the gradient buffer all zero");
+    TRAINSIM_CHECK(flat_grads_.abs().max().item<double>() != 0.0,
+                   "replay: the backward tasks left the gradient buffer all zero");
   }
 
   // ---------------------------------------------------------------- notes

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "models/errors.h"
+
 namespace trainsim::hw {
 namespace {
 
@@ -68,9 +70,8 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> layer_param_shape
 }
 
 LayerWeights bind_layer_weights(const std::vector<torch::Tensor>& t) {
-  if (t.size() != 12)
-    throw std::logic_error("bind_layer_weights: a layer has 12 parameter tensors, got " +
-                           std::to_string(t.size()));
+  TRAINSIM_CHECK(t.size() == 12, "bind_layer_weights: a layer has 12 parameter tensors, got " +
+                                     std::to_string(t.size()));
   LayerWeights w;
   w.ln1_w = t[0], w.ln1_b = t[1], w.qkv_w = t[2], w.qkv_b = t[3], w.proj_w = t[4], w.proj_b = t[5];
   w.ln2_w = t[6], w.ln2_b = t[7], w.fc1_w = t[8], w.fc1_b = t[9], w.fc2_w = t[10], w.fc2_b = t[11];
@@ -140,8 +141,8 @@ BlockState mlp_forward(const LayerWeights& w, const torch::Tensor& input, const 
 
 torch::Tensor block_backward(BlockState& st, const torch::Tensor& grad_output,
                              const torch::Tensor& mask, const LayerDims& d, const Dropout& p) {
-  if (!st.output.defined() || !st.output.requires_grad())
-    throw std::logic_error("block_backward: the block's forward ran without autograd state");
+  TRAINSIM_CHECK(st.output.defined() && st.output.requires_grad(),
+                 "block_backward: the block's forward ran without autograd state");
   torch::autograd::backward({st.output}, {grad_output});
   if (st.selective) {
     // Recompute the core attention from the saved QKV output, then back-propagate through it

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "models/errors.h"
 #include "models/builder/rank_context.h"
 #include "models/builder/graph_builder.h"
 #include "models/hardware/local_device.h"

@@ -12,12 +12,12 @@
 
 namespace trainsim::sim {
 
-/// Calls `body(progress_fd)` in a child process and returns the string it returns.
-/// In the child, stderr (fd 2) goes to a capture file; `progress_fd` is the original stderr,
-/// for output meant for the user. Exceptions thrown by `body` come back with their message:
-/// InputError as InputError, std::logic_error as std::logic_error, anything else as
-/// std::runtime_error. A child that dies (signal, abort, exit) gives std::runtime_error with
-/// the end of its captured stderr.
+/// Calls `body(progress_fd)` in a child process (models/subprocess.h) and returns the string
+/// it returns. In the child, stderr (fd 2) goes to a capture file; `progress_fd` is the original
+/// stderr, for output meant for the user. Exceptions thrown by `body` come back with their
+/// message (models/errors.h): InputError as InputError, a std::logic_error (TRAINSIM_CHECK's
+/// InvariantError) as InvariantError, anything else as SystemError. A child that dies (signal,
+/// abort, exit) gives SystemError with the end of its captured stderr.
 std::string run_in_child(const std::function<std::string(int progress_fd)>& body);
 
 }  // namespace trainsim::sim

@@ -8,6 +8,8 @@
 #include <simgrid/s4u/Link.hpp>
 #include <simgrid/s4u/NetZone.hpp>
 
+#include "models/errors.h"
+
 namespace trainsim::sim {
 namespace {
 
@@ -122,7 +124,7 @@ void PlatformModel::append_fabric(Route& r, std::uint64_t src_ep, std::uint64_t 
   // subtree (src / M_L == dst / M_L) and descends deterministically.
   int L = 1;
   while (L <= levels_ && src_ep / M_[L] != dst_ep / M_[L]) ++L;
-  if (L > levels_) throw std::logic_error("PlatformModel: fabric end points outside the tree");
+  TRAINSIM_CHECK(L <= levels_, "PlatformModel: fabric end points outside the tree");
   const double lat = system_.switch_latency_s;  // one switch entered per fabric link
   auto fabric_link = [&](int l, std::uint64_t child_group, std::uint64_t child_col,
                          std::uint64_t parent_col) {
@@ -138,10 +140,9 @@ void PlatformModel::append_fabric(Route& r, std::uint64_t src_ep, std::uint64_t 
 void PlatformModel::check(Endpoint e) const {
   const std::uint64_t limit = e.kind == Endpoint::Kind::Gpu ? std::uint64_t(nodes_ * gpus_per_node_)
                                                             : std::uint64_t(nodes_);
-  if (e.index >= limit)
-    throw std::logic_error("PlatformModel: " + host_name(e) + " outside the cluster of " +
-                           std::to_string(nodes_) + " nodes x " + std::to_string(gpus_per_node_) +
-                           " GPUs");
+  TRAINSIM_CHECK(e.index < limit, "PlatformModel: " + host_name(e) + " outside the cluster of " +
+                                      std::to_string(nodes_) + " nodes x " +
+                                      std::to_string(gpus_per_node_) + " GPUs");
 }
 
 void PlatformModel::use(Endpoint e) {
@@ -152,7 +153,7 @@ void PlatformModel::use(Endpoint e) {
 Route PlatformModel::make_route(Endpoint src, Endpoint dst) {
   check(src);
   check(dst);
-  if (src == dst) throw std::logic_error("PlatformModel::route: src == dst (" + host_name(src) + ")");
+  TRAINSIM_CHECK(!(src == dst), "PlatformModel::route: src == dst (" + host_name(src) + ")");
 
   // Halves of a one-way latency go to each of the two links that make the hop, so a route
   // GPU -> switch -> GPU (or -> CPU) pays the catalog latency once.
@@ -201,8 +202,8 @@ Route PlatformModel::make_route(Endpoint src, Endpoint dst) {
   } else if (src.kind == K::Gpu && dst.kind == K::Cpu && node_of(src.index) == dst.index) {
     r.hops = {{gpu_pcie(src.index), true}, {uplink(src.index), true}};
   } else {
-    throw std::logic_error("PlatformModel::route: no route from " + host_name(src) + " to " +
-                           host_name(dst) + " (CPU hosts only reach their own node's GPUs)");
+    TRAINSIM_CHECK(false, "PlatformModel::route: no route from " + host_name(src) + " to " +
+                              host_name(dst) + " (CPU hosts only reach their own node's GPUs)");
   }
   r.bottleneck_bw_bytes_per_s = links_[r.hops.front().link].bw_bytes_per_s;
   for (const Hop& h : r.hops) {
@@ -227,9 +228,8 @@ const Route& PlatformModel::route(Endpoint src, Endpoint dst) {
 
 simgrid::s4u::Host* SimgridPlatform::host(Endpoint e) const {
   auto it = hosts.find(e.key());
-  if (it == hosts.end())
-    throw std::logic_error("SimgridPlatform: no host " + PlatformModel::host_name(e) +
-                           " (no route to or from it was requested)");
+  TRAINSIM_CHECK(it != hosts.end(), "SimgridPlatform: no host " + PlatformModel::host_name(e) +
+                                        " (no route to or from it was requested)");
   return it->second;
 }
 

@@ -7,10 +7,10 @@
 #include <sstream>
 #include <tuple>
 
+#include "models/errors.h"
 #include "models/perf/cost_model.h"
 #include "models/perf/flops.h"
 #include "validation/gpu_info.h"
-#include "models/input/scenario.h"  // InputError
 
 namespace trainsim::validation {
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/errors.h"
-#include "models/input/json_input.h"
+#include "models/json_input.h"
 
 namespace trainsim::validation {
 

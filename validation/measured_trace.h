@@ -36,7 +36,7 @@ struct MeasuredTraceFile {
 /// directory or an unreadable file.
 MeasuredTraceFile read_measured_trace(const std::string& path);
 /// Parses a trace's text (`source` names it in messages; fuzz/fuzz_measured_trace). Throws
-/// InputError for invalid JSON (models/input/json_input.h), a file that is not a replay's trace or a
+/// InputError for invalid JSON (models/json_input.h), a file that is not a replay's trace or a
 /// simulated trace.
 MeasuredTraceFile parse_measured_trace(const std::string& text, const std::string& source);
 

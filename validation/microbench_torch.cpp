@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu_adam.h"
+#include "models/errors.h"
 #include "models/perf/flops.h"
-#include "models/input/scenario.h"  // InputError
 #include "validation/gpu_info.h"
 #include "validation/microbench.h"
 

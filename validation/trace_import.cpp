@@ -7,8 +7,8 @@
 #include <map>
 #include <unordered_map>
 
-#include "models/input/json_input.h"
-#include "models/input/scenario.h"  // InputError
+#include "models/errors.h"
+#include "models/json_input.h"
 
 namespace trainsim::validation {
 

@@ -32,6 +32,7 @@
 #include "models/builder/dp_strategy.h"
 #include "models/builder/zero_buckets.h"
 #include "models/memory/memory_model.h"
+#include "models/errors.h"
 
 namespace trainsim::builder {
 

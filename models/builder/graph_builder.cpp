@@ -14,6 +14,7 @@
 #include <set>
 #include <utility>
 
+#include "models/errors.h"
 #include "models/builder/pipeline_pass.h"
 #include "models/builder/rank_context.h"
 #include "models/perf/cost_model.h"

@@ -9,6 +9,7 @@
 
 #include "models/builder/dp_strategy.h"
 #include "models/builder/optimizer_step.h"
+#include "models/errors.h"
 #include "models/perf/flops.h"
 #include "models/memory/memory_model.h"
 #include "models/graph/pipeline_schedule.h"
@@ -205,10 +206,10 @@ class RankProgram {
       dp_->on_step_end(ctx_, steps[i]);
       exchanges_after(int(i));
     }
-    if (next_exchange != exchanges.size() || pending_send_[0] || pending_send_[1] ||
-        received_[0] != inputs_[0].size() || received_[1] != inputs_[1].size())
-      throw std::logic_error("pipeline pass: the batched exchanges of rank " +
-                             std::to_string(ctx_.rank) + " do not match its steps");
+    TRAINSIM_CHECK(next_exchange == exchanges.size() && !pending_send_[0] && !pending_send_[1] &&
+                       received_[0] == inputs_[0].size() && received_[1] == inputs_[1].size(),
+                   "pipeline pass: the batched exchanges of rank " + std::to_string(ctx_.rank) +
+                       " do not match its steps");
     finish();
   }
 
@@ -399,9 +400,9 @@ class RankProgram {
   void receive(std::int64_t from, Phase phase, const StepAt& s) {
     if (batched_exchanges_) {  // received by an earlier exchange, which the compute waited for
       const int dir = phase == Phase::Forward ? 0 : 1;
-      if (consumed_[dir] >= received_[dir])
-        throw std::logic_error("pipeline pass: rank " + std::to_string(ctx_.rank) +
-                               " reaches a step before the exchange that receives its input");
+      TRAINSIM_CHECK(consumed_[dir] < received_[dir],
+                     "pipeline pass: rank " + std::to_string(ctx_.rank) +
+                         " reaches a step before the exchange that receives its input");
       ++consumed_[dir];
       return;
     }
@@ -436,16 +437,16 @@ class RankProgram {
   void exchange(const PipelineExchange& x) {
     std::vector<TaskId> batch;
     const auto send_pending = [&](int dir, std::int64_t to, Phase phase) {
-      if (!pending_send_[dir])
-        throw std::logic_error("pipeline pass: an exchange sends a tensor no step produced");
+      TRAINSIM_CHECK(pending_send_[dir].has_value(),
+                     "pipeline pass: an exchange sends a tensor no step produced");
       batch.push_back(ctx_.message(p2p_op_, TaskKind::Send, to, phase, pending_send_[dir]->mb,
                                    pending_send_[dir]->chunk));
       pending_send_[dir].reset();
     };
     if (x.send_forward) send_pending(0, next_rank(), Phase::Forward);
     if (x.send_backward) send_pending(1, prev_rank(), Phase::Backward);
-    if (pending_send_[0] || pending_send_[1])
-      throw std::logic_error("pipeline pass: a step's output is not sent by its exchange");
+    TRAINSIM_CHECK(!pending_send_[0] && !pending_send_[1],
+                   "pipeline pass: a step's output is not sent by its exchange");
     struct Received {
       TaskId task;
       Phase phase;
@@ -453,8 +454,8 @@ class RankProgram {
     };
     std::vector<Received> recvs;
     const auto recv_next_input = [&](int dir, std::int64_t from, Phase phase) {
-      if (received_[dir] >= inputs_[dir].size())
-        throw std::logic_error("pipeline pass: an exchange receives more than the steps use");
+      TRAINSIM_CHECK(received_[dir] < inputs_[dir].size(),
+                     "pipeline pass: an exchange receives more than the steps use");
       const StepAt& s = inputs_[dir][received_[dir]++];
       recvs.push_back({ctx_.message(p2p_op_, TaskKind::Recv, from, phase, s.mb, s.chunk), phase,
                        s.mb});

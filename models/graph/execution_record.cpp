@@ -4,11 +4,13 @@
 #include <limits>
 #include <stdexcept>
 
+#include "models/errors.h"
+
 namespace trainsim {
 
 double ExecutionRecord::iteration_time_s() const {
-  if (start_s.size() != end_s.size())
-    throw std::logic_error("ExecutionRecord: start_s and end_s differ in size");
+  TRAINSIM_CHECK(start_s.size() == end_s.size(),
+                 "ExecutionRecord: start_s and end_s differ in size");
   double first = std::numeric_limits<double>::infinity();
   double last = -first;
   for (std::size_t i = 0; i < start_s.size(); ++i) {

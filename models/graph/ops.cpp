@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/errors.h"
+
 namespace trainsim {
 
 bool is_compute(OpKind k) {
@@ -27,8 +29,7 @@ bool is_compute(OpKind k) {
     case OpKind::AllToAll:
       return false;
   }
-  throw std::logic_error("is_compute: OpKind out of range: " +
-                         std::to_string(static_cast<int>(k)));
+  TRAINSIM_CHECK(false, "is_compute: OpKind out of range: " + std::to_string(static_cast<int>(k)));
 }
 
 bool is_collective(OpKind k) {
@@ -53,8 +54,8 @@ bool is_collective(OpKind k) {
     case OpKind::CopyD2H:
       return false;
   }
-  throw std::logic_error("is_collective: OpKind out of range: " +
-                         std::to_string(static_cast<int>(k)));
+  TRAINSIM_CHECK(false,
+                 "is_collective: OpKind out of range: " + std::to_string(static_cast<int>(k)));
 }
 
 const char* to_string(OpKind k) {
@@ -77,8 +78,7 @@ const char* to_string(OpKind k) {
     case OpKind::CopyD2H: return "copy_d2h";
     case OpKind::AllToAll: return "all_to_all";
   }
-  throw std::logic_error("to_string: OpKind out of range: " +
-                         std::to_string(static_cast<int>(k)));
+  TRAINSIM_CHECK(false, "to_string: OpKind out of range: " + std::to_string(static_cast<int>(k)));
 }
 
 const char* to_string(GroupKind g) {
@@ -92,8 +92,8 @@ const char* to_string(GroupKind g) {
     case GroupKind::Expert: return "expert";
     case GroupKind::ModelParallel: return "model_parallel";
   }
-  throw std::logic_error("to_string: GroupKind out of range: " +
-                         std::to_string(static_cast<int>(g)));
+  TRAINSIM_CHECK(false,
+                 "to_string: GroupKind out of range: " + std::to_string(static_cast<int>(g)));
 }
 
 }  // namespace trainsim

@@ -30,6 +30,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/errors.h"
+
 namespace trainsim {
 namespace {
 
@@ -87,7 +89,7 @@ int warmup_unchecked(PipelineSchedule schedule, int pp, int rank, int m, int v) 
       if (m == pp) return total;
       return std::min((pp - rank - 1) * 2 + (v - 1) * pp, total);
   }
-  throw std::logic_error("pipeline_schedule: unhandled PipelineSchedule value");
+  TRAINSIM_CHECK(false, "pipeline_schedule: unhandled PipelineSchedule value");
 }
 
 /// The k-th forward (forward = true) or backward step of the interleaved table.
@@ -138,8 +140,8 @@ std::vector<PipelineStep> pipeline_order(PipelineSchedule schedule, int pp, int 
   }
   for (int k = remaining; k < total; ++k) order.push_back(step(k, false));  // cooldown
 
-  if (order.size() != static_cast<std::size_t>(2) * total)
-    throw std::logic_error("pipeline_order: expected 2*m*v steps");
+  TRAINSIM_CHECK(order.size() == static_cast<std::size_t>(2) * total,
+                 "pipeline_order: expected 2*m*v steps");
   return order;
 }
 

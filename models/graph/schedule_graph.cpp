@@ -10,6 +10,8 @@
 
 #include <boost/graph/topological_sort.hpp>
 
+#include "models/errors.h"
+
 namespace trainsim {
 
 std::int64_t CommGroup::nodes(std::int64_t gpus_per_node) const {
@@ -54,7 +56,7 @@ std::string op_key(const OpDesc& op) {
 }  // namespace
 
 std::uint32_t ScheduleGraph::add_op(const OpDesc& op) {
-  if (finalized_) throw std::logic_error("ScheduleGraph::add_op after finalize()");
+  TRAINSIM_CHECK(!finalized_, "ScheduleGraph::add_op after finalize()");
   const std::string key = op_key(op);
   auto it = op_index_.find(key);
   if (it != op_index_.end()) return it->second;
@@ -65,7 +67,7 @@ std::uint32_t ScheduleGraph::add_op(const OpDesc& op) {
 }
 
 std::uint32_t ScheduleGraph::add_group(GroupKind kind, std::vector<RankId> ranks) {
-  if (finalized_) throw std::logic_error("ScheduleGraph::add_group after finalize()");
+  TRAINSIM_CHECK(!finalized_, "ScheduleGraph::add_group after finalize()");
   std::string key = std::to_string(int(kind));
   for (RankId r : ranks) key += ',' + std::to_string(r);
   auto it = group_index_.find(key);
@@ -77,29 +79,29 @@ std::uint32_t ScheduleGraph::add_group(GroupKind kind, std::vector<RankId> ranks
 }
 
 TaskId ScheduleGraph::add_task(const Task& task) {
-  if (finalized_) throw std::logic_error("ScheduleGraph::add_task after finalize()");
-  if (task.op >= ops_.size()) throw std::logic_error("ScheduleGraph::add_task: op index out of range");
-  if (tasks_.size() >= kNone - 1) throw std::logic_error("ScheduleGraph: more than 2^32 tasks");
+  TRAINSIM_CHECK(!finalized_, "ScheduleGraph::add_task after finalize()");
+  TRAINSIM_CHECK(task.op < ops_.size(), "ScheduleGraph::add_task: op index out of range");
+  TRAINSIM_CHECK(tasks_.size() < kNone - 1, "ScheduleGraph: more than 2^32 tasks");
   tasks_.push_back(task);
   mem_offsets_.push_back(mem_offsets_.back());
   return static_cast<TaskId>(tasks_.size() - 1);
 }
 
 void ScheduleGraph::add_memory_effect(TaskId task, const MemEffect& effect) {
-  if (task + 1 != tasks_.size())
-    throw std::logic_error("ScheduleGraph::add_memory_effect: only the last added task");
+  TRAINSIM_CHECK(task + 1 == tasks_.size(),
+                 "ScheduleGraph::add_memory_effect: only the last added task");
   mem_effects_.push_back(effect);
   ++mem_offsets_.back();
 }
 
 void ScheduleGraph::add_dependency(TaskId from, TaskId to) {
-  if (from >= tasks_.size() || to >= tasks_.size() || from == to)
-    throw std::logic_error("ScheduleGraph::add_dependency: bad task ids");
+  TRAINSIM_CHECK(from < tasks_.size() && to < tasks_.size() && from != to,
+                 "ScheduleGraph::add_dependency: bad task ids");
   edge_list_.emplace_back(from, to);
 }
 
 void ScheduleGraph::finalize() {
-  if (finalized_) throw std::logic_error("ScheduleGraph::finalize called twice");
+  TRAINSIM_CHECK(!finalized_, "ScheduleGraph::finalize called twice");
   // Per-rank task lists (CSR), in program order = insertion order.
   std::vector<RankId> ranks;
   ranks.reserve(tasks_.size() ? 64 : 0);
@@ -145,7 +147,7 @@ void ScheduleGraph::finalize() {
   try {
     boost::topological_sort(deps_, std::back_inserter(order));
   } catch (const boost::not_a_dag&) {
-    throw std::logic_error("ScheduleGraph::finalize: the schedule graph has a cycle");
+    TRAINSIM_CHECK(false, "ScheduleGraph::finalize: the schedule graph has a cycle");
   }
   finalized_ = true;
 }

@@ -1,6 +1,7 @@
 // Calibration profiles: JSON load/save with strict validation, and the embedded defaults.
 #include "models/hardware/calibration.h"
-#include "models/input/json_input.h"
+#include "models/errors.h"
+#include "models/json_input.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +13,6 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-
-#include "models/input/scenario.h"  // InputError
 
 namespace trainsim {
 namespace {
@@ -319,9 +318,9 @@ CalibrationProfile parse_calibration(const std::string& text, const std::string&
 double interpolate_attention_efficiency(
     const std::vector<CalibrationProfile::AttentionPoint>& table, double head_dim,
     double seq_length, bool backward) {
-  if (table.empty()) throw std::logic_error("interpolate_attention_efficiency: empty table");
-  if (!(head_dim > 0) || !(seq_length > 0))
-    throw std::logic_error("interpolate_attention_efficiency: arguments must be > 0");
+  TRAINSIM_CHECK(!table.empty(), "interpolate_attention_efficiency: empty table");
+  TRAINSIM_CHECK(head_dim > 0 && seq_length > 0,
+                 "interpolate_attention_efficiency: arguments must be > 0");
   // The nearest head dimension (log2 distance; a tie takes the smaller).
   double best_hd = 0, best_d = INFINITY;
   for (const auto& q : table) {
@@ -372,9 +371,9 @@ std::vector<CalibrationProfile::GemmPoint> mean_gemm_points(
 double interpolate_gemm_efficiency(const std::vector<CalibrationProfile::GemmPoint>& table,
                                    double m, double n, double k, double batch,
                                    const std::string& role) {
-  if (table.empty()) throw std::logic_error("interpolate_gemm_efficiency: empty table");
-  if (!(m > 0 && n > 0 && k > 0 && batch > 0))
-    throw std::logic_error("interpolate_gemm_efficiency: dimensions must be > 0");
+  TRAINSIM_CHECK(!table.empty(), "interpolate_gemm_efficiency: empty table");
+  TRAINSIM_CHECK(m > 0 && n > 0 && k > 0 && batch > 0,
+                 "interpolate_gemm_efficiency: dimensions must be > 0");
   // Inverse-distance weighting in log2 space: efficiency curves of GEMM libraries vary with
   // the order of magnitude of each dimension, not its absolute value.
   // Candidates: the points of this role and the role-less ones; without any, all points.

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "models/input/scenario.h"  // InputError
+#include "models/errors.h"
 
 namespace trainsim {
 

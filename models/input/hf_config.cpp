@@ -32,7 +32,7 @@
 #include <algorithm>
 
 #include "models/errors.h"
-#include "models/input/json_input.h"
+#include "models/json_input.h"
 #include "models/input/keys.h"
 
 namespace trainsim {

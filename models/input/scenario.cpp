@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <map>
 
-#include "models/input/json_input.h"
+#include "models/json_input.h"
 #include "models/input/keys.h"
 #include "models/input/reader.h"
 #include "models/input/sections.h"

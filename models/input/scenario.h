@@ -16,7 +16,7 @@
 
 #include "models/errors.h"
 #include "models/hardware/hardware.h"
-#include "models/perf/nccl_model.h"
+#include "models/nccl_version.h"
 #include "models/parallel_layout.h"
 #include "models/precision.h"
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "models/errors.h"
 #include "models/input/runtime.h"
-#include "models/memory/zero_offload.h"
 
 namespace trainsim {
 
@@ -129,6 +129,14 @@ std::int64_t attention_linear_weights_per_rank(const ModelConfig& m, std::int64_
   return w.q_down + w.q_up + w.kv_down + w.kv_up + w.proj;
 }
 }  // namespace
+
+std::int64_t grad_element_bytes(const Scenario& sc) {
+  if (sc.parallel.precision == Precision::FP32) return 4;  // fp32 training: fp32 gradients
+  const std::int64_t e = precision_bytes(sc.parallel.precision);
+  if (sc.zero.stage != 0) return e;  // DeepSpeed ZeRO partitions (FSDP runs as stage 3)
+  if (sc.parallel.grad_reduce_in_fp32) return *sc.parallel.grad_reduce_in_fp32 ? 4 : e;
+  return sc.parallel.precision == Precision::BF16 ? 4 : e;
+}
 
 ModelFeatures model_features(const Scenario& sc) {
   ModelFeatures f;
@@ -338,6 +346,123 @@ Tokens tokens_of(const Scenario& sc) {
   return t;
 }
 
+/// The sizes the terms of core_layer_activation_bytes share (its comment names them).
+struct CoreDims {
+  Tokens tk;
+  std::int64_t t = 0, h = 0, d = 0, P = 0, Pkv = 0, F = 0, F1 = 0, e = 0, q = 0;
+  std::int64_t stats = 0;  ///< the norm's statistics: fp32 rstd (RMSNorm) or mean and rstd
+  std::int64_t mask = 0;   ///< the hidden-dropout mask, Tsp h with hidden dropout
+};
+CoreDims core_dims(const Scenario& sc) {
+  const ModelConfig& m = sc.model;
+  const ParallelConfig& p = sc.parallel;
+  CoreDims c;
+  c.tk = tokens_of(sc);
+  c.t = p.tensor_model_parallel_size, c.h = m.hidden_size, c.d = m.kv_channels;
+  c.P = m.num_attention_heads / c.t * c.d, c.Pkv = m.num_query_groups / c.t * c.d;
+  c.F = m.ffn_hidden_size / c.t, c.F1 = m.swiglu ? 2 * c.F : c.F;
+  c.e = precision_bytes(p.precision);
+  c.q = p.fp8 != Fp8Format::None ? 1 : c.e;
+  c.stats = (m.normalization == Normalization::RMSNorm ? 4 : 8) * c.tk.Tsp;
+  c.mask = m.hidden_dropout > 0 ? c.tk.Tsp * c.h : 0;
+  return c;
+}
+
+/// The attention block of a multi-latent-attention layer (core_layer_activation_bytes).
+std::int64_t core_mla_attention_bytes(const Scenario& sc, const CoreDims& c) {
+  const ModelConfig& m = sc.model;
+  const ParallelConfig& p = sc.parallel;
+  const Tokens& tk = c.tk;
+  const std::int64_t t = c.t, h = c.h, e = c.e, q = c.q, stats = c.stats, mask = c.mask;
+  // MLA: the norm input and statistics; the down projections' input (one bf16 tensor both
+  // read, or each TELinear's own FP8 copy); the latents they write e Tsp (Lq + Lkv + dr),
+  // the up projections' inputs (with qk_layernorm: the latent norms' outputs, q Tsp (Lq +
+  // Lkv), and their statistics; without them the latents themselves, or their FP8 copies);
+  // q, k after RoPE e T a/t (dn + dr) each and v e T a/t dv;
+  // the flash output e T a/t dv and its log-sum-exp, plus the FP8 copy of the projection
+  // input under FP8.
+  const std::int64_t hq = m.num_attention_heads / t, qk = m.qk_head_dim + m.qk_pos_emb_head_dim;
+  const std::int64_t lq = m.q_lora_rank, lkv = m.kv_lora_rank;
+  const std::int64_t row_stats = m.normalization == Normalization::RMSNorm ? 4 : 8;
+  std::int64_t attn = e * tk.Tsp * h + stats + (q != e ? 2 * q : e) * tk.Tsp * h +
+                      e * tk.Tsp * (lq + lkv + m.qk_pos_emb_head_dim) +
+                      e * tk.T * hq * (2 * qk + m.v_head_dim) + mask;
+  // --recompute-modules mla_up_proj (Megatron-Core CheckpointWithoutOutput around the up
+  // projections and RoPE): their saved inputs, norm statistics and outputs q, k, v are not
+  // kept (the outputs' storage is freed after the attention); the checkpoint keeps its own
+  // inputs, the latents, and the gathered RoPE key e T dr.
+  const bool up_rerun = (p.recompute_modules & kRecomputeMlaUpProj) != 0;
+  if (up_rerun) {
+    attn -= e * tk.T * hq * (2 * qk + m.v_head_dim);
+    attn += e * tk.T * m.qk_pos_emb_head_dim;
+  } else {
+    if (m.qk_layernorm || q != e) attn += q * tk.Tsp * (lq + lkv);  // else the latents
+    if (m.qk_layernorm) attn += row_stats * tk.Tsp * ((lq > 0) + 1);
+  }
+  attn += e * tk.T * hq * m.v_head_dim +
+          4 * p.micro_batch_size * hq * (m.seq_length / p.context_parallel_size);
+  if (q != e) attn += q * tk.T * hq * m.v_head_dim;
+  return attn;
+}
+
+/// The attention block (core_layer_activation_bytes).
+std::int64_t core_attention_bytes(const Scenario& sc, const CoreDims& c) {
+  const ModelConfig& m = sc.model;
+  const ParallelConfig& p = sc.parallel;
+  const Tokens& tk = c.tk;
+  const std::int64_t t = c.t, h = c.h, d = c.d, P = c.P, Pkv = c.Pkv, e = c.e, q = c.q;
+  const std::int64_t stats = c.stats;
+  std::int64_t attn = e * tk.Tsp * h + stats + q * tk.Tsp * h + e * tk.T * (P + 2 * Pkv) + c.mask;
+  if (m.multi_latent_attention) {
+    attn = core_mla_attention_bytes(sc, c);
+  } else if (m.attention_backend != AttentionBackend::Unfused) {
+    attn += e * tk.T * P + 4 * p.micro_batch_size * (m.num_attention_heads / t) *
+                               (m.seq_length / p.context_parallel_size);
+    if (q != e) attn += q * tk.T * P;
+  } else {
+    const std::int64_t s = m.seq_length, b = p.micro_batch_size;
+    const std::int64_t mk = m.attention_dropout > 0 ? e + 1 : 0;
+    if (!(p.recompute_modules & kRecomputeCoreAttn))
+      attn += (e + mk) * (m.num_attention_heads / t) * b * s * s;
+    attn += e * tk.T * P;
+  }
+  // --qk-layernorm on standard attention: the per-head norms' inputs (q, k before the norm)
+  // and a statistic per head and token.
+  if (m.qk_layernorm && !m.multi_latent_attention)
+    attn += e * tk.T * (P + Pkv) + (stats / tk.Tsp) * tk.T * (P + Pkv) / d;
+  return attn;
+}
+
+/// The MLP block of an MoE layer (core_layer_activation_bytes).
+std::int64_t core_moe_mlp_bytes(const Scenario& sc, const CoreDims& c) {
+  const ModelConfig& m = sc.model;
+  const ParallelConfig& p = sc.parallel;
+  const Tokens& tk = c.tk;
+  const std::int64_t t = c.t, h = c.h, e = c.e, q = c.q;
+  // MoE: the norm input and statistics, the router input (the router is a bf16 linear, not
+  // FP8) e Tsp h and its fp32 scores 4 Tsp E, the expert fc1 input q Tk h, the expert fc1
+  // output e Tk F1e and the permuted fp32 routing probabilities 4 Tk (Megatron-Core
+  // experts.py applies the probabilities in the activation, activation_func_with_probs, so
+  // the unpermute after the combine is an unweighted gather that keeps only its index map),
+  // the fc2 input q Tk Fe (Tk = Tsp topk x the imbalance on the busiest rank); the shared
+  // expert's like a dense MLP's.
+  const std::int64_t Tk = std::int64_t(double(tk.Tsp * m.moe_router_topk) * m.moe_token_imbalance_factor);
+  const std::int64_t Fe = m.moe_ffn_hidden_size / p.expert_tensor_parallel_size;
+  const std::int64_t Fs = m.moe_shared_expert_intermediate_size / t;
+  // --recompute-modules: layernorm discards the norm output (re-run in the backward), moe_act
+  // the activation output (the fc2 input).
+  const bool ln = (p.recompute_modules & kRecomputeLayernorm) != 0;
+  const bool act = (p.recompute_modules & kRecomputeMoeAct) != 0;
+  std::int64_t mlp = e * tk.Tsp * h + c.stats + (ln ? 0 : e * tk.Tsp * h) +
+                     4 * tk.Tsp * m.num_experts + q * Tk * h + e * Tk * (m.swiglu ? 2 * Fe : Fe) +
+                     4 * Tk + (act ? 0 : q * Tk * Fe) + c.mask;
+  // --recompute-modules shared_experts: a checkpoint on the MoE layer's input (kept for the
+  // router already) instead of the shared expert's activations.
+  if (Fs > 0 && !(p.recompute_modules & kRecomputeSharedExperts))
+    mlp += e * tk.T * (m.swiglu ? 2 * Fs : Fs) + q * tk.T * Fs;
+  return mlp;
+}
+
 /// Megatron-Core with Transformer Engine (the kernels of models/perf/flops_core.cpp
 /// core_op_kernels): what each block keeps from its forward to its backward, per layer and
 /// microbatch, term by term (Korthikanti et al. 2022 Sec. 4's accounting applied to these
@@ -352,86 +477,15 @@ Tokens tokens_of(const Scenario& sc) {
 ///   MLP: norm input e Tsp h + statistics; fc1 input q Tsp h; fc1 output e T F (2F with
 ///     SwiGLU); fc2 input q T F; dropout mask Tsp h with hidden dropout.
 LayerActivationBytes core_layer_activation_bytes(const Scenario& sc, bool moe_layer) {
-  const ModelConfig& m = sc.model;
   const ParallelConfig& p = sc.parallel;
-  const Tokens tk = tokens_of(sc);
-  const std::int64_t t = p.tensor_model_parallel_size, h = m.hidden_size, d = m.kv_channels;
-  const std::int64_t P = m.num_attention_heads / t * d, Pkv = m.num_query_groups / t * d;
-  const std::int64_t F = m.ffn_hidden_size / t, F1 = m.swiglu ? 2 * F : F;
-  const std::int64_t e = precision_bytes(p.precision);
-  const std::int64_t q = p.fp8 != Fp8Format::None ? 1 : e;
-  const std::int64_t stats = (m.normalization == Normalization::RMSNorm ? 4 : 8) * tk.Tsp;
-  const std::int64_t mask = m.hidden_dropout > 0 ? tk.Tsp * h : 0;
+  const CoreDims c = core_dims(sc);
+  const Tokens& tk = c.tk;
+  const std::int64_t h = c.h, e = c.e, q = c.q, stats = c.stats, mask = c.mask;
   LayerActivationBytes out;
-  out.attn = e * tk.Tsp * h + stats + q * tk.Tsp * h + e * tk.T * (P + 2 * Pkv) + mask;
-  if (m.multi_latent_attention) {
-    // MLA: the norm input and statistics; the down projections' input (one bf16 tensor both
-    // read, or each TELinear's own FP8 copy); the latents they write e Tsp (Lq + Lkv + dr),
-    // the up projections' inputs (with qk_layernorm: the latent norms' outputs, q Tsp (Lq +
-    // Lkv), and their statistics; without them the latents themselves, or their FP8 copies);
-    // q, k after RoPE e T a/t (dn + dr) each and v e T a/t dv;
-    // the flash output e T a/t dv and its log-sum-exp, plus the FP8 copy of the projection
-    // input under FP8.
-    const std::int64_t hq = m.num_attention_heads / t, qk = m.qk_head_dim + m.qk_pos_emb_head_dim;
-    const std::int64_t lq = m.q_lora_rank, lkv = m.kv_lora_rank;
-    const std::int64_t row_stats = m.normalization == Normalization::RMSNorm ? 4 : 8;
-    out.attn = e * tk.Tsp * h + stats + (q != e ? 2 * q : e) * tk.Tsp * h +
-               e * tk.Tsp * (lq + lkv + m.qk_pos_emb_head_dim) +
-               e * tk.T * hq * (2 * qk + m.v_head_dim) + mask;
-    // --recompute-modules mla_up_proj (Megatron-Core CheckpointWithoutOutput around the up
-    // projections and RoPE): their saved inputs, norm statistics and outputs q, k, v are not
-    // kept (the outputs' storage is freed after the attention); the checkpoint keeps its own
-    // inputs, the latents, and the gathered RoPE key e T dr.
-    const bool up_rerun = (p.recompute_modules & kRecomputeMlaUpProj) != 0;
-    if (up_rerun) {
-      out.attn -= e * tk.T * hq * (2 * qk + m.v_head_dim);
-      out.attn += e * tk.T * m.qk_pos_emb_head_dim;
-    } else {
-      if (m.qk_layernorm || q != e) out.attn += q * tk.Tsp * (lq + lkv);  // else the latents
-      if (m.qk_layernorm) out.attn += row_stats * tk.Tsp * ((lq > 0) + 1);
-    }
-    out.attn += e * tk.T * hq * m.v_head_dim +
-                4 * p.micro_batch_size * hq * (m.seq_length / p.context_parallel_size);
-    if (q != e) out.attn += q * tk.T * hq * m.v_head_dim;
-  } else if (m.attention_backend != AttentionBackend::Unfused) {
-    out.attn += e * tk.T * P + 4 * p.micro_batch_size * (m.num_attention_heads / t) *
-                                   (m.seq_length / p.context_parallel_size);
-    if (q != e) out.attn += q * tk.T * P;
-  } else {
-    const std::int64_t s = m.seq_length, b = p.micro_batch_size;
-    const std::int64_t mk = m.attention_dropout > 0 ? e + 1 : 0;
-    if (!(p.recompute_modules & kRecomputeCoreAttn))
-      out.attn += (e + mk) * (m.num_attention_heads / t) * b * s * s;
-    out.attn += e * tk.T * P;
-  }
-  // --qk-layernorm on standard attention: the per-head norms' inputs (q, k before the norm)
-  // and a statistic per head and token.
-  if (m.qk_layernorm && !m.multi_latent_attention)
-    out.attn += e * tk.T * (P + Pkv) + (stats / tk.Tsp) * tk.T * (P + Pkv) / d;
-  out.mlp = e * tk.Tsp * h + stats + q * tk.Tsp * h + e * tk.T * F1 + q * tk.T * F + mask;
-  if (moe_layer) {
-    // MoE: the norm input and statistics, the router input (the router is a bf16 linear, not
-    // FP8) e Tsp h and its fp32 scores 4 Tsp E, the expert fc1 input q Tk h, the expert fc1
-    // output e Tk F1e and the permuted fp32 routing probabilities 4 Tk (Megatron-Core
-    // experts.py applies the probabilities in the activation, activation_func_with_probs, so
-    // the unpermute after the combine is an unweighted gather that keeps only its index map),
-    // the fc2 input q Tk Fe (Tk = Tsp topk x the imbalance on the busiest rank); the shared
-    // expert's like a dense MLP's.
-    const std::int64_t Tk = std::int64_t(double(tk.Tsp * m.moe_router_topk) * m.moe_token_imbalance_factor);
-    const std::int64_t Fe = m.moe_ffn_hidden_size / p.expert_tensor_parallel_size;
-    const std::int64_t Fs = m.moe_shared_expert_intermediate_size / t;
-    // --recompute-modules: layernorm discards the norm output (re-run in the backward), moe_act
-    // the activation output (the fc2 input).
-    const bool ln = (p.recompute_modules & kRecomputeLayernorm) != 0;
-    const bool act = (p.recompute_modules & kRecomputeMoeAct) != 0;
-    out.mlp = e * tk.Tsp * h + stats + (ln ? 0 : e * tk.Tsp * h) + 4 * tk.Tsp * m.num_experts +
-              q * Tk * h + e * Tk * (m.swiglu ? 2 * Fe : Fe) + 4 * Tk + (act ? 0 : q * Tk * Fe) +
-              mask;
-    // --recompute-modules shared_experts: a checkpoint on the MoE layer's input (kept for the
-    // router already) instead of the shared expert's activations.
-    if (Fs > 0 && !(p.recompute_modules & kRecomputeSharedExperts))
-      out.mlp += e * tk.T * (m.swiglu ? 2 * Fs : Fs) + q * tk.T * Fs;
-  }
+  out.attn = core_attention_bytes(sc, c);
+  out.mlp = moe_layer ? core_moe_mlp_bytes(sc, c)
+                      : e * tk.Tsp * h + stats + q * tk.Tsp * h + e * tk.T * c.F1 + q * tk.T * c.F +
+                            mask;
   // --recompute-modules mlp (a dense layer) / moe (an MoE layer): Megatron-Core checkpoints the
   // MLP module on its input (tensor_parallel.checkpoint / te_checkpoint) and keeps that input,
   // e Tsp h, plus what runs outside the module: the hidden-dropout mask of the bias-dropout-add,
@@ -544,8 +598,8 @@ std::int64_t logits_gradient_bytes(const Scenario& sc) {
 }
 
 StateBytesPerParam state_bytes_per_param(int zero_stage, std::int64_t dp) {
-  if (zero_stage < 0 || zero_stage > 3 || dp < 1)
-    throw std::logic_error("state_bytes_per_param: stage must be 0..3 and dp >= 1");
+  TRAINSIM_CHECK(zero_stage >= 0 && zero_stage <= 3 && dp >= 1,
+                 "state_bytes_per_param: stage must be 0..3 and dp >= 1");
   StateBytesPerParam b;
   const double n = static_cast<double>(dp);
   if (zero_stage >= 1) b.optimizer /= n;

@@ -29,6 +29,11 @@ namespace trainsim {
 /// defaults (`core` false) under runtime megatron-2021.
 ModelFeatures model_features(const Scenario& sc);
 
+/// Bytes per gradient element: Megatron's main_grad at stage 0 (4 with
+/// parallel.grad_reduce_in_fp32, which defaults to true for bf16 and false for fp16), else the
+/// training precision's (2; 4 for fp32).
+std::int64_t grad_element_bytes(const Scenario& sc);
+
 /// Parameters of one transformer layer's shard on one TP rank (weights and biases):
 /// QKV (h x 3ad)/t + 3ad/t, projection (ad x h)/t + h, fc1 (h x f)/t + f/t, fc2 (f x h)/t + h,
 /// two LayerNorms 4h (Megatron ParallelTransformerLayer; biases of row-parallel layers and

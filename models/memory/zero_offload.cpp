@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "models/errors.h"
 #include "models/memory/memory_model.h"
 #include "models/input/runtime.h"
 
@@ -31,14 +32,6 @@ std::int64_t cpu_stepped_params(const Scenario& sc, std::int64_t pp_stage) {
 
 std::int64_t gpu_stepped_params(const Scenario& sc, std::int64_t pp_stage) {
   return owned_params(sc, pp_stage) - cpu_stepped_params(sc, pp_stage);
-}
-
-std::int64_t grad_element_bytes(const Scenario& sc) {
-  if (sc.parallel.precision == Precision::FP32) return 4;  // fp32 training: fp32 gradients
-  const std::int64_t e = precision_bytes(sc.parallel.precision);
-  if (sc.zero.stage != 0) return e;  // DeepSpeed ZeRO partitions (FSDP runs as stage 3)
-  if (sc.parallel.grad_reduce_in_fp32) return *sc.parallel.grad_reduce_in_fp32 ? 4 : e;
-  return sc.parallel.precision == Precision::BF16 ? 4 : e;
 }
 
 std::int64_t zero3_prefetch_layers(const Scenario& sc) {

@@ -60,11 +60,6 @@ std::int64_t owned_params(const Scenario& sc, std::int64_t pp_stage);
 std::int64_t cpu_stepped_params(const Scenario& sc, std::int64_t pp_stage);
 std::int64_t gpu_stepped_params(const Scenario& sc, std::int64_t pp_stage);
 
-/// Bytes per gradient element: Megatron's main_grad at stage 0 (4 with
-/// parallel.grad_reduce_in_fp32, which defaults to true for bf16 and false for fp16), else the
-/// training precision's (2; 4 for fp32).
-std::int64_t grad_element_bytes(const Scenario& sc);
-
 /// Layers whose parameters ZeRO-3 gathers ahead of the one in use when it gathers whole layers
 /// (FSDP, MoE): ceil(stage3_prefetch_bucket_size / layer params per rank) (at least 1).
 std::int64_t zero3_prefetch_layers(const Scenario& sc);

@@ -9,14 +9,15 @@
 #include <unordered_map>
 #include <utility>
 
+#include "models/errors.h"
 #include "models/perf/cost_model.h"
 
 namespace trainsim {
 
 std::vector<std::uint32_t> representative_indices(const ScheduleGraph& graph) {
-  if (static_cast<std::int64_t>(graph.simulated_ranks().size()) * graph.fold_factor !=
-      graph.world_size)
-    throw std::logic_error("representative_indices: simulated ranks x fold_factor != world_size");
+  TRAINSIM_CHECK(static_cast<std::int64_t>(graph.simulated_ranks().size()) * graph.fold_factor ==
+                     graph.world_size,
+                 "representative_indices: simulated ranks x fold_factor != world_size");
   std::vector<std::uint32_t> out(static_cast<std::size_t>(graph.world_size));
   for (std::int64_t r = 0; r < graph.world_size; ++r)
     out[r] = graph.rank_index(graph.representative_of(r));
@@ -25,8 +26,8 @@ std::vector<std::uint32_t> representative_indices(const ScheduleGraph& graph) {
 
 std::vector<double> active_start_s(const ScheduleGraph& graph, const ExecutionRecord& record) {
   const std::size_t n = graph.num_tasks();
-  if (record.start_s.size() != n || record.end_s.size() != n)
-    throw std::logic_error("active_start_s: the record does not match the graph's task count");
+  TRAINSIM_CHECK(record.start_s.size() == n && record.end_s.size() == n,
+                 "active_start_s: the record does not match the graph's task count");
   // Key: (is point-to-point, match id). Collectives and messages may number their instances
   // independently, so the two kinds never share a key.
   auto key = [](const Task& t) {
@@ -91,7 +92,7 @@ Activity activity_of(const ScheduleGraph& graph, TaskId id) {
       if (t.stream == StreamId::PpComm || t.kind != TaskKind::Collective) return Activity::PpComm;
       return Activity::DpComm;
   }
-  throw std::logic_error("activity_of: TaskKind out of range");
+  TRAINSIM_CHECK(false, "activity_of: TaskKind out of range");
 }
 
 const char* to_string(Activity a) {
@@ -179,7 +180,7 @@ const char* to_string(Link l) {
 
 LinkUse link_use(const ScheduleGraph& graph, TaskId id, std::int64_t gpus_per_node,
                  const CostModel* cost) {
-  if (gpus_per_node <= 0) throw std::logic_error("link_use: gpus_per_node must be positive");
+  TRAINSIM_CHECK(gpus_per_node > 0, "link_use: gpus_per_node must be positive");
   const Task& t = graph.task(id);
   const OpDesc& op = graph.op(id);
   const std::int64_t node = t.rank / gpus_per_node;
@@ -217,7 +218,7 @@ LinkUse link_use(const ScheduleGraph& graph, TaskId id, std::int64_t gpus_per_no
     case TaskKind::OptimizerCpu:
       return {};
   }
-  throw std::logic_error("link_use: TaskKind out of range");
+  TRAINSIM_CHECK(false, "link_use: TaskKind out of range");
 }
 
 std::vector<RankId> parse_rank_list(const std::string& text, std::int64_t world_size,

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "models/errors.h"
 #include "models/outputs/activity.h"
 
 namespace trainsim {
@@ -76,22 +77,22 @@ MemCategory dominant_category(const MemVector& v) {
 
 const MemorySeries& MemoryTimeline::gpu_of(RankId rank) const {
   auto it = std::lower_bound(gpu_ranks.begin(), gpu_ranks.end(), rank);
-  if (it == gpu_ranks.end() || *it != rank)
-    throw std::out_of_range("MemoryTimeline: rank " + std::to_string(rank) + " is not simulated");
+  TRAINSIM_CHECK(it != gpu_ranks.end() && *it == rank,
+                 "MemoryTimeline: rank " + std::to_string(rank) + " is not simulated");
   return gpu[it - gpu_ranks.begin()];
 }
 
 MemoryTimeline build_memory_timeline(const ScheduleGraph& graph, const ExecutionRecord& record,
                                      std::int64_t gpus_per_node) {
   const std::size_t n = graph.num_tasks();
-  if (record.start_s.size() != n || record.end_s.size() != n)
-    throw std::logic_error("build_memory_timeline: the record does not match the graph");
-  if (gpus_per_node <= 0 || graph.world_size <= 0)
-    throw std::logic_error("build_memory_timeline: gpus_per_node and world_size must be positive");
+  TRAINSIM_CHECK(record.start_s.size() == n && record.end_s.size() == n,
+                 "build_memory_timeline: the record does not match the graph");
+  TRAINSIM_CHECK(gpus_per_node > 0 && graph.world_size > 0,
+                 "build_memory_timeline: gpus_per_node and world_size must be positive");
   const auto& ranks = graph.simulated_ranks();
-  if (graph.initial_gpu_memory.size() != ranks.size() ||
-      graph.initial_host_memory.size() != ranks.size())
-    throw std::logic_error("build_memory_timeline: initial memory not sized like simulated ranks");
+  TRAINSIM_CHECK(graph.initial_gpu_memory.size() == ranks.size() &&
+                     graph.initial_host_memory.size() == ranks.size(),
+                 "build_memory_timeline: initial memory not sized like simulated ranks");
 
   MemoryTimeline tl;
   tl.gpus_per_node = gpus_per_node;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/errors.h"
 #include "models/perf/flops.h"
 
 namespace trainsim {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/errors.h"
 #include "models/outputs/activity.h"
 
 namespace trainsim {
@@ -335,16 +336,16 @@ void write_hosts(EventWriter& w, const ScheduleGraph& graph, const MemoryTimelin
 void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
                         const ExecutionRecord& record, const MemoryTimeline& memory,
                         const TraceSelection& selection, const TraceInfo& info) {
-  if (record.start_s.size() != graph.num_tasks() || record.end_s.size() != graph.num_tasks())
-    throw std::logic_error("write_chrome_trace: the record does not match the graph");
+  TRAINSIM_CHECK(record.start_s.size() == graph.num_tasks() &&
+                     record.end_s.size() == graph.num_tasks(),
+                 "write_chrome_trace: the record does not match the graph");
   const std::int64_t gpn = info.gpus_per_node;
   write_header(out, graph, record, selection, info);
   EventWriter w(out);
   const std::vector<double> active = active_start_s(graph, record);
   for (RankId rank : selection.ranks) {
-    if (graph.rank_index(rank) == kNone)
-      throw std::logic_error("write_chrome_trace: rank " + std::to_string(rank) +
-                             " is not simulated");
+    TRAINSIM_CHECK(graph.rank_index(rank) != kNone,
+                   "write_chrome_trace: rank " + std::to_string(rank) + " is not simulated");
     const std::vector<TaskId> tasks = graph.tasks_of_rank(rank);
     const std::vector<int> lanes = assign_lanes(graph, record, tasks);
     write_rank_metadata(w, graph, tasks, lanes, rank, gpn);

@@ -26,9 +26,8 @@ namespace {
 constexpr double kGemmOutputBytes = 2;
 
 void require_positive(double v, const char* what) {
-  if (!(v > 0) || !std::isfinite(v))
-    throw std::logic_error(std::string("CostModel: ") + what + " must be > 0, got " +
-                           std::to_string(v));
+  TRAINSIM_CHECK(v > 0 && std::isfinite(v),
+                 std::string("CostModel: ") + what + " must be > 0, got " + std::to_string(v));
 }
 
 }  // namespace
@@ -90,9 +89,9 @@ double CostModel::gemm_compute_time_s(double m, double n, double k, double batch
     // FP8 efficiency of the profile (without one, the FP16/BF16 efficiency), measured with
     // fast accumulation; with the split accumulator the main loop also waits for its
     // promotions (fp8_promotion_overhead).
-    if (!(system_.gpu.peak_dense_fp8_flops > 0))
-      throw std::logic_error("CostModel: an FP8 GEMM on " + system_.gpu.name +
-                             ", which has no FP8 peak (validation refuses parallel.fp8 there)");
+    TRAINSIM_CHECK(system_.gpu.peak_dense_fp8_flops > 0,
+                   "CostModel: an FP8 GEMM on " + system_.gpu.name +
+                       ", which has no FP8 peak (validation refuses parallel.fp8 there)");
     const double slowdown = split_accumulator ? 1.0 + fp8_promotion_overhead() : 1.0;
     return wave_time_s(m, n, k, batch,
                        system_.gpu.peak_dense_fp8_flops * fp8_efficiency() / slowdown);
@@ -183,8 +182,7 @@ double CostModel::hbm_time_s(double bytes) const {
 
 double CostModel::gemm_time_s(double m, double n, double k, Precision precision,
                               double batch) const {
-  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0)
-    throw std::logic_error("gemm_time_s: dimensions must be > 0");
+  TRAINSIM_CHECK(m > 0 && n > 0 && k > 0 && batch > 0, "gemm_time_s: dimensions must be > 0");
   // Operands and result move through HBM once (ideal on-chip reuse).
   const double bytes = (m * k + k * n + m * n) * element_bytes(precision) * batch;
   return std::max(gemm_compute_time_s(m, n, k, batch), hbm_time_s(bytes)) +
@@ -192,7 +190,7 @@ double CostModel::gemm_time_s(double m, double n, double k, Precision precision,
 }
 
 double CostModel::memory_bound_time_s(double bytes) const {
-  if (bytes < 0) throw std::logic_error("memory_bound_time_s: bytes < 0");
+  TRAINSIM_CHECK(bytes >= 0, "memory_bound_time_s: bytes < 0");
   return hbm_time_s(bytes) + profile_.kernel_launch_overhead_s;
 }
 
@@ -223,7 +221,7 @@ double CostModel::kernel_time_s(const KernelWork& k) const {
       return memory_bound_time_s(k.bytes);
     }
   }
-  throw std::logic_error("kernel_time_s: KernelClass out of range");
+  TRAINSIM_CHECK(false, "kernel_time_s: KernelClass out of range");
 }
 
 const char* CostModel::memory_bound_class(const char* kernel_name) {
@@ -258,19 +256,19 @@ double CostModel::compute_time_s(const OpDesc& op) const {
   // as CPU Adam.
   const bool local_cpu = system_.name == "local" && profile_.device.rfind("cpu", 0) == 0;
   if (op.kind == OpKind::OptimizerStepCpu || (local_cpu && op.kind == OpKind::OptimizerStepGpu)) {
-    if (op.params < 0) throw std::logic_error("compute_time_s: optimizer step with params < 0");
+    TRAINSIM_CHECK(op.params >= 0, "compute_time_s: optimizer step with params < 0");
     return cpu_adam_time_s(static_cast<double>(op.params));
   }
-  if (!is_compute(op.kind) && op.kind != OpKind::OptimizerStepGpu)
-    throw std::logic_error(std::string("compute_time_s: ") + to_string(op.kind) +
-                           " is a communication op; the simulator times it on the network");
+  TRAINSIM_CHECK(is_compute(op.kind) || op.kind == OpKind::OptimizerStepGpu,
+                 std::string("compute_time_s: ") + to_string(op.kind) +
+                     " is a communication op; the simulator times it on the network");
   double t = 0;
   for (const KernelWork& k : op_kernels(op)) t += kernel_time_s(k);
   return t;
 }
 
 double CostModel::ring_bytes_per_rank(OpKind kind, double bytes, std::int64_t group_size) {
-  if (group_size < 1) throw std::logic_error("ring_bytes_per_rank: group_size < 1");
+  TRAINSIM_CHECK(group_size >= 1, "ring_bytes_per_rank: group_size < 1");
   const double n = static_cast<double>(group_size);
   switch (kind) {
     case OpKind::AllReduce:  // nccl-tests PERFORMANCE.md: busbw = algbw * 2(n-1)/n
@@ -283,14 +281,14 @@ double CostModel::ring_bytes_per_rank(OpKind kind, double bytes, std::int64_t gr
     case OpKind::AllToAll:  // every rank keeps 1/n of its buffer and sends the rest
       return (n - 1) / n * bytes;
     default:
-      throw std::logic_error(std::string("ring_bytes_per_rank: not a collective: ") +
-                             to_string(kind));
+      TRAINSIM_CHECK(false,
+                     std::string("ring_bytes_per_rank: not a collective: ") + to_string(kind));
   }
 }
 
 double CostModel::collective_latency_s(OpKind kind, std::int64_t group_size,
                                        bool intra_node) const {
-  if (group_size < 1) throw std::logic_error("collective_latency_s: group_size < 1");
+  TRAINSIM_CHECK(group_size >= 1, "collective_latency_s: group_size < 1");
   double steps = 0;
   const double n = static_cast<double>(group_size);
   switch (kind) {
@@ -303,8 +301,8 @@ double CostModel::collective_latency_s(OpKind kind, std::int64_t group_size,
     // NCCL all-to-all: grouped send/recv to every peer at once, one step of latency.
     case OpKind::AllToAll: steps = 1; break;
     default:
-      throw std::logic_error(std::string("collective_latency_s: not a communication op: ") +
-                             to_string(kind));
+      TRAINSIM_CHECK(false, std::string("collective_latency_s: not a communication op: ") +
+                                to_string(kind));
   }
   if (group_size == 1 && kind != OpKind::SendRecv) return 0.0;  // NCCL returns at once
   // A ring that spans nodes pays the network step latency on every step (NCCL uses the NET

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/errors.h"
 #include "models/input/runtime.h"
 #include "models/perf/kernel_lists.h"
 
@@ -38,9 +39,8 @@ KernelWork mem(const char* name, double bytes) {
 }
 
 void need_positive(const OpDesc& op, std::int64_t v, const char* field) {
-  if (v <= 0)
-    throw std::logic_error(std::string("op_kernels: ") + to_string(op.kind) + " needs " +
-                           field + " > 0, got " + std::to_string(v));
+  TRAINSIM_CHECK(v > 0, std::string("op_kernels: ") + to_string(op.kind) + " needs " + field +
+                            " > 0, got " + std::to_string(v));
 }
 
 }  // namespace kernel_lists
@@ -57,7 +57,7 @@ double element_bytes(Precision p) {
     case Precision::FP32:
       return kFp32Bytes;
   }
-  throw std::logic_error("element_bytes: Precision out of range");
+  TRAINSIM_CHECK(false, "element_bytes: Precision out of range");
 }
 
 std::vector<KernelWork> op_kernels(const OpDesc& op) {
@@ -75,7 +75,7 @@ std::vector<KernelWork> op_kernels(const OpDesc& op) {
     case OpKind::OptimizerStepGpu:
       // Megatron's optimizer launches multi-tensor kernels over all parameters; modelled as
       // one memory-bound pass of optimizer_gpu_bytes_per_param bytes per parameter.
-      if (op.params < 0) throw std::logic_error("op_kernels: optimizer step with params < 0");
+      TRAINSIM_CHECK(op.params >= 0, "op_kernels: optimizer step with params < 0");
       out.push_back(mem("mixed_precision_adam",
                         static_cast<double>(op.params) *
                             optimizer_gpu_bytes_per_param(op.precision,

@@ -19,9 +19,8 @@ namespace trainsim::kernel_lists {
 
 Shape shape_of(const OpDesc& op) {
   auto need = [&](std::int64_t v, const char* field) {
-    if (v <= 0)
-      throw std::logic_error(std::string("op_kernels: ") + to_string(op.kind) + " needs " +
-                             field + " > 0, got " + std::to_string(v));
+    TRAINSIM_CHECK(v > 0, std::string("op_kernels: ") + to_string(op.kind) + " needs " + field +
+                              " > 0, got " + std::to_string(v));
   };
   need(op.micro_batch, "micro_batch");
   need(op.seq, "seq");

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/errors.h"
+
 namespace trainsim {
 namespace {
 
@@ -296,25 +298,20 @@ const char* to_string(NcclAlgo a) {
   }
   return "?";
 }
-const char* to_string(NcclVersion v) { return release(v).name; }
-std::optional<NcclVersion> nccl_version_from_string(const std::string& name) {
-  for (NcclVersion v : kNcclVersions)
-    if (name == to_string(v)) return v;
-  return std::nullopt;
-}
 const char* to_string(NcclProto p) {
   return p == NcclProto::LL ? "LL" : p == NcclProto::LL128 ? "LL128" : "Simple";
 }
 
 double nccl_predicted_time_s(const NcclGroup& g, NcclAlgo algo, NcclProto proto, double bytes,
                              double* latency_s, double* bus_bw) {
-  if (g.kind != OpKind::AllReduce && g.kind != OpKind::ReduceScatter &&
-      g.kind != OpKind::AllGather)
-    throw std::logic_error(std::string("nccl_predicted_time_s: not a collective NCCL tunes: ") +
-                           to_string(g.kind));
-  if (g.ranks < 2 || g.nodes < 1 || g.ranks < g.nodes || !(g.bus_bw_bytes_per_s > 0) || bytes < 0)
-    throw std::logic_error("nccl_predicted_time_s: bad group (ranks " + std::to_string(g.ranks) +
-                           ", nodes " + std::to_string(g.nodes) + ")");
+  TRAINSIM_CHECK(g.kind == OpKind::AllReduce || g.kind == OpKind::ReduceScatter ||
+                     g.kind == OpKind::AllGather,
+                 std::string("nccl_predicted_time_s: not a collective NCCL tunes: ") +
+                     to_string(g.kind));
+  TRAINSIM_CHECK(g.ranks >= 2 && g.nodes >= 1 && g.ranks >= g.nodes &&
+                     g.bus_bw_bytes_per_s > 0 && bytes >= 0,
+                 "nccl_predicted_time_s: bad group (ranks " + std::to_string(g.ranks) +
+                     ", nodes " + std::to_string(g.nodes) + ")");
   const int p = proto == NcclProto::LL ? kLL : proto == NcclProto::LL128 ? kLL128 : kSimple;
   if (is_nvls(algo)) {
     if (p != kSimple) return -1;  // NVLS runs Simple only

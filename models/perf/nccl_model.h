@@ -43,6 +43,7 @@
 #include <string>
 
 #include "models/graph/ops.h"
+#include "models/nccl_version.h"
 
 namespace trainsim {
 
@@ -50,16 +51,8 @@ enum class NcclAlgo { Ring, Tree, Nvls, NvlsTree };
 /// NVLS or NVLS-Tree: the algorithms that reduce and multicast in the NVSwitch.
 inline bool is_nvls(NcclAlgo a) { return a == NcclAlgo::Nvls || a == NcclAlgo::NvlsTree; }
 enum class NcclProto { LL, LL128, Simple };
-/// The NCCL release whose tuning model is followed (scenario key `nccl_version`).
-enum class NcclVersion { V2_18_5, V2_29_7 };
-constexpr NcclVersion kDefaultNcclVersion = NcclVersion::V2_29_7;
 const char* to_string(NcclAlgo a);
 const char* to_string(NcclProto p);
-const char* to_string(NcclVersion v);  ///< "2.18.5", "2.29.7"
-/// Every modelled release, in enum order (the scenario key's and the benchmarks' choices).
-constexpr NcclVersion kNcclVersions[] = {NcclVersion::V2_18_5, NcclVersion::V2_29_7};
-/// The release `name` names as to_string writes it; nullopt for any other text.
-std::optional<NcclVersion> nccl_version_from_string(const std::string& name);
 
 /// What the tuning model needs to know about the group and its hardware.
 struct NcclGroup {

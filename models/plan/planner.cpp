@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "models/errors.h"
 #include "models/hardware/calibration.h"
 #include "models/input/keys.h"
 #include "models/perf/cost_model.h"
@@ -90,13 +91,13 @@ class PlanReader {
   std::int64_t to_int(const std::string& key, const YAML::Node& v, std::int64_t lo,
                       std::int64_t hi) const {
     std::int64_t x = 0;
+    std::size_t used = 0;
     try {
-      std::size_t used = 0;
       x = std::stoll(v.Scalar(), &used);
-      if (used != v.Scalar().size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      fail(key, v, "expected an integer");
+    } catch (const std::exception&) {  // std::stoll: no digits, or out of range
+      used = 0;
     }
+    if (used == 0 || used != v.Scalar().size()) fail(key, v, "expected an integer");
     if (x < lo || x > hi)
       fail(key, v, "must be within [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
     return x;

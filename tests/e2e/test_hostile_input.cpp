@@ -186,7 +186,7 @@ TEST_F(HostileInput, DirectoryAsScenarioSaysItIsADirectory) {
   expect_refused("simulate " + dir_.string(), {dir_.string(), "is a directory"});
 }
 
-// Every file a verb reads goes through one reader (models/input/json_input.h read_input_file): a
+// Every file a verb reads goes through one reader (models/json_input.h read_input_file): a
 // missing file or a directory is refused naming the path, what the file was for and why.
 TEST_F(HostileInput, EveryInputFileMissingOrADirectoryIsRefusedByName) {
   const std::string missing = path("missing.json");

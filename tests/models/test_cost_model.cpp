@@ -268,7 +268,7 @@ TEST(CostModel, ComputeTimeIsTheSumOfItsKernels) {
             1.8 * cm.compute_time_s(layer_op(OpKind::MlpFwd)));
   OpDesc comm;
   comm.kind = OpKind::AllReduce;
-  EXPECT_THROW(cm.compute_time_s(comm), std::logic_error);
+  EXPECT_THROW(cm.compute_time_s(comm), trainsim::InvariantError);
 }
 
 TEST(CostModel, OptimizerSteps) {
@@ -295,7 +295,7 @@ TEST(CostModel, RingBytesAndAlphaBeta) {
   EXPECT_DOUBLE_EQ(CostModel::ring_bytes_per_rank(OpKind::ReduceScatter, S, 4), 3.0 / 4 * S);
   EXPECT_DOUBLE_EQ(CostModel::ring_bytes_per_rank(OpKind::AllGather, S, 4), 3.0 / 4 * S);
   EXPECT_DOUBLE_EQ(CostModel::ring_bytes_per_rank(OpKind::AllReduce, S, 1), 0.0);
-  EXPECT_THROW(CostModel::ring_bytes_per_rank(OpKind::AttnFwd, S, 4), std::logic_error);
+  EXPECT_THROW(CostModel::ring_bytes_per_rank(OpKind::AttnFwd, S, 4), trainsim::InvariantError);
 
   // latency: launch + steps * per-step latency (all-reduce 2(n-1) steps, RS/AG n-1).
   EXPECT_DOUBLE_EQ(cm.collective_latency_s(OpKind::AllReduce, 8, true), 10e-6 + 14 * 2e-6);
@@ -480,8 +480,8 @@ TEST(Calibration, AttentionEfficiencyByHeadDimAndSequence) {
   EXPECT_DOUBLE_EQ(interpolate_attention_efficiency(t, 256, 4096, false), 0.60);
   EXPECT_DOUBLE_EQ(interpolate_attention_efficiency(t, 80, 4096, false), 0.40);
   EXPECT_DOUBLE_EQ(interpolate_attention_efficiency(t, 96, 4096, false), 0.60);
-  EXPECT_THROW(interpolate_attention_efficiency({}, 64, 4096, false), std::logic_error);
-  EXPECT_THROW(interpolate_attention_efficiency(t, 0, 4096, false), std::logic_error);
+  EXPECT_THROW(interpolate_attention_efficiency({}, 64, 4096, false), trainsim::InvariantError);
+  EXPECT_THROW(interpolate_attention_efficiency(t, 0, 4096, false), trainsim::InvariantError);
 }
 
 TEST(CostModel, FusedAttentionTakesTheTableRateOfItsShape) {

@@ -195,7 +195,7 @@ TEST(Flops, OptimizerBytes) {
 TEST(Flops, MissingShapeIsAProgrammingError) {
   OpDesc op;
   op.kind = OpKind::AttnFwd;
-  EXPECT_THROW(fill_work(op), std::logic_error);
+  EXPECT_THROW(fill_work(op), trainsim::InvariantError);
 }
 
 // ---- iteration sums: every op of one iteration, from loops over op descriptors

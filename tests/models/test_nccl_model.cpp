@@ -264,11 +264,11 @@ TEST(NcclModel, ChannelsFollowNcclsPerSizeTuning) {
 
 TEST(NcclModel, BadInputThrows) {
   NcclGroup g = a100(OpKind::SendRecv, 2, 1);
-  EXPECT_THROW(nccl_choose(g, 1e6), std::logic_error);
+  EXPECT_THROW(nccl_choose(g, 1e6), trainsim::InvariantError);
   g = a100(OpKind::AllReduce, 1, 1);
-  EXPECT_THROW(nccl_choose(g, 1e6), std::logic_error);
+  EXPECT_THROW(nccl_choose(g, 1e6), trainsim::InvariantError);
   g = a100(OpKind::AllReduce, 8, 1, 0);
-  EXPECT_THROW(nccl_choose(g, 1e6), std::logic_error);
+  EXPECT_THROW(nccl_choose(g, 1e6), trainsim::InvariantError);
 }
 
 TEST(NcclModel, CostModelUsesTheSimulatedLinksAndTheCatalogHost) {

@@ -130,7 +130,7 @@ TEST(ScheduleGraph, MemoryEffectsBelongToTheirTask) {
   g.add_memory_effect(t2, {8, MemCategory::OffloadBuffers, false, true});
   // Only the last added task may receive effects.
   EXPECT_THROW(g.add_memory_effect(t0, {1, MemCategory::Parameters, false, false}),
-               std::logic_error);
+               trainsim::InvariantError);
   g.finalize();
   ASSERT_EQ(g.effects_end(t0) - g.effects_begin(t0), 2);
   EXPECT_EQ(g.effects_begin(t0)[0].bytes, 100);
@@ -190,7 +190,7 @@ TEST(ScheduleGraph, CycleThroughStreamOrderIsDetected) {
   try {
     g.finalize();
     FAIL() << "finalize accepted a cycle";
-  } catch (const std::logic_error& e) {
+  } catch (const trainsim::InvariantError& e) {
     EXPECT_NE(std::string(e.what()).find("cycle"), std::string::npos) << e.what();
   }
 }
@@ -205,7 +205,7 @@ TEST(ScheduleGraph, CycleAcrossRanksIsDetected) {
   g.add_dependency(0, 1);
   g.add_dependency(1, 2);
   g.add_dependency(2, 0);
-  EXPECT_THROW(g.finalize(), std::logic_error);
+  EXPECT_THROW(g.finalize(), trainsim::InvariantError);
 }
 
 TEST(ScheduleGraph, AcyclicCrossRankGraphIsAccepted) {
@@ -254,16 +254,16 @@ TEST(ScheduleGraph, BuildingRulesAreEnforced) {
   ScheduleGraph g;
   const std::uint32_t op = g.add_op(compute_op());
   Task bad = task_on(op + 1, 0, StreamId::Compute);
-  EXPECT_THROW(g.add_task(bad), std::logic_error);  // op index out of range
+  EXPECT_THROW(g.add_task(bad), trainsim::InvariantError);  // op index out of range
   const TaskId t = g.add_task(task_on(op, 0, StreamId::Compute));
-  EXPECT_THROW(g.add_dependency(t, t), std::logic_error);      // self edge
-  EXPECT_THROW(g.add_dependency(t, t + 1), std::logic_error);  // unknown task
-  EXPECT_THROW(g.add_dependency(t + 1, t), std::logic_error);
+  EXPECT_THROW(g.add_dependency(t, t), trainsim::InvariantError);      // self edge
+  EXPECT_THROW(g.add_dependency(t, t + 1), trainsim::InvariantError);  // unknown task
+  EXPECT_THROW(g.add_dependency(t + 1, t), trainsim::InvariantError);
   g.finalize();
-  EXPECT_THROW(g.finalize(), std::logic_error);
-  EXPECT_THROW(g.add_op(compute_op(128)), std::logic_error);
-  EXPECT_THROW(g.add_group(GroupKind::Data, {0}), std::logic_error);
-  EXPECT_THROW(g.add_task(task_on(op, 0, StreamId::Compute)), std::logic_error);
+  EXPECT_THROW(g.finalize(), trainsim::InvariantError);
+  EXPECT_THROW(g.add_op(compute_op(128)), trainsim::InvariantError);
+  EXPECT_THROW(g.add_group(GroupKind::Data, {0}), trainsim::InvariantError);
+  EXPECT_THROW(g.add_task(task_on(op, 0, StreamId::Compute)), trainsim::InvariantError);
 }
 
 // ------------------------------------------------------------------ folding
@@ -295,7 +295,7 @@ TEST(ScheduleGraph, UnfoldedRanksRepresentThemselvesAndMissingOnesAreABug) {
   g.finalize();
   EXPECT_EQ(g.representative_of(0), 0u);
   EXPECT_EQ(g.representative_of(1), 1u);
-  EXPECT_THROW(g.representative_of(2), std::logic_error);  // a builder/fold mismatch
+  EXPECT_THROW(g.representative_of(2), trainsim::InvariantError);  // a builder/fold mismatch
 }
 
 // ------------------------------------------------------------------ labels

@@ -52,7 +52,7 @@ TEST(PlatformModel, HostCopiesCrossGpuLinkAndSwitchUplink) {
   EXPECT_EQ(names(p, d2h), (std::vector<std::string>{"n0-gpu5-pcie:up", "n0-pcisw2-uplink:up"}));
   EXPECT_DOUBLE_EQ(h2d.latency_s, f.system.pcie_latency_s);
   EXPECT_DOUBLE_EQ(h2d.bottleneck_bw_bytes_per_s, 32e9 * f.profile.pcie_efficiency);
-  EXPECT_THROW(p.route(Endpoint::cpu(0), Endpoint::cpu(0)), std::logic_error);
+  EXPECT_THROW(p.route(Endpoint::cpu(0), Endpoint::cpu(0)), trainsim::InvariantError);
 }
 
 TEST(PlatformModel, SameRailNeighboursMeetAtTheirLeaf) {
@@ -199,15 +199,18 @@ TEST(Isolate, ErrorsComeBackWithTheirTypeAndMessage) {
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "scenario.yaml: field x: bad");
   }
-  EXPECT_THROW(run_in_child([](int) -> std::string { throw std::logic_error("broken"); }),
-               std::logic_error);
+  EXPECT_THROW(run_in_child([](int) -> std::string {
+                 TRAINSIM_CHECK(1 + 1 == 3, "broken");
+                 return "";
+               }),
+               trainsim::InvariantError);
   try {
     run_in_child([](int) -> std::string {
       std::fprintf(stderr, "about to abort\n");
       std::abort();
     });
     FAIL();
-  } catch (const std::runtime_error& e) {
+  } catch (const trainsim::SystemError& e) {
     EXPECT_NE(std::string(e.what()).find("about to abort"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("signal"), std::string::npos) << e.what();
   }

@@ -1,4 +1,4 @@
-#include "models/input/json_input.h"
+#include "models/json_input.h"
 
 #include <cerrno>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <vector>
 
-#include "models/input/scenario.h"  // InputError
+#include "models/errors.h"
 
 namespace trainsim {
 
