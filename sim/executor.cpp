@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -323,7 +324,7 @@ void put(std::string& out, const T& v) {
 }
 template <typename T>
 T get(const std::string& in, std::size_t& pos) {
-  if (pos + sizeof(T) > in.size()) throw std::runtime_error("simulate: truncated result");
+  if (pos + sizeof(T) > in.size()) throw SystemError("simulate: truncated result");
   T v;
   std::memcpy(&v, in.data() + pos, sizeof v);
   pos += sizeof v;
@@ -371,10 +372,12 @@ class Run {
     last_progress_ = wall0_;
     engine.run();
 
-    if (!error_.empty()) throw std::runtime_error(error_);
+    if (error_) std::rethrow_exception(error_);
     std::size_t not_run = 0;
     for (std::size_t id = 0; id < n; ++id) not_run += std::isnan(end_[id]) ? 1 : 0;
-    if (not_run != 0 || deadlock_) throw std::runtime_error(deadlock_message(not_run));
+    // The builder's graphs never deadlock (finalize() rejects cycles, and every receive has its
+    // send): a deadlock is a bug in the graph given.
+    TRAINSIM_CHECK(not_run == 0 && !deadlock_, deadlock_message(not_run));
 
     std::string out;
     out.reserve(16 * n + 128);
@@ -419,7 +422,7 @@ class Run {
       // Keep the first error and end this actor (an exception escaping an actor would abort
       // SimGrid); the actors that depend on it block and SimGrid ends the run as a deadlock,
       // after which execute() reports this error.
-      if (error_.empty()) error_ = e.what();
+      if (!error_) error_ = std::current_exception();
     }
   }
 
@@ -469,13 +472,14 @@ class Run {
   }
 
   void check_match(TaskId sender, TaskId receiver) {
-    if (g_.task(sender).match != g_.task(receiver).match)
-      throw std::runtime_error("simulate: message mismatch: " + task_desc(g_, receiver) +
-                               " expects match " + std::to_string(g_.task(receiver).match) +
-                               " but received " + task_desc(g_, sender) + " (match " +
-                               std::to_string(g_.task(sender).match) +
-                               "); messages of one rank pair must be posted and received in the "
-                               "same order");
+    // The builder posts each pair's messages in one order on both sides (FIFO matching).
+    TRAINSIM_CHECK(g_.task(sender).match == g_.task(receiver).match,
+                   "simulate: message mismatch: " + task_desc(g_, receiver) +
+                       " expects match " + std::to_string(g_.task(receiver).match) +
+                       " but received " + task_desc(g_, sender) + " (match " +
+                       std::to_string(g_.task(sender).match) +
+                       "); messages of one rank pair must be posted and received in the "
+                       "same order");
   }
 
   void run_task(TaskId t) {
@@ -669,7 +673,7 @@ class Run {
   std::uint64_t activities_ = 0;
   std::uint64_t done_ = 0;
   bool deadlock_ = false;
-  std::string error_;
+  std::exception_ptr error_;  ///< the first exception an actor caught, rethrown by execute()
   Clock::time_point wall0_, last_progress_;
 };
 
@@ -694,7 +698,7 @@ ExecutionRecord simulate(const ScheduleGraph& graph, const Scenario& scenario,
   std::size_t pos = 0;
   const auto n = get<std::uint64_t>(bytes, pos);
   if (n != graph.num_tasks() || pos + 2 * n * sizeof(double) > bytes.size())
-    throw std::runtime_error("simulate: malformed result from the simulation process");
+    throw SystemError("simulate: malformed result from the simulation process");
   rec.start_s.resize(n);
   rec.end_s.resize(n);
   std::memcpy(rec.start_s.data(), bytes.data() + pos, n * sizeof(double));

@@ -5,6 +5,8 @@
 #include <cctype>
 #include <stdexcept>
 
+#include "models/errors.h"
+
 namespace trainsim::input {
 namespace {
 
@@ -19,17 +21,17 @@ class LayerPatternParser {
   std::optional<std::vector<std::uint8_t>> parse(std::string& why) {
     try {
       Value v = expr();
-      if (pos_ != text_.size()) throw std::invalid_argument(at("unexpected '" + std::string(1, text_[pos_]) + "'"));
-      if (!v.is_list) throw std::invalid_argument("evaluates to an integer, not a list");
+      if (pos_ != text_.size()) throw InputError(at("unexpected '" + std::string(1, text_[pos_]) + "'"));
+      if (!v.is_list) throw InputError("evaluates to an integer, not a list");
       std::vector<std::uint8_t> out;
       for (std::int64_t x : v.list) {
         if (x != 0 && x != 1)
-          throw std::invalid_argument("has the entry " + std::to_string(x) +
+          throw InputError("has the entry " + std::to_string(x) +
                                       "; 1 marks an MoE layer, 0 a dense layer");
         out.push_back(std::uint8_t(x));
       }
       return out;
-    } catch (const std::invalid_argument& e) {
+    } catch (const InputError& e) {
       why = e.what();
       return std::nullopt;
     }
@@ -48,21 +50,21 @@ class LayerPatternParser {
   void spend(std::int64_t n) {
     work_ += n;
     if (work_ > kMaxWork)
-      throw std::invalid_argument("takes more than " + std::to_string(kMaxWork) +
+      throw InputError("takes more than " + std::to_string(kMaxWork) +
                                   " list operations to evaluate");
   }
   /// Enters a parenthesis or a list; too deep is an error.
   struct Nest {
     explicit Nest(LayerPatternParser& p) : p_(p) {
       if (++p_.depth_ > kMaxDepth)
-        throw std::invalid_argument(p_.at("nests deeper than " + std::to_string(kMaxDepth) + " levels"));
+        throw InputError(p_.at("nests deeper than " + std::to_string(kMaxDepth) + " levels"));
     }
     ~Nest() { --p_.depth_; }
     LayerPatternParser& p_;
   };
 
   [[noreturn]] void too_long() const {
-    throw std::invalid_argument("is longer than " + std::to_string(max_entries_) + " layers");
+    throw InputError("is longer than " + std::to_string(max_entries_) + " layers");
   }
   std::string at(const std::string& what) const {
     return what + " at character " + std::to_string(pos_ + 1);
@@ -78,7 +80,7 @@ class LayerPatternParser {
     Value v = term();
     while (eat('+')) {
       Value w = term();
-      if (v.is_list != w.is_list) throw std::invalid_argument(at("adds a list and an integer"));
+      if (v.is_list != w.is_list) throw InputError(at("adds a list and an integer"));
       if (v.is_list) {
         if (v.list.size() + w.list.size() > std::size_t(max_entries_)) too_long();
         spend(std::int64_t(w.list.size()) + 1);
@@ -93,7 +95,7 @@ class LayerPatternParser {
     Value v = factor();
     while (eat('*')) {
       Value w = factor();
-      if (v.is_list && w.is_list) throw std::invalid_argument(at("multiplies two lists"));
+      if (v.is_list && w.is_list) throw InputError(at("multiplies two lists"));
       if (!v.is_list && !w.is_list) {
         v.n = std::min(v.n * w.n, max_entries_ + 1);  // both <= max_entries_ + 1: no overflow
         continue;
@@ -115,7 +117,7 @@ class LayerPatternParser {
     if (eat('(')) {
       const Nest nest(*this);
       Value v = expr();
-      if (!eat(')')) throw std::invalid_argument(at("expected ')'"));
+      if (!eat(')')) throw InputError(at("expected ')'"));
       return v;
     }
     if (eat('[')) {
@@ -125,17 +127,17 @@ class LayerPatternParser {
       if (eat(']')) return v;
       do {
         Value x = expr();
-        if (x.is_list) throw std::invalid_argument(at("nests a list in a list"));
+        if (x.is_list) throw InputError(at("nests a list in a list"));
         if (std::int64_t(v.list.size()) >= max_entries_) too_long();
         v.list.push_back(x.n);
       } while (eat(','));
-      if (!eat(']')) throw std::invalid_argument(at("expected ']' or ','"));
+      if (!eat(']')) throw InputError(at("expected ']' or ','"));
       return v;
     }
     const std::size_t start = pos_;
     while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
     if (start == pos_)
-      throw std::invalid_argument(pos_ < text_.size()
+      throw InputError(pos_ < text_.size()
                                       ? at("unexpected '" + std::string(1, text_[pos_]) + "'")
                                       : "ends early");
     Value v;

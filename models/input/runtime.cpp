@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "models/errors.h"
+
 namespace trainsim {
 namespace {
 
@@ -54,7 +56,7 @@ const RuntimeSpec& runtime_spec(Runtime runtime) {
     case Runtime::Megatron2021: return k2021;
     case Runtime::MegatronCore: return kCore;
   }
-  throw std::logic_error("runtime_spec: Runtime out of range");
+  TRAINSIM_CHECK(false, "runtime_spec: Runtime out of range");
 }
 
 }  // namespace trainsim

@@ -7,12 +7,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <memory>
 
 #include "models/errors.h"
 #include "models/hardware/hardware.h"

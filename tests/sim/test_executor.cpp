@@ -433,7 +433,7 @@ TEST(Executor, DeadlockNamesBlockedTasks) {
   try {
     simulate(g, env.scenario, env.system, env.cost);
     FAIL() << "expected a deadlock error";
-  } catch (const std::runtime_error& e) {
+  } catch (const InvariantError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
     EXPECT_NE(msg.find(g.label(recv)), std::string::npos) << msg;
@@ -456,7 +456,7 @@ TEST(Executor, MessagesOutOfOrderAreAnError) {
   try {
     simulate(g, env.scenario, env.system, env.cost);
     FAIL() << "expected a mismatch error";
-  } catch (const std::runtime_error& e) {
+  } catch (const InvariantError& e) {
     EXPECT_NE(std::string(e.what()).find("mismatch"), std::string::npos) << e.what();
   }
 }

@@ -136,7 +136,7 @@ TEST(SystemFile, DgxH100FileGivesTheDatasheetFigures) {
 
 TEST(SystemFile, EachShippedFileLoadsFromDiskAsItsCatalogEntry) {
   for (const auto& name : trainsim::system_names()) {
-    if (name == "local") continue;  // measured, no system file (hardware.cpp)
+    if (name == "local") continue;  // measured, no system file (catalog.cpp)
     SCOPED_TRACE(name);
     const SystemSpec s = trainsim::load_system_file(source_path("systems/" + name + ".yaml"));
     const SystemSpec& c = find_system(name);

@@ -1,6 +1,10 @@
-// The hardware catalog, read from the shipped system files (systems/*.yaml: every number a
-// datasheet figure or a public spec, with its source; validation/data/hardware.md collects
-// them). Measured calibration profiles refine these numbers elsewhere; nothing here is fitted.
+// The catalog of systems: the shipped system files (systems/*.yaml, embedded at build time)
+// read by system_file.h into the SystemSpecs that hardware.h's find_system / system_names and
+// system_file.h's catalog_gpu / catalog_gpu_names look up. Its own unit, above both headers
+// (hardware.h declares the types and the lookups, system_file.h reads files into them), so that
+// neither header's unit includes the other's (tests/layout/include_graph.py). Every number is
+// a datasheet figure or a public spec with its source in the files (validation/data/hardware.md
+// collects them); measured calibration profiles refine them elsewhere; nothing here is fitted.
 #include "models/hardware/hardware.h"
 
 #include <algorithm>
