@@ -51,6 +51,10 @@ OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full
     o.features.shared_ffn = m.moe_shared_expert_intermediate_size / d.t;
     o.features.grouped_gemm = m.moe_grouped_gemm;
     o.features.imbalance = m.moe_token_imbalance_factor;
+    // Token dropping: the router's tokens on this rank, b s / cp (/ t with SP).
+    const std::int64_t rank_tokens = d.b * d.s / d.cp / (d.sp ? d.t : 1);
+    o.features.expert_token_cap = double(m.num_experts * m.moe_expert_capacity(rank_tokens));
+    o.features.pad_to_capacity = m.moe_pad_expert_input_to_capacity;
   }
   // Flash attention keeps no score matrix: selective recomputation recomputes nothing there
   // (Megatron-Core checkpoints core attention only for the unfused kernel's s^2 tensors).
@@ -88,7 +92,10 @@ std::uint32_t cp_exchange_op(GraphBuild& b, bool backward) {
 /// The MoE token dispatch or combine over the expert-parallel group (T = b s / (cp t) tokens
 /// per rank with sequence parallelism, h elements each):
 ///  - alltoall dispatcher (MoEAlltoAllTokenDispatcher): an all-to-all of the T k token copies
-///    each rank sends (times the imbalance factor), both ways;
+///    each rank sends (times the imbalance factor), both ways; with token dropping the copies
+///    the busiest rank's experts keep (ModelConfig::moe_expert_token_copies: at most E x
+///    capacity; with drop_and_pad the dispatcher's splits are capacity per expert,
+///    token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess, so exactly E x capacity);
 ///  - allgather dispatcher (MoEAllGatherTokenDispatcher): every rank gathers the EP group's
 ///    tokens (an all-gather of EP x T tokens) and the combine reduce-scatters the outputs back.
 std::uint32_t moe_exchange_op(GraphBuild& b, bool combine) {
@@ -105,8 +112,10 @@ std::uint32_t moe_exchange_op(GraphBuild& b, bool combine) {
     o.bytes = ep * tokens * d.h * d.e;
   } else {
     o.kind = OpKind::AllToAll;
-    o.bytes = std::int64_t(double(tokens * sc.model.moe_router_topk * d.h * d.e) *
-                           sc.model.moe_token_imbalance_factor);
+    o.bytes = sc.model.moe_expert_capacity_factor > 0
+                  ? std::int64_t(sc.model.moe_expert_token_copies(tokens) * double(d.h * d.e))
+                  : std::int64_t(double(tokens * sc.model.moe_router_topk * d.h * d.e) *
+                                 sc.model.moe_token_imbalance_factor);
   }
   return b.graph.add_op(o);
 }

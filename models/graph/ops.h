@@ -90,6 +90,10 @@ struct ModelFeatures {
   std::int64_t shared_ffn = 0;     ///< shared-expert hidden size on this rank (/ TP)
   bool grouped_gemm = false;       ///< one grouped GEMM for the local experts
   double imbalance = 1.0;          ///< tokens of the busiest expert rank / the mean
+  /// Token dropping (model.moe_expert_capacity_factor): the most token copies this rank's
+  /// experts process, E x capacity (ModelConfig::moe_expert_capacity); 0 = dropless.
+  double expert_token_cap = 0;
+  bool pad_to_capacity = false;    ///< every local expert processes exactly its capacity
   /// Bytes of a main_grad element (Megatron's gradient buffer) when the scenario sets
   /// parallel.grad_reduce_in_fp32; 0 = the runtime's default (megatron-core: fp32; the
   /// optimizer step: fp32 for bf16, fp16 for fp16).

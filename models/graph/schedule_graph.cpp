@@ -45,6 +45,7 @@ std::string op_key(const OpDesc& op) {
        << f.num_experts << ',' << f.topk << ',' << f.expert_ffn << ',' << f.shared_ffn << ','
        << f.grouped_gemm << ',' << f.imbalance << ';' << int(f.main_grad_bytes)
        << f.recompute_layernorm << f.recompute_moe_act << f.checkpoint_rerun;
+  if (f.expert_token_cap > 0) os << ";cap" << f.expert_token_cap << ',' << f.pad_to_capacity;
   if (f.recompute_shared) os << ";rs";
   if (f.qk_norm) os << ";qkn";
   if (f.mla)

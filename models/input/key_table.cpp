@@ -167,6 +167,20 @@ void add_model_mla_moe(std::vector<ScenarioKey>& v) {
   v.push_back(bool_key(M(moe_grouped_gemm), false, "grouped expert GEMMs"));
   v.push_back(number_key(M(moe_token_imbalance_factor), 1.0, 1, 1024, false,
                          "tokens of the busiest expert rank / the mean"));
+  // Token dropping (Megatron-Core moe_utils.py get_capacity / apply_router_token_dropping;
+  // docs/scenario.md): absent = dropless.
+  ScenarioKey cf = number_key(M(moe_expert_capacity_factor), 0, 0, 1024, false,
+                              "expert capacity / the balanced share; absent: dropless");
+  cf.default_value.reset();
+  cf.lo_open = true;
+  v.push_back(cf);
+  v.push_back(bool_key(M(moe_pad_expert_input_to_capacity), false,
+                       "every expert processes its full capacity (needs the capacity factor)"));
+  v.push_back(enum_key(M(moe_token_drop_policy),
+                       {choice("probs", MoeTokenDropPolicy::Probs),
+                        choice("position", MoeTokenDropPolicy::Position)},
+                       int(MoeTokenDropPolicy::Probs),
+                       "which copies drop, not how many: same time and memory"));
   ScenarioKey hf = base(M(hf_config), KeyType::String, "", "a Hugging Face config.json to import");
   v.push_back(hf);
 }

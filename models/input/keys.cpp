@@ -204,7 +204,8 @@ std::string default_text(const ScenarioKey& k) {
 
 std::string bounds_text(const ScenarioKey& k) {
   if (k.type == KeyType::Number)
-    return "[" + number_text(k.lo) + ", " + number_text(k.hi) + (k.hi_open ? ")" : "]");
+    return (k.lo_open ? "(" : "[") + number_text(k.lo) + ", " + number_text(k.hi) +
+           (k.hi_open ? ")" : "]");
   if (!k.choices.empty()) {
     std::string out;
     for (const KeyChoice& c : k.choices) out += (out.empty() ? "" : ", ") + c.name;

@@ -27,7 +27,7 @@ enum class KeyType : std::uint8_t {
   Int,         ///< an integer in [min, max]
   IntOrFloat,  ///< an integer; the float form (5e8) accepted when integral (DeepSpeed sizes)
   Bool,
-  Number,      ///< a number in [lo, hi] (hi_open: below hi)
+  Number,      ///< a number in [lo, hi] (lo_open: above lo; hi_open: below hi)
   String,
   Enum,        ///< one of `choices`
   Custom,      ///< read by its section's reader (lists, pairs, `auto`; sections.cpp)
@@ -100,6 +100,7 @@ struct ScenarioKey {
   std::optional<double> default_value;
   std::int64_t min = 0, max = 0;        ///< Int / IntOrFloat: bounds (max 0: no bound)
   double lo = 0, hi = 0;                ///< Number: bounds
+  bool lo_open = false;                 ///< Number: above lo
   bool hi_open = false;                 ///< Number: below hi
   std::vector<KeyChoice> choices;       ///< Enum
   bool list_ok = false;                 ///< a YAML list is a valid value (Custom readers)

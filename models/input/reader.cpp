@@ -198,17 +198,17 @@ YAML::Node load_yaml_document(const std::string& yaml_text, const std::string& s
   return root;
 }
 
-/// A number within [lo, hi] (hi_open: below hi), or nullopt when absent.
+/// A number within [lo, hi] (lo_open: above lo; hi_open: below hi), or nullopt when absent.
 std::optional<double> get_fraction(const Reader& r, const std::string& path, double lo, double hi,
-                                   bool hi_open) {
+                                   bool hi_open, bool lo_open) {
   if (!r.has(path)) return std::nullopt;
   YAML::Node n = r.at(path);
   double v = 0;
   if (!n.IsScalar() || n.Tag() == "!" || !Reader::parse_double(n.Scalar(), v))
     r.fail(path, n, "expected a number");
-  if (v < lo || (hi_open ? v >= hi : v > hi)) {
+  if ((lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi)) {
     std::ostringstream os;
-    os << "must be within [" << lo << ", " << hi << (hi_open ? ")" : "]");
+    os << "must be within " << (lo_open ? "(" : "[") << lo << ", " << hi << (hi_open ? ")" : "]");
     r.fail(path, n, os.str());
   }
   return v;

@@ -66,9 +66,9 @@ class Reader {
   std::map<std::string, std::string> overrides_;
 };
 
-/// A number within [lo, hi] (hi_open: below hi), or nullopt when absent.
+/// A number within [lo, hi] (lo_open: above lo; hi_open: below hi), or nullopt when absent.
 std::optional<double> get_fraction(const Reader& r, const std::string& path, double lo, double hi,
-                                   bool hi_open);
+                                   bool hi_open, bool lo_open = false);
 
 /// Rejects unknown and duplicate keys and non-mapping sections, recursively.
 void check_keys(const YAML::Node& map, const std::string& prefix, const Reader& r);

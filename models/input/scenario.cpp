@@ -7,6 +7,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -200,5 +201,23 @@ const char* to_string(PipelineSchedule s) {
   return "";
 }
 
+
+std::int64_t ModelConfig::moe_expert_capacity(std::int64_t rank_tokens) const {
+  if (moe_expert_capacity_factor <= 0 || num_experts <= 0) return 0;
+  // moe_utils.py get_capacity(num_tokens * topk, num_experts, capacity_factor):
+  // ceil((num_tokens / num_experts) * capacity_factor), no minimum (the router passes none).
+  return std::int64_t(std::ceil(double(rank_tokens * moe_router_topk) / double(num_experts) *
+                                moe_expert_capacity_factor));
+}
+
+double ModelConfig::moe_expert_token_copies(std::int64_t rank_tokens) const {
+  const double routed = double(rank_tokens * moe_router_topk) * moe_token_imbalance_factor;
+  if (moe_expert_capacity_factor <= 0) return routed;
+  // Megatron-Core router.py / moe_utils.py apply_router_token_dropping keeps at most capacity
+  // copies per expert on each rank (pad_to_capacity: exactly capacity, the missing ones
+  // zero-weighted padding); the busiest rank's E / EP experts receive them from EP ranks.
+  const double cap = double(num_experts * moe_expert_capacity(rank_tokens));
+  return moe_pad_expert_input_to_capacity ? cap : std::min(routed, cap);
+}
 
 }  // namespace trainsim

@@ -48,6 +48,8 @@ enum class PositionEmbedding : std::uint8_t { LearnedAbsolute, Rope };
 enum class AttentionBackend : std::uint8_t { Unfused, Fused, Flash };
 /// Megatron's --moe-token-dispatcher-type.
 enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather };
+/// Megatron's --moe-token-drop-policy: which token copies an expert over its capacity drops.
+enum class MoeTokenDropPolicy : std::uint8_t { Probs, Position };
 /// Megatron's --fp8-format (None: no FP8).
 enum class Fp8Format : std::uint8_t { None, E4M3, Hybrid };
 /// Megatron's --fp8-recipe (Transformer Engine scaling recipes).
@@ -117,10 +119,27 @@ struct ModelConfig {
   bool moe_grouped_gemm = false;
   /// trainsim extension: tokens routed to the busiest expert rank / the mean (>= 1).
   double moe_token_imbalance_factor = 1.0;
+  /// --moe-expert-capacity-factor: token dropping (docs/scenario.md); 0 = none (dropless).
+  double moe_expert_capacity_factor = 0;
+  /// --moe-pad-expert-input-to-capacity: every expert processes exactly its capacity.
+  bool moe_pad_expert_input_to_capacity = false;
+  /// --moe-token-drop-policy: accepted; it picks which copies drop, not how many.
+  MoeTokenDropPolicy moe_token_drop_policy = MoeTokenDropPolicy::Probs;
   /// Hugging Face config.json the model section was imported from ("" = none).
   std::string hf_config;
 
   bool is_moe() const { return num_experts > 0; }
+  /// Megatron-Core's expert capacity (moe_utils.py get_capacity, called by
+  /// apply_router_token_dropping with the router's token count times topk): the token copies
+  /// each expert accepts from one rank, ceil(rank_tokens k / E x capacity_factor), where
+  /// rank_tokens are the rank's tokens before the dispatch (b s / cp, / t with sequence
+  /// parallelism). 0 without a capacity factor.
+  std::int64_t moe_expert_capacity(std::int64_t rank_tokens) const;
+  /// The token copies the experts of the busiest expert rank process (docs/scenario.md,
+  /// moe_expert_capacity_factor): rank_tokens k times the imbalance factor; with a capacity
+  /// factor at most E x capacity (each of the E / EP local experts takes at most capacity
+  /// copies from each of the EP ranks), and exactly that with padding to capacity.
+  double moe_expert_token_copies(std::int64_t rank_tokens) const;
   /// Whether global layer l (0-based) runs the MoE MLP (Megatron-Core's moe_layer_pattern);
   /// the other layers of an MoE model run a dense MLP of ffn_hidden_size.
   bool moe_layer(std::int64_t l) const {

@@ -50,7 +50,7 @@ void read_table_key(const Reader& r, Scenario& s, const ScenarioKey& k) {
       return;
     }
     case KeyType::Number: {
-      const auto v = get_fraction(r, k.path, k.lo, k.hi, k.hi_open);
+      const auto v = get_fraction(r, k.path, k.lo, k.hi, k.hi_open, k.lo_open);
       if (v || def) *static_cast<double*>(at) = v ? *v : *def;
       return;
     }

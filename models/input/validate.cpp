@@ -684,6 +684,24 @@ void check_zero(const Scenario& s, const Fail& fail) {
          "(use stage 0 or 1, or pp = 1)");
 }
 
+/// Token dropping (docs/scenario.md): Megatron-Core's TransformerConfig __post_init__ refuses
+/// moe_pad_expert_input_to_capacity without moe_expert_capacity_factor; a capacity factor on
+/// a dense model has no experts to cap (the key table keeps the factor above 0).
+template <typename Fail>
+void check_moe_token_dropping(const Scenario& s, const Fail& fail) {
+  const ModelConfig& m = s.model;
+  if (m.moe_expert_capacity_factor > 0 && !m.is_moe()) {
+    std::ostringstream os;
+    os << key_of(&ModelConfig::moe_expert_capacity_factor) << " (" << m.moe_expert_capacity_factor
+       << ") needs a mixture-of-experts model (model.num_experts > 0)";
+    fail(os.str());
+  }
+  if (m.moe_pad_expert_input_to_capacity && m.moe_expert_capacity_factor <= 0)
+    fail(kv_bool(key_of(&ModelConfig::moe_pad_expert_input_to_capacity), true) +
+         " needs " + key_of(&ModelConfig::moe_expert_capacity_factor) +
+         " (Megatron-Core pads each expert's input to its capacity; absent: dropless)");
+}
+
 }  // namespace
 
 void validate_scenario(Scenario& s) {
@@ -694,6 +712,7 @@ void validate_scenario(Scenario& s) {
   check_tp_and_batch(s, fail);
   check_pipeline(s, fail);
   check_megatron_core(s, fail);
+  check_moe_token_dropping(s, fail);
   check_zero(s, fail);
 }
 

@@ -1,5 +1,6 @@
 // Kernel lists of a mixture-of-experts MLP block under Megatron-Core with Transformer Engine
 // modules (kernel_lists.h core_moe), on flops_core.cpp's CoreShape and pieces.
+#include <algorithm>
 #include <cstdint>
 
 #include "models/perf/kernel_lists.h"
@@ -53,7 +54,12 @@ void shared_expert_forward(const CoreShape& c, double Fs, bool rerun,
 void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
   const ModelFeatures& f = op.features;
   const double E = double(f.num_experts), kk = double(f.topk);
-  const double tokens = c.Tsp * kk * f.imbalance;  // token copies on this rank's experts
+  // Token copies on this rank's experts; token dropping caps them at E x capacity, padding
+  // fills them to it (ModelConfig::moe_expert_token_copies, docs/scenario.md).
+  const double routed = c.Tsp * kk * f.imbalance;
+  const double tokens = f.expert_token_cap <= 0 ? routed
+                        : f.pad_to_capacity    ? f.expert_token_cap
+                                               : std::min(routed, f.expert_token_cap);
   const double te = tokens / double(f.experts_local);  // tokens per local expert
   const double Fe = double(f.expert_ffn), F1 = c.swiglu ? 2 * Fe : Fe;
   const double Fs = double(f.shared_ffn), Fs1 = c.swiglu ? 2 * Fs : Fs;
