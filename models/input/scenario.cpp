@@ -43,6 +43,9 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   Scenario s;
   s.source_path = source;
   s.name = r.get_string("name", false).value_or(stem_of(source));
+  // The summary reports it (docs/scenario.md `name`): an empty one names nothing.
+  if (s.name.find_first_not_of(" \t") == std::string::npos)
+    r.fail("name", r.at("name"), "expected a non-empty name (or no `name:`: the file's stem)");
   read_table_keys(r, s, "");
   std::vector<std::string> releases;
   for (NcclVersion v : kNcclVersions) releases.push_back(to_string(v));
