@@ -164,5 +164,21 @@ TEST_F(HostileHf, AScenarioImportingABadConfigNamesTheConfig) {
   EXPECT_EQ(msg.find("-9223372036854775680"), std::string::npos) << msg;
 }
 
+TEST_F(HostileHf, AnImportedValueTheScenarioRefusesNamesTheConfig) {
+  // 4095 / 32 heads: a valid import (each value within its bound), refused by validation.
+  const std::string config = dir_.write("config.json", llama({{"hidden_size", 4095}}));
+  const std::string imported = dir_.write("s.yaml", test_support::hf_scenario_yaml(config, 1024));
+  expect_all(refusal([&] { load_scenario(imported); }),
+             {"s.yaml", "model.hidden_size (4095)",
+              "(model.hidden_size and model.num_attention_heads were imported from " + config + ")"});
+  // The scenario's own hidden_size is its own: only the imported heads are attributed.
+  const std::string own = dir_.write(
+      "own.yaml", "runtime: megatron-core\nmodel: {hf_config: " + config +
+                      ", hidden_size: 4001, seq_length: 1024}\nparallel: {micro_batch_size: 1, "
+                      "global_batch_size: 8}\ncluster: {system: dgx-h100, nodes: 1}\n");
+  const std::string msg = refusal([&] { load_scenario(own); });
+  expect_all(msg, {"model.hidden_size (4001)", "(model.num_attention_heads was imported from"});
+}
+
 }  // namespace
 }  // namespace trainsim
