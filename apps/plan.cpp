@@ -171,9 +171,11 @@ json simulate_candidate(const PlanArgs& args, const PlanCandidate& c) {
 // ----------------------------------------------------------------------------
 // outputs
 
-std::string gb(std::int64_t bytes) {
+/// Bytes in GiB, one decimal: memory is printed in binary units everywhere, as simulate's
+/// report does (models/outputs/summary.cpp; docs/cli.md).
+std::string gib(std::int64_t bytes) {
   std::ostringstream o;
-  o << std::fixed << std::setprecision(1) << double(bytes) / 1e9;
+  o << std::fixed << std::setprecision(1) << double(bytes) / double(std::int64_t(1) << 30);
   return o.str();
 }
 
@@ -184,7 +186,7 @@ void print_table(std::ostream& os, const std::vector<CandidateResult>& ranked) {
     if (r.simulated) width = std::max(width, int(r.candidate.layout.size()) + 2);
   os << std::left << std::setw(5) << "rank" << std::setw(width) << "layout" << std::right
      << std::setw(12) << "tokens/s" << std::setw(9) << "TFLOP/s" << std::setw(7) << "MFU"
-     << std::setw(10) << "peak GB" << std::setw(10) << "headroom" << std::setw(8) << "bubble"
+     << std::setw(10) << "peak GiB" << std::setw(10) << "headroom" << std::setw(8) << "bubble"
      << std::setw(8) << "comm" << std::setw(9) << "est err"
      << "\n";
   int rank = 0;
@@ -193,7 +195,7 @@ void print_table(std::ostream& os, const std::vector<CandidateResult>& ranked) {
     os << std::left << std::setw(5) << ++rank << std::setw(width) << r.candidate.layout << std::right
        << std::fixed << std::setprecision(0) << std::setw(12) << r.tokens_per_s
        << std::setprecision(1) << std::setw(9) << r.model_tflops_per_gpu << std::setw(6)
-       << 100 * r.mfu << "%" << std::setw(10) << gb(r.peak_memory_bytes) << std::setw(9)
+       << 100 * r.mfu << "%" << std::setw(10) << gib(r.peak_memory_bytes) << std::setw(9)
        << 100.0 * (1.0 - double(r.peak_memory_bytes) /
                              double(std::max<std::int64_t>(r.memory_capacity_bytes, 1)))
        << "%" << std::setw(7) << 100 * r.bubble_share << "%" << std::setw(7)
@@ -247,7 +249,7 @@ std::string candidate_yaml(const PlanArgs& args, const CandidateResult& r, int r
   }
   o << "# simulated " << std::fixed << std::setprecision(0) << r.tokens_per_s << " tokens/s, "
     << std::setprecision(1) << r.model_tflops_per_gpu << " model TFLOP/s per GPU, peak "
-    << gb(r.peak_memory_bytes) << " GB\n"
+    << gib(r.peak_memory_bytes) << " GiB\n"
     << scenario_text_with_overrides(args.scenario, overrides, {"plan"});
   return o.str();
 }
@@ -486,8 +488,8 @@ void check_space_size(const PlanArgs& args, const PlanConfig& plan, const Scenar
     << " layouts, above the " << std::setprecision(6) << kMaxPlanCandidates
     << " a plan searches without --force: stages (a)+(b) would take about "
     << duration_text(points * kCandidateCoreSeconds / double(jobs)) << " on " << jobs
-    << " workers and hold about " << std::setprecision(2) << points * kCandidateBytes / 1e9
-    << " GB of candidates; narrow the plan: section (fewer values per key, max_gpus), or pass "
+    << " workers and hold about " << std::setprecision(2) << points * kCandidateBytes / double(std::int64_t(1) << 30)
+    << " GiB of candidates; narrow the plan: section (fewer values per key, max_gpus), or pass "
        "--force";
   throw InputError(o.str());
 }

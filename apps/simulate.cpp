@@ -83,6 +83,13 @@ int simulate_main(const SimulateArgs& args) {
     std::cout << format_text_summary(out.summary);
   std::cout.flush();
   if (!std::cout) throw std::runtime_error("cannot write to stdout");
+  if (args.fail_on_oom && (out.summary.oom() || out.summary.host_oom)) {
+    std::cerr << "trainsim: out of memory: the peak "
+              << (out.summary.oom() ? "GPU" : "host") << " memory is above its capacity "
+              << "(the summary's oom fields); exit status " << kExitOutOfMemory
+              << " (--fail-on-oom)\n";
+    return kExitOutOfMemory;
+  }
   return 0;
 }
 

@@ -85,6 +85,9 @@ int run(int argc, char** argv) {
   simulate->add_option("--memory-csv", sim.memory_csv, "write the memory timeline CSV");
   simulate->add_flag("--force", sim.force,
                      "simulate even when the estimated graph is above the size limits");
+  simulate->add_flag("--fail-on-oom", sim.fail_on_oom,
+                     "exit with status 3 (after writing the outputs) when the peak GPU or host "
+                     "memory is above its capacity");
 
   std::string hf_path;
   CLI::App* import_hf = app.add_subcommand(

@@ -132,7 +132,8 @@ int validate_main(const ValidateArgs& args) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "%s on %s: iteration time simulated %.4f s, measured %.4f s (error %+.1f%%); "
-                "peak memory simulated %.2f MiB, measured %.2f MiB (error %+.1f%%)\n",
+                "peak memory simulated %.2f MiB, measured %.2f MiB (error %+.1f%%); "
+                "error = (simulated - measured) / measured\n",
                 sc.name.c_str(), measured.device.c_str(), cmp.simulated_iteration_s,
                 cmp.measured_iteration_s, 100 * cmp.iteration_time_error(),
                 double(mem.simulated_peak_bytes) / 1048576.0,

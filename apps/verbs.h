@@ -37,7 +37,13 @@ struct SimulateArgs {
   std::string format = "text";  ///< stdout: "text" report or "json" summary (nothing else)
   std::string memory_csv;   ///< CSV memory timeline output file (extension); empty: none
   bool force = false;       ///< --force: run even above the size limits (models/run.h)
+  /// --fail-on-oom: exit kExitOutOfMemory when the run's peak GPU or host memory is above its
+  /// capacity (the outputs are written first; docs/cli.md "Exit status and streams").
+  bool fail_on_oom = false;
 };
+
+/// simulate --fail-on-oom's status for a run that does not fit in memory (docs/cli.md).
+constexpr int kExitOutOfMemory = 3;
 
 /// trainsim replay SCENARIO.yaml [--set k=v]... [--device cuda|cpu] [--rank N] [--nprocs N]
 ///   [--trace out.json] [--json summary.json]

@@ -250,7 +250,10 @@ std::string html_report(const ScheduleGraph& g, const Comparison& c, const Execu
     << secs(c.measured_iteration_s) << "</td><td class='big'>" << pct(c.iteration_time_error())
     << "</td></tr><tr><td class='t'>peak memory</td><td>" << mib(double(c.memory.simulated_peak_bytes))
     << "</td><td>" << mib(double(c.memory.measured_peak_bytes)) << "</td><td class='big'>"
-    << pct(c.peak_memory_error()) << "</td></tr></table>\n";
+    << pct(c.peak_memory_error()) << "</td></tr></table>\n"
+    << "<p>Every error is (simulated &minus; measured) / measured, every difference simulated "
+       "&minus; measured: positive when the simulation is slower (or holds more memory) than "
+       "the measurement.</p>\n";
   o << "<p>Simulated peak by category: ";
   for (int k = 0; k < kNumMemCategories; ++k)
     if (c.memory.simulated_by_category[k])

@@ -46,6 +46,30 @@ using json = nlohmann::json;
   throw InputError(path + ": field '" + field + "' = " + value.dump() + ": " + what);
 }
 
+/// A field of the wrong JSON type: "FILE: field 'X': expected a string, got 5".
+[[noreturn]] void wrong_type(const std::string& path, const std::string& field, const json& value,
+                             const std::string& expected) {
+  throw InputError(path + ": field '" + field + "': expected " + expected + ", got " +
+                   value.dump());
+}
+
+/// A boolean field, `absent` when missing or null.
+bool flag(const json& c, const std::string& path, const char* field, bool absent) {
+  auto it = c.find(field);
+  if (it == c.end() || it->is_null()) return absent;
+  if (!it->is_boolean()) wrong_type(path, field, *it, "true or false");
+  return it->get<bool>();
+}
+
+/// A string field, `absent` when missing or null.
+std::string word(const json& c, const std::string& path, const char* field,
+                 const std::string& absent) {
+  auto it = c.find(field);
+  if (it == c.end() || it->is_null()) return absent;
+  if (!it->is_string()) wrong_type(path, field, *it, "a string");
+  return it->get<std::string>();
+}
+
 std::int64_t need_int(const json& c, const std::string& path, const char* field) {
   auto it = c.find(field);
   if (it == c.end()) throw InputError(path + ": missing field '" + std::string(field) + "'");
@@ -65,18 +89,63 @@ void put(Keys& out, T ModelConfig::*member, const std::string& value) {
   out.emplace_back(input::last_of(key_of(member)), value);
 }
 
+/// The model key of `member` and its bounds (models/input/keys.h).
+template <typename T>
+const ScenarioKey& key_for(T ModelConfig::*member) {
+  const ScenarioKey* k = find_scenario_key(key_of(member));
+  TRAINSIM_CHECK(k != nullptr, "no model key for an imported member");
+  return *k;
+}
+
+/// `v`, imported from the field `field` (whose value in the file is `shown`), within the bounds
+/// of the model key that `member` fills: a value a scenario would refuse is refused here,
+/// naming the config file, its field and its value. `how` says how v derives from the field
+/// ("" when v is the field's value).
+template <typename T>
+std::int64_t within(const std::string& path, const char* field, const json& shown,
+                    T ModelConfig::*member, std::int64_t v, const std::string& how = "") {
+  const ScenarioKey& k = key_for(member);
+  if (v < k.min)
+    bad(path, field, shown, how + "below " + k.path + "'s bound " + std::to_string(k.min));
+  if (k.max != 0 && v > k.max)
+    bad(path, field, shown, how + "above " + k.path + "'s bound " + std::to_string(k.max));
+  return v;
+}
+
+/// The integer field `field` as the model key that `member` fills, within its bounds.
+template <typename T>
+std::int64_t put_int(Keys& out, const json& c, const std::string& path, const char* field,
+                     T ModelConfig::*member) {
+  const std::int64_t v = need_int(c, path, field);
+  within(path, field, c.at(field), member, v);
+  put(out, member, std::to_string(v));
+  return v;
+}
+
+/// num_experts_per_tok: at most the experts (Megatron-Core's router picks top-k of them).
+void put_topk(Keys& out, const json& c, const std::string& path, const char* experts_key,
+              std::int64_t experts) {
+  const std::int64_t k = put_int(out, c, path, "num_experts_per_tok", &ModelConfig::moe_router_topk);
+  if (k > experts)
+    bad(path, "num_experts_per_tok", c["num_experts_per_tok"],
+        "more experts per token than " + std::string(experts_key) + " = " +
+            std::to_string(experts));
+}
+
 /// num_experts / num_local_experts, top-k, expert and shared-expert sizes; false for a dense
 /// model.
 bool import_moe(const json& c, const std::string& path, std::int64_t ffn, Keys& out) {
   const char* experts_key = c.contains("num_experts") ? "num_experts" : "num_local_experts";
   if (!c.contains(experts_key) || c[experts_key].is_null() || c[experts_key] == 0) return false;
-  put(out, &ModelConfig::num_experts, std::to_string(need_int(c, path, experts_key)));
-  put(out, &ModelConfig::moe_router_topk, std::to_string(need_int(c, path, "num_experts_per_tok")));
-  put(out, &ModelConfig::moe_ffn_hidden_size, std::to_string(c.contains("moe_intermediate_size")
-                                                ? need_int(c, path, "moe_intermediate_size")
-                                                : ffn));
+  const std::int64_t experts = put_int(out, c, path, experts_key, &ModelConfig::num_experts);
+  put_topk(out, c, path, experts_key, experts);
+  if (c.contains("moe_intermediate_size"))
+    put_int(out, c, path, "moe_intermediate_size", &ModelConfig::moe_ffn_hidden_size);
+  else
+    put(out, &ModelConfig::moe_ffn_hidden_size, std::to_string(ffn));
   if (c.contains("shared_expert_intermediate_size") && c["shared_expert_intermediate_size"] != 0)
-    put(out, &ModelConfig::moe_shared_expert_intermediate_size, std::to_string(need_int(c, path, "shared_expert_intermediate_size")));
+    put_int(out, c, path, "shared_expert_intermediate_size",
+            &ModelConfig::moe_shared_expert_intermediate_size);
   put(out, &ModelConfig::moe_grouped_gemm, "true");
   return true;
 }
@@ -116,12 +185,12 @@ void import_moe_layers(const json& c, const std::string& path, std::int64_t laye
 
 /// Sliding windows: on every layer (Mistral style) or alternating with full attention.
 void import_windows(const json& c, const std::string& path, const std::string& a, Keys& out) {
-  const bool sliding = c.contains("sliding_window") && c["sliding_window"].is_number_integer() &&
-                       c.value("use_sliding_window", a == "GptOssForCausalLM" ||
-                                                         a == "MixtralForCausalLM" ||
-                                                         a == "MistralForCausalLM");
+  const bool sliding = c.contains("sliding_window") && !c["sliding_window"].is_null() &&
+                       flag(c, path, "use_sliding_window",
+                            a == "GptOssForCausalLM" || a == "MixtralForCausalLM" ||
+                                a == "MistralForCausalLM");
   if (!sliding) return;
-  put(out, &ModelConfig::window_size, std::to_string(c["sliding_window"].get<std::int64_t>()));
+  put_int(out, c, path, "sliding_window", &ModelConfig::window_size);
   if (!c.contains("layer_types") || !c["layer_types"].is_array()) return;
   const json& t = c["layer_types"];
   bool alternating = t.size() >= 2;
@@ -141,19 +210,27 @@ void import_deepseek(const json& c, const std::string& path, std::int64_t layers
   put(out, &ModelConfig::multi_latent_attention, "true");
   put(out, &ModelConfig::qk_layernorm, "true");
   if (c.contains("q_lora_rank") && !c["q_lora_rank"].is_null())
-    put(out, &ModelConfig::q_lora_rank, std::to_string(need_int(c, path, "q_lora_rank")));
-  put(out, &ModelConfig::kv_lora_rank, std::to_string(need_int(c, path, "kv_lora_rank")));
-  put(out, &ModelConfig::qk_head_dim, std::to_string(need_int(c, path, "qk_nope_head_dim")));
-  put(out, &ModelConfig::qk_pos_emb_head_dim, std::to_string(need_int(c, path, "qk_rope_head_dim")));
-  put(out, &ModelConfig::v_head_dim, std::to_string(need_int(c, path, "v_head_dim")));
+    put_int(out, c, path, "q_lora_rank", &ModelConfig::q_lora_rank);
+  put_int(out, c, path, "kv_lora_rank", &ModelConfig::kv_lora_rank);
+  put_int(out, c, path, "qk_nope_head_dim", &ModelConfig::qk_head_dim);
+  put_int(out, c, path, "qk_rope_head_dim", &ModelConfig::qk_pos_emb_head_dim);
+  put_int(out, c, path, "v_head_dim", &ModelConfig::v_head_dim);
   if (!c.contains("n_routed_experts") || c["n_routed_experts"].is_null()) return;
-  const std::int64_t moe_ffn = need_int(c, path, "moe_intermediate_size");
-  put(out, &ModelConfig::num_experts, std::to_string(need_int(c, path, "n_routed_experts")));
-  put(out, &ModelConfig::moe_router_topk, std::to_string(need_int(c, path, "num_experts_per_tok")));
-  put(out, &ModelConfig::moe_ffn_hidden_size, std::to_string(moe_ffn));
+  const std::int64_t experts = put_int(out, c, path, "n_routed_experts", &ModelConfig::num_experts);
+  put_topk(out, c, path, "n_routed_experts", experts);
+  const std::int64_t moe_ffn =
+      put_int(out, c, path, "moe_intermediate_size", &ModelConfig::moe_ffn_hidden_size);
   if (c.contains("n_shared_experts") && !c["n_shared_experts"].is_null() &&
-      c["n_shared_experts"] != 0)
-    put(out, &ModelConfig::moe_shared_expert_intermediate_size, std::to_string(moe_ffn * need_int(c, path, "n_shared_experts")));
+      c["n_shared_experts"] != 0) {
+    // Both factors are bounded (2^16 experts, 2^22 sizes): the product fits 64 bits.
+    const std::int64_t shared = need_int(c, path, "n_shared_experts");
+    within(path, "n_shared_experts", c["n_shared_experts"], &ModelConfig::num_experts, shared);
+    put(out, &ModelConfig::moe_shared_expert_intermediate_size,
+        std::to_string(within(path, "n_shared_experts", c["n_shared_experts"],
+                              &ModelConfig::moe_shared_expert_intermediate_size, moe_ffn * shared,
+                              "times moe_intermediate_size = " + std::to_string(moe_ffn) +
+                                  " it is " + std::to_string(moe_ffn * shared) + ", ")));
+  }
   put(out, &ModelConfig::moe_grouped_gemm, "true");
   std::int64_t dense = 0;
   if (c.contains("first_k_dense_replace") && !c["first_k_dense_replace"].is_null()) {
@@ -167,6 +244,49 @@ void import_deepseek(const json& c, const std::string& path, std::int64_t layers
   std::vector<bool> is_moe(std::size_t(layers), true);
   for (std::int64_t i = 0; i < dense; ++i) is_moe[std::size_t(i)] = false;
   put_layer_pattern(is_moe, out);
+}
+
+/// hidden_size, num_attention_heads and (but for DeepSeek's MLA) num_key_value_heads and
+/// head_dim.
+void import_attention_shape(const json& c, const std::string& path, bool deepseek, Keys& out) {
+  put_int(out, c, path, "hidden_size", &ModelConfig::hidden_size);
+  const std::int64_t heads =
+      put_int(out, c, path, "num_attention_heads", &ModelConfig::num_attention_heads);
+  if (!deepseek && c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()) {
+    const std::int64_t groups = need_int(c, path, "num_key_value_heads");
+    within(path, "num_key_value_heads", c["num_key_value_heads"], &ModelConfig::num_query_groups,
+           groups);
+    // Each key/value group serves heads / groups query heads: Megatron-Core's TransformerConfig
+    // refuses num_attention_heads not a multiple of num_query_groups.
+    if (heads % groups != 0)
+      bad(path, "num_key_value_heads", c["num_key_value_heads"],
+          "num_attention_heads = " + std::to_string(heads) + " is not a multiple of it");
+    if (groups != heads) put(out, &ModelConfig::num_query_groups, std::to_string(groups));
+  }
+  if (!deepseek && c.contains("head_dim") && !c["head_dim"].is_null())
+    put_int(out, c, path, "head_dim", &ModelConfig::kv_channels);
+}
+
+/// vocab_size padded to a multiple of 128, no hidden dropout, and attention_dropout.
+void import_vocab_and_dropout(const json& c, const std::string& path, Keys& out) {
+  // Bounded before padding, so that the padding cannot overflow.
+  const std::int64_t vocab = need_int(c, path, "vocab_size");
+  within(path, "vocab_size", c["vocab_size"], &ModelConfig::padded_vocab_size, vocab);
+  const std::int64_t padded = (vocab + 127) / 128 * 128;
+  within(path, "vocab_size", c["vocab_size"], &ModelConfig::padded_vocab_size, padded,
+         "padded to a multiple of 128 it is " + std::to_string(padded) + ", ");
+  put(out, &ModelConfig::padded_vocab_size, std::to_string(padded));
+  put(out, &ModelConfig::hidden_dropout, "0.0");
+  if (!c.contains("attention_dropout") || c["attention_dropout"].is_null()) return;
+  const json& d = c["attention_dropout"];
+  if (!d.is_number()) wrong_type(path, "attention_dropout", d, "a number");
+  const ScenarioKey& k = key_for(&ModelConfig::attention_dropout);
+  const double p = d.get<double>();
+  if (!(p >= k.lo && (k.hi_open ? p < k.hi : p <= k.hi)))
+    bad(path, "attention_dropout", d,
+        "outside " + k.path + "'s bounds [" + json(k.lo).dump() + ", " + json(k.hi).dump() +
+            (k.hi_open ? ")" : "]"));
+  put(out, &ModelConfig::attention_dropout, d.dump());
 }
 
 }  // namespace
@@ -195,38 +315,26 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
       if (c.contains(mla) && !c[mla].is_null())
         bad(path, mla, c[mla], "multi-head latent attention is imported for DeepSeek-V2 / V3 "
                                "architectures only");
-  if (c.value("hidden_act", std::string("silu")) != "silu")
+  if (word(c, path, "hidden_act", "silu") != "silu")
     bad(path, "hidden_act", c["hidden_act"], "only gated SiLU (SwiGLU) MLPs are imported");
 
-  std::vector<std::pair<std::string, std::string>> out;
-  const std::int64_t heads = need_int(c, path, "num_attention_heads");
-  const std::int64_t layers = need_int(c, path, "num_hidden_layers");
-  put(out, &ModelConfig::num_layers, std::to_string(layers));
-  put(out, &ModelConfig::hidden_size, std::to_string(need_int(c, path, "hidden_size")));
-  put(out, &ModelConfig::num_attention_heads, std::to_string(heads));
-  if (!deepseek && c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()) {
-    const std::int64_t groups = need_int(c, path, "num_key_value_heads");
-    if (groups != heads) put(out, &ModelConfig::num_query_groups, std::to_string(groups));
-  }
-  if (!deepseek && c.contains("head_dim") && !c["head_dim"].is_null())
-    put(out, &ModelConfig::kv_channels, std::to_string(need_int(c, path, "head_dim")));
-  const std::int64_t ffn = need_int(c, path, "intermediate_size");
-  put(out, &ModelConfig::ffn_hidden_size, std::to_string(ffn));
+  Keys out;
+  // Bounded before anything is sized per layer (the MoE layer pattern below).
+  const std::int64_t layers = put_int(out, c, path, "num_hidden_layers", &ModelConfig::num_layers);
+  import_attention_shape(c, path, deepseek, out);
+  const std::int64_t ffn = put_int(out, c, path, "intermediate_size", &ModelConfig::ffn_hidden_size);
   put(out, &ModelConfig::swiglu, "true");
   if (c.contains("rms_norm_eps")) put(out, &ModelConfig::normalization, "RMSNorm");
   if (c.contains("rope_theta") || c.contains("rope_scaling")) put(out, &ModelConfig::position_embedding_type, "rope");
-  put(out, &ModelConfig::untie_embeddings_and_output_weights, text(!c.value("tie_word_embeddings", false)));
-  put(out, &ModelConfig::add_bias_linear, text(c.value("attention_bias", false)));
+  put(out, &ModelConfig::untie_embeddings_and_output_weights,
+      text(!flag(c, path, "tie_word_embeddings", false)));
+  put(out, &ModelConfig::add_bias_linear, text(flag(c, path, "attention_bias", false)));
   if (a == "Qwen2ForCausalLM") put(out, &ModelConfig::add_qkv_bias, "true");
   // Qwen3 (dense and MoE) normalizes each head's query and key (transformers
   // modeling_qwen3.py Qwen3Attention q_norm / k_norm; Megatron-Bridge's Qwen3 providers set
   // qk_layernorm).
   if (a == "Qwen3ForCausalLM" || a == "Qwen3MoeForCausalLM") put(out, &ModelConfig::qk_layernorm, "true");
-  const std::int64_t vocab = need_int(c, path, "vocab_size");
-  put(out, &ModelConfig::padded_vocab_size, std::to_string((vocab + 127) / 128 * 128));
-  put(out, &ModelConfig::hidden_dropout, "0.0");
-  if (c.contains("attention_dropout") && c["attention_dropout"].is_number())
-    put(out, &ModelConfig::attention_dropout, c["attention_dropout"].dump());
+  import_vocab_and_dropout(c, path, out);
   put(out, &ModelConfig::attention_backend, "flash");
   if (deepseek)
     import_deepseek(c, path, layers, out);

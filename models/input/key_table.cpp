@@ -226,9 +226,11 @@ void add_parallel_core(std::vector<ScenarioKey>& v) {
   v.push_back(int_key(P(expert_model_parallel_size), 1, 1, k2p16, "GPUs", "expert-parallel ranks"));
   v.push_back(int_key(P(expert_tensor_parallel_size), std::nullopt, 1, k2p16, "GPUs",
                       "expert tensor-parallel ranks; absent: the TP size"));
-  v.push_back(int_key(P(decoder_first_pipeline_num_layers), std::nullopt, 0, kLayers, "layers",
+  // At least 1: Megatron-Core's TransformerConfig.__post_init__ refuses an empty first or
+  // last stage ("num_layers_in_first_pipeline_stage must be larger than 0").
+  v.push_back(int_key(P(decoder_first_pipeline_num_layers), std::nullopt, 1, kLayers, "layers",
                       "layers of the first stage"));
-  v.push_back(int_key(P(decoder_last_pipeline_num_layers), std::nullopt, 0, kLayers, "layers",
+  v.push_back(int_key(P(decoder_last_pipeline_num_layers), std::nullopt, 1, kLayers, "layers",
                       "layers of the last stage"));
   v.push_back(bool_key(P(account_for_embedding_in_pipeline_split), false, "embedding counts as a layer"));
   v.push_back(bool_key(P(account_for_loss_in_pipeline_split), false, "loss counts as a layer"));

@@ -22,21 +22,14 @@ using namespace input;
 
 namespace {
 
-
 std::string stem_of(const std::string& source) {
   return std::filesystem::path(source).stem().string();
 }
-}  // namespace
 
-Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
-                        const std::vector<std::pair<std::string, std::string>>& overrides) {
-  YAML::Node root = load_yaml_document(yaml_text, source);
-  std::map<std::string, std::string> override_map;
-  for (const auto& [key, value] : overrides) {
-    apply_override(root, key, value, source);
-    override_map[key] = value;
-  }
-  import_hf_into(root, source);
+/// The scenario in `root` (overrides applied, the Hugging Face config imported), read and
+/// validated.
+Scenario read_scenario(YAML::Node root, const std::string& source,
+                       const std::map<std::string, std::string>& override_map) {
   const Reader r(root, source, override_map);
   check_keys(root, "", r);
   apply_aliases(root, r);
@@ -44,6 +37,9 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   Scenario s;
   s.source_path = source;
   s.name = r.get_string("name", false).value_or(stem_of(source));
+  // The summary reports it (docs/scenario.md `name`): an empty one names nothing.
+  if (s.name.find_first_not_of(" \t") == std::string::npos)
+    r.fail("name", r.at("name"), "expected a non-empty name (or no `name:`: the file's stem)");
   read_table_keys(r, s, "");
   std::vector<std::string> releases;
   for (NcclVersion v : kNcclVersions) releases.push_back(to_string(v));
@@ -55,6 +51,25 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
   read_cluster_and_simulation(r, s);
   validate_scenario(s);
   return s;
+}
+
+}  // namespace
+
+Scenario parse_scenario(const std::string& yaml_text, const std::string& source,
+                        const std::vector<std::pair<std::string, std::string>>& overrides) {
+  YAML::Node root = load_yaml_document(yaml_text, source);
+  std::map<std::string, std::string> override_map;
+  for (const auto& [key, value] : overrides) {
+    apply_override(root, key, value, source);
+    override_map[key] = value;
+  }
+  const HfImport imported = import_hf_into(root, source);
+  try {
+    return read_scenario(root, source, override_map);
+  } catch (const InputError& e) {
+    // A refused imported value names the config it came from.
+    throw with_import_origin(e, imported);
+  }
 }
 
 const SystemSpec& cluster_system(const ClusterConfig& cluster) {

@@ -1,6 +1,7 @@
 // The section readers (models/input/sections.h).
 #include "models/input/sections.h"
 
+#include <cctype>
 #include <filesystem>
 #include <utility>
 #include <vector>
@@ -407,11 +408,11 @@ void read_cluster_and_simulation(const Reader& r, Scenario& s) {
 /// `model: {hf_config: path}`: the Hugging Face config's keys fill the model section where
 /// the scenario (or a --set) does not give them (models/input/hf_config.h). The path is relative to
 /// the scenario file.
-void import_hf_into(YAML::Node& root, const std::string& source) {
-  if (!root.IsMap() || !root["model"].IsMap()) return;
+HfImport import_hf_into(YAML::Node& root, const std::string& source) {
+  if (!root.IsMap() || !root["model"].IsMap()) return {};
   YAML::Node model = root["model"];
   const YAML::Node ref = model["hf_config"];
-  if (!ref.IsDefined() || ref.IsNull()) return;
+  if (!ref.IsDefined() || ref.IsNull()) return {};
   if (!ref.IsScalar())
     throw InputError(source + ": field 'model.hf_config': expected the path of a config.json");
   std::filesystem::path path(ref.Scalar());
@@ -422,8 +423,35 @@ void import_hf_into(YAML::Node& root, const std::string& source) {
   } catch (const InputError& e) {  // which scenario and field named the config
     throw InputError(source + ": field 'model.hf_config': " + e.what());
   }
+  HfImport done{path.string(), {}};
   for (const auto& [key, value] : imported)
-    if (!model[key].IsDefined()) model[key] = YAML::Load(value);
+    if (!model[key].IsDefined()) {
+      model[key] = YAML::Load(value);
+      done.keys.push_back(join("model", key));
+    }
+  return done;
+}
+
+InputError with_import_origin(const InputError& e, const HfImport& imported) {
+  const std::string message = e.what();
+  auto is_name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::vector<std::string> named;
+  for (const std::string& key : imported.keys)
+    for (std::size_t at = message.find(key); at != std::string::npos;
+         at = message.find(key, at + 1)) {
+      const std::size_t end = at + key.size();
+      if ((at == 0 || !is_name_char(message[at - 1])) &&
+          (end == message.size() || !is_name_char(message[end]))) {
+        named.push_back(key);
+        break;
+      }
+    }
+  if (named.empty()) return e;
+  std::string keys;
+  for (std::size_t i = 0; i < named.size(); ++i)
+    keys += (i == 0 ? "" : i + 1 == named.size() ? " and " : ", ") + named[i];
+  return InputError(message + " (" + keys + (named.size() == 1 ? " was" : " were") +
+                    " imported from " + imported.config_path + ")");
 }
 
 }  // namespace trainsim::input

@@ -7,7 +7,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <string>
+#include <vector>
 
+#include "models/errors.h"
 #include "models/input/reader.h"
 #include "models/input/scenario.h"
 
@@ -31,6 +33,15 @@ void read_cluster_and_simulation(const Reader& r, Scenario& s);
 /// `model: {hf_config: path}`: the Hugging Face config's keys fill the model section where
 /// the scenario (or a --set) does not give them (models/input/hf_config.h). The path is
 /// relative to the scenario file.
-void import_hf_into(YAML::Node& root, const std::string& source);
+struct HfImport {
+  std::string config_path;        ///< the config.json read ("" when the scenario imports none)
+  std::vector<std::string> keys;  ///< the dotted model keys it filled, e.g. "model.hidden_size"
+};
+HfImport import_hf_into(YAML::Node& root, const std::string& source);
+
+/// `e` with, when its message names a key the import filled (e.g. "model.hidden_size (4095) is
+/// not divisible by ..."), where that value came from: "(model.hidden_size was imported from
+/// CONFIG)". A refusal of an imported value then names the Hugging Face file.
+InputError with_import_origin(const InputError& e, const HfImport& imported);
 
 }  // namespace trainsim::input

@@ -325,7 +325,7 @@ TEST_F(HostileVerbs, AHugePlanSpaceIsRefusedWithItsSizeBeforeEnumerating) {
                     "]\n  num_layers_per_virtual_pipeline_stage: [" + vpls + "]\n");
   const auto start = std::chrono::steady_clock::now();
   expect_refused("plan " + scenario + " --jobs 2",
-                 {scenario, "layouts, above the 100000", "on 2 workers", "GB of candidates", "--force"});
+                 {scenario, "layouts, above the 100000", "on 2 workers", "GiB of candidates", "--force"});
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5);
 }
 

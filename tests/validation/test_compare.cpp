@@ -88,6 +88,10 @@ TEST(Compare, ErrorsAndGroupsFromKnownRecords) {
   EXPECT_NE(html.find("a note &lt;b&gt;"), std::string::npos);  // escaped
   EXPECT_EQ(html.find("<script src"), std::string::npos);       // self-contained
   EXPECT_EQ(html.find("<link"), std::string::npos);
+  // The report states its sign convention, and its figures follow it: 105 B simulated against
+  // 100 B measured is +5.0%.
+  EXPECT_NE(html.find("error is (simulated &minus; measured) / measured"), std::string::npos);
+  EXPECT_NE(html.find("<td class='big'>+5.0%</td>"), std::string::npos);
 }
 
 TEST(Compare, MissingTaskIsAnError) {
