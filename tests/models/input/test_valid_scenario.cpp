@@ -11,6 +11,8 @@
 #include "models/builder/graph_builder.h"
 #include "models/errors.h"
 #include "models/input/scenario.h"
+#include "models/run.h"
+#include "tests/support/paths.h"
 
 namespace trainsim {
 namespace {
@@ -25,7 +27,8 @@ static_assert(!std::is_invocable_v<decltype(&build_schedule_graph), const Scenar
 static_assert(std::is_invocable_v<decltype(&build_schedule_graph), const ValidScenario&,
                                   const SystemSpec&, const BuildOptions&>);
 static_assert(!std::is_invocable_v<decltype(&count_schedule_tasks), const Scenario&, std::int64_t>);
-static_assert(std::is_invocable_v<decltype(&count_schedule_tasks), const ValidScenario&, std::int64_t>);
+static_assert(
+    std::is_invocable_v<decltype(&count_schedule_tasks), const ValidScenario&, std::int64_t>);
 
 /// A GPT of 8 layers on one DGX A100 node: TP 2 x PP 4 (interleaved, 1 layer per virtual
 /// stage), micro batch 2, global batch 32, and Megatron's expert_tensor_parallel_size 1 on a
@@ -116,6 +119,28 @@ TEST(ValidScenario, ValidatingAgainChangesNothing) {
   EXPECT_EQ(u2->parallel.virtual_stage_layers, u1->parallel.virtual_stage_layers);
   EXPECT_EQ(u2->parallel.data_parallel_size, 4);
   EXPECT_TRUE(u2->notes.empty());
+}
+
+TEST(ValidScenario, ValidateOnTheCpuValidatesItsSubstitutedScenario) {
+  // `validate --device cpu` models this machine's device: the scenario's dgx-a100-80gb becomes
+  // `local` with one GPU per node, its precision the profile's, and the changed scenario is
+  // validated again (models/run.cpp substitute_local_device); its derived fields stay the plan's.
+  RunRequest req;
+  req.purpose = RunPurpose::Validate;
+  req.device = "cpu";
+  req.scenario_path = test_support::source_path("scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml");
+  req.calibration_path = test_support::source_path("tests/golden/cpu_profile.json");
+  const PreparedRun run = prepare_platform(req);
+  const Scenario& sc = run.scenario;
+  EXPECT_EQ(sc.cluster.system, "local");
+  EXPECT_EQ(sc.cluster.gpus_per_node, 1);
+  EXPECT_EQ(sc.cluster.nodes, 2 * 2 * 2);  // the 8 ranks, one a node
+  EXPECT_EQ(sc.parallel.data_parallel_size, 2);
+  EXPECT_EQ(run.replay_dtype, "fp32");  // the profile's precision; the scenario's is fp16
+  EXPECT_EQ(sc.parallel.precision, Precision::FP32);
+  const ValidScenario again = validated(sc);
+  EXPECT_EQ(again->notes, sc.notes);
+  EXPECT_EQ(again->parallel.num_microbatches, sc.parallel.num_microbatches);
 }
 
 }  // namespace
