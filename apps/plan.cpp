@@ -479,7 +479,7 @@ std::string duration_text(double s) {
 
 /// Refuses a space above kMaxPlanCandidates (unless --force) with its size, and the time and
 /// memory its search would take on `jobs` workers, before it is enumerated.
-void check_space_size(const PlanArgs& args, const PlanConfig& plan, const Scenario& base,
+void check_space_size(const PlanArgs& args, const PlanConfig& plan, const ValidScenario& base,
                       int jobs) {
   const double points = count_grid_points(plan, base);
   if (points <= kMaxPlanCandidates || args.force) return;
@@ -510,7 +510,7 @@ int plan_main(const PlanArgs& args) {
   const PreparedRun platform = prepare_platform(base_request);
   for (const std::string& w : platform.warnings)
     std::fprintf(stderr, "trainsim plan: warning: %s\n", w.c_str());
-  const Scenario& base = platform.scenario;
+  const ValidScenario& base = platform.scenario;
   PlanConfig plan = load_plan_config(args.scenario, base);
   if (args.top_k > 0) plan.top_k = args.top_k;
   const int jobs =
@@ -607,7 +607,7 @@ int plan_main(const PlanArgs& args) {
   // Rejected-but-valid candidates stay in the JSON (estimates) so that a
   // --merge can rank shards; the text table lists simulated ones only.
   return finish(args, std::move(kept), std::move(why), std::move(invalid), enumerated, !complete,
-                base.name);
+                base->name);
 }
 
 }  // namespace trainsim::cli

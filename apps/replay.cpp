@@ -61,7 +61,7 @@ void check_replay_fits(const PreparedRun& run, const hw::ReplayOptions& opts,
   if (available < 0) return;
   const bool cpu = opts.device == "cpu";
   const double scale = cpu ? double(opts.cpu_dtype == "bf16" ? 2 : 4) /
-                                 double(precision_bytes(run.scenario.parallel.precision))
+                                 double(precision_bytes(run.scenario->parallel.precision))
                            : 1.0;
   const double need = double(program_order_peak_gpu_bytes(run.graph, opts.rank)) * scale;
   if (need <= double(available)) return;
@@ -149,9 +149,9 @@ int replay_main(const ReplayArgs& args) {
   req.force = args.force;
   const PreparedRun run = prepare_run(req);
   const std::int64_t wanted_rank = multi ? env.rank : args.rank;
-  if (wanted_rank < 0 || wanted_rank >= run.scenario.world_size())
+  if (wanted_rank < 0 || wanted_rank >= run.scenario->world_size())
     throw InputError("replay: --rank " + std::to_string(wanted_rank) + " is outside the " +
-                     std::to_string(run.scenario.world_size()) + " ranks of " + args.scenario);
+                     std::to_string(run.scenario->world_size()) + " ranks of " + args.scenario);
   opts.rank = hw::representative_rank(run.graph, run.scenario, wanted_rank);
   if (!args.force) check_replay_fits(run, opts, args.scenario);
   ExecutionRecord record = hw::replay(run.graph, run.scenario, opts);
@@ -212,7 +212,7 @@ int replay_main(const ReplayArgs& args) {
     std::optional<CostModel> cost;
     if (run.cost_system.gpu.peak_dense_fp16_flops > 0) cost.emplace(run.cost_model());
     write_chrome_trace(trace_file.stream(), run.graph, record, out.memory, out.selection,
-                       TraceInfo{run.scenario.name, run.scenario.cluster.gpus_per_node,
+                       TraceInfo{run.scenario->name, run.scenario->cluster.gpus_per_node,
                                  cost ? &*cost : nullptr});
     trace_file.commit();
   }

@@ -73,7 +73,7 @@ int simulate_main(const SimulateArgs& args) {
     say("writing the trace of ranks " + out.summary.trace_ranks + " to " + args.trace);
     const CostModel cost = run.cost_model();
     write_chrome_trace(trace_file.stream(), run.graph, record, out.memory, out.selection,
-                       TraceInfo{run.scenario.name, run.scenario.cluster.gpus_per_node, &cost});
+                       TraceInfo{run.scenario->name, run.scenario->cluster.gpus_per_node, &cost});
   }
   if (csv_file) write_memory_csv(csv_file.stream(), out.memory, out.selection.ranks);
   commit_all({&json_file, &trace_file, &csv_file});

@@ -57,7 +57,7 @@ int validate_main(const ValidateArgs& args) {
   const PreparedRun run = prepare_run(req);
   for (const std::string& w : run.warnings) std::cerr << "trainsim: warning: " << w << "\n";
   // As simulate warns (models/run.cpp): a profile of another GPU than the system's.
-  if (!cpu && !args.calibration.empty() && run.scenario.cluster.system != "local" &&
+  if (!cpu && !args.calibration.empty() && run.scenario->cluster.system != "local" &&
       run.profile.device != run.system.gpu.name)
     std::cerr << "trainsim: warning: --calibration '" << args.calibration
               << "' is a profile for " << run.profile.device << ", but system "

@@ -132,7 +132,7 @@ void BM_ReplayIterationCpu(benchmark::State& state) {
   const Scenario sc = load_scenario(std::string(TRAINSIM_SOURCE_DIR) +
                                         "/scenarios/small/gpt-tiny_tp1_pp1_dp1.yaml",
                                     {{"model.hidden_size", "128"}, {"model.seq_length", "64"}});
-  const ScheduleGraph g = build_schedule_graph(sc, find_system(sc.cluster.system), BuildOptions{});
+  const ScheduleGraph g = build_schedule_graph(validated(sc), find_system(sc.cluster.system), BuildOptions{});
   hw::ReplayOptions o;
   double measured = 0;
   for (auto _ : state) {

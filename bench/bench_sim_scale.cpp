@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
     BuildOptions build;
     build.fold = !unfolded;
     build.calibration = &profile;
-    const ScheduleGraph graph = build_schedule_graph(sc, system, build);
+    const ScheduleGraph graph = build_schedule_graph(validated(sc), system, build);
     const double build_s = seconds_since(t_build);
 
     const auto t_sim = Clock::now();

@@ -38,7 +38,7 @@ cluster:
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const trainsim::Scenario scenario = trainsim::parse_scenario(kScenario, "fuzz.yaml");
   static const trainsim::ScheduleGraph graph = trainsim::build_schedule_graph(
-      scenario, trainsim::find_system(scenario.cluster.system), trainsim::BuildOptions{});
+      trainsim::validated(scenario), trainsim::find_system(scenario.cluster.system), trainsim::BuildOptions{});
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
     const trainsim::validation::MeasuredTrace t = trainsim::validation::measured_record(

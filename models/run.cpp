@@ -52,7 +52,7 @@ RunEstimate with_fold(const Scenario& sc, RunEstimate e, bool fold) {
 
 }  // namespace
 
-RunEstimate estimate_run(const Scenario& sc, bool fold) {
+RunEstimate estimate_run(const ValidScenario& sc, bool fold) {
   // One rank of every pipeline stage, as the builder emits it; a count past the limit is
   // refused whatever it is (check_run_size), so the builder stops counting there.
   const double per_stage = double(count_schedule_tasks(sc, std::int64_t(kCountLimitTasks)));
@@ -111,10 +111,10 @@ std::string size_advice(const Scenario& sc, const RunEstimate& e, bool fold) {
 
 }  // namespace
 
-void check_run_size(const Scenario& sc, const RunEstimate& e, bool fold) {
+void check_run_size(const ValidScenario& sc, const RunEstimate& e, bool fold) {
   if (e.tasks <= kMaxRunTasks && e.memory_bytes <= kMaxRunMemoryBytes) return;
   std::ostringstream o;
-  o << sc.source_path << ": this run would build " << (e.complete ? "about " : "more than ")
+  o << sc->source_path << ": this run would build " << (e.complete ? "about " : "more than ")
     << count(e.tasks) << " tasks ("
     << (fold ? "folded" : "unfolded") << "), needing about " << gib(e.memory_bytes)
     << " of memory and " << duration(e.simulate_s) << " to simulate; the limits are "
@@ -123,15 +123,15 @@ void check_run_size(const Scenario& sc, const RunEstimate& e, bool fold) {
   throw InputError(o.str());
 }
 
-std::pair<bool, std::string> fold_decision(const Scenario& sc) {
+std::pair<bool, std::string> fold_decision(const ValidScenario& sc) {
   // Counted only where the decision needs it.
-  const bool counted = sc.simulation.fold == SimulationConfig::Fold::Auto &&
+  const bool counted = sc->simulation.fold == SimulationConfig::Fold::Auto &&
                        replicas(sc) > 1;
   return fold_decision(sc, counted ? estimate_run(sc, false) : RunEstimate{});
 }
 
-std::pair<bool, std::string> fold_decision(const Scenario& sc, const RunEstimate& e) {
-  switch (sc.simulation.fold) {
+std::pair<bool, std::string> fold_decision(const ValidScenario& sc, const RunEstimate& e) {
+  switch (sc->simulation.fold) {
     case SimulationConfig::Fold::On:
       return {true, "simulation.fold: true"};
     case SimulationConfig::Fold::Off:
@@ -139,7 +139,7 @@ std::pair<bool, std::string> fold_decision(const Scenario& sc, const RunEstimate
     case SimulationConfig::Fold::Auto:
       break;
   }
-  const ParallelConfig& p = sc.parallel;
+  const ParallelConfig& p = sc->parallel;
   if (p.tensor_model_parallel_size * p.data_parallel_size * p.context_parallel_size == 1)
     return {false, "nothing to fold (TP x DP = 1)"};
   // The unfolded graph's size, as the builder counts it.
@@ -154,9 +154,9 @@ std::pair<bool, std::string> fold_decision(const Scenario& sc, const RunEstimate
                      " tasks) is small enough to simulate every rank"};
 }
 
-double resolve_offload_ratio(Scenario& sc, const SystemSpec& system,
+double resolve_offload_ratio(ValidScenario& sc, const SystemSpec& system,
                              const CalibrationProfile& profile) {
-  auto& o = sc.zero.offload_optimizer;
+  const auto& o = sc->zero.offload_optimizer;
   if (!o.ratio_auto || o.ratio_resolved) return o.ratio;
   const double capacity = system.gpu.hbm_bytes;
   BuildOptions opt;
@@ -166,7 +166,8 @@ double resolve_offload_ratio(Scenario& sc, const SystemSpec& system,
     Scenario trial = sc;
     trial.zero.offload_optimizer.ratio = percent / 100.0;
     trial.zero.offload_optimizer.ratio_resolved = true;
-    const ScheduleGraph g = build_schedule_graph(trial, system, opt);
+    // A changed scenario is validated again before it is built (scenario.h ValidScenario).
+    const ScheduleGraph g = build_schedule_graph(validated(std::move(trial)), system, opt);
     return double(program_order_peak_gpu_bytes(g)) <= capacity;
   };
   int chosen = 100;
@@ -180,9 +181,11 @@ double resolve_offload_ratio(Scenario& sc, const SystemSpec& system,
     }
     chosen = hi;
   }
-  o.ratio = chosen / 100.0;
-  o.ratio_resolved = true;
-  return o.ratio;
+  Scenario resolved = sc;
+  resolved.zero.offload_optimizer.ratio = chosen / 100.0;
+  resolved.zero.offload_optimizer.ratio_resolved = true;
+  sc = validated(std::move(resolved));
+  return sc->zero.offload_optimizer.ratio;
 }
 
 // ---------------------------------------------------------------- prepare_run
@@ -230,7 +233,9 @@ void choose_profile(const RunRequest& req, PreparedRun& run, bool local) {
 /// Validate on the CPU (or a `local` scenario): the simulation models the device the replay
 /// runs on, each rank a one-device node, in the profile's precision.
 void substitute_local_device(const RunRequest& req, PreparedRun& run) {
-  Scenario& sc = run.scenario;
+  // The substituted scenario is validated again (scenario.h ValidScenario): the `local` system
+  // with one GPU per node, the profile's precision.
+  Scenario sc = run.scenario;
   if (sc.cluster.system != kLocalSystemName) {
     const std::int64_t world = sc.world_size();
     run.notes.push_back("cluster.system " + sc.cluster.system +
@@ -244,7 +249,10 @@ void substitute_local_device(const RunRequest& req, PreparedRun& run) {
     sc.cluster.nodes = world;
   }
   run.system = local_system(run.profile, req.calibration_path, sc.cluster.nodes);
-  if (req.device != "cpu") return;
+  if (req.device != "cpu") {
+    run.scenario = validated(std::move(sc));
+    return;
+  }
   run.replay_dtype = run.profile.precision.empty() ? "fp32" : run.profile.precision;
   if (run.replay_dtype != "fp32" && run.replay_dtype != "bf16")
     throw InputError(req.calibration_path + ": field 'precision' = " + run.profile.precision +
@@ -257,11 +265,12 @@ void substitute_local_device(const RunRequest& req, PreparedRun& run) {
                         "), and the simulation must model the same element sizes");
     sc.parallel.precision = want;
   }
+  run.scenario = validated(std::move(sc));
 }
 
 /// The system the run models, the profile, and the verb's substitutions.
 void choose_system(const RunRequest& req, PreparedRun& run) {
-  Scenario& sc = run.scenario;
+  const Scenario& sc = run.scenario;
   const bool local = sc.cluster.system == kLocalSystemName;
   const bool cpu_validate = req.purpose == RunPurpose::Validate && req.device == "cpu";
   if ((local || cpu_validate) && req.calibration_path.empty() &&
@@ -302,10 +311,9 @@ void choose_system(const RunRequest& req, PreparedRun& run) {
 }  // namespace
 
 PreparedRun prepare_platform(const RunRequest& req) {
-  PreparedRun run;
-  run.scenario = load_scenario(req.scenario_path, req.overrides);
+  PreparedRun run(validated(load_scenario(req.scenario_path, req.overrides)));
   // Launch-line keys accepted and not modelled (models/input/keys.h), first in the notes.
-  run.notes.insert(run.notes.end(), run.scenario.notes.begin(), run.scenario.notes.end());
+  run.notes.insert(run.notes.end(), run.scenario->notes.begin(), run.scenario->notes.end());
   choose_system(req, run);
   return run;
 }
@@ -315,7 +323,7 @@ PreparedRun prepare_run(const RunRequest& req) {
     if (req.progress) req.progress(what);
   };
   PreparedRun run = prepare_platform(req);
-  Scenario& sc = run.scenario;
+  ValidScenario& sc = run.scenario;
 
   // The fold and the estimate from the builder's count of the scenario.
   auto decide = [&]() {
@@ -333,28 +341,28 @@ PreparedRun prepare_run(const RunRequest& req) {
   // `offload_optimizer.ratio: auto`: a planning step above the builder (trial graphs), after
   // the size check (an unresolved ratio counts the scenario's own, at most all, CPU-stepped
   // parameters); the graph is then counted again with the chosen ratio.
-  if (sc.zero.offload_optimizer.ratio_auto && !sc.zero.offload_optimizer.ratio_resolved) {
+  if (sc->zero.offload_optimizer.ratio_auto && !sc->zero.offload_optimizer.ratio_resolved) {
     say("choosing the offload ratio (ratio: auto)");
     resolve_offload_ratio(sc, run.system, run.profile);
     decide();
   }
   if (effective_offload_ratio(sc) > 0) check_host_memory(sc, run.system, run.profile);
 
-  say(std::string(verb_name(req.purpose)) + ": building the schedule graph of " + sc.name +
+  say(std::string(verb_name(req.purpose)) + ": building the schedule graph of " + sc->name +
       (run.fold ? " (folded)" : ""));
   BuildOptions build;
   build.fold = run.fold;
   build.calibration = &run.profile;
   run.graph = build_schedule_graph(sc, run.system, build);
   if (req.purpose == RunPurpose::Replay && req.device == "cpu" &&
-      sc.cluster.system != kLocalSystemName) {
+      sc->cluster.system != kLocalSystemName) {
     // The summary describes the device the replay ran on, not the scenario's GPU: this
     // machine's CPU, its physical memory as the capacity, no known peak (MFU null).
     run.system.gpu.name = "CPU of this machine (replay of a " + run.system.gpu.name + " rank)";
     run.system.gpu.peak_dense_fp16_flops = 0;
     if (const double bytes = physical_memory_bytes(); bytes > 0) run.system.gpu.hbm_bytes = bytes;
     run.notes.push_back("the modelled memory and FLOP figures are the scenario's (" +
-                        std::string(to_string(sc.parallel.precision)) +
+                        std::string(to_string(sc->parallel.precision)) +
                         " on its GPUs); the replay measured this machine's CPU");
   }
   return run;
@@ -364,7 +372,7 @@ RunOutputs finish_run(const PreparedRun& run, const ExecutionRecord& record,
                       const FinishOptions& options) {
   RunOutputs out;
   out.selection = select_trace_ranks(run.graph, options.trace_ranks);
-  out.memory = build_memory_timeline(run.graph, record, run.scenario.cluster.gpus_per_node);
+  out.memory = build_memory_timeline(run.graph, record, run.scenario->cluster.gpus_per_node);
   SummaryOptions so;
   so.calibration_source = run.calibration_source;
   so.trace_ranks = format_rank_list(out.selection.ranks);

@@ -79,7 +79,10 @@ constexpr double kMaxRunTasks = 20e6;
 constexpr double kMaxRunMemoryBytes = 8.0 * (1ull << 30);
 
 struct PreparedRun {
-  Scenario scenario;  ///< validated; ratio: auto resolved; verb substitutions applied
+  explicit PreparedRun(ValidScenario s) : scenario(std::move(s)) {}
+
+  /// Ratio: auto resolved and verb substitutions applied, each change validated again.
+  ValidScenario scenario;
   /// The system simulated: the catalog's, or `local` from the profile.
   SystemSpec system;
   /// The system the cost model sees: `system` with the scenario's gpus_per_node (the host CPU
@@ -99,7 +102,7 @@ struct PreparedRun {
   std::string replay_dtype;
   ScheduleGraph graph;
 
-  CostModel cost_model() const { return CostModel(cost_system, profile, scenario.nccl_version); }
+  CostModel cost_model() const { return CostModel(cost_system, profile, scenario->nccl_version); }
 };
 
 /// Prepares a run (see the file comment). Throws InputError for every user error, naming the
@@ -113,26 +116,27 @@ PreparedRun prepare_run(const RunRequest& request);
 PreparedRun prepare_platform(const RunRequest& request);
 
 /// Estimates the graph of a validated scenario (folded as `fold` says).
-RunEstimate estimate_run(const Scenario& scenario, bool fold);
+RunEstimate estimate_run(const ValidScenario& scenario, bool fold);
 
 /// Throws InputError when `estimate` is above kMaxRunTasks or kMaxRunMemoryBytes, with the
 /// estimate and the setting that would fit (e.g. `simulation.fold: true`); `what` names the run.
-void check_run_size(const Scenario& scenario, const RunEstimate& estimate, bool fold);
+void check_run_size(const ValidScenario& scenario, const RunEstimate& estimate, bool fold);
 
 /// Whether a scenario is folded, and why: `simulation.fold: true|false` as set; `auto` folds
 /// whenever the folded graph is smaller (the TP peers and DP replicas of a stage run the same
 /// program by construction: ParallelLayout, and the summary says so).
-std::pair<bool, std::string> fold_decision(const Scenario& scenario);
+std::pair<bool, std::string> fold_decision(const ValidScenario& scenario);
 /// The same with the scenario's estimate_run (folded or not) already counted.
-std::pair<bool, std::string> fold_decision(const Scenario& scenario, const RunEstimate& estimate);
+std::pair<bool, std::string> fold_decision(const ValidScenario& scenario, const RunEstimate& estimate);
 
 /// `offload_optimizer.ratio: auto`: the smallest ratio on a 0.01 grid whose program-order GPU
 /// peak (graph built with that ratio) fits in the GPU memory; 1.0 when none fits (the run
 /// then reports oom). Bisection: the peak falls monotonically as the ratio rises (every
 /// parameter moved to the CPU removes 12 B of GPU state and 4 B of step-time fp32 gradient).
 /// Stores the result in sc.zero.offload_optimizer.ratio (ratio_auto stays true, so the summary
-/// can say the ratio was chosen) and returns it. No-op returning the ratio when not auto.
-double resolve_offload_ratio(Scenario& sc, const SystemSpec& system,
+/// can say the ratio was chosen; `sc` is validated again) and returns it. No-op returning the
+/// ratio when not auto.
+double resolve_offload_ratio(ValidScenario& sc, const SystemSpec& system,
                              const CalibrationProfile& profile);
 
 struct FinishOptions {

@@ -80,7 +80,8 @@ Scenario fsdp_as_zero3(const Scenario& sc) {
 
 }  // namespace
 
-std::int64_t count_schedule_tasks(const Scenario& scenario_in, std::int64_t limit) {
+std::int64_t count_schedule_tasks(const ValidScenario& valid, std::int64_t limit) {
+  const Scenario& scenario_in = valid.get();
   Scenario scenario = scenario_in.parallel.uses_fsdp() ? fsdp_as_zero3(scenario_in) : scenario_in;
   scenario.zero.offload_optimizer.ratio_resolved = true;
   // The calibration profile sets memory figures only, which a count does not keep.
@@ -97,8 +98,9 @@ std::int64_t count_schedule_tasks(const Scenario& scenario_in, std::int64_t limi
   return build.counted_tasks;
 }
 
-ScheduleGraph build_schedule_graph(const Scenario& scenario_in, const SystemSpec& system,
+ScheduleGraph build_schedule_graph(const ValidScenario& valid, const SystemSpec& system,
                                    const BuildOptions& options) {
+  const Scenario& scenario_in = valid.get();
   const Scenario scenario =
       scenario_in.parallel.uses_fsdp() ? fsdp_as_zero3(scenario_in) : scenario_in;
   const auto& off = scenario.zero.offload_optimizer;

@@ -23,9 +23,10 @@ struct BuildOptions {
   const CalibrationProfile* calibration = nullptr;
 };
 
-/// Builds the schedule graph of a validated scenario whose `offload_optimizer.ratio: auto`
-/// is resolved (models/run.h prepare_run does both, and decides folding: fold_decision).
-ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& system,
+/// Builds the schedule graph of a validated scenario (only a ValidScenario: its derived fields
+/// are filled) whose `offload_optimizer.ratio: auto` is resolved (models/run.h prepare_run does
+/// both, and decides folding: fold_decision).
+ScheduleGraph build_schedule_graph(const ValidScenario& scenario, const SystemSpec& system,
                                    const BuildOptions& options);
 
 /// The tasks of the folded schedule graph of `scenario` (one rank per pipeline stage, the
@@ -36,6 +37,6 @@ ScheduleGraph build_schedule_graph(const Scenario& scenario, const SystemSpec& s
 /// An unresolved `offload_optimizer.ratio: auto` counts at the scenario's ratio value.
 /// Counting stops once the count passes `limit`: it returns a count above `limit` then, not the
 /// graph's.
-std::int64_t count_schedule_tasks(const Scenario& scenario, std::int64_t limit = INT64_MAX);
+std::int64_t count_schedule_tasks(const ValidScenario& scenario, std::int64_t limit = INT64_MAX);
 
 }  // namespace trainsim

@@ -462,7 +462,34 @@ std::string scenario_text_with_overrides(
 /// split evenly over pipeline and virtual stages, global batch divisible by micro batch x DP,
 /// GPUs = TP x PP x DP, interleaving needs pp > 1 and microbatches divisible by pp, ZeRO and
 /// offload settings consistent. Throws InputError naming the fields and values.
+/// Running it again on a validated scenario changes nothing (idempotent: the filled defaults
+/// and derived fields pass their own checks, and no note is added twice).
 void validate_scenario(Scenario& scenario);
+
+/// A scenario that has passed validate_scenario, as Megatron-LM's TransformerConfig is one
+/// that has passed its __post_init__: the raw input (a Scenario, as parsed or built in code)
+/// becomes a ValidScenario only through validated(), which checks the plan (an InputError
+/// names the conflicting fields and values) and fills the derived fields
+/// (ParallelConfig::data_parallel_size, num_microbatches, virtual_pipeline_size,
+/// layers_per_chunk, virtual_stage_layers, and the defaults). Those fields are meaningful only
+/// in a ValidScenario, so the graph builder and the planner take only this type. It is
+/// read-only: a caller that changes a field copies the Scenario out and validates the copy
+/// again (validated(std::move(copy))). Any `const Scenario&` reader takes it as it is.
+class ValidScenario {
+ public:
+  const Scenario& get() const { return scenario_; }
+  const Scenario* operator->() const { return &scenario_; }
+  const Scenario& operator*() const { return scenario_; }
+  operator const Scenario&() const { return scenario_; }  // NOLINT: every reader takes it
+
+ private:
+  explicit ValidScenario(Scenario s) : scenario_(std::move(s)) {}
+  friend ValidScenario validated(Scenario scenario);
+  Scenario scenario_;
+};
+
+/// Runs validate_scenario on `scenario` and wraps the result; throws its InputError.
+ValidScenario validated(Scenario scenario);
 
 const char* to_string(Recompute r);
 /// Megatron-Core --recompute-modules names that trainsim models, as kRecompute* bits

@@ -716,4 +716,9 @@ void validate_scenario(Scenario& s) {
   check_zero(s, fail);
 }
 
+ValidScenario validated(Scenario scenario) {
+  validate_scenario(scenario);
+  return ValidScenario(std::move(scenario));
+}
+
 }  // namespace trainsim

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -260,7 +261,8 @@ void read_limits(const PlanReader& r, const Scenario& base, PlanConfig& c) {
 
 }  // namespace
 
-PlanConfig load_plan_config(const std::string& scenario_path, const Scenario& base) {
+PlanConfig load_plan_config(const std::string& scenario_path, const ValidScenario& valid) {
+  const Scenario& base = valid;
   PlanConfig c;
   c.tensor_model_parallel_size = powers_of_two_up_to(base.cluster.gpus_per_node);
   // Pipeline stages: the divisors of what the pipeline splits (the layers, plus the embedding
@@ -529,7 +531,8 @@ PlanCandidate make_candidate(const PlanConfig& plan, const Scenario& base, const
 
 }  // namespace
 
-std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Scenario& base) {
+std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const ValidScenario& valid) {
+  const Scenario& base = valid;
   std::vector<PlanCandidate> out;
   const std::int64_t split = split_layers(base.parallel, base.model.num_layers);
   const std::vector<bool> offload_choices =
@@ -562,7 +565,8 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Sc
   return out;
 }
 
-double count_grid_points(const PlanConfig& plan, const Scenario& base) {
+double count_grid_points(const PlanConfig& plan, const ValidScenario& valid) {
+  const Scenario& base = valid;
   // The loops of enumerate_candidates, multiplied: the choices that depend on an outer value
   // (virtual stages on pp, block and module sets on the granularity) are summed over it.
   const std::int64_t split = split_layers(base.parallel, base.model.num_layers);
@@ -756,24 +760,26 @@ CandidateEstimate estimate_candidate(
   req.overrides.insert(req.overrides.end(), candidate.overrides.begin(),
                        candidate.overrides.end());
   req.calibration_path = calibration_path;
-  PreparedRun run;
+  std::optional<PreparedRun> prepared;
   try {
     // The system, cost model's system and profile the candidate's simulation would use.
-    run = prepare_platform(req);
+    prepared.emplace(prepare_platform(req));
   } catch (const InputError& err) {
     e.rejection = PlanRejection::Invalid;
     e.reason = err.what();
     return e;
   }
+  const PreparedRun& run = *prepared;
   const Scenario& sc = run.scenario;
   const SystemSpec& sys = run.system;
   e.world_size = sc.world_size();
-  Scenario reduced = sc;
-  reduced.parallel.global_batch_size = reduced_microbatches(sc.parallel) *
-                                       sc.parallel.micro_batch_size *
-                                       sc.parallel.data_parallel_size;
-  validate_scenario(reduced);
-  if (reduced.zero.offload_optimizer.ratio_auto)
+  Scenario fewer = sc;
+  fewer.parallel.global_batch_size = reduced_microbatches(sc.parallel) *
+                                     sc.parallel.micro_batch_size *
+                                     sc.parallel.data_parallel_size;
+  // Validated again: the microbatch count is derived from the changed global batch.
+  ValidScenario reduced = validated(std::move(fewer));
+  if (reduced->zero.offload_optimizer.ratio_auto)
     resolve_offload_ratio(reduced, sys, run.profile);
   BuildOptions opt;
   opt.fold = sc.parallel.tensor_model_parallel_size * sc.parallel.data_parallel_size *

@@ -66,7 +66,7 @@ struct PlanConfig {
 
 /// Reads the `plan:` section of a scenario file (errors name the file, field
 /// and value) and fills defaults from the base scenario.
-PlanConfig load_plan_config(const std::string& scenario_path, const Scenario& base);
+PlanConfig load_plan_config(const std::string& scenario_path, const ValidScenario& base);
 
 /// One candidate layout: the overrides applied to the scenario file.
 struct PlanCandidate {
@@ -76,12 +76,12 @@ struct PlanCandidate {
 };
 
 /// Every candidate of the space, in a fixed order.
-std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Scenario& base);
+std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const ValidScenario& base);
 
 /// The points of the plan's grid that enumerate_candidates visits, counted without building
 /// them (a double: a space's size can pass 2^64): an upper bound of the candidates, which
 /// omit the grid points that duplicate another (sequence parallelism at TP 1, ...).
-double count_grid_points(const PlanConfig& plan, const Scenario& base);
+double count_grid_points(const PlanConfig& plan, const ValidScenario& base);
 
 /// Why a candidate was not simulated.
 enum class PlanRejection : std::uint8_t { None, Invalid, OutOfMemory, BelowCut };

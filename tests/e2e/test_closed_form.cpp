@@ -172,7 +172,7 @@ TEST(ClosedForm, SingleGpuIterationIsTheSumOfComputeTimes) {
 
   // (a) over the graph the test builds: every task is GPU work on the compute stream.
   BuildOptions build;
-  const ScheduleGraph graph = build_schedule_graph(sc, system, build);
+  const ScheduleGraph graph = build_schedule_graph(validated(sc), system, build);
   double graph_sum = 0;
   for (TaskId id : graph.tasks_of_rank(0)) {
     const TaskKind k = graph.task(id).kind;

@@ -59,7 +59,7 @@ TEST(ReplayCli, TraceMatchesSimulatedTasksOfTheRank) {
 
   // Independent expectation: the schedule graph's tasks of the rank and their labels.
   const Scenario sc = load_scenario(kScenario);
-  const ScheduleGraph g = build_schedule_graph(sc, find_system(sc.cluster.system), BuildOptions{});
+  const ScheduleGraph g = build_schedule_graph(validated(sc), find_system(sc.cluster.system), BuildOptions{});
   std::set<std::pair<std::uint32_t, std::string>> expected;
   for (TaskId id : g.tasks_of_rank(rank)) expected.emplace(id, g.label(id));
   const auto replayed = spans(trace, rank);

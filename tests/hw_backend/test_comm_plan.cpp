@@ -24,7 +24,7 @@ const std::string kTp2Pp2Dp2 =
 ScheduleGraph build(const Scenario& sc) {
   BuildOptions o;
   o.fold = false;
-  return build_schedule_graph(sc, find_system(sc.cluster.system), o);
+  return build_schedule_graph(validated(sc), find_system(sc.cluster.system), o);
 }
 
 /// Megatron-LM's default rank order (tensor fastest, then data, then pipeline), written out
@@ -117,7 +117,7 @@ TEST(CommPlan, RejectsMoreProcessesThanRanksAndFoldedGraphs) {
   EXPECT_THROW(hw::plan_communicators(g, 0), InputError);
   BuildOptions folded;
   folded.fold = true;
-  const ScheduleGraph f = build_schedule_graph(sc, find_system(sc.cluster.system), folded);
+  const ScheduleGraph f = build_schedule_graph(validated(sc), find_system(sc.cluster.system), folded);
   if (f.fold_factor > 1) EXPECT_THROW(hw::plan_communicators(f, 2), InputError);
 }
 

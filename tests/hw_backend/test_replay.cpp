@@ -24,7 +24,7 @@ std::string scen(const std::string& rel) {
 ScheduleGraph build(const Scenario& sc, bool fold = false) {
   BuildOptions o;
   o.fold = fold;
-  return build_schedule_graph(sc, find_system(sc.cluster.system), o);
+  return build_schedule_graph(validated(sc), find_system(sc.cluster.system), o);
 }
 
 hw::ReplayOptions cpu_opts(std::int64_t rank) {

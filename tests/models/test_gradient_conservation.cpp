@@ -61,7 +61,7 @@ TEST(GradientConservation, EachRankReducesItsStagesParametersOncePerIterationOrM
         "conservation.yaml");
     BuildOptions opt;
     opt.fold = false;
-    const ScheduleGraph g = build_schedule_graph(sc, find_system(sc.cluster.system), opt);
+    const ScheduleGraph g = build_schedule_graph(validated(sc), find_system(sc.cluster.system), opt);
     std::map<RankId, std::int64_t> reduced;
     for (TaskId id = 0; id < g.num_tasks(); ++id) {
       const Task& t = g.task(id);

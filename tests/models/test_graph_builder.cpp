@@ -34,7 +34,7 @@ cluster: {system: dgx-a100-80gb, nodes: 1, gpus_per_node: 8}
 ScheduleGraph build(const Scenario& sc, bool fold = false) {
   BuildOptions o;
   o.fold = fold;
-  return build_schedule_graph(sc, find_system(sc.cluster.system), o);
+  return build_schedule_graph(validated(sc), find_system(sc.cluster.system), o);
 }
 
 double total_flops(const ScheduleGraph& g) {
@@ -370,7 +370,7 @@ TEST(GraphBuilder, NvlsBuffersOfTheCommunicatorsThatRunNvls) {
     const Scenario sc = load_scenario(file, h100_tp8_nvls_overrides(std::move(extra)));
     BuildOptions opt;
     opt.fold = true;
-    const ScheduleGraph g = build_schedule_graph(sc, find_system("dgx-h100"), opt);
+    const ScheduleGraph g = build_schedule_graph(validated(sc), find_system("dgx-h100"), opt);
     return g.initial_gpu_memory.at(0)[int(MemCategory::CommBuffers)];
   };
   const std::int64_t off = comm_buffers({{"nccl_nvls_enable", "false"}});
@@ -381,7 +381,7 @@ TEST(GraphBuilder, NvlsBuffersOfTheCommunicatorsThatRunNvls) {
   const Scenario sc18 = load_scenario(file, h100_tp8_nvls_overrides({{"nccl_version", "2.18.5"}}));
   BuildOptions opt;
   opt.fold = true;
-  const ScheduleGraph g = build_schedule_graph(sc18, find_system("dgx-h100"), opt);
+  const ScheduleGraph g = build_schedule_graph(validated(sc18), find_system("dgx-h100"), opt);
   std::int64_t expected = 0;
   std::set<std::uint32_t> seen;
   for (TaskId id = 0; id < g.num_tasks(); ++id) {

@@ -45,7 +45,7 @@ const CalibrationProfile& profile() {
 ScheduleGraph build(const Scenario& sc) {
   BuildOptions o;
   o.calibration = &profile();
-  return build_schedule_graph(sc, find_system(sc.cluster.system), o);
+  return build_schedule_graph(validated(sc), find_system(sc.cluster.system), o);
 }
 
 using test_support::program_order_record;
@@ -307,19 +307,19 @@ TEST(Offload, AutoRatioIsTheSmallestThatFits) {
 
   SystemSpec sys = find_system("dgx-a100-80gb");
   sys.gpu.hbm_bytes = double(expected_at(0.37) + expected_at(0.36)) / 2;
-  Scenario sc = make(parallel, zero, 2);
-  ASSERT_TRUE(sc.zero.offload_optimizer.ratio_auto);
+  ValidScenario sc = validated(make(parallel, zero, 2));
+  ASSERT_TRUE(sc->zero.offload_optimizer.ratio_auto);
   EXPECT_DOUBLE_EQ(resolve_offload_ratio(sc, sys, profile()), 0.37);
-  EXPECT_TRUE(sc.zero.offload_optimizer.ratio_resolved);
-  EXPECT_TRUE(sc.zero.offload_optimizer.ratio_auto);  // the summary says `auto` chose it
+  EXPECT_TRUE(sc->zero.offload_optimizer.ratio_resolved);
+  EXPECT_TRUE(sc->zero.offload_optimizer.ratio_auto);  // the summary says `auto` chose it
 
   // Capacity above the peak without offload: ratio 0. Below the peak with everything
   // offloaded: none fits, 1.0 (the run then reports oom).
   sys.gpu.hbm_bytes = double(expected_at(0.0));
-  Scenario fits = make(parallel, zero, 2);
+  ValidScenario fits = validated(make(parallel, zero, 2));
   EXPECT_DOUBLE_EQ(resolve_offload_ratio(fits, sys, profile()), 0.0);
   sys.gpu.hbm_bytes = double(expected_at(1.0) - 1);
-  Scenario never = make(parallel, zero, 2);
+  ValidScenario never = validated(make(parallel, zero, 2));
   EXPECT_DOUBLE_EQ(resolve_offload_ratio(never, sys, profile()), 1.0);
 
   // `auto` is a planning step above the builder (models/run.h): the builder refuses a scenario
@@ -328,8 +328,8 @@ TEST(Offload, AutoRatioIsTheSmallestThatFits) {
   sys.gpu.hbm_bytes = double(expected_at(0.37) + expected_at(0.36)) / 2;
   BuildOptions o;
   o.calibration = &profile();
-  EXPECT_THROW(build_schedule_graph(make(parallel, zero, 2), sys, o), std::logic_error);
-  Scenario resolved = make(parallel, zero, 2);
+  EXPECT_THROW(build_schedule_graph(validated(make(parallel, zero, 2)), sys, o), std::logic_error);
+  ValidScenario resolved = validated(make(parallel, zero, 2));
   resolve_offload_ratio(resolved, sys, profile());
   const ScheduleGraph g = build_schedule_graph(resolved, sys, o);
   std::int64_t on_cpu = 0, on_gpu = 0;

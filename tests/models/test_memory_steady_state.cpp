@@ -58,7 +58,7 @@ Scenario scenario_of(const Case& c, std::int64_t microbatches) {
 std::vector<std::int64_t> peaks(const Scenario& sc) {
   BuildOptions opt;
   opt.fold = false;
-  const ScheduleGraph g = build_schedule_graph(sc, find_system(sc.cluster.system), opt);
+  const ScheduleGraph g = build_schedule_graph(validated(sc), find_system(sc.cluster.system), opt);
   std::vector<std::int64_t> out;
   for (RankId r : g.simulated_ranks()) out.push_back(program_order_peak_gpu_bytes(g, r));
   return out;

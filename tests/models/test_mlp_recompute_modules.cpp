@@ -42,7 +42,7 @@ Scenario scenario(const std::string& model, const std::string& parallel) {
 ScheduleGraph unfolded(const Scenario& sc) {
   BuildOptions opt;
   opt.fold = false;
-  return build_schedule_graph(sc, find_system(sc.cluster.system), opt);
+  return build_schedule_graph(validated(sc), find_system(sc.cluster.system), opt);
 }
 
 std::vector<std::string> kernel_names(const OpDesc& op) {

@@ -76,7 +76,7 @@ void expect_peak(const Dense& m, const std::string& vpl) {
   const CalibrationProfile prof = default_calibration(sys.gpu.name);
   BuildOptions opt;
   opt.fold = true;
-  const ScheduleGraph g = build_schedule_graph(sc, sys, opt);
+  const ScheduleGraph g = build_schedule_graph(validated(sc), sys, opt);
   const double model = double(program_order_peak_gpu_bytes(g, 0));
   const double closed = closed_form_peak(m, prof, communicators_of_rank(sc, 0));
   EXPECT_NEAR(model / closed, 1.0, 0.02) << "model " << model / 1e9 << " GB, closed form "

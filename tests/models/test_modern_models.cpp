@@ -43,7 +43,7 @@ Scenario core(const std::string& model, const std::string& parallel, std::int64_
 ScheduleGraph folded_graph(const Scenario& sc) {
   BuildOptions opt;
   opt.fold = true;
-  return build_schedule_graph(sc, find_system(sc.cluster.system), opt);
+  return build_schedule_graph(validated(sc), find_system(sc.cluster.system), opt);
 }
 
 TEST(ModernModels, Llama3_8bHas8_03BillionParameters) {

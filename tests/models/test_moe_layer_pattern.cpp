@@ -163,7 +163,7 @@ TEST(MoeLayerPattern, DenseLayersRunTheDenseMlpAndNoTokenExchange) {
                                "global_batch_size: 8");
   BuildOptions opt;
   opt.fold = false;
-  const ScheduleGraph g = build_schedule_graph(sc, find_system(sc.cluster.system), opt);
+  const ScheduleGraph g = build_schedule_graph(validated(sc), find_system(sc.cluster.system), opt);
   const RankId r = g.simulated_ranks().front();
   const std::int64_t microbatches = sc.parallel.num_microbatches;
   std::map<int, int> exchanges;  // per layer
@@ -214,7 +214,7 @@ TEST(MoeLayerPattern, DdpBucketsWaitForTheLayersTheyHold) {
   EXPECT_EQ(params_per_rank(sc, 0), 32530944);
   BuildOptions opt;
   opt.fold = false;
-  const ScheduleGraph g = build_schedule_graph(sc, find_system(sc.cluster.system), opt);
+  const ScheduleGraph g = build_schedule_graph(validated(sc), find_system(sc.cluster.system), opt);
   std::vector<TaskId> buckets;
   for (TaskId id : g.tasks_of_rank(0))
     if (g.task(id).phase == Phase::GradSync && g.task(id).part == Part::Gradients)

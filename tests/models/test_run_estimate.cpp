@@ -66,12 +66,12 @@ std::vector<Case> variants() {
 /// on its system (the `local` scenarios with the golden outputs' CPU profile, as
 /// validation/golden.py simulates them), and the folded graph the builder builds for it.
 struct Built {
-  Scenario scenario;
+  ValidScenario scenario;
   double tasks = 0;
 };
 Built build_folded(const Case& c) {
-  Built b{load_scenario(test_support::source_path(c.scenario), c.overrides)};
-  Scenario& sc = b.scenario;
+  Built b{validated(load_scenario(test_support::source_path(c.scenario), c.overrides))};
+  const Scenario& sc = b.scenario;
   BuildOptions opt;
   opt.fold = true;
   SystemSpec system;
@@ -85,8 +85,8 @@ Built build_folded(const Case& c) {
     profile = default_calibration(system.gpu.name);
   }
   opt.calibration = &profile;
-  if (sc.zero.offload_optimizer.ratio_auto) resolve_offload_ratio(sc, system, profile);
-  b.tasks = double(build_schedule_graph(sc, system, opt).num_tasks());
+  if (sc.zero.offload_optimizer.ratio_auto) resolve_offload_ratio(b.scenario, system, profile);
+  b.tasks = double(build_schedule_graph(b.scenario, system, opt).num_tasks());
   return b;
 }
 
@@ -106,7 +106,7 @@ void expect_count_is_built_graphs(const Case& c) {
   const RunEstimate unfolded = estimate_run(b.scenario, false);
   EXPECT_TRUE(folded.complete) << describe(c);
   EXPECT_LE(std::abs(folded.tasks / b.tasks - 1), 0.01) << describe(c);
-  const ParallelConfig& p = b.scenario.parallel;
+  const ParallelConfig& p = b.scenario->parallel;
   const double replicas = double(p.tensor_model_parallel_size) * double(p.data_parallel_size) *
                           double(p.context_parallel_size);
   EXPECT_LE(std::abs(unfolded.tasks / (b.tasks * replicas) - 1), 0.01) << describe(c);
@@ -128,8 +128,8 @@ TEST(BuilderTaskCount, TimesTheReplicasIsTheUnfoldedGraphs) {
   // representative's program, so the unfolded graph has tp x dp times the folded count.
   const Scenario sc =
       load_scenario(test_support::source_path("scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml"));
-  const ScheduleGraph g = build_schedule_graph(sc, find_system(sc.cluster.system), BuildOptions{});
-  EXPECT_EQ(4 * count_schedule_tasks(sc), std::int64_t(g.num_tasks()));
+  const ScheduleGraph g = build_schedule_graph(validated(sc), find_system(sc.cluster.system), BuildOptions{});
+  EXPECT_EQ(4 * count_schedule_tasks(validated(sc)), std::int64_t(g.num_tasks()));
 }
 
 TEST(BuilderTaskCount, StopsPastItsLimit) {
@@ -137,15 +137,15 @@ TEST(BuilderTaskCount, StopsPastItsLimit) {
   const Scenario sc =
       load_scenario(test_support::source_path("scenarios/gpt-145.6b_tp8_pp8_dp24.yaml"),
                     {{"parallel.ddp_bucket_size", "1"}});
-  EXPECT_EQ(count_schedule_tasks(sc, 1000000), 1000001);
+  EXPECT_EQ(count_schedule_tasks(validated(sc), 1000000), 1000001);
 }
 
 TEST(RunEstimate, ARunawayCountStopsAndSaysSo) {
   // One-parameter gradient buckets: the count stops past twice the run limit, and the refusal
   // says "more than".
-  const Scenario sc =
-      load_scenario(test_support::source_path("scenarios/gpt-145.6b_tp8_pp8_dp24.yaml"),
-                    {{"parallel.ddp_bucket_size", "1"}});
+  const ValidScenario sc =
+      validated(load_scenario(test_support::source_path("scenarios/gpt-145.6b_tp8_pp8_dp24.yaml"),
+                              {{"parallel.ddp_bucket_size", "1"}}));
   const RunEstimate e = estimate_run(sc, true);
   EXPECT_FALSE(e.complete);
   EXPECT_GT(e.tasks, 2 * kMaxRunTasks);

@@ -57,7 +57,7 @@ Run run(const Scenario& sc, bool fold) {
   BuildOptions build;
   build.fold = fold;
   build.calibration = &profile;
-  const ScheduleGraph graph = build_schedule_graph(sc, system, build);
+  const ScheduleGraph graph = build_schedule_graph(validated(sc), system, build);
   const ExecutionRecord record = sim::simulate(graph, sc, system, cost);
   const MemoryTimeline memory =
       build_memory_timeline(graph, record, sc.cluster.gpus_per_node);

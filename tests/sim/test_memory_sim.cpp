@@ -40,7 +40,7 @@ void check(const std::string& what, const Scenario& sc, PeakConfig c,
   const CalibrationProfile prof = default_calibration(sys.gpu.name);
   BuildOptions o;
   o.calibration = &prof;
-  const ScheduleGraph g = build_schedule_graph(sc, sys, o);
+  const ScheduleGraph g = build_schedule_graph(validated(sc), sys, o);
   const CostModel cost(sys, prof);
   const ExecutionRecord rec = simulate(g, sc, sys, cost);
   const MemoryTimeline m = build_memory_timeline(g, rec, sc.cluster.gpus_per_node);

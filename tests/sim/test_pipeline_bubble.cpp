@@ -159,7 +159,7 @@ TEST_P(PipelineBubble, MatchesClosedFormWithFreeCommunication) {
 
   BuildOptions build;
   build.calibration = &profile;
-  const ScheduleGraph graph = build_schedule_graph(sc, system, build);
+  const ScheduleGraph graph = build_schedule_graph(validated(sc), system, build);
   const ExecutionRecord rec = sim::simulate(graph, sc, system, cost);
 
   double t0 = INFINITY, bwd_end = -INFINITY, compute_sum = 0;

@@ -32,7 +32,7 @@ cluster: {system: dgx-a100-80gb, nodes: 1, gpus_per_node: )" +
 inline ScheduleGraph build_graph(const Scenario& sc, bool fold = false) {
   BuildOptions o;
   o.fold = fold;
-  return build_schedule_graph(sc, find_system(sc.cluster.system), o);
+  return build_schedule_graph(validated(sc), find_system(sc.cluster.system), o);
 }
 
 }  // namespace trainsim::testing

@@ -28,7 +28,7 @@ struct Fixture {
   ScheduleGraph g = [this] {
     BuildOptions bo;
     bo.calibration = &p;
-    return build_schedule_graph(sc, local_system(p, "t"), bo);
+    return build_schedule_graph(validated(sc), local_system(p, "t"), bo);
   }();
 };
 

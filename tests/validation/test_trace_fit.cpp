@@ -83,7 +83,7 @@ TEST(TraceImport, MapsAnnotationsToTasksOfTheScenarioGraph) {
   const SystemSpec sys = local_system(p, "test");
   BuildOptions bo;
   bo.calibration = &p;
-  const ScheduleGraph g = build_schedule_graph(sc, sys, bo);
+  const ScheduleGraph g = build_schedule_graph(validated(sc), sys, bo);
   const std::vector<double> d = task_durations(load_chrome_trace(kTrace), g, 0);
   // Independently: the durations of the user_annotation ranges, by name, in time order.
   std::map<std::string, std::vector<double>> by_name;
@@ -138,7 +138,7 @@ TEST(TraceFit, TaskTimesMoveTowardTheTrace) {
   const SystemSpec sys0 = local_system(before, "test");
   BuildOptions bo;
   bo.calibration = &before;
-  const ScheduleGraph g = build_schedule_graph(sc, sys0, bo);
+  const ScheduleGraph g = build_schedule_graph(validated(sc), sys0, bo);
   double trace_s = NAN;
   const nlohmann::json raw = raw_trace();
   for (const auto& e : raw["traceEvents"])
@@ -164,7 +164,7 @@ TEST(TraceFit, TaskDurationFitRecoversAGemmRateScale) {
   const SystemSpec sys = local_system(p, "test");
   BuildOptions bo;
   bo.calibration = &p;
-  const ScheduleGraph g = build_schedule_graph(sc, sys, bo);
+  const ScheduleGraph g = build_schedule_graph(validated(sc), sys, bo);
   const CostModel cost(sys, p);
   std::vector<double> measured(g.num_tasks(), NAN);
   for (TaskId id : g.tasks_of_rank(0)) {

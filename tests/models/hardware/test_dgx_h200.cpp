@@ -74,7 +74,7 @@ TEST(DgxH200, ModelThatDoesNotFitAnH100FitsTheH200) {
     trainsim::BuildOptions opt;
     opt.fold = true;
     opt.calibration = &profile;
-    return double(trainsim::program_order_peak_gpu_bytes(trainsim::build_schedule_graph(sc, sys, opt)));
+    return double(trainsim::program_order_peak_gpu_bytes(trainsim::build_schedule_graph(validated(sc), sys, opt)));
   };
   const double on_h100 = peak("dgx-h100");
   const double on_h200 = peak("dgx-h200");

@@ -64,7 +64,7 @@ void expect_estimate_near_simulated(const std::string& path, double tolerance,
 /// The layouts of a scenario file's plan space, in enumeration order; each candidate must pass
 /// the planner's validation (none refused as invalid, out of memory or otherwise).
 std::vector<std::string> valid_layouts(const std::string& path) {
-  const Scenario base = load_scenario(path);
+  const ValidScenario base = validated(load_scenario(path));
   std::vector<std::string> layouts;
   for (const auto& c : enumerate_candidates(load_plan_config(path, base), base)) {
     layouts.push_back(c.layout);
@@ -92,7 +92,7 @@ TEST(PlannerEnumeration, CountMatchesAHandCount) {
                                     "num_layers_per_virtual_pipeline_stage: all, micro_batch_size: "
                                     "[1, 2], "
                                     "recompute_granularity: [none, full], zero_stage: [0, 1]}"));
-  const Scenario base = load_scenario(path);
+  const ValidScenario base = validated(load_scenario(path));
   const PlanConfig plan = load_plan_config(path, base);
   // Virtual-stage choices by hand: pp 1 -> {none}; pp 2 (4 layers per stage) ->
   // {none, 1, 2}; pp 4 (2 per stage) -> {none, 1}: 1 + 3 + 2 = 6 pipeline
@@ -113,7 +113,7 @@ TEST(PlannerEnumeration, DefaultsCoverPowersOfTwoTpAndEveryPipelineDivisor) {
                                     "seq_length: "
                                     "128, padded_vocab_size: 1024}",
                                     "{micro_batch_size: 1, global_batch_size: 16}", "{}"));
-  const Scenario base = load_scenario(path);
+  const ValidScenario base = validated(load_scenario(path));
   const PlanConfig plan = load_plan_config(path, base);
   EXPECT_EQ(plan.tensor_model_parallel_size, (std::vector<std::int64_t>{1, 2, 4, 8}));
   EXPECT_EQ(plan.pipeline_model_parallel_size, (std::vector<std::int64_t>{1, 2, 3, 4, 6, 12}));
@@ -131,7 +131,7 @@ TEST(PlannerEnumeration, FlashAttentionDropsSelectiveRecomputationAsARepeatOfNon
                 "attention_backend: flash}\nparallel: {micro_batch_size: 1, global_batch_size: 16}\n"
                 "cluster: {system: dgx-h100, nodes: 1}\nplan: {tensor_model_parallel_size: [1, 2], "
                 "pipeline_model_parallel_size: [1, 2], micro_batch_size: [1], zero_stage: [0]}\n");
-  const Scenario base = load_scenario(path);
+  const ValidScenario base = validated(load_scenario(path));
   // 2 TP x 2 PP x {none, full}: selective would rebuild the same graph as none.
   EXPECT_EQ(enumerate_candidates(load_plan_config(path, base), base).size(), 8u);
   // The count before enumerating is of the grid: selective included (an upper bound).
@@ -154,7 +154,7 @@ TEST(PlannerEnumeration, DimensionsNotPlannedKeepTheScenariosChoices) {
                     "global_batch_size: 16, sequence_parallel: true, "
                     "use_distributed_optimizer: true, overlap_param_gather: true}\n"
                     "cluster: {system: dgx-h100, nodes: 1}\n");
-  const Scenario base = load_scenario(path);
+  const ValidScenario base = validated(load_scenario(path));
   const PlanConfig plan = load_plan_config(path, base);
   EXPECT_EQ(plan.sequence_parallel, std::vector<bool>{true});
   EXPECT_EQ(plan.use_distributed_optimizer, std::vector<bool>{true});
@@ -219,7 +219,7 @@ TEST(PlannerEnumeration, AnOffloadingScenarioPlansOffloadWithItsRatioWhereDeepSp
                 "cluster: {system: dgx-a100-80gb, nodes: 1}\n"
                 "plan: {tensor_model_parallel_size: [1], pipeline_model_parallel_size: [1], "
                 "micro_batch_size: [1], recompute_granularity: [none]}\n");
-  const Scenario base = load_scenario(path);
+  const ValidScenario base = validated(load_scenario(path));
   const PlanConfig plan = load_plan_config(path, base);
   EXPECT_TRUE(plan.allow_offload);
   EXPECT_EQ(plan.zero_stage, (std::vector<std::int64_t>{0, 1, 3}));  // megatron-2021: 0, 1, own
@@ -255,7 +255,7 @@ TEST(PlannerEnumeration, PipelineStagesDivideWhatThePipelineSplits) {
                 "account_for_embedding_in_pipeline_split: true, "
                 "account_for_loss_in_pipeline_split: true, micro_batch_size: 1, "
                 "global_batch_size: 8}\ncluster: {system: dgx-h100, nodes: 1}\n");
-  const Scenario base = load_scenario(path);
+  const ValidScenario base = validated(load_scenario(path));
   EXPECT_EQ(load_plan_config(path, base).pipeline_model_parallel_size,
             (std::vector<std::int64_t>{1, 2, 4, 8}));  // divisors of 6 + 2
   const std::string uneven = dir.write(
@@ -264,7 +264,7 @@ TEST(PlannerEnumeration, PipelineStagesDivideWhatThePipelineSplits) {
                 "parallel: {pipeline_model_parallel_size: 2, decoder_first_pipeline_num_layers: 3, "
                 "micro_batch_size: 1, global_batch_size: 8}\n"
                 "cluster: {system: dgx-h100, nodes: 1}\n");
-  const Scenario ub = load_scenario(uneven);
+  const ValidScenario ub = validated(load_scenario(uneven));
   EXPECT_EQ(load_plan_config(uneven, ub).pipeline_model_parallel_size,
             (std::vector<std::int64_t>{1, 2, 7}));  // 7's divisors and the scenario's 2
 }
@@ -366,7 +366,7 @@ TEST(PlannerEnumeration, RecomputeModuleSetsAreSelectiveCandidatesOfTheirOwn) {
             (std::vector<std::string>{"tp1 pp1 dp8 mb1 norecomp", "tp1 pp1 dp8 mb1 selective+moe",
                                       "tp1 pp1 dp8 mb1 selective+layernorm+mlp+moe",
                                       "tp1 pp1 dp8 mb1 full"}));
-  const Scenario base = load_scenario(path);
+  const ValidScenario base = validated(load_scenario(path));
   const std::vector<PlanCandidate> cands = enumerate_candidates(load_plan_config(path, base), base);
   ASSERT_EQ(cands.size(), 4u);
   auto override_of = [](const PlanCandidate& c, const std::string& key) {
@@ -391,7 +391,7 @@ TEST(PlannerEnumeration, RecomputeModuleSetsAreSelectiveCandidatesOfTheirOwn) {
   for (const auto& [plan, expect] : bad) {
     const std::string p = dir.write("bad.yaml", head + plan + "\n");
     try {
-      load_plan_config(p, load_scenario(p));
+      load_plan_config(p, validated(load_scenario(p)));
       ADD_FAILURE() << plan << " accepted";
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("field 'plan.recompute_modules' = " + expect),
@@ -403,7 +403,7 @@ TEST(PlannerEnumeration, RecomputeModuleSetsAreSelectiveCandidatesOfTheirOwn) {
   all_moe.replace(all_moe.find(", moe_layer_freq: [0, 1, 1, 1]"),
                   std::string(", moe_layer_freq: [0, 1, 1, 1]").size(), "");
   const std::string p = dir.write("all_moe.yaml", all_moe);
-  const Scenario b = load_scenario(p);
+  const ValidScenario b = validated(load_scenario(p));
   for (const PlanCandidate& c : enumerate_candidates(load_plan_config(p, b), b)) {
     const CandidateEstimate e = estimate_candidate(p, {}, c, 0.05);
     if (c.layout.find("selective") == std::string::npos) continue;
@@ -446,7 +446,7 @@ TEST(PlannerMemoryFilter, AgreesWithSimulateOnEveryCandidate) {
       "recompute_modules: [[moe_act, layernorm], [moe], [mlp, moe]]}\n"};
   for (std::size_t i = 0; i < std::size(spaces); ++i) {
     const std::string path = dir.write("s" + std::to_string(i) + ".yaml", spaces[i]);
-    const Scenario base = load_scenario(path);
+    const ValidScenario base = validated(load_scenario(path));
     const PlanConfig plan = load_plan_config(path, base);
     int valid = 0, oom = 0;
     for (const PlanCandidate& c : enumerate_candidates(plan, base)) {
