@@ -249,6 +249,16 @@ void substitute_local_device(const RunRequest& req, PreparedRun& run) {
     sc.cluster.nodes = world;
   }
   run.system = local_system(run.profile, req.calibration_path, sc.cluster.nodes);
+  if (sc.parallel.fp8 != Fp8Format::None) {
+    // The replay runs its GEMMs in the scenario's precision, not FP8 (hw_backend/), and the
+    // `local` system has no FP8 rate: the simulation models what the replay runs.
+    run.notes.push_back(std::string("parallel.fp8 ") + to_string(sc.parallel.fp8) +
+                        " was replaced by none: the replay runs no FP8 GEMMs, and the simulation "
+                        "must model the same kernels");
+    sc.parallel.fp8 = Fp8Format::None;
+    sc.parallel.fp8_recipe = Fp8Recipe::Delayed;
+    sc.parallel.fp8_param_gather = false;
+  }
   if (req.device != "cpu") {
     run.scenario = validated(std::move(sc));
     return;
@@ -264,6 +274,9 @@ void substitute_local_device(const RunRequest& req, PreparedRun& run) {
                         ": the CPU replay runs the profile's precision (" + run.replay_dtype +
                         "), and the simulation must model the same element sizes");
     sc.parallel.precision = want;
+    // fp32 training reduces fp32 gradients: a bf16 scenario's grad_reduce_in_fp32 has no
+    // meaning there (validation refuses `false` with fp32).
+    if (want == Precision::FP32) sc.parallel.grad_reduce_in_fp32.reset();
   }
   run.scenario = validated(std::move(sc));
 }

@@ -44,7 +44,7 @@ template <typename Pick>
 OpDesc first_op(const Scenario& sc, Pick pick) {
   BuildOptions opt;
   opt.fold = false;
-  const ScheduleGraph g = build_schedule_graph(sc, find_system(sc.cluster.system), opt);
+  const ScheduleGraph g = build_schedule_graph(validated(sc), cluster_system(sc.cluster), opt);
   for (TaskId id = 0; id < g.num_tasks(); ++id)
     if (g.task(id).rank == g.simulated_ranks().front() && pick(g.op(id))) return g.op(id);
   ADD_FAILURE() << "no such op";
@@ -62,7 +62,7 @@ OpDesc moe_forward(const Scenario& sc) {
 double dispatch_bytes(const Scenario& sc) {
   BuildOptions opt;
   opt.fold = false;
-  const ScheduleGraph g = build_schedule_graph(sc, find_system(sc.cluster.system), opt);
+  const ScheduleGraph g = build_schedule_graph(validated(sc), cluster_system(sc.cluster), opt);
   double bytes = -1;
   int exchanges = 0;
   for (TaskId id = 0; id < g.num_tasks(); ++id) {

@@ -143,5 +143,28 @@ TEST(ValidScenario, ValidateOnTheCpuValidatesItsSubstitutedScenario) {
   EXPECT_EQ(again->parallel.num_microbatches, sc.parallel.num_microbatches);
 }
 
+TEST(ValidScenario, ValidateOnTheCpuTurnsFp8Off) {
+  // The replay runs no FP8 GEMMs and `local` has no FP8 rate: validate on the CPU of an FP8
+  // scenario models the replay's kernels (fp8 none, noted) instead of refusing the run.
+  RunRequest req;
+  req.purpose = RunPurpose::Validate;
+  req.device = "cpu";
+  req.scenario_path =
+      test_support::source_path("scenarios/h100/llama3-8b_fp8_fsdp8_tp1_pp1_dp8_r25.09.yaml");
+  req.overrides = {{"model.num_layers", "2"}, {"model.hidden_size", "256"},
+                   {"model.ffn_hidden_size", "512"}, {"model.num_attention_heads", "4"},
+                   {"model.num_query_groups", "2"}, {"model.seq_length", "64"},
+                   {"model.padded_vocab_size", "1024"}};
+  req.calibration_path = test_support::source_path("tests/golden/cpu_profile.json");
+  const PreparedRun run = prepare_platform(req);
+  const Scenario& sc = run.scenario;
+  EXPECT_EQ(sc.parallel.fp8, Fp8Format::None);
+  EXPECT_FALSE(sc.parallel.fp8_param_gather);
+  bool noted = false;
+  for (const std::string& n : run.notes)
+    noted = noted || n.find("parallel.fp8 hybrid was replaced by none") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
 }  // namespace
 }  // namespace trainsim
