@@ -1,4 +1,4 @@
-// trainsim: the command line (DESIGN.md "Command line (contract)"). Parses the verbs and
+// trainsim: the command line (docs/cli.md). Parses the verbs and
 // flags with CLI11 and dispatches to apps/verbs.h; turns every failure into exit status 1 with
 // the reason on stderr (never a crash, never a message on stdout).
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// The verbs of the `trainsim` command line (DESIGN.md "Command line (contract)"). main()
+// The verbs of the `trainsim` command line (docs/cli.md). main()
 // (apps/trainsim.cpp) parses the flags into these structs and calls one function; each
 // returns the process exit status (0 success, 1 bad input or a failed run, reason on stderr)
 // and may throw: InputError and other exceptions are turned into exit 1 by main().

@@ -1,6 +1,6 @@
 // The replay executor: plays one rank's tasks of a schedule graph on a real device (the CPU
 // through LibTorch, or a CUDA GPU through a CUDA build of LibTorch) and reports when each task
-// started and ended, with the allocator's memory over time (DESIGN.md "hw_backend/").
+// started and ended, with the allocator's memory over time (docs/architecture.md "Executors").
 //
 // What a replay runs, task by task (one rank of the graph, its real shapes from the OpDesc):
 //   Compute       the transformer-layer work the task stands for, through LibTorch, with the

@@ -1,4 +1,4 @@
-// NCCL communicators for the replay backend (DESIGN.md "hw_backend/": collectives through
+// NCCL communicators for the replay backend (docs/architecture.md "Executors": collectives through
 // NCCL), one process per GPU, set up without MPI:
 //
 //   world    rank 0 calls ncclGetUniqueId and publishes the id through a FileRendezvous

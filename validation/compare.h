@@ -1,9 +1,9 @@
 // Comparison of a simulated and a measured execution of one schedule graph, task by task
-// (DESIGN.md: "Everything the simulator predicts can be put next to something measured").
+// (docs/architecture.md: "everything the simulator predicts can be put next to something measured").
 //
 // Both records come from the same graph, so task ids align exactly; only the tasks of the
 // compared rank (the one the replay ran) are compared. Errors are (simulated - measured) /
-// measured, as `validate --json` reports them (DESIGN.md "Command line").
+// measured, as `validate --json` reports them (docs/cli.md).
 //
 // Per-task-kind groups: compute (TaskKind::Compute), copies (CopyH2D, CopyD2H), collectives
 // (Collective, Send, Recv: the communication tasks), optimizer (OptimizerGpu, OptimizerCpu).

@@ -1,5 +1,5 @@
 // The schedule graph: one training iteration of every (simulated) rank as a DAG of tasks.
-// This is the contract between the two executors (DESIGN.md "The schedule graph"): the
+// This is the contract between the two executors (docs/architecture.md "The schedule graph"): the
 // simulator (sim/) and the replay backend (hw_backend/) play the same graph and write traces
 // whose task ids are this graph's task ids.
 //
@@ -51,7 +51,7 @@ enum class Phase : std::uint8_t { Forward, Backward, Recompute, GradSync, Optimi
 /// Which part of the model a task touches.
 enum class Part : std::uint8_t { Attn, Mlp, Embedding, Logits, Pipeline, Gradients, Params, None };
 
-/// Memory categories (DESIGN.md: every byte accounted to one).
+/// Memory categories (docs/architecture.md "Memory timeline": every byte accounted to one).
 enum class MemCategory : std::uint8_t {
   Parameters,
   Gradients,

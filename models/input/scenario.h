@@ -1,5 +1,5 @@
 // A training scenario: the model, its parallel plan, the DeepSpeed ZeRO/offload settings and
-// the cluster, as read from a scenario YAML file (DESIGN.md "Scenario files", a contract).
+// the cluster, as read from a scenario YAML file (docs/scenario.md, a contract).
 //
 // Key names follow Megatron-LM's arguments (model, parallel) and DeepSpeed's config keys
 // (deepspeed.zero_optimization), so a user can copy them from a launch script.
@@ -33,7 +33,7 @@ constexpr std::uint8_t kRecomputeSharedExperts = 64;  ///< shared_experts: the s
 /// GPipe (all forwards, then all backwards), Megatron's 1F1B (PipeDream-Flush) and the
 /// interleaved 1F1B of Narayanan et al. SC'21 (chosen when virtual stages are set).
 enum class PipelineSchedule : std::uint8_t { GPipe, OneFOneB, Interleaved };
-/// The runtime whose mechanisms a scenario assumes (DESIGN.md "Scenario files"): the
+/// The runtime whose mechanisms a scenario assumes (docs/scenario.md): the
 /// Megatron-LM of the SC'21 runs (2021 kernels: apex LayerNorm, cuBLAS GEMMs with separate
 /// bias adds, unfused attention, JIT-fused bias-GeLU) or Megatron-Core with Transformer Engine
 /// (TE kernels: norms fused into their linear layers, biases in GEMM epilogues, fused RoPE,

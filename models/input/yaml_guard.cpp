@@ -57,7 +57,7 @@ void check_printable(unsigned char u, std::size_t line, std::size_t column,
 
 /// A line break at byte i. Quoted scalars stay on one line in scenario files: a multi-line
 /// one hid the lines after it from this scan (and hung yaml-cpp; found by fuzz_scenario).
-/// Flow collections ([a, b] / {k: v}) may span lines, as DESIGN.md's own example does
+/// Flow collections ([a, b] / {k: v}) may span lines, as docs/scenario.md's own example does
 /// ("model: {num_layers: 128, ...,\n seq_length: 2048}"); but an unclosed one spanning lines
 /// with comments hung yaml-cpp (fuzz/open_findings/scenario_hang_multiline_flow.yaml), so
 /// comments inside them are refused, and so is one left open at the end of the text.

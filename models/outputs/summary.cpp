@@ -100,7 +100,7 @@ void fill_run(Summary& s, const ScheduleGraph& graph, const ExecutionRecord& rec
   s.executor = record.executor;
   s.measured_run = record.measured;
   s.device = record.device;
-  // No wall time here: the same input must give a byte-identical summary (DESIGN.md).
+  // No wall time here: the same input must give a byte-identical summary (docs/summary.md).
   s.calibration = options.calibration_source;
   s.trace_ranks = options.trace_ranks;
   s.trace_ranks_note = options.trace_ranks_note;

@@ -3,8 +3,8 @@
 // report the same fields, with two serialisers (JSON for `--json` / `--format json`, text for
 // the terminal). Modelled figures (from the graph and the record's task times) and measured
 // ones (a replay's allocator, its processes) are kept apart: a replay fills
-// Summary::measured, and only the JSON serialiser decides how the two appear (DESIGN.md
-// "replay --json writes the same keys, measured": peak_memory_bytes is then the measured peak,
+// Summary::measured, and only the JSON serialiser decides how the two appear (docs/summary.md:
+// replay --json writes the same keys, measured: peak_memory_bytes is then the measured peak,
 // modelled_peak_memory_bytes the model's).
 //
 // Formulas (all times in seconds, memory in bytes, rates per second):

@@ -1,4 +1,4 @@
-// Chrome trace-event JSON of one executed iteration (DESIGN.md "Traces (contract)"); opens in
+// Chrome trace-event JSON of one executed iteration (docs/trace.md); opens in
 // Perfetto (ui.perfetto.dev) and chrome://tracing. Simulated and measured traces share it.
 //
 // Schema:

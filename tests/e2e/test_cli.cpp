@@ -1,4 +1,4 @@
-// End-to-end tests of the `trainsim` command line (DESIGN.md "Command line (contract)"): the
+// End-to-end tests of the `trainsim` command line (docs/cli.md): the
 // built binary (TRAINSIM_CLI) run on the small scenarios, its exit codes, stdout and files.
 #include <gtest/gtest.h>
 

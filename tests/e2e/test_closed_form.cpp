@@ -9,7 +9,7 @@
 //       (latency + 2(n-1)/n * bytes / (nvlink_bw * nvlink_efficiency); nccl-tests
 //       doc/PERFORMANCE.md) + the optimizer step.
 //     model_tflops_per_gpu = 72 B s l h^2 (1 + s/6h + V/12lh) / T / N / 1e12 (Korthikanti et
-//     al. 2022 Eq. 8-9, DESIGN.md summary contract).
+//     al. 2022 Eq. 8-9, docs/summary.md).
 // Every expected number is computed here: op shapes, parameter counts and bucket sizes are
 // written out in this file, not taken from the builder.
 #include <gtest/gtest.h>

@@ -826,7 +826,7 @@ TEST(ScenarioStrings, EnumNames) {
 namespace trainsim {
 namespace {
 
-// DESIGN.md writes sections as flow mappings spanning lines; they load. The yaml-cpp hang the
+// docs/scenario.md writes sections as flow mappings spanning lines; they load. The yaml-cpp hang the
 // fuzzer found (an unclosed '[' spanning lines with comments,
 // fuzz/open_findings/scenario_hang_multiline_flow.yaml) is refused before yaml-cpp sees it.
 TEST(ScenarioYaml, FlowMappingsMaySpanLinesButNotHideComments) {

@@ -1,4 +1,4 @@
-// Tests of models/trace_writer (Chrome trace-event JSON, DESIGN.md "Traces (contract)") and of
+// Tests of models/trace_writer (Chrome trace-event JSON, docs/trace.md) and of
 // the rank-list syntax of --trace-ranks, on the hand-built graph of output_test_graph.h.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Folded vs unfolded simulation of real scenarios (DESIGN.md "The schedule graph": a folded
+// Folded vs unfolded simulation of real scenarios (docs/architecture.md "The schedule graph": a folded
 // mode that simulates one representative per TP group and DP replica set "must agree with the
 // full mode on configurations small enough to run both").
 //
