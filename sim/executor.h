@@ -28,7 +28,7 @@
 //    ending no earlier than folded_min_time_s. Group size 1 takes no time.
 //  Latencies are paid by the executor (a sleep), not by SimGrid's links (see platform.h).
 //
-// Every call runs SimGrid in a fork()ed child process (sim/isolate.h), so simulate() can be
+// Every call runs SimGrid in a forked child process (sim/isolate.h), so simulate() can be
 // called any number of times in one process. The result is deterministic: the same graph
 // gives a byte-identical record (wall_time_s aside).
 #pragma once

@@ -1,4 +1,4 @@
-// Runs a function in a fork()ed child process and brings its result back through a pipe.
+// Runs a function in a forked child process and brings its result back through a pipe.
 //
 // SimGrid keeps its engine, models and configuration in process-wide globals and cannot be
 // re-initialized in one process (the maintainers' advice is one OS process per simulation:

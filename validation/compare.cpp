@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "models/errors.h"
+
 namespace trainsim::validation {
 
 using nlohmann::json;
@@ -19,7 +21,7 @@ const char* to_string(KindGroup g) {
     case KindGroup::Optimizer: return "optimizer";
     case KindGroup::kCount: break;
   }
-  throw std::logic_error("to_string: KindGroup out of range");
+  TRAINSIM_CHECK(false, "to_string: KindGroup out of range");
 }
 
 KindGroup kind_group(TaskKind k) {
@@ -33,7 +35,7 @@ KindGroup kind_group(TaskKind k) {
     case TaskKind::OptimizerGpu:
     case TaskKind::OptimizerCpu: return KindGroup::Optimizer;
   }
-  throw std::logic_error("kind_group: TaskKind out of range");
+  TRAINSIM_CHECK(false, "kind_group: TaskKind out of range");
 }
 
 namespace {
@@ -62,13 +64,14 @@ Comparison compare_records(const ScheduleGraph& graph, RankId rank, const Execut
   c.rank = rank;
   c.memory = memory;
   const std::vector<TaskId> ids = graph.tasks_of_rank(rank);
-  if (ids.empty()) throw std::logic_error("compare_records: rank has no tasks");
+  TRAINSIM_CHECK(!ids.empty(), "compare_records: rank has no tasks");
   for (TaskId id : ids) {
     for (const ExecutionRecord* r : {&sim, &meas})
-      if (id >= r->start_s.size() || !std::isfinite(r->start_s[id]) || !std::isfinite(r->end_s[id]))
-        throw std::logic_error("compare_records: task " + std::to_string(id) + " (" +
-                               graph.label(id) + ") did not run in the " +
-                               (r == &sim ? "simulated" : "measured") + " record");
+      TRAINSIM_CHECK(id < r->start_s.size() && std::isfinite(r->start_s[id]) &&
+                         std::isfinite(r->end_s[id]),
+                     "compare_records: task " + std::to_string(id) + " (" + graph.label(id) +
+                         ") did not run in the " + (r == &sim ? "simulated" : "measured") +
+                         " record");
     TaskComparison t;
     t.task = id;
     t.label = graph.label(id);

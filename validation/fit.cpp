@@ -60,7 +60,7 @@ CalibrationProfile fit_from_operator_samples(const std::vector<OpSample>& sample
   FitReport rep;
   CalibrationProfile p = base;
   const double peak = peak_of(base, system);
-  if (!(peak > 0)) throw std::logic_error("fit: the system has no peak FLOP/s");
+  TRAINSIM_CHECK(peak > 0, "fit: the system has no peak FLOP/s");
 
   // ---- GEMMs: median duration per shape.
   std::map<std::tuple<double, double, double, double>, std::vector<double>> by_shape;
@@ -223,7 +223,7 @@ CalibrationProfile fit_from_microbenchmarks(const CalibrationProfile& measured,
     throw InputError(name + ": field 'measurements.gemm': missing or empty (a profile written by "
                      "`trainsim calibrate --device cuda` carries its raw measurements)");
   const double peak = system.gpu.peak_dense_fp16_flops;
-  if (!(peak > 0)) throw std::logic_error("fit: the system has no peak FLOP/s");
+  TRAINSIM_CHECK(peak > 0, "fit: the system has no peak FLOP/s");
   FitReport rep;
   CalibrationProfile p = base;
 
