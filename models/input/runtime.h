@@ -72,11 +72,11 @@ struct RuntimeSpec {
   /// shards with its distributed optimizer or FSDP instead.
   bool deepspeed_zero_sharding = false;
   /// The fewest pipeline stages the interleaved schedule accepts (Megatron-LM 2021's
-  /// arguments.py asserts pp > 2; Megatron-Core runs it with 2): scenario.cpp's check.
+  /// arguments.py asserts pp > 2; Megatron-Core runs it with 2): validate.cpp's check.
   std::int64_t min_interleaved_pipeline_stages = 2;
   /// The Megatron-Core features (GQA, SwiGLU, RMSNorm, RoPE, flash attention, FP8, MoE, context
   /// parallelism, the distributed optimizer, FSDP, uneven pipeline splits, ...) are available
-  /// (scenario.cpp check_runtime_features).
+  /// (validate.cpp check_runtime_features).
   bool megatron_core_features = false;
 };
 

@@ -9,6 +9,7 @@
 
 #include "models/hardware/hardware.h"
 #include "models/input/keys.h"
+#include "models/input/runtime.h"
 #include "models/input/scenario.h"
 
 namespace trainsim {
@@ -415,7 +416,7 @@ void check_pipeline(Scenario& s, const Fail& fail) {
     // Megatron-LM 2021 (megatron/arguments.py) asserts pp > 2 for the interleaved schedule;
     // Megatron-Core's schedule runs it with pp = 2 as well. Checked after the layer split, whose
     // errors come first.
-    if (pp <= 2 && s.runtime == Runtime::Megatron2021)
+    if (pp < runtime_spec(s.runtime).min_interleaved_pipeline_stages)
       fail(vps + " (interleaved schedule) needs " + pps +
            " > 2 with runtime megatron-2021 (Megatron-LM's arguments.py asserts it); "
            "Megatron-Core runs it with 2 stages (runtime: megatron-core)");
@@ -459,7 +460,7 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers ||
            p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split,
        "an uneven pipeline split (parallel.decoder_*_pipeline_num_layers / account_for_*)"}};
-  if (s.runtime == Runtime::MegatronCore) return;
+  if (runtime_spec(s.runtime).megatron_core_features) return;
   for (const auto& [used, what] : uses)
     if (used)
       fail(what +
