@@ -95,6 +95,13 @@ int run(int argc, char** argv) {
   import_hf->add_option("config", hf_path, "config.json (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, GPT-OSS)")
       ->required();
 
+  DiffArgs dif;
+  CLI::App* diff = app.add_subcommand(
+      "diff", "compare two summaries (simulate --json): time, memory, breakdown, settings");
+  diff->add_option("a", dif.a, "first summary JSON (A)")->required();
+  diff->add_option("b", dif.b, "second summary JSON (B)")->required();
+  diff->add_option("--json", dif.json, "write the comparison as JSON");
+
   PlanArgs pln;
   std::vector<std::string> plan_sets;
   CLI::App* plan = app.add_subcommand(
@@ -206,6 +213,7 @@ int run(int argc, char** argv) {
     for (const auto& [key, value] : keys) std::cout << "  " << key << ": " << value << "\n";
     return 0;
   }
+  if (diff->parsed()) return diff_main(dif);
   if (plan->parsed()) {
     pln.overrides = to_overrides(plan_sets);
     if (pln.merge.empty() == pln.scenario.empty())

@@ -8,6 +8,7 @@
 //   plan      -> apps/plan.cpp (always built, with simulate)
 //   replay    -> apps/replay.cpp,    when it exists and trainsim_hw is built
 //   validate  -> apps/validate.cpp,  when it exists and trainsim_validation is built
+//   diff      -> apps/diff.cpp (always built)
 //   calibrate -> apps/calibrate.cpp, when it exists and trainsim_validation is built (its
 //                fits run in trainsim; its microbenchmarks need LibTorch: trainsim-torch)
 // A verb whose file or library is missing is answered by apps/verbs_unavailable.cpp ("not
@@ -119,5 +120,13 @@ int calibrate_main(const CalibrateArgs& args);
 /// Splits "key=value" at the first '='; throws InputError naming --set and the text when there
 /// is no '=' or the key is empty.
 std::pair<std::string, std::string> parse_override(const std::string& text);
+
+/// trainsim diff A.json B.json [--json F]: two summaries (simulate --json) side by side:
+/// time, throughput, memory by category, breakdown, and the settings that differ.
+struct DiffArgs {
+  std::string a, b;
+  std::string json;  ///< the comparison as JSON (docs/cli.md); empty: none
+};
+int diff_main(const DiffArgs& args);
 
 }  // namespace trainsim::cli

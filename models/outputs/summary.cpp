@@ -116,6 +116,7 @@ void fill_throughput(Summary& s, const Scenario& scenario, const SystemSpec& sys
   const double tokens = static_cast<double>(scenario.parallel.global_batch_size) *
                         static_cast<double>(scenario.model.seq_length);
   s.tokens_per_s = per_time(tokens);
+  s.tokens_per_s_per_gpu = world > 0 ? s.tokens_per_s / world : 0.0;
   s.model_flops_per_iteration = model_flops_per_iteration(scenario);
   s.model_tflops_per_gpu = per_time(s.model_flops_per_iteration) / world / 1e12;
   s.hardware_flops_per_iteration = w.op_flops * static_cast<double>(fold_factor);
@@ -125,6 +126,29 @@ void fill_throughput(Summary& s, const Scenario& scenario, const SystemSpec& sys
   // calibration profile): MFU is then null, not a division by zero.
   if (system.gpu.peak_dense_fp16_flops > 0)
     s.mfu = s.model_tflops_per_gpu * 1e12 / system.gpu.peak_dense_fp16_flops;
+}
+
+// The settings that shaped the run, in the scenario keys' spellings (SummarySettings).
+void fill_settings(Summary& s, const Scenario& scenario) {
+  const ParallelConfig& p = scenario.parallel;
+  SummarySettings& x = s.settings;
+  x.runtime = to_string(scenario.runtime);
+  x.precision = to_string(p.precision);
+  x.fp8 = to_string(p.fp8);
+  x.fp8_recipe = p.fp8 == Fp8Format::None ? "" : to_string(p.fp8_recipe);
+  x.recompute_granularity = to_string(p.recompute_granularity);
+  const bool full = p.recompute_granularity == Recompute::Full;
+  x.recompute_method = full ? (p.recompute_block ? "block" : "uniform") : "";
+  x.recompute_num_layers = full ? p.recompute_num_layers : 0;
+  x.sequence_parallel = p.sequence_parallel;
+  x.use_distributed_optimizer = p.use_distributed_optimizer;
+  x.fsdp = p.use_megatron_fsdp ? "megatron_fsdp" : p.use_torch_fsdp2 ? "torch_fsdp2" : "none";
+  x.context_parallel_size = p.context_parallel_size;
+  x.expert_model_parallel_size = p.expert_model_parallel_size;
+  // Absent (0) means Megatron's default, the tensor-parallel size (scenario.h).
+  x.expert_tensor_parallel_size = p.expert_tensor_parallel_size > 0
+                                      ? p.expert_tensor_parallel_size
+                                      : p.tensor_model_parallel_size;
 }
 
 void fill_memory(Summary& s, const ScheduleGraph& graph, const ExecutionRecord& record,
@@ -237,6 +261,7 @@ Summary make_summary(const ScheduleGraph& graph, const ExecutionRecord& record,
   const std::vector<std::uint32_t> rep = representative_indices(graph);
   Summary s;
   fill_run(s, graph, record, scenario, system, options, w);
+  fill_settings(s, scenario);
   fill_throughput(s, scenario, system, record, w, graph.fold_factor);
   fill_memory(s, graph, record, scenario, system, memory, rep, w.t0);
   fill_breakdown(s, graph, sw, w.t0);
@@ -311,6 +336,26 @@ void measured_json(json& j, const Summary& s, const MeasuredSummary& m) {
   j["iteration_time_note"] = m.iteration_time_note;
 }
 
+json settings_json(const SummarySettings& x) {
+  json j = json::object();
+  j["runtime"] = x.runtime;
+  j["precision"] = x.precision;
+  j["fp8"] = x.fp8;
+  if (x.fp8 != "none") j["fp8_recipe"] = x.fp8_recipe;
+  j["recompute_granularity"] = x.recompute_granularity;
+  if (x.recompute_granularity == "full") {
+    j["recompute_method"] = x.recompute_method;
+    j["recompute_num_layers"] = x.recompute_num_layers;
+  }
+  j["sequence_parallel"] = x.sequence_parallel;
+  j["use_distributed_optimizer"] = x.use_distributed_optimizer;
+  j["fsdp"] = x.fsdp;
+  j["context_parallel_size"] = x.context_parallel_size;
+  j["expert_model_parallel_size"] = x.expert_model_parallel_size;
+  j["expert_tensor_parallel_size"] = x.expert_tensor_parallel_size;
+  return j;
+}
+
 }  // namespace
 
 json summary_to_json(const Summary& s) {
@@ -341,8 +386,10 @@ json summary_to_json(const Summary& s) {
   j["trace_ranks"] = s.trace_ranks;
   j["trace_ranks_note"] = s.trace_ranks_note;
   j["notes"] = s.notes;
+  j["settings"] = settings_json(s.settings);
   j["iteration_time_s"] = s.iteration_time_s;
   j["tokens_per_s"] = s.tokens_per_s;
+  j["tokens_per_s_per_gpu"] = s.tokens_per_s_per_gpu;
   j["model_flops_per_iteration"] = s.model_flops_per_iteration;
   j["model_tflops_per_gpu"] = s.model_tflops_per_gpu;
   j["hardware_flops_per_iteration"] = s.hardware_flops_per_iteration;
@@ -451,6 +498,21 @@ void text_memory(std::ostringstream& o, const Summary& s) {
       << " (largest category: " << s.oom_dominant_category << ")\n";
 }
 
+std::string text_settings(const SummarySettings& x) {
+  std::string o = x.runtime + ", " + x.precision;
+  if (x.fp8 != "none") o += ", FP8 " + x.fp8 + " (" + x.fp8_recipe + ")";
+  o += ", recompute " + x.recompute_granularity;
+  if (x.recompute_granularity == "full")
+    o += " (" + x.recompute_method + ", " + std::to_string(x.recompute_num_layers) + " layers)";
+  o += std::string(", SP ") + (x.sequence_parallel ? "on" : "off");
+  o += std::string(", distributed optimizer ") + (x.use_distributed_optimizer ? "on" : "off");
+  if (x.fsdp != "none") o += ", " + x.fsdp;
+  o += ", CP " + std::to_string(x.context_parallel_size) + ", EP " +
+       std::to_string(x.expert_model_parallel_size) + ", ETP " +
+       std::to_string(x.expert_tensor_parallel_size);
+  return o;
+}
+
 }  // namespace
 
 std::string format_text_summary(const Summary& s) {
@@ -468,7 +530,8 @@ std::string format_text_summary(const Summary& s) {
     << " microbatches of " << s.micro_batch_size << "\n";
   if (s.measured_run) o << "  replayed on           " << s.device << " (" << s.gpu << ")\n";
   o << "  iteration time        " << fmt("%.6f s", it) << "\n";
-  o << "  throughput            " << fmt("%.1f tokens/s", s.tokens_per_s) << "\n";
+  o << "  throughput            " << fmt("%.1f tokens/s", s.tokens_per_s)
+    << fmt(" (%.1f tokens/s per GPU)", s.tokens_per_s_per_gpu) << "\n";
   o << "  model TFLOP/s per GPU " << fmt("%.1f", s.model_tflops_per_gpu);
   if (!s.mfu)
     o << "  (MFU unknown: no peak figure for this device)\n";
@@ -492,6 +555,7 @@ std::string format_text_summary(const Summary& s) {
   o << "  tasks                 " << s.tasks;
   if (s.tasks_not_run > 0) o << " (" << s.tasks_not_run << " did not run)";
   o << "\n";
+  o << "  settings              " << text_settings(s.settings) << "\n";
   o << "  executor              " << s.executor << "\n";
   o << "  calibration           " << s.calibration << "\n";
   o << "  trace ranks           " << s.trace_ranks << ": " << s.trace_ranks_note << "\n";

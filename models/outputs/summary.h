@@ -10,6 +10,7 @@
 // Formulas (all times in seconds, memory in bytes, rates per second):
 //   iteration_time_s          latest task end - earliest task start (ExecutionRecord)
 //   tokens_per_s              global_batch_size * seq_length / iteration_time_s
+//   tokens_per_s_per_gpu      tokens_per_s / world_size
 //   model_flops_per_iteration 72 B s l h^2 (1 + s/6h + V/12lh) (models/perf/flops.h; no recompute)
 //   model_tflops_per_gpu      model_flops_per_iteration / iteration_time_s / world_size / 1e12
 //   hardware_flops_per_iteration  sum of the graph's op FLOPs (recomputation included) x
@@ -61,6 +62,24 @@ struct Breakdown {
   double pipeline_bubble_s = 0;
 };
 
+/// The settings that shaped the run, repeated in the summary so that two summaries can be
+/// compared without their scenarios (`trainsim diff`, docs/cli.md). Spellings are the
+/// scenario keys' (docs/scenario.md).
+struct SummarySettings {
+  std::string runtime;      ///< megatron-core | megatron-2021
+  std::string precision;    ///< fp16 | bf16 | fp32
+  std::string fp8;          ///< none | e4m3 | hybrid (--fp8-format)
+  std::string fp8_recipe;   ///< the recipe when fp8 is not none, else ""
+  std::string recompute_granularity;  ///< none | selective | full
+  std::string recompute_method;       ///< full recomputation: uniform | block, else ""
+  std::int64_t recompute_num_layers = 0;  ///< full recomputation only, else 0
+  bool sequence_parallel = false;
+  bool use_distributed_optimizer = false;
+  std::string fsdp;         ///< none | megatron_fsdp | torch_fsdp2
+  std::int64_t context_parallel_size = 1, expert_model_parallel_size = 1,
+               expert_tensor_parallel_size = 1;
+};
+
 /// One world rank (folded representatives are replicated to the ranks they stand for).
 struct RankSummary {
   std::int64_t rank = 0;
@@ -109,8 +128,9 @@ struct Summary {
   bool measured_run = false;  ///< the record is a measurement (JSON key `measured`)
   std::string calibration, trace_ranks, trace_ranks_note, fold_reason;
   std::vector<std::string> notes;
+  SummarySettings settings;
   // ---- throughput and FLOPs
-  double iteration_time_s = 0, tokens_per_s = 0;
+  double iteration_time_s = 0, tokens_per_s = 0, tokens_per_s_per_gpu = 0;
   double model_flops_per_iteration = 0, model_tflops_per_gpu = 0;
   double hardware_flops_per_iteration = 0, hardware_tflops_per_gpu = 0;
   double peak_tflops_per_gpu = 0;
