@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 total=${1:-1920}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_scenario fuzz_overrides fuzz_calibration fuzz_trace fuzz_measured_trace fuzz_plan_result)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_scenario fuzz_overrides fuzz_calibration fuzz_trace fuzz_measured_trace fuzz_plan_result
+                                    fuzz_hf_config fuzz_system_file fuzz_microbench)
 build=${TRAINSIM_FUZZ_BUILD:-build-fuzz}
 
 launcher=()

@@ -416,10 +416,17 @@ void check_pipeline(Scenario& s, const Fail& fail) {
     // Megatron-LM 2021 (megatron/arguments.py) asserts pp > 2 for the interleaved schedule;
     // Megatron-Core's schedule runs it with pp = 2 as well. Checked after the layer split, whose
     // errors come first.
-    if (pp < runtime_spec(s.runtime).min_interleaved_pipeline_stages)
-      fail(vps + " (interleaved schedule) needs " + pps +
-           " > 2 with runtime megatron-2021 (Megatron-LM's arguments.py asserts it); "
-           "Megatron-Core runs it with 2 stages (runtime: megatron-core)");
+    const RuntimeSpec& rt = runtime_spec(s.runtime);
+    const RuntimeSpec& core = runtime_spec(Runtime::MegatronCore);
+    if (pp < rt.min_interleaved_pipeline_stages)
+      fail(vps + " (interleaved schedule) needs " + pps + " >= " +
+           std::to_string(rt.min_interleaved_pipeline_stages) + " with runtime " + rt.name +
+           " (models/input/runtime.cpp gives each runtime's source)" +
+           (pp >= core.min_interleaved_pipeline_stages
+                ? std::string("; ") + core.name + " runs it with " +
+                      std::to_string(core.min_interleaved_pipeline_stages) +
+                      " stages (runtime: " + core.name + ")"
+                : std::string()));
   }
 }
 

@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <string>
+
+#include "models/errors.h"
 
 #include "models/memory/memory_model.h"
 #include "models/perf/flops.h"
@@ -100,6 +103,28 @@ TEST(Runtime, TheReadersFollowTheTable) {
     else
       EXPECT_NE(double(act.attn + act.mlp), k34) << r.name;
   }
+}
+
+// The interleaved schedule's stage bound comes from the runtime's table entry, and its message
+// says the bound and the runtime that allows fewer stages.
+TEST(Runtime, InterleavedStageBoundIsTheTables) {
+  const std::string two_stages =
+      "parallel: {micro_batch_size: 1, global_batch_size: 8, pipeline_model_parallel_size: 2, "
+      "num_layers_per_virtual_pipeline_stage: 1}\n";
+  try {
+    (void)testing::tiny_scenario(two_stages, 2);
+    ADD_FAILURE() << "megatron-2021 accepted an interleaved schedule on 2 stages";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("pipeline_model_parallel_size (2) >= " +
+                        std::to_string(runtime_spec(Runtime::Megatron2021)
+                                           .min_interleaved_pipeline_stages) +
+                        " with runtime megatron-2021"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("megatron-core runs it with 2 stages"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW((void)testing::tiny_scenario("runtime: megatron-core\n" + two_stages, 2));
 }
 
 }  // namespace
