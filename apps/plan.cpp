@@ -228,9 +228,12 @@ void write_csv(std::ostream& os, const std::vector<CandidateResult>& ranked) {
 /// The scenario file of a simulated candidate (`--out`): the planned scenario with the user's
 /// `--set` overrides and the candidate's written in, `plan:` removed, so that `simulate` of the
 /// file gives what the planner simulated (models/input/scenario.h scenario_text_with_overrides).
-std::string candidate_yaml(const PlanArgs& args, const CandidateResult& r, int rank) {
+std::string candidate_yaml(const PlanArgs& args, const CandidateResult& r, int rank,
+                           const std::string& scenario_name, const std::string& file_stem) {
   auto overrides = args.overrides;
   overrides.insert(overrides.end(), r.candidate.overrides.begin(), r.candidate.overrides.end());
+  // Each file its own name (issue 35): the scenario's, with the file's rank and layout.
+  overrides.emplace_back("name", scenario_name + "_" + file_stem);
   // Each comment one line: a line break in a path or a --set value must not become YAML.
   auto one_line = [](std::string text) {
     for (char& c : text)
@@ -350,7 +353,7 @@ int finish(const PlanArgs& args, std::vector<CandidateResult> results,
       std::snprintf(prefix, sizeof prefix, "%03d_", rank);
       yaml_files.push_back(std::make_unique<OutputFile>(
           (std::filesystem::path(args.out) / (prefix + name + ".yaml")).string(), "--out"));
-      yaml_files.back()->stream() << candidate_yaml(args, r, rank);
+      yaml_files.back()->stream() << candidate_yaml(args, r, rank, scenario, prefix + name);
     }
   }
   std::vector<OutputFile*> all = {&json_file, &csv_file};

@@ -45,7 +45,8 @@ const std::vector<std::string>& plan_keys() {
       plan_key(&P::recompute_granularity), plan_key(&P::recompute_num_layers),
       plan_key(&P::recompute_modules), plan_key(&P::sequence_parallel), "zero_stage",
       plan_key(&P::use_distributed_optimizer), plan_key(&P::context_parallel_size),
-      plan_key(&P::expert_model_parallel_size), "allow_offload", "max_gpus", "memory_headroom",
+      plan_key(&P::expert_model_parallel_size), plan_key(&P::expert_tensor_parallel_size),
+      "fsdp", plan_key(&P::fp8), "allow_offload", "max_gpus", "memory_headroom",
       "top_k"};
   return keys;
 }
@@ -153,6 +154,64 @@ std::int64_t split_layers(const ParallelConfig& p, std::int64_t num_layers) {
          (p.account_for_loss_in_pipeline_split ? 1 : 0);
 }
 
+/// `fsdp` and `fp8`: named choices, each listed once.
+void read_precision_dimensions(const PlanReader& r, PlanConfig& c) {
+  if (r.has("fsdp")) {
+    c.fsdp.clear();
+    for (const auto& v : r.items("fsdp")) {
+      const std::string s = v.Scalar();
+      if (s == "none" || s == "null" || s == "~" || s == "false")
+        c.fsdp.push_back(FsdpKind::None);
+      else if (s == "megatron_fsdp")
+        c.fsdp.push_back(FsdpKind::Megatron);
+      else if (s == "torch_fsdp2")
+        c.fsdp.push_back(FsdpKind::Torch);
+      else
+        r.fail("fsdp", v, "expected none, megatron_fsdp or torch_fsdp2");
+      r.refuse_repeat("fsdp", v, c.fsdp);
+    }
+  }
+  const std::string fp8 = plan_key(&ParallelConfig::fp8);
+  if (r.has(fp8)) {
+    c.fp8.clear();
+    for (const auto& v : r.items(fp8)) {
+      const std::string s = v.Scalar();
+      if (s == "none" || s == "null" || s == "~" || s == "false")
+        c.fp8.push_back(Fp8Format::None);
+      else if (s == "e4m3")
+        c.fp8.push_back(Fp8Format::E4M3);
+      else if (s == "hybrid")
+        c.fp8.push_back(Fp8Format::Hybrid);
+      else
+        r.fail(fp8, v, "expected none, e4m3 or hybrid (Megatron's --fp8-format)");
+      r.refuse_repeat(fp8, v, c.fp8);
+    }
+  }
+}
+
+/// `recompute_modules`: a list of module lists, each a selective candidate's set.
+void read_recompute_module_sets(const PlanReader& r, PlanConfig& c) {
+  const std::string key = plan_key(&ParallelConfig::recompute_modules);
+  if (!r.has(key)) return;
+  const char* shape = "expected a list of module lists, e.g. [[moe_act, layernorm], [moe]]";
+  const YAML::Node n = r.node(key);
+  if (!n.IsSequence() || n.size() == 0) r.fail(key, n, shape);
+  for (const YAML::Node& set : n) {
+    if (!set.IsSequence()) r.fail(key, set, shape);
+    std::uint8_t bits = 0;
+    for (const YAML::Node& m : set) {
+      const auto bit = m.IsScalar() ? recompute_module_bit(m.Scalar()) : std::nullopt;
+      if (!bit)
+        r.fail(key, m, "expected core_attn, layernorm, moe_act, mlp or moe (Megatron-Core "
+                       "--recompute-modules names)");
+      bits |= *bit;
+    }
+    if (std::find(c.recompute_modules.begin(), c.recompute_modules.end(), bits) ==
+        c.recompute_modules.end())
+      c.recompute_modules.push_back(bits);
+  }
+}
+
 void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
   const std::int64_t kMaxDim = 65536;
   if (r.has(plan_key(&ParallelConfig::tensor_model_parallel_size)))
@@ -197,26 +256,7 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
   }
   if (r.has(plan_key(&ParallelConfig::recompute_num_layers)))
     c.recompute_num_layers = r.ints(plan_key(&ParallelConfig::recompute_num_layers), 1, 0xFFFE);
-  if (r.has(plan_key(&ParallelConfig::recompute_modules))) {
-    const std::string key = plan_key(&ParallelConfig::recompute_modules);
-    const char* shape = "expected a list of module lists, e.g. [[moe_act, layernorm], [moe]]";
-    const YAML::Node n = r.node(key);
-    if (!n.IsSequence() || n.size() == 0) r.fail(key, n, shape);
-    for (const YAML::Node& set : n) {
-      if (!set.IsSequence()) r.fail(key, set, shape);
-      std::uint8_t bits = 0;
-      for (const YAML::Node& m : set) {
-        const auto bit = m.IsScalar() ? recompute_module_bit(m.Scalar()) : std::nullopt;
-        if (!bit)
-          r.fail(key, m, "expected core_attn, layernorm, moe_act, mlp or moe (Megatron-Core "
-                         "--recompute-modules names)");
-        bits |= *bit;
-      }
-      if (std::find(c.recompute_modules.begin(), c.recompute_modules.end(), bits) ==
-          c.recompute_modules.end())
-        c.recompute_modules.push_back(bits);
-    }
-  }
+  read_recompute_module_sets(r, c);
   auto bools = [&](const std::string& key, std::vector<bool>& out) {
     if (!r.has(key)) return;
     out.clear();
@@ -232,6 +272,9 @@ void read_dimensions(const PlanReader& r, const Scenario& base, PlanConfig& c) {
     c.context_parallel_size = r.ints(plan_key(&ParallelConfig::context_parallel_size), 1, kMaxDim);
   if (r.has(plan_key(&ParallelConfig::expert_model_parallel_size)))
     c.expert_model_parallel_size = r.ints(plan_key(&ParallelConfig::expert_model_parallel_size), 1, kMaxDim);
+  if (r.has(plan_key(&ParallelConfig::expert_tensor_parallel_size)))
+    c.expert_tensor_parallel_size = r.ints(plan_key(&ParallelConfig::expert_tensor_parallel_size), 1, kMaxDim);
+  read_precision_dimensions(r, c);
 }
 
 void read_limits(const PlanReader& r, const Scenario& base, PlanConfig& c) {
@@ -298,6 +341,10 @@ PlanConfig load_plan_config(const std::string& scenario_path, const ValidScenari
   c.use_distributed_optimizer = {bp.use_distributed_optimizer};
   c.context_parallel_size = {bp.context_parallel_size};
   c.expert_model_parallel_size = {bp.expert_model_parallel_size};
+  c.expert_tensor_parallel_size = {0};  // the scenario file's own (no override)
+  c.fsdp = {bp.use_megatron_fsdp ? FsdpKind::Megatron
+                                 : bp.use_torch_fsdp2 ? FsdpKind::Torch : FsdpKind::None};
+  c.fp8 = {bp.fp8};
   // A scenario that offloads its optimizer has offloaded candidates, and the same layouts on
   // the GPU alone.
   c.allow_offload = base.zero.offload_optimizer.enabled;
@@ -421,7 +468,9 @@ std::vector<std::optional<std::uint8_t>> module_choices(const PlanConfig& plan, 
 
 /// One point of the plan's grid: a candidate's parallel layout and training settings.
 struct GridPoint {
-  std::int64_t tp = 1, pp = 1, cp = 1, ep = 1, mb = 1, zero = 0;
+  std::int64_t tp = 1, pp = 1, cp = 1, ep = 1, etp = 0, mb = 1, zero = 0;
+  FsdpKind fsdp = FsdpKind::None;
+  Fp8Format fp8 = Fp8Format::None;
   std::optional<std::int64_t> vpl, block;
   std::optional<std::uint8_t> modules;
   Recompute rc = Recompute::None;
@@ -471,6 +520,29 @@ void set_recompute(const PlanConfig& plan, const Scenario& base, const GridPoint
   }
 }
 
+/// The FSDP, FP8 and expert-TP overrides of a candidate: only where it differs from the
+/// scenario (a plan that does not vary them writes the same overrides as before they existed).
+void set_fsdp_and_fp8(const Scenario& base, const GridPoint& x, Overrides& out) {
+  auto set = [&](const std::string& k, const std::string& v) { out.emplace_back(k, v); };
+  const ParallelConfig& bp = base.parallel;
+  const FsdpKind own = bp.use_megatron_fsdp ? FsdpKind::Megatron
+                       : bp.use_torch_fsdp2 ? FsdpKind::Torch
+                                            : FsdpKind::None;
+  if (x.fsdp != own) {
+    set(key_of(&ParallelConfig::use_megatron_fsdp), x.fsdp == FsdpKind::Megatron ? "true" : "false");
+    set(key_of(&ParallelConfig::use_torch_fsdp2), x.fsdp == FsdpKind::Torch ? "true" : "false");
+  }
+  if (x.fp8 != bp.fp8) {
+    set(key_of(&ParallelConfig::fp8), x.fp8 == Fp8Format::None ? "null" : to_string(x.fp8));
+    // The recipe and FP8 parameter gather exist only with FP8 (sections.cpp refuses them alone).
+    if (x.fp8 == Fp8Format::None) {
+      set(key_of(&ParallelConfig::fp8_recipe), "null");
+      set(key_of(&ParallelConfig::fp8_param_gather), "null");
+    }
+  }
+  if (x.etp > 0) set(key_of(&ParallelConfig::expert_tensor_parallel_size), std::to_string(x.etp));
+}
+
 /// The sequence-parallel, data-parallel and ZeRO overrides of a candidate.
 void set_sharding(const Scenario& base, const GridPoint& x, bool sp, Overrides& out) {
   auto set = [&](const std::string& k, const std::string& v) { out.emplace_back(k, v); };
@@ -487,8 +559,9 @@ void set_sharding(const Scenario& base, const GridPoint& x, bool sp, Overrides& 
   if (base.parallel.uses_fsdp()) set(key_of(&ParallelConfig::fsdp_sharding_group_size), "null");
   // Likewise the parameter all-gather's overlap, where the candidate has that all-gather
   // (Megatron arguments.py refuses it otherwise).
-  if (base.parallel.overlap_param_gather && !x.distopt && !base.parallel.uses_fsdp())
+  if (base.parallel.overlap_param_gather && !x.distopt && x.fsdp == FsdpKind::None)
     set(key_of(&ParallelConfig::overlap_param_gather), "false");
+  set_fsdp_and_fp8(base, x, out);
   set(key_of(&ZeroConfig::stage), std::to_string(x.zero));
   set(key_of(&OffloadOptimizerConfig::enabled), x.offload ? "cpu" : "none");
   // The scenario's Twin-Flow ratio (or `auto`) applies where DeepSpeed takes it: a partial
@@ -514,6 +587,12 @@ PlanCandidate make_candidate(const PlanConfig& plan, const Scenario& base, const
   c.layout = describe(x.tp, x.pp, x.cp, dp, x.vpl, x.mb, x.rc, x.block, uniform_units, x.modules,
                       sp, x.zero, x.distopt, x.offload);
   if (x.ep > 1) c.layout += " ep" + std::to_string(x.ep);
+  // The FSDP, FP8 and expert-TP choices are named where the plan varies them.
+  if (plan.fsdp.size() > 1)
+    c.layout += x.fsdp == FsdpKind::None ? " nofsdp" : std::string(" ") + to_string(x.fsdp);
+  if (plan.fp8.size() > 1)
+    c.layout += x.fp8 == Fp8Format::None ? " nofp8" : std::string(" fp8-") + to_string(x.fp8);
+  if (plan.expert_tensor_parallel_size.size() > 1) c.layout += " etp" + std::to_string(x.etp);
   auto set = [&](const std::string& k, const std::string& v) { c.overrides.emplace_back(k, v); };
   set(key_of(&ClusterConfig::nodes), std::to_string(gpus / gpn));
   set(key_of(&ParallelConfig::tensor_model_parallel_size), std::to_string(x.tp));
@@ -529,6 +608,26 @@ PlanCandidate make_candidate(const PlanConfig& plan, const Scenario& base, const
   return c;
 }
 
+/// The sharding and precision dimensions of one candidate, the innermost loops of the
+/// enumeration: ZeRO stage, distributed optimizer, FSDP, FP8 and expert TP.
+struct ShardingChoice {
+  std::int64_t zero = 0, etp = 0;
+  bool distopt = false;
+  FsdpKind fsdp = FsdpKind::None;
+  Fp8Format fp8 = Fp8Format::None;
+};
+
+std::vector<ShardingChoice> sharding_choices(const PlanConfig& plan) {
+  std::vector<ShardingChoice> out;
+  for (std::int64_t zero : plan.zero_stage)
+    for (bool distopt : plan.use_distributed_optimizer)
+      for (FsdpKind fsdp : plan.fsdp)
+        for (Fp8Format fp8 : plan.fp8)
+          for (std::int64_t etp : plan.expert_tensor_parallel_size)
+            out.push_back({zero, etp, distopt, fsdp, fp8});
+  return out;
+}
+
 }  // namespace
 
 std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const ValidScenario& valid) {
@@ -542,6 +641,7 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Va
       base.parallel.recompute_granularity == Recompute::Full && !base.parallel.recompute_block
           ? base.parallel.recompute_num_layers
           : 1;
+  const std::vector<ShardingChoice> sharding = sharding_choices(plan);
   GridPoint x;
   for (std::int64_t tp : plan.tensor_model_parallel_size)
     for (std::int64_t pp : plan.pipeline_model_parallel_size)
@@ -553,15 +653,15 @@ std::vector<PlanCandidate> enumerate_candidates(const PlanConfig& plan, const Va
                 for (const auto& block : block_choices(plan, base, rc))
                   for (const auto& modules : module_choices(plan, rc))
                     for (bool sp_asked : plan.sequence_parallel)
-                      for (std::int64_t zero : plan.zero_stage)
-                        for (bool distopt : plan.use_distributed_optimizer)
-                          for (bool offload : offload_choices) {
-                            x = GridPoint{tp, pp, cp, ep, mb, zero, vpl, block, modules, rc,
-                                          sp_asked, distopt, offload};
-                            if (!skipped(plan, base, x))
-                              out.push_back(
-                                  make_candidate(plan, base, x, out.size(), uniform_units));
-                          }
+                      for (const ShardingChoice& sh : sharding)
+                        for (bool offload : offload_choices) {
+                          x = GridPoint{tp,  pp,     cp,    ep,      sh.etp,   mb,
+                                        sh.zero, sh.fsdp, sh.fp8, vpl, block, modules,
+                                        rc,  sp_asked, sh.distopt, offload};
+                          if (!skipped(plan, base, x))
+                            out.push_back(
+                                make_candidate(plan, base, x, out.size(), uniform_units));
+                        }
   return out;
 }
 
@@ -579,9 +679,21 @@ double count_grid_points(const PlanConfig& plan, const ValidScenario& valid) {
   return double(plan.tensor_model_parallel_size.size()) * per_pp *
          double(plan.context_parallel_size.size() * plan.expert_model_parallel_size.size()) *
          double(plan.micro_batch_size.size()) * per_rc *
-         double(plan.sequence_parallel.size() * plan.zero_stage.size() *
-                plan.use_distributed_optimizer.size()) *
+         double(plan.sequence_parallel.size()) * double(sharding_choices(plan).size()) *
          (plan.allow_offload ? 2.0 : 1.0);
+}
+
+const char* to_string(FsdpKind f) {
+  switch (f) {
+    case FsdpKind::None:
+      return "none";
+    case FsdpKind::Megatron:
+      return "megatron_fsdp";
+    case FsdpKind::Torch:
+      return "torch_fsdp2";
+  }
+  TRAINSIM_CHECK(false, "to_string: FsdpKind out of range");
+  return "";
 }
 
 const char* to_string(PlanRejection r) {

@@ -5,7 +5,8 @@
 //   enumerate  every combination of the `plan:` section's dimensions (TP, PP,
 //   virtual stages,
 //              micro batch, recomputation, sequence parallelism, ZeRO stage /
-//              distributed optimizer, context parallelism, offload); each
+//              distributed optimizer, FSDP, FP8, context, expert and expert-tensor
+//              parallelism, offload); each
 //              candidate is the scenario file with `--set` overrides and passes
 //              the same validation as `simulate` (load_scenario: one code
 //              path), or is rejected with that validation's message;
@@ -34,6 +35,10 @@
 
 namespace trainsim {
 
+/// Which FSDP implementation a candidate shards with (docs/plan.md `fsdp`).
+enum class FsdpKind : std::uint8_t { None, Megatron, Torch };
+const char* to_string(FsdpKind f);
+
 /// The `plan:` section: values each dimension takes (docs/plan.md lists
 /// defaults).
 struct PlanConfig {
@@ -58,6 +63,12 @@ struct PlanConfig {
   std::vector<bool> use_distributed_optimizer;
   std::vector<std::int64_t> context_parallel_size;
   std::vector<std::int64_t> expert_model_parallel_size;
+  /// `expert_tensor_parallel_size`: expert TP ranks (0: the candidate's TP, Megatron's default).
+  std::vector<std::int64_t> expert_tensor_parallel_size;
+  /// `fsdp`: none, megatron_fsdp or torch_fsdp2 (parallel.use_megatron_fsdp / use_torch_fsdp2).
+  std::vector<FsdpKind> fsdp;
+  /// `fp8`: none and the FP8 formats (parallel.fp8); FP8 candidates keep the scenario's recipe.
+  std::vector<Fp8Format> fp8;
   bool allow_offload = false;
   std::int64_t max_gpus = 0;      ///< GPUs every candidate uses (cluster size by default)
   double memory_headroom = 0.05;  ///< fraction of the GPU memory kept free

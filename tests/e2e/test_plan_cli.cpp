@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -208,6 +209,7 @@ TEST(PlanCli, WrittenScenariosKeepSetOverridesAndTheirHfConfig) {
   for (const auto& c : j.at("candidates"))
     if (c.at("simulated")) tps.push_back(c.at("tokens_per_s"));
   int files = 0;
+  std::set<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(out)) {
     ++files;
     const std::string name = entry.path().filename().string();
@@ -219,8 +221,13 @@ TEST(PlanCli, WrittenScenariosKeepSetOverridesAndTheirHfConfig) {
     const auto sim = nlohmann::json::parse(slurp(dir.file("sim.json")));
     const double want = tps.at(std::size_t(std::stoi(name.substr(0, 3)) - 1));
     EXPECT_NEAR(sim.at("tokens_per_s").get<double>(), want, 1e-6 * want) << name;
+    // Each file its own name: the scenario's, then the file's rank and layout (issue 35).
+    EXPECT_EQ(sim.at("name").get<std::string>(),
+              "plan_hf_" + name.substr(0, name.size() - std::string(".yaml").size()));
+    names.insert(sim.at("name").get<std::string>());
   }
   EXPECT_EQ(files, 4);
+  EXPECT_EQ(names.size(), 4u);
 }
 
 // A merge ranks the shards of one space once each: shards record their scenario and part, and
