@@ -58,14 +58,16 @@ PlatformModel::PlatformModel(const SystemSpec& system, std::int64_t nodes,
 
   // k-ary fat tree with `levels` levels as an XGFT: leaves and middle levels use half their
   // ports down (m = k/2) and half up (w = k/2); the top level uses all k ports down; a NIC has
-  // one port (w_1 = 1). Capacity: k^h / 2^(h-1) NICs (k=40, h=3: 16000).
+  // one port (w_1 = 1). Capacity: k^h / 2^(h-1) NICs (k=40, h=3: 16000). An oversubscribed
+  // tier (SystemSpec::oversubscription) gives more of its switches' ports to children and
+  // fewer to parents (fat_tree_down_ports / fat_tree_up_ports), so more end points share each
+  // up link and D-mod-k routes fold onto fewer of them.
   levels_ = system.fat_tree_levels;
-  const std::uint64_t k = std::uint64_t(system.switch_radix);
   M_.assign(levels_ + 1, 1);
   W_.assign(levels_ + 1, 1);
   for (int l = 1; l <= levels_; ++l) {
-    const std::uint64_t m = (l == levels_) ? k : k / 2;
-    const std::uint64_t w = (l == 1) ? 1 : k / 2;
+    const std::uint64_t m = std::uint64_t(fat_tree_down_ports(system, l));
+    const std::uint64_t w = (l == 1) ? 1 : std::uint64_t(fat_tree_up_ports(system, l - 1));
     M_[l] = M_[l - 1] * m;
     W_[l] = W_[l - 1] * w;
   }
@@ -78,7 +80,7 @@ PlatformModel::PlatformModel(const SystemSpec& system, std::int64_t nodes,
                      std::to_string(system.nics_per_node) + " NICs does not fit system '" + n +
                      "' fat tree (" + std::to_string(levels_) + " levels of radix-" +
                      std::to_string(system.switch_radix) + " switches: at most " +
-                     std::to_string(M_[levels_]) + " NIC ports in rail-optimized layout)");
+                     std::to_string(M_[levels_]) + " NIC ports)");
 }
 
 int PlatformModel::nic_of_gpu(int local_gpu) const {
@@ -93,7 +95,9 @@ int PlatformModel::pcie_switch_of_gpu(int local_gpu) const {
 
 std::uint64_t PlatformModel::fabric_endpoint(std::uint32_t node, std::uint32_t nic) const {
   const std::uint64_t rails = std::uint64_t(system_.nics_per_node);
-  if (levels_ == 1) return std::uint64_t(node) * rails + nic;  // one switch: no rails
+  // One switch, or a fabric that is not rail-optimized: a node's NICs are consecutive ports,
+  // so its NICs share a leaf and same-index GPUs of nodes on other leaves cross the spine.
+  if (levels_ == 1 || !system_.rail_optimized) return std::uint64_t(node) * rails + nic;
   const std::uint64_t m1 = M_[1];
   // Leaf index = (node / m1) * rails + nic: a leaf holds NIC `nic` of m1 consecutive nodes.
   return (node / m1) * (m1 * rails) + std::uint64_t(nic) * m1 + node % m1;

@@ -39,6 +39,11 @@ loop's pipeline (nvls_all_reduce_fill_s):
     simulated with v2.29.7's model. Its 64 MiB point is 4 iterations of NVLS-Tree's loop: the
     fill and drain of the loop's pipeline (nvls_all_reduce_fill_s in models/perf/nccl_model.h, 72 us
     there; +31% without it) is a sizeable part of it.
+Blackwell (DGX B200: NVLink 5, fifth-generation NVSwitch), simulated with v2.29.7's Blackwell
+rows (nvlsEfficiency 0.74, sm100 speed arrays, 24 NVLS channels; models/perf/nccl_model.h):
+  8x B200 one node, all-reduce, NCCL 2.27.1, default algorithm (NVLS): "830+" GB/s at large
+    sizes (NVIDIA/nccl issue #1807; the user asked whether 900+ was expected), compared at the
+    1 and 4 GiB plateau. NCCL's own model gives 828.8 (8 channels x 80 GB/s x 0.74 x 7/8 x 2).
 The ring figure of nccl-tests #212 is simulated with NVLS off (NCCL_ALGO=Ring).
 
 The simulation follows the tuning model of the NCCL release --nccl-version names (default
@@ -85,6 +90,7 @@ NCCL309 = "nccl-tests #309, NVLS-Tree"
 RING = (None, False)        # NCCL_ALGO=Ring: NVLS off
 H100_V5 = ("2.18.5", True)  # the table's NCCL 2.18.5
 N309 = ("2.29.7", True)     # the table's NCCL 2.26.2: its NVLS ran with 2.29.7's model nearest
+NCCL1807 = ("2.29.7", True)  # NCCL 2.27.1 on B200: 2.29.7's Blackwell rows (2.18.5 has none)
 PUBLISHED = [
     ("dgx-a100-80gb", "all_reduce", 1, None, 200, 233, "nccl-tests #149, #175", True, None),
     ("dgx-h100", "all_reduce", 1, None, 370, 370, "nccl-tests #212 (ring)", True, RING),
@@ -104,6 +110,8 @@ PUBLISHED = [
     ("dgx-h100", "all_reduce", 2, 64 * MiB, 269.98, 269.98, NCCL309, True, N309),
     ("dgx-h100", "all_reduce", 2, 1024 * MiB, 448.90, 448.90, NCCL309, True, N309),
     ("dgx-h100", "all_reduce", 2, 4096 * MiB, 466.52, 466.52, NCCL309, True, N309),
+    ("dgx-b200", "all_reduce", 1, None, 830, 830, "nccl #1807 (8x B200, NCCL 2.27.1: 830+)", True,
+     NCCL1807),
 ]
 LARGE_BOUND, SMALL_BOUND = 15, 30  # percent: >= 64 MiB and 1 MiB (the issue's bounds)
 

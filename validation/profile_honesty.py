@@ -69,7 +69,11 @@ def relations(device, sheet, measured):
     """(parameter, implied low, implied high, derivation text, kind) for one GPU."""
     a100 = device.startswith("A100")
     col = {"A100-SXM4-40GB": "A100 SXM 40GB", "A100-SXM4-80GB": "A100 SXM 80GB",
-           "H100-SXM5-80GB": "H100 SXM 80GB", "H200-SXM-141GB": "H200 SXM 141GB"}[device]
+           "H100-SXM5-80GB": "H100 SXM 80GB", "H200-SXM-141GB": "H200 SXM 141GB",
+           "B200-SXM-180GB": "H100 SXM 80GB"}[device]
+    # B200: its own BF16 MAMF for the GEMM (below); NVLink, NIC and PCIe efficiencies are carried
+    # over from H100, so they are checked against the H100 measurements.
+    b200 = device.startswith("B200")
     # H200: the H100 rows below (same GH100 compute, NVLink 4, NICs and host: the H200 profile
     # carries the H100 values over, and they must stay within the H100 measurements).
     ds = sheet[col]
@@ -80,6 +84,9 @@ def relations(device, sheet, measured):
     pcie_dir = numbers(pcie_txt)[-1] if "GB/s" in pcie_txt else pcie_dir
     out = []
     gemm_key = "large BF16 GEMM, A100 SXM" if a100 else "large BF16 GEMM, H100 SXM"
+    if b200:
+        gemm_key = "BF16 maximum achievable matmul FLOPS (MAMF), B200 SXM"
+        peak = 2250.0  # hardware.md, "DGX B200": dense BF16
     g = numbers(measured[gemm_key])[0]
     out.append(("gemm_max_efficiency", g / peak, g / peak,
                 f"'{gemm_key}' {g:g} TFLOP/s / datasheet {peak:g} TFLOP/s", "max"))

@@ -55,7 +55,8 @@ void add_nvls_buffers(ScheduleGraph& g, const Scenario& sc, const SystemSpec& sy
     if (allocates && nvls.insert({t.rank, t.group}).second) {
       const std::uint32_t index = g.rank_index(t.rank);
       g.initial_gpu_memory[index][int(MemCategory::CommBuffers)] +=
-          nccl_nvls_buffer_bytes(sc.nccl_version, local);
+          nccl_nvls_buffer_bytes(sc.nccl_version, local, system.gpu.compute_capability,
+                                 grp.nodes(gpn) > 1);
     }
   }
 }

@@ -8,6 +8,7 @@
 #include "models/hardware/hardware.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "models/errors.h"
@@ -45,6 +46,29 @@ const std::map<std::string, SystemSpec>& catalog() {
 }
 
 }  // namespace
+
+namespace {
+double tier_oversubscription(const SystemSpec& s, int level) {
+  const auto i = std::size_t(level - 1);
+  return i < s.oversubscription.size() ? s.oversubscription[i] : 1.0;
+}
+}  // namespace
+
+int fat_tree_down_ports(const SystemSpec& s, int level) {
+  const int k = s.switch_radix;
+  if (level >= s.fat_tree_levels) return k;
+  const double r = tier_oversubscription(s, level);
+  // Full bisection: half the radix down (integer division, as the platform always had it).
+  if (r == 1.0) return k / 2;
+  return int(std::floor(double(k) * r / (r + 1.0)));
+}
+
+int fat_tree_up_ports(const SystemSpec& s, int level) {
+  const int k = s.switch_radix;
+  if (level >= s.fat_tree_levels) return 0;
+  if (tier_oversubscription(s, level) == 1.0) return k / 2;
+  return k - fat_tree_down_ports(s, level);
+}
 
 const SystemSpec& find_system(const std::string& name) {
   const auto& systems = catalog();

@@ -15,6 +15,9 @@ struct GpuSpec {
   std::string name;                     ///< e.g. "A100-SXM4-80GB"
   double peak_dense_fp16_flops = 0;     ///< dense FP16/BF16 tensor-core FLOP/s
   double peak_dense_fp8_flops = 0;      ///< dense FP8 tensor-core FLOP/s (0: no FP8)
+  /// Dense FP4 tensor-core FLOP/s (0: no FP4; Blackwell). Recorded from the datasheet; no
+  /// scenario trains in FP4 yet (docs/cluster.md).
+  double peak_dense_fp4_flops = 0;
   double peak_fp32_flops = 0;           ///< FP32 on the CUDA cores (FMA = 2 FLOPs), not tensor
   double hbm_bytes = 0;                 ///< device memory capacity
   double hbm_bw_bytes_per_s = 0;        ///< HBM bandwidth
@@ -61,9 +64,30 @@ struct SystemSpec {
   int fat_tree_levels = 3;            ///< leaf / spine / core (Selene: 3 levels)
   int switch_radix = 40;              ///< ports per IB switch (HDR QM8700: 40, NDR QM9700: 64)
   double switch_latency_s = 0;        ///< per IB switch hop
+  /// The fabric is RoCE (RDMA over Converged Ethernet) rather than InfiniBand: the same fat
+  /// tree and NICs, with `fabric_message_latency_s` per message (docs/cluster.md).
+  bool fabric_roce = false;
+  /// Latency every inter-node message pays beyond NCCL's table and the switch hops (RoCE's NIC
+  /// and Ethernet-switch processing): NCCL's graphs[]->latencyInter slot of its tuning model
+  /// (tuning.cc interLat; twice for Simple, its "flush extra latency") and each point-to-point
+  /// transfer between nodes. 0 on InfiniBand (NCCL's table is IB's).
+  double fabric_message_latency_s = 0;
+  /// NIC k of every node on rail (leaf) k; false: a node's NICs share leaves, consecutive NICs
+  /// of consecutive nodes fill each leaf (sim/platform.h).
+  bool rail_optimized = true;
+  /// Down:up port ratio of each switch tier below the top, leaf first (1: full bisection);
+  /// empty: every tier 1. fat_tree_down_ports / fat_tree_up_ports read it.
+  std::vector<double> oversubscription;
   double nvlink_latency_s = 0;        ///< GPU -> NVSwitch -> GPU one-way
   double pcie_latency_s = 0;
 };
+
+/// Ports of a level-`level` switch (1 = leaf ... fat_tree_levels = top) of the system's fat
+/// tree facing down (children) and up (parents). At full bisection a switch below the top uses
+/// radix / 2 of each; a tier with oversubscription R (down:up) splits its radix k as
+/// floor(k R / (R + 1)) down and the rest up; the top level uses all k down and none up.
+int fat_tree_down_ports(const SystemSpec& s, int level);
+int fat_tree_up_ports(const SystemSpec& s, int level);
 
 /// The catalog entry with that name: a shipped system file (systems/<name>.yaml) or `local`.
 /// Throws InputError listing the known names when there is none.

@@ -21,7 +21,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& schema() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> s = {
       {"", {"name", "gpu", "node", "nccl", "fabric"}},
       {"gpu",
-       {"catalog", "name", "peak_dense_fp16_flops", "peak_dense_fp8_flops", "peak_fp32_flops",
+       {"catalog", "name", "peak_dense_fp16_flops", "peak_dense_fp8_flops", "peak_dense_fp4_flops",
+        "peak_fp32_flops",
         "hbm_bytes", "hbm_bw_bytes_per_s", "nvlink_bw_bytes_per_s", "nvlinks",
         "compute_capability"}},
       {"node",
@@ -30,8 +31,8 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& schema() {
         "cpu_sockets", "cpu_cores", "cpu_vendor", "host_memory_bytes"}},
       {"nccl", {"net_overhead_s", "channels", "channels_multi_node"}},
       {"fabric",
-       {"type", "rail_optimized", "oversubscription", "levels", "switch_radix",
-        "switch_latency_s"}},
+       {"type", "message_latency_s", "rail_optimized", "oversubscription", "levels",
+        "switch_radix", "switch_latency_s"}},
   };
   return s;
 }
@@ -203,15 +204,19 @@ GpuSpec read_gpu(const Reader& r, const YAML::Node& g) {
   field("nvlink_bw_bytes_per_s", positive(gpu.nvlink_bw_bytes_per_s, kMaxBandwidth));
   field("nvlinks", [&](const YAML::Node& v, const std::string& f) { gpu.nvlinks = r.integer(v, f, 1, 1024); });
   // Compute capability x10. NCCL's model here (models/perf/nccl_model.cpp) has the tables of
-  // Volta to Hopper; a later GPU would silently get Hopper's, so it is refused.
+  // Volta to Blackwell (100: B200, GB200); a later GPU (B300's 103, ...) would silently get
+  // Blackwell's, so it is refused.
   field("compute_capability", [&](const YAML::Node& v, const std::string& f) {
     gpu.compute_capability = r.integer(v, f, 70, 1000);
-    if (gpu.compute_capability > 90)
+    if (gpu.compute_capability > 100)
       r.fail(v, f,
              "not modelled yet: NCCL's tuning model has the tables of compute capability 70 to "
-             "90 (Blackwell's NVLink 5 bandwidths, LL caps and NVLS channels are not in "
-             "models/perf/nccl_model.cpp), got " + shown(v));
+             "100 (Volta to Blackwell, models/perf/nccl_model.cpp), got " + shown(v));
   });
+  // Optional (0: no FP4 tensor cores): the dense FP4 rate, recorded, not yet used by a
+  // scenario (docs/cluster.md).
+  const YAML::Node fp4 = r.value(g, "gpu", "peak_dense_fp4_flops", /*optional=*/true);
+  if (fp4.IsDefined()) gpu.peak_dense_fp4_flops = r.number(fp4, "gpu.peak_dense_fp4_flops", 0, false, kMaxFlops);
   return gpu;
 }
 
@@ -273,28 +278,58 @@ void read_node_host(const Reader& r, const YAML::Node& n, SystemSpec& s) {
   s.host_memory_bytes = r.number(v("host_memory_bytes"), "node.host_memory_bytes", 0, true, kMaxBytes);
 }
 
-void read_fabric(const Reader& r, const YAML::Node& f, SystemSpec& s) {
-  r.check_keys(f, "fabric");
+/// fabric.type and fabric.message_latency_s: InfiniBand (the latency optional, 0 by default:
+/// NCCL's tables are IB's) or RoCE (the latency required: its NIC and Ethernet-switch
+/// processing per message, which NCCL's tables leave out).
+void read_fabric_type(const Reader& r, const YAML::Node& f, SystemSpec& s) {
   const YAML::Node type = r.value(f, "fabric", "type");
   const std::string t = r.text(type, "fabric.type");
-  if (t == "roce")
-    r.fail(type, "fabric.type",
-           "not modelled yet: RoCE (its per-message latency and congestion control); the "
-           "fabric model is InfiniBand's, got " + shown(type));
-  if (t != "infiniband")
-    r.fail(type, "fabric.type", "expects 'infiniband' (or 'roce', not modelled yet), got " + shown(type));
-  const YAML::Node rail = r.value(f, "fabric", "rail_optimized");
-  if (!r.boolean(rail, "fabric.rail_optimized"))
-    r.fail(rail, "fabric.rail_optimized",
-           "not modelled yet: the fat tree is rail-optimized (NIC k of every node on rail k, "
-           "sim/platform.h), got " + shown(rail));
+  if (t != "infiniband" && t != "roce")
+    r.fail(type, "fabric.type", "expects 'infiniband' or 'roce', got " + shown(type));
+  s.fabric_roce = t == "roce";
+  const YAML::Node lat = r.value(f, "fabric", "message_latency_s", /*optional=*/true);
+  if (s.fabric_roce && !lat.IsDefined())
+    r.fail(f, "fabric.message_latency_s",
+           "missing: a RoCE fabric states its per-message latency (docs/cluster.md), with "
+           "fabric.type " + shown(type));
+  if (lat.IsDefined())
+    s.fabric_message_latency_s =
+        r.number(lat, "fabric.message_latency_s", 0, false, kMaxLatency_s);
+}
+
+/// fabric.oversubscription: one ratio (down:up ports) for every tier below the top, or a block
+/// list with one per tier, leaf first (levels - 1 entries), each in [1, 1024]
+/// (fat_tree_up_ports / fat_tree_down_ports split the radix).
+void read_oversubscription(const Reader& r, const YAML::Node& f, SystemSpec& s) {
   const YAML::Node over = r.value(f, "fabric", "oversubscription");
-  if (r.number(over, "fabric.oversubscription", 1, false, 1024) != 1)
-    r.fail(over, "fabric.oversubscription",
-           "not modelled yet: the fat tree has full bisection (half of every switch's ports up, "
-           "sim/platform.cpp), so only 1 is accepted, got " + shown(over));
+  const int tiers = s.fat_tree_levels - 1;
+  std::vector<std::pair<YAML::Node, double>> ratios;
+  if (over.IsSequence()) {
+    if (int(over.size()) != tiers)
+      r.fail(over, "fabric.oversubscription",
+             "a list needs one ratio per tier below the top (fabric.levels - 1 = " +
+                 std::to_string(tiers) + "), got " + std::to_string(over.size()));
+    for (std::size_t i = 0; i < over.size(); ++i)
+      ratios.emplace_back(over[i], r.number(over[i], "fabric.oversubscription", 1, false, 1024));
+  } else {
+    const double x = r.number(over, "fabric.oversubscription", 1, false, 1024);
+    for (int i = 0; i < tiers; ++i) ratios.emplace_back(over, x);
+  }
+  s.oversubscription.clear();
+  bool all_one = true;
+  for (const auto& [node, x] : ratios) s.oversubscription.push_back(x), all_one &= x == 1.0;
+  if (all_one) s.oversubscription.clear();  // full bisection everywhere: the default shape
+  // Every ratio in [1, 1024] leaves a radix-k (k >= 2) switch floor(k / 2) >= 1 ports down and
+  // k - floor(k R / (R + 1)) >= k / (R + 1) > 0, so >= 1, up.
+}
+
+void read_fabric(const Reader& r, const YAML::Node& f, SystemSpec& s) {
+  r.check_keys(f, "fabric");
+  read_fabric_type(r, f, s);
+  s.rail_optimized = r.boolean(r.value(f, "fabric", "rail_optimized"), "fabric.rail_optimized");
   s.fat_tree_levels = r.integer(r.value(f, "fabric", "levels"), "fabric.levels", 1, 8);
   s.switch_radix = r.integer(r.value(f, "fabric", "switch_radix"), "fabric.switch_radix", 2, 4096);
+  read_oversubscription(r, f, s);
   s.switch_latency_s = r.number(r.value(f, "fabric", "switch_latency_s"), "fabric.switch_latency_s",
                                 0, false, kMaxLatency_s);
 }

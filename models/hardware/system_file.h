@@ -18,9 +18,10 @@
 //
 // Strict: an unknown key (with a suggestion), a duplicate key, a wrong type, a value out of its
 // bound, an inconsistent node (an NVLink domain that does not divide the node's GPUs, NICs that
-// do not divide them) and a feature the platform does not model yet (RoCE, a fabric that is not
-// rail-optimized, oversubscription, NVLink domains across nodes) throw InputError naming the
-// file, the line, the field and the value. Nothing is accepted that the model would ignore.
+// do not divide them, a RoCE fabric without its message latency, an oversubscription that
+// leaves a switch no port up) and a feature the platform does not model yet (NVLink domains
+// across nodes or smaller than a node, compute capability above 100) throw InputError naming
+// the file, the line, the field and the value. Nothing is accepted that the model would ignore.
 #pragma once
 
 #include <string>

@@ -106,16 +106,16 @@ void check_derived_sizes(const Scenario& s, const Fail& fail) {
 template <typename Fail>
 void check_fabric_capacity(const Scenario& s, const SystemSpec& sys, const Fail& fail) {
   if (sys.switch_radix < 2 || sys.fat_tree_levels < 1 || sys.nics_per_node < 1) return;
-  const Wide k = sys.switch_radix, rails = sys.nics_per_node;
+  const Wide rails = sys.nics_per_node;
   Wide capacity = 1, m1 = 1;
   for (int l = 1; l <= sys.fat_tree_levels; ++l) {
-    capacity *= (l == sys.fat_tree_levels) ? k : k / 2;
+    capacity *= Wide(fat_tree_down_ports(sys, l));  // oversubscribed tiers included
     if (l == 1) m1 = capacity;
     if (capacity > (Wide(1) << 62)) return;  // more ports than any bounded cluster needs
   }
   auto needed = [&](Wide nodes) {
     const Wide node = nodes - 1, nic = rails - 1;
-    if (sys.fat_tree_levels == 1) return node * rails + nic + 1;
+    if (sys.fat_tree_levels == 1 || !sys.rail_optimized) return node * rails + nic + 1;
     return (node / m1) * (m1 * rails) + nic * m1 + node % m1 + 1;
   };
   if (needed(s.cluster.nodes) <= capacity) return;
@@ -501,10 +501,14 @@ void check_context_and_kernels(const Scenario& s, const Fail& fail) {
     fail(kv(key_of(&ParallelConfig::expert_tensor_parallel_size), etp) +
          ": expert tensor parallelism (its collectives inside the experts) is not modelled yet; "
          "set parallel.expert_tensor_parallel_size: 1");
-  if (p.fp8_recipe == Fp8Recipe::Mxfp8 && p.fp8 != Fp8Format::None)
-    fail(
-        "parallel.fp8_recipe (mxfp8) needs Blackwell tensor cores (MXFP8 block scaling); the "
-        "catalog's systems are A100 and H100");
+  // MXFP8 (E8M0 scales per 32-element block) runs in Blackwell's tensor cores only
+  // (Transformer Engine common/recipe: MXFP8BlockScaling needs compute capability >= 10.0).
+  if (p.fp8_recipe == Fp8Recipe::Mxfp8 && p.fp8 != Fp8Format::None &&
+      cluster_system(s.cluster).gpu.compute_capability < 100)
+    fail("parallel.fp8_recipe (mxfp8) on cluster.system '" + s.cluster.system +
+         "': MXFP8 block scaling needs Blackwell tensor cores (compute capability 100, e.g. "
+         "dgx-b200), its " + cluster_system(s.cluster).gpu.name + " has compute capability " +
+         std::to_string(cluster_system(s.cluster).gpu.compute_capability));
   if (cp > 1 && s.zero.stage > 0)
     fail(cps + " with deepspeed.zero_optimization.stage " + std::to_string(s.zero.stage) +
          ": context parallelism is Megatron-Core's; use its distributed optimizer instead");

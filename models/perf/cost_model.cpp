@@ -307,8 +307,10 @@ double CostModel::collective_latency_s(OpKind kind, std::int64_t group_size,
   if (group_size == 1 && kind != OpKind::SendRecv) return 0.0;  // NCCL returns at once
   // A ring that spans nodes pays the network step latency on every step (NCCL uses the NET
   // figure for the whole ring as soon as nNodes > 1).
-  const double step_s =
-      intra_node ? profile_.nccl_step_latency_intra_node_s : profile_.nccl_step_latency_inter_node_s;
+  // A RoCE fabric's per-message latency joins every inter-node step (0 on InfiniBand).
+  const double step_s = intra_node ? profile_.nccl_step_latency_intra_node_s
+                                   : profile_.nccl_step_latency_inter_node_s +
+                                         system_.fabric_message_latency_s;
   return profile_.nccl_launch_latency_s + steps * step_s;
 }
 
@@ -339,11 +341,16 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   g.simple_base_latency_s = profile_.nccl_launch_latency_s;
   g.simple_nvlink_step_s = profile_.nccl_step_latency_intra_node_s;
   g.simple_net_step_s = profile_.nccl_step_latency_inter_node_s;
-  // NVLS: NCCL's topology figures (src/graph/topo.h SM80/SM90_NVLINK_BW 20.0 / 20.6 GB/s per
-  // link; the NIC at its port speed / 8), on which NCCL's NVLS search runs.
+  g.net_latency_inter_s = system_.fabric_message_latency_s;  // RoCE; 0 on InfiniBand
+  // NVLS: NCCL's topology figures (src/graph/topo.h SM80/SM90/SM100_NVLINK_BW 20.0 / 20.6 /
+  // 40.1 GB/s per link (v2.29.7; SM100 came in v2.25 at 40.0): v2.18.5 gives Blackwell Hopper's
+  // figure; the NIC at its port speed / 8), on which NCCL's NVLS search runs.
   g.nvls = system_.nvlink_sharp;
-  g.topo_nvlink_bw_gbs =
-      system_.gpu.nvlinks * (system_.gpu.compute_capability >= 90 ? 20.6 : 20.0);
+  const int cc = system_.gpu.compute_capability;
+  const double per_link_gbs = cc >= 100 && nccl_version_ != NcclVersion::V2_18_5 ? 40.1
+                              : cc >= 90                                        ? 20.6
+                                                                                : 20.0;
+  g.topo_nvlink_bw_gbs = system_.gpu.nvlinks * per_link_gbs;
   g.topo_nic_bw_gbs = system_.nic_bw_bytes_per_s / 1e9;
   NcclChoice c = nccl_choose(g, bytes);
   // NVLS: chosen with NCCL's table, as NCCL chooses; run with the measured NVLS round in place

@@ -1,5 +1,9 @@
 // NCCL's tuning model, v2.18.5-1 and v2.29.7-1 (src/graph/tuning.cc). Every constant below
 // is those files', named as they name them; see nccl_model.h for what is and is not modelled.
+// Blackwell (compute capability 100, NVLink 5) is v2.29.7's: its tables' Blackwell rows
+// (tuning.cc, search.cc sm100SpeedArray*, topo.h SM100_NVLINK_BW, transport/nvls.cc
+// NVLS_NCHANNELS_SM100*); v2.18.5 predates Blackwell and, run on one, takes its Hopper rows
+// (its compCapIndex and speed-array choice stop at >= 90).
 #include "models/perf/nccl_model.h"
 
 #include <algorithm>
@@ -45,6 +49,8 @@ struct Release {
   bool nvls_v2_29;
   double sm90_speed_intra[11];  ///< GB/s per channel, 0-terminated when shorter
   double sm90_speed_inter[17];
+  /// The release has Blackwell rows (v2.29.7; v2.18.5 gives compute capability >= 90 Hopper's).
+  bool knows_sm100;
 };
 constexpr Release kReleases[] = {
     {"2.18.5",
@@ -52,21 +58,39 @@ constexpr Release kReleases[] = {
      {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {87.7, 22.5, 19.0}},
      1.0 / 4.0, 1.0 / 3.0, 0.7, true, 32, false,
      {60.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0},
-     {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12}},
+     {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12},
+     false},
     {"2.29.7",
      {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}},
      {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}},
      0.5, 0.5, 0.92, false, 64, true,
      {60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0},
      {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24,
-      0.12}},
+      0.12},
+     true},
 };
+
+// Blackwell's rows of v2.29.7-1 (only that release has them):
+//   search.cc sm100SpeedArrayIntra / sm100SpeedArrayInter, GB/s per channel;
+constexpr double kSm100SpeedIntra[] = {90.0, 80.0, 70.0, 60.0, 50.0, 45.0,
+                                       40.0, 30.0, 24.0, 20.0, 19.0, 18.0};
+constexpr double kSm100SpeedInter[] = {96.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0,
+                                       17.5, 15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+//   tuning.cc llMaxBws[Blackwell] (one node; across nodes the row is the CPU vendor's):
+//   2 x Hopper's 141.0 GB/s;
+constexpr double kSm100LlMaxBwOneNodeGbs = 2 * 141.0;
+//   tuning.cc nvlsEfficiency[Blackwell] (Hopper 0.85) and perChMaxNVLSTreeBws[Blackwell]
+//   {N1 0.0, N2 96.0, N4 43.8} (Hopper {0.0, 57.7, 45.5}).
+constexpr double kNvlsEfficiencySm90 = 0.85, kNvlsEfficiencySm100 = 0.74;
+constexpr double kPerChMaxNvlsTreeSm90[2] = {57.7, 45.5}, kPerChMaxNvlsTreeSm100[2] = {96.0, 43.8};
 static_assert(sizeof(kReleases) / sizeof(kReleases[0]) ==
                   sizeof(kNcclVersions) / sizeof(kNcclVersions[0]),
               "one Release per NcclVersion");
 
 const Release& release(NcclVersion v) { return kReleases[static_cast<int>(v)]; }
 const Release& release(const NcclGroup& g) { return release(g.version); }
+/// The group runs Blackwell's rows: compute capability >= 100 under a release that has them.
+bool sm100(const NcclGroup& g) { return g.compute_capability >= 100 && release(g).knows_sm100; }
 
 // hwLat / hwLatencies [NVLINK] and [NET], [Tree, Ring][LL, LL128, Simple], us per step (the
 // same in both releases).
@@ -93,7 +117,9 @@ double nvlink_step_s(const NcclGroup& g, int a, int p) {
   return table_latency_s(a, p, g.simple_nvlink_step_s, kNvlinkLat);
 }
 double net_step_s(const NcclGroup& g, int a, int p) {
-  return table_latency_s(a, p, g.simple_net_step_s, kNetLat);
+  // interLat += graphs[a]->latencyInter, again for Simple ("Also add the flush extra latency").
+  const double inter = g.net_latency_inter_s * (p == kSimple ? 2 : 1);
+  return table_latency_s(a, p, g.simple_net_step_s, kNetLat) + inter;
 }
 double base_s(const NcclGroup& g, int a, int p) {
   return table_latency_s(a, p, g.simple_base_latency_s, release(g).base_lat_us);
@@ -132,7 +158,8 @@ double bus_bw_gbs(const NcclGroup& g, int a, int p) {
   const int index1 = g.nodes == 1 ? cc : (g.amd_cpu ? 1 : 0);
   const int index2 = g.nodes <= 2 ? int(g.nodes) - 1 : 2;
   const Release& r = release(g);
-  const double ll_max = r.ll_max_bw_gbs[index1][index2];
+  const double ll_max = g.nodes == 1 && sm100(g) ? kSm100LlMaxBwOneNodeGbs
+                                                 : r.ll_max_bw_gbs[index1][index2];
   if (a == kRing) {
     if (p == kLL) {
       const bool quarter = g.nodes > 1 || g.kind == OpKind::AllReduce;
@@ -149,9 +176,17 @@ double bus_bw_gbs(const NcclGroup& g, int a, int p) {
   return bus;
 }
 
-/// NVLS's channels per CTA count on SM90 (src/transport/nvls.cc NVLS_NCHANNELS_SM90, both
-/// releases): the CTAs an NVLS kernel runs.
-constexpr int kNvlsChannelsSm90 = 16;
+/// NVLS's channels (CTAs an NVLS kernel runs; src/transport/nvls.cc ncclNvlsInit):
+/// NVLS_NCHANNELS_SM90 16 (both releases); on Blackwell (v2.29.7) NVLS_NCHANNELS_SM100_NVL 24
+/// inside one node, NVLS_NCHANNELS_SM100 32 for a communicator spanning nodes.
+constexpr int kNvlsChannelsSm90 = 16, kNvlsChannelsSm100Nvl = 24, kNvlsChannelsSm100 = 32;
+int nvls_channels(NcclVersion v, int compute_capability, bool multi_node) {
+  if (compute_capability < 100 || !release(v).knows_sm100) return kNvlsChannelsSm90;
+  return multi_node ? kNvlsChannelsSm100 : kNvlsChannelsSm100Nvl;
+}
+int nvls_channels(const NcclGroup& g) {
+  return nvls_channels(g.version, g.compute_capability, g.nodes > 1);
+}
 
 /// NCCL's predicted time of NVLS (tree = false) or NVLS-Tree for the group; negative where
 /// NCCL would not run it. `lat_s` and `bus_gbs` receive the latency and the bus bandwidth.
@@ -171,14 +206,16 @@ double nvls_time_s(const NcclGroup& g, bool tree, double bytes, double* lat_s, d
   const double ppn = n / nodes;
   double bus = 0, alg = 0, lat_us = 0;
   if (r.nvls_v2_29) {
-    // nvlsEfficiency[Hopper] 0.85, one channel of nChannels lost; all-reduce pipelines its
-    // reduce and its broadcast (x2), the others move (ppn - 1) / ppn.
-    double intra = graph.bw_intra_gbs * 0.85 * (nch - 1) / nch;
+    // nvlsEfficiency (Hopper 0.85, Blackwell 0.74), one channel of nChannels lost; all-reduce
+    // pipelines its reduce and its broadcast (x2), the others move (ppn - 1) / ppn.
+    const double efficiency = sm100(g) ? kNvlsEfficiencySm100 : kNvlsEfficiencySm90;
+    double intra = graph.bw_intra_gbs * efficiency * (nch - 1) / nch;
     intra *= all_reduce ? 2.0 : (ppn - 1) / ppn;
     double bw = intra;
     if (tree) {
       const double inter = graph.bw_inter_gbs * (g.nodes <= 2 ? 2.0 : 1.0);
-      const double per_ch_max = g.nodes <= 2 ? 57.7 : 45.5;  // perChMaxNVLSTreeBws[Hopper]
+      const double* per_ch = sm100(g) ? kPerChMaxNvlsTreeSm100 : kPerChMaxNvlsTreeSm90;
+      const double per_ch_max = per_ch[g.nodes <= 2 ? 0 : 1];  // perChMaxNVLSTreeBws
       bw = std::min({intra, inter, per_ch_max});
     }
     bus = nch * bw;
@@ -187,11 +224,13 @@ double nvls_time_s(const NcclGroup& g, bool tree, double bytes, double* lat_s, d
     alg = all_reduce ? bus * n / (2 * (n - 1)) : bus;
     // hwLatencies: NVLS 25 us on NVLink; NVLS-Tree + 2 log2(nodes) x 20.9 us on the network
     // (graphs' latencyInter 0 on IB); baseLatencies 0.
-    lat_us = 25.0 + (tree ? 2 * log2i(nodes) * 20.9 : 0.0);
+    // latencyInter (twice: Simple) joins each network step, as for the other algorithms.
+    const double inter_us = 20.9 + 2 * g.net_latency_inter_s / kUs;
+    lat_us = 25.0 + (tree ? 2 * log2i(nodes) * inter_us : 0.0);
   } else {
     bus = nch * (tree && g.nodes > 2 ? graph.bw_inter_gbs : graph.bw_intra_gbs);
     alg = tree ? bus * .70 * nodes / (2 * (nodes - 1)) : bus * 5.0 / 6.0;
-    lat_us = 23.0 + (tree ? 2 * (nodes - 1) * 19.0 : 0.0);
+    lat_us = 23.0 + (tree ? 2 * (nodes - 1) * (19.0 + 2 * g.net_latency_inter_s / kUs) : 0.0);
   }
   if (lat_s) *lat_s = lat_us * kUs;
   // Reported as nccl-tests' bus bandwidth of that algorithm bandwidth, so that the simulated
@@ -207,10 +246,11 @@ double nccl_nvls_table_latency_s(NcclVersion v) {
   return (release(v).nvls_v2_29 ? 25.0 : 23.0) * kUs;
 }
 
-std::int64_t nccl_nvls_buffer_bytes(NcclVersion v, std::int64_t local_ranks) {
+std::int64_t nccl_nvls_buffer_bytes(NcclVersion v, std::int64_t local_ranks,
+                                    int compute_capability, bool multi_node) {
   const std::int64_t buff = release(v).nvls_v2_29 ? std::int64_t(128 * 1024) * 8
                                                   : (std::int64_t(4) << 20) + (std::int64_t(2) << 20);
-  return kNvlsChannelsSm90 * 2 * buff * local_ranks;
+  return nvls_channels(v, compute_capability, multi_node) * 2 * buff * local_ranks;
 }
 
 NvlsGraph nvls_graph(const NcclGroup& g) {
@@ -224,9 +264,18 @@ NvlsGraph nvls_graph(const NcclGroup& g) {
   // carries 2 x bw for its own channel and bw for each other (ncclTopoSearchTryNvls), (ppn +
   // 1) x bw in all, both directions. The search runs the intra-node speed array on one node,
   // the inter-node one across nodes (the NICs are trimmed from a single-node system).
-  const double* speeds = g.nodes == 1 ? r.sm90_speed_intra : r.sm90_speed_inter;
-  const int count = int(g.nodes == 1 ? std::size(r.sm90_speed_intra) : std::size(r.sm90_speed_inter));
+  // Blackwell (v2.29.7): the sm100 arrays.
+  const bool b = sm100(g);
+  const double* speeds = g.nodes == 1 ? (b ? kSm100SpeedIntra : r.sm90_speed_intra)
+                                      : (b ? kSm100SpeedInter : r.sm90_speed_inter);
+  const int count = int(g.nodes == 1 ? (b ? std::size(kSm100SpeedIntra) : std::size(r.sm90_speed_intra))
+                                     : (b ? std::size(kSm100SpeedInter) : std::size(r.sm90_speed_inter)));
+  // Across nodes each channel's head also sends on its NIC (ncclTopoSearchTryNvls follows the
+  // NET path too), so the speed must fit the NIC as well: no H100 speed NVLink allows (40)
+  // exceeds an NDR NIC's 50, Blackwell's 80 does.
+  const bool nic_bound = g.nodes > 1 && g.topo_nic_bw_gbs > 0;
   for (int i = 0; i < count && speeds[i] > 0; ++i) {
+    if (nic_bound && speeds[i] > g.topo_nic_bw_gbs + 1e-9) continue;
     if (double(ppn + 1) * speeds[i] <= g.topo_nvlink_bw_gbs + 1e-9) {
       out.bw_intra_gbs = out.bw_inter_gbs = speeds[i];
       out.channels = int(ppn);
@@ -251,7 +300,7 @@ NvlsLoop nvls_all_reduce_loop(const NcclGroup& g, bool tree, double bytes) {
   const NvlsGraph graph = nvls_graph(g);
   if (graph.channels == 0 || !(bytes > 0)) return out;
   out.heads = graph.channels;
-  out.channels = kNvlsChannelsSm90;
+  out.channels = nvls_channels(g);
   const bool v2_29 = release(g).nvls_v2_29;
   constexpr double KiB = 1024;
   const double ops = double(out.channels) * double(out.heads);  // concurrentOps
@@ -362,7 +411,7 @@ NcclChoice nccl_choose(const NcclGroup& g, double bytes) {
     }
   }
   if (is_nvls(best.algo)) {
-    best.channels = kNvlsChannelsSm90;  // enqueue.cc: nc = comm->nvlsChannels
+    best.channels = nvls_channels(g);  // enqueue.cc: nc = comm->nvlsChannels
     best.nvls_nvlink_bytes = nccl_traffic(best, g.kind, bytes, g.ranks, g.nodes).nvlink_bytes;
   } else if (g.channels > 0) {
     // enqueue.cc: while (nBytes < nc * nt * threadThreshold) nc-- (down to 1).

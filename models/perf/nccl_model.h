@@ -20,6 +20,13 @@
 // and 2 x (nodes - 1)); NVLS's bandwidth formulas and latencies (nvls_time_s in
 // nccl_model.cpp), and NVLS for all-gather / reduce-scatter (v2.29.7 only).
 //
+// Blackwell (compute capability 100, NVLink 5 / fifth-generation NVSwitch, DGX B200) under
+// v2.29.7 takes that release's Blackwell rows: llMaxBws on one node 2 x 141 GB/s, NVLS at
+// nvlsEfficiency 0.74 (Hopper 0.85) over the sm100 speed arrays (intra 90, 80, 70 ... GB/s
+// per channel) and SM100_NVLINK_BW 40.1 GB/s per link, perChMaxNVLSTreeBws 96 / 43.8 GB/s,
+// and 24 NVLS channels in one node, 32 across nodes. Its latency tables are Hopper's (one
+// table for every generation).
+//
 // Modelled: algorithms Ring (every collective), Tree (all-reduce across nodes), and on an
 // NVSwitch with NVLink SHARP multicast (DGX H100) NVLS (inside one node: all-reduce, and in
 // v2.29.7 also all-gather / reduce-scatter) and NVLS-Tree (all-reduce across nodes); protocols
@@ -75,6 +82,11 @@ struct NcclGroup {
   /// NCCL's network post overhead (getNetOverhead: 1 us on Intel hosts, 2 us on AMD), the
   /// floor of every intra-node step of a ring that spans nodes (x3 for Simple).
   double net_overhead_s = 0;
+  /// NCCL's graphs[]->latencyInter: a per-message latency of the network added to every
+  /// network step's table latency (tuning.cc interLat; twice for Simple, "the flush extra
+  /// latency"). 0 on InfiniBand; a RoCE fabric's message latency
+  /// (SystemSpec::fabric_message_latency_s).
+  double net_latency_inter_s = 0;
   /// The communicator's channels (SystemSpec::nccl_channels); 0: not known.
   int channels = 0;
   /// NVLS is available: an NVSwitch with NVLink SHARP multicast (NCCL's
@@ -82,7 +94,8 @@ struct NcclGroup {
   /// >= 90, and NCCL_NVLS_ENABLE not 0 (scenario key `nccl_nvls_enable`).
   bool nvls = false;
   /// The GPU's NVLink bandwidth to the NVSwitch in NCCL's topology, GB/s per direction: links x
-  /// SM90_NVLINK_BW 20.6 (src/graph/topo.h), 370.8 on H100; and the NIC's (port speed / 8:
+  /// SM90_NVLINK_BW 20.6 (src/graph/topo.h), 370.8 on H100; x SM100_NVLINK_BW 40.1 on
+  /// Blackwell (v2.29.7), 721.8 on B200; and the NIC's (port speed / 8:
   /// 50 for NDR 400 Gb/s). NVLS's search works on these nominal figures, as NCCL's does.
   double topo_nvlink_bw_gbs = 0;
   double topo_nic_bw_gbs = 0;
@@ -101,11 +114,13 @@ NvlsGraph nvls_graph(const NcclGroup& g);
 /// 23 us, v2.29.7 hwLatencies[NVLINK][NVLS] 25 us.
 double nccl_nvls_table_latency_s(NcclVersion v);
 /// GPU memory NCCL allocates for NVLS on a communicator with `local_ranks` GPUs in the node
-/// (src/transport/nvls.cc): nvlsTotalSize = nChannels x 2 x buffSize x nHeads, with the 16
-/// NVLS channels of SM90 and one head per local GPU. buffSize: v2.29.7 nvlsChunkSize 128 KiB x
-/// NCCL_STEPS 8 (ncclNvlsBufferSetup); v2.18.5 the Simple protocol buffer 4 MiB +
+/// (src/transport/nvls.cc): nvlsTotalSize = nChannels x 2 x buffSize x nHeads, with the NVLS
+/// channels of the GPU (SM90: 16; Blackwell under v2.29.7: 24 inside one node, 32 for a
+/// communicator spanning nodes) and one head per local GPU. buffSize: v2.29.7 nvlsChunkSize
+/// 128 KiB x NCCL_STEPS 8 (ncclNvlsBufferSetup); v2.18.5 the Simple protocol buffer 4 MiB +
 /// NVLS_MEM_ALIGN_SIZE 2 MiB (ncclNvlsSetup).
-std::int64_t nccl_nvls_buffer_bytes(NcclVersion v, std::int64_t local_ranks);
+std::int64_t nccl_nvls_buffer_bytes(NcclVersion v, std::int64_t local_ranks,
+                                    int compute_capability = 90, bool multi_node = false);
 
 /// The loop an NVLS or NVLS-Tree all-reduce runs (src/device/all_reduce.h, RunWorkColl for
 /// NCCL_ALGO_NVLS / NCCL_ALGO_NVLS_TREE): each of the NVLS channels takes `heads` chunks of the

@@ -80,6 +80,20 @@ TEST(ClusterFileCli, HalfTheNicsSlowTheDataParallelAllReduce) {
   EXPECT_GT(t4, t8);
 }
 
+// The example user file (systems/examples/h100-roce-llama3.yaml: H100 nodes on 400 Gb/s RoCE,
+// not rail-optimized, 1:7 at the aggregation tier) simulates under its own name. (Its time is
+// not ordered against InfiniBand's: the added message latency can change NCCL's choice of
+// algorithm, which NCCL makes on its model, not on the simulated time.)
+TEST(ClusterFileCli, ExampleRoceClusterSimulates) {
+  trainsim::test_support::ScratchDir dir("cluster_file_roce");
+  const fs::path roce = trainsim::test_support::source_path("systems/examples/h100-roce-llama3.yaml");
+  ASSERT_EQ(simulate_on_file(roce, dir.path() / "roce.json", dir.path() / "roce.log"), 0)
+      << slurp(dir.path() / "roce.log");
+  const std::string json = slurp(dir.path() / "roce.json");
+  EXPECT_EQ(json_value(json, "system"), "\"h100-roce-llama3\"");
+  EXPECT_GT(std::stod(json_value(json, "iteration_time_s")), 0.0);
+}
+
 struct BadFile {
   const char* what;
   std::vector<std::pair<std::string, std::string>> edits;

@@ -22,7 +22,7 @@ constexpr double TiB = 1024 * GiB;
 TEST(Hardware, CatalogNames) {
   auto names = trainsim::system_names();
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "local"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"dgx-a100-40gb", "dgx-a100-80gb", "dgx-b200", "dgx-h100", "dgx-h200", "local"}));
   for (const auto& n : names) EXPECT_EQ(find_system(n).name, n);
 }
 
@@ -77,11 +77,11 @@ TEST(Hardware, DgxH100) {
 
 TEST(Hardware, UnknownSystemListsKnownNames) {
   try {
-    find_system("dgx-b200");
+    find_system("dgx-b300");
     FAIL() << "no error";
   } catch (const InputError& e) {
     const std::string msg = e.what();
-    for (const char* part : {"dgx-b200", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100"})
+    for (const char* part : {"dgx-b300", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-b200", "dgx-h100"})
       EXPECT_NE(msg.find(part), std::string::npos) << part << " not in: " << msg;
   }
 }

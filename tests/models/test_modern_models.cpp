@@ -888,7 +888,7 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
        "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
        "parallel.expert_tensor_parallel_size (2): expert tensor parallelism"},
       {base, "fp8: e4m3, fp8_recipe: mxfp8, precision: bf16, micro_batch_size: 1, "
-       "global_batch_size: 8", "dgx-h100", "parallel.fp8_recipe (mxfp8) needs Blackwell"},
+       "global_batch_size: 8", "dgx-h100", "MXFP8 block scaling needs Blackwell"},
       {base, "grad_reduce_in_fp32: sometimes, micro_batch_size: 1, global_batch_size: 8",
        "dgx-h100", "parallel.grad_reduce_in_fp32"},
       {base, "grad_reduce_in_fp32: true, use_megatron_fsdp: true, precision: bf16, "

@@ -552,5 +552,83 @@ TEST(NcclModel, CostModelAddsTheNvlsFillToTheRunsLatencyNotToNcclsChoice) {
   EXPECT_NEAR(c.time_s, (25 + 2 * 20.9) * kUs + bytes / alg, 1e-9);
 }
 
+// Blackwell (DGX B200) under v2.29.7: the release's Blackwell rows, in closed form.
+NcclGroup b200(OpKind kind, std::int64_t ranks, std::int64_t nodes,
+               NcclVersion v = NcclVersion::V2_29_7) {
+  NcclGroup g = h100(kind, ranks, nodes, v);
+  g.compute_capability = 100;
+  g.bus_bw_bytes_per_s = 738e9;
+  g.topo_nvlink_bw_gbs = 18 * 40.1;  // topo.h SM100_NVLINK_BW
+  return g;
+}
+
+TEST(NcclModel, BlackwellNvlsGraphUsesTheSm100Speeds) {
+  // One node: (8 + 1) x speed <= 721.8: 90 (810) does not fit, 80 (720) does.
+  NvlsGraph g8 = nvls_graph(b200(OpKind::AllReduce, 8, 1));
+  EXPECT_EQ(g8.channels, 8);
+  EXPECT_DOUBLE_EQ(g8.bw_intra_gbs, 80.0);
+  // Two nodes: the inter array 96, 80, 48, ...: 96 and 80 exceed the 50 GB/s NIC, 48 fits both.
+  NvlsGraph m = nvls_graph(b200(OpKind::AllReduce, 16, 2));
+  EXPECT_EQ(m.channels, 8);
+  EXPECT_DOUBLE_EQ(m.bw_intra_gbs, 48.0);
+  EXPECT_DOUBLE_EQ(m.bw_inter_gbs, 48.0);
+  // v2.18.5 predates Blackwell: Hopper's intra array (60 x 9 = 540 <= 721.8).
+  EXPECT_DOUBLE_EQ(nvls_graph(b200(OpKind::AllReduce, 8, 1, NcclVersion::V2_18_5)).bw_intra_gbs,
+                   60.0);
+}
+
+TEST(NcclModel, BlackwellNvlsAllReduceRateLatencyAndChannels) {
+  const NcclGroup g = b200(OpKind::AllReduce, 8, 1);
+  double lat = 0, bus = 0;
+  const double bytes = double(1 << 30);
+  const double t = nccl_predicted_time_s(g, NcclAlgo::Nvls, NcclProto::Simple, bytes, &lat, &bus);
+  // tuning.cc: 8 channels x 80 x nvlsEfficiency[Blackwell] 0.74 x 7/8 x 2 = 828.8 GB/s bus;
+  // algorithm bandwidth x 8 / 14; hwLatencies NVLINK NVLS 25 us.
+  const double bus_gbs = 8 * 80 * 0.74 * 7.0 / 8.0 * 2;
+  EXPECT_NEAR(bus, bus_gbs * 1e9, 1e-3);
+  EXPECT_NEAR(lat, 25 * kUs, 1e-15);
+  EXPECT_NEAR(t, 25 * kUs + bytes / (bus_gbs * 8.0 / 14.0 * 1e9), 1e-12);
+  // nvls.cc: NVLS_NCHANNELS_SM100_NVL 24 in one node, NVLS_NCHANNELS_SM100 32 across nodes,
+  // SM90's 16 under v2.18.5.
+  EXPECT_EQ(nccl_choose(g, bytes).channels, 24);
+  EXPECT_EQ(nvls_all_reduce_loop(b200(OpKind::AllReduce, 16, 2), true, bytes).channels, 32);
+  EXPECT_EQ(nvls_all_reduce_loop(b200(OpKind::AllReduce, 8, 1, NcclVersion::V2_18_5), false, bytes)
+                .channels,
+            16);
+  // Buffers: 24 channels x 2 x 128 KiB x 8 steps x 8 heads.
+  EXPECT_EQ(nccl_nvls_buffer_bytes(NcclVersion::V2_29_7, 8, 100, false),
+            std::int64_t(24) * 2 * 128 * 1024 * 8 * 8);
+}
+
+TEST(NcclModel, BlackwellNvlsTreeAndLlCaps) {
+  // Two nodes: min(48 x 0.74 x 7/8 x 2, 48 x 2, perChMaxNVLSTreeBws[Blackwell][N2] 96) = 62.16
+  // per channel, 8 channels.
+  double bus = 0;
+  nccl_predicted_time_s(b200(OpKind::AllReduce, 16, 2), NcclAlgo::NvlsTree, NcclProto::Simple,
+                        double(1 << 30), nullptr, &bus);
+  const double per_ch = 48 * 0.74 * 7.0 / 8.0 * 2;
+  // Reported as nccl-tests' bus bandwidth: alg = bus x 16 / 30, x 30 / 16 again.
+  EXPECT_NEAR(bus, 8 * per_ch * 1e9, 1e-3);
+  // Ring LL on one node: min(llMaxBws[Blackwell][N1] 2 x 141, bus x 0.5) = 282 with a 738 bus.
+  nccl_predicted_time_s(b200(OpKind::AllGather, 8, 1), NcclAlgo::Ring, NcclProto::LL,
+                        double(1 << 20), nullptr, &bus);
+  EXPECT_NEAR(bus, 282e9, 1e-3);
+}
+
+TEST(NcclModel, NetworkMessageLatencyJoinsEveryNetworkStep) {
+  // latencyInter (a RoCE fabric's message latency) joins each inter-node step: twice for
+  // Simple. A 2-node ring all-reduce of 16 ranks has 2 (2 - 1) = 2 network steps.
+  NcclGroup g = h100(OpKind::AllReduce, 16, 2);
+  double lat0 = 0, lat1 = 0;
+  nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::Simple, 0, &lat0);
+  g.net_latency_inter_s = 1 * kUs;
+  nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::Simple, 0, &lat1);
+  EXPECT_NEAR(lat1 - lat0, 2 * 2 * kUs, 1e-12);
+  nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::LL, 0, &lat1);
+  g.net_latency_inter_s = 0;
+  nccl_predicted_time_s(g, NcclAlgo::Ring, NcclProto::LL, 0, &lat0);
+  EXPECT_NEAR(lat1 - lat0, 2 * 1 * kUs, 1e-12);
+}
+
 }  // namespace
 }  // namespace trainsim

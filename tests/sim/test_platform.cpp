@@ -96,6 +96,48 @@ TEST(PlatformModel, FatTreeLevelsAndDModK) {
   EXPECT_EQ(uplink(0, 25 * 8), uplink(8, 25 * 8));  // nodes 0 and 1 share the rail-0 leaf
 }
 
+// Not rail-optimized (docs/cluster.md): a node's 8 NICs are consecutive ports of one leaf, so
+// a radix-40 leaf (20 ports down) holds the NICs of nodes 0-1 and half of node 2: GPU 0 of node
+// 1 is a leaf hop from GPU 0 of node 0 (as on rails), GPU 0 of node 3 (ports 24-31, leaf 1)
+// crosses the spine although a rail leaf would hold both.
+TEST(PlatformModel, NotRailOptimizedNodesShareLeavesAndSameRailCrossesTheSpine) {
+  Fixture f;
+  SystemSpec flat = f.system;
+  flat.rail_optimized = false;
+  PlatformModel rails(f.system, 4, 8, f.cost);
+  PlatformModel p(flat, 4, 8, f.cost);
+  EXPECT_EQ(p.fabric_endpoint(1, 0), 8u);
+  EXPECT_EQ(p.fabric_endpoint(3, 0), 24u);
+  EXPECT_EQ(p.route(Endpoint::gpu(0), Endpoint::gpu(8)).hops.size(), 6u);
+  EXPECT_EQ(p.route(Endpoint::gpu(0), Endpoint::gpu(24)).hops.size(), 8u);   // spine
+  EXPECT_EQ(rails.route(Endpoint::gpu(0), Endpoint::gpu(24)).hops.size(), 6u);  // rail leaf
+  // Cross-rail inside one leaf: GPU 0 -> GPU 3 of node 1 stays on the leaf (rails: spine).
+  EXPECT_EQ(p.route(Endpoint::gpu(0), Endpoint::gpu(8 + 3)).hops.size(), 6u);
+  EXPECT_EQ(rails.route(Endpoint::gpu(0), Endpoint::gpu(8 + 3)).hops.size(), 8u);
+}
+
+// An oversubscribed leaf tier (down:up = 3): a radix-40 leaf gives floor(40 x 3 / 4) = 30
+// ports to NICs and 10 to spines, so 30 nodes share a rail leaf and D-mod-k folds the 30
+// destinations of another leaf onto its 10 uplinks.
+TEST(PlatformModel, OversubscribedLeafHasMoreNicsAndFewerUplinks) {
+  Fixture f;
+  SystemSpec over = f.system;
+  over.oversubscription = {3.0, 1.0};
+  EXPECT_EQ(fat_tree_down_ports(over, 1), 30);
+  EXPECT_EQ(fat_tree_up_ports(over, 1), 10);
+  EXPECT_EQ(fat_tree_down_ports(over, 2), 20);  // spine tier at full bisection
+  EXPECT_EQ(fat_tree_down_ports(over, 3), 40);  // top level: every port down
+  PlatformModel p(over, 90, 8, f.cost);
+  EXPECT_EQ(p.route(Endpoint::gpu(0), Endpoint::gpu(29 * 8)).hops.size(), 6u);  // same leaf
+  std::set<std::string> ups;
+  for (std::uint32_t k = 0; k < 30; ++k) {
+    const Route& r = p.route(Endpoint::gpu(0), Endpoint::gpu((30 + k) * 8));
+    ASSERT_EQ(r.hops.size(), 8u);
+    ups.insert(p.links()[r.hops[3].link].name);
+  }
+  EXPECT_EQ(ups.size(), 10u);
+}
+
 TEST(PlatformModel, ClusterTooLargeForTheFatTreeIsAnInputError) {
   Fixture f;
   SystemSpec small = f.system;

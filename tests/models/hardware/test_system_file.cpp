@@ -221,17 +221,65 @@ TEST(SystemFile, FeaturesNotModelledYetAreRefused) {
                "72", "not modelled yet");
   expect_error(h100_with("nvlink_domain_gpus", "nvlink_domain_gpus: 4"), "node.nvlink_domain_gpus",
                "4", "not modelled yet");
-  expect_error(h100_with("type", "type: roce"), "fabric.type", "roce", "not modelled yet");
-  expect_error(h100_with("rail_optimized", "rail_optimized: false"), "fabric.rail_optimized",
-               "false", "not modelled yet");
-  expect_error(h100_with("oversubscription", "oversubscription: 2"), "fabric.oversubscription",
-               "2", "not modelled yet");
   expect_error(h100_with("nics", "nics: 16"), "node.nics", "16", "must divide");
-  // Blackwell: NCCL's model has no compute capability 100 tables yet.
-  expect_error(h100_with("compute_capability", "compute_capability: 100"), "gpu.compute_capability",
-               "100", "not modelled yet");
+  // Blackwell (100) has NCCL's tables; a later compute capability (B300: 103) does not.
+  expect_error(h100_with("compute_capability", "compute_capability: 103"), "gpu.compute_capability",
+               "103", "not modelled yet");
   expect_error(h100_with("compute_capability", "compute_capability: 80"), "node.nvlink_sharp",
                "true", "compute_capability >= 90");
+}
+
+// RoCE needs its per-message latency; InfiniBand may state one (default 0).
+TEST(SystemFile, RoceStatesItsMessageLatency) {
+  expect_error(h100_with("type", "type: roce"), "fabric.message_latency_s", "roce", "missing");
+  expect_error(h100_with("type", "type: ethernet"), "fabric.type", "ethernet", "'roce'");
+  expect_error(h100_with("type", "type: roce\n  message_latency_s: -1e-6"),
+               "fabric.message_latency_s", "-1e-6", ">= 0");
+  const SystemSpec roce =
+      parse_system_file(h100_with("type", "type: roce\n  message_latency_s: 2.5e-6"), "x.yaml");
+  EXPECT_TRUE(roce.fabric_roce);
+  EXPECT_EQ(roce.fabric_message_latency_s, 2.5e-6);
+  const SystemSpec ib = find_system("dgx-h100");
+  EXPECT_FALSE(ib.fabric_roce);
+  EXPECT_EQ(ib.fabric_message_latency_s, 0.0);
+}
+
+// Oversubscription: one ratio for every tier below the top, or a block list, leaf first.
+TEST(SystemFile, OversubscriptionPerTierAndNotRailOptimized) {
+  const SystemSpec all2 = parse_system_file(h100_with("oversubscription", "oversubscription: 2"), "x.yaml");
+  EXPECT_EQ(all2.oversubscription, (std::vector<double>{2, 2}));  // 3 levels: 2 tiers
+  // Radix 64, 2:1: floor(64 x 2 / 3) = 42 ports down, 22 up.
+  EXPECT_EQ(trainsim::fat_tree_down_ports(all2, 1), 42);
+  EXPECT_EQ(trainsim::fat_tree_up_ports(all2, 1), 22);
+  const SystemSpec tiers = parse_system_file(
+      h100_with("oversubscription", "oversubscription:\n    - 1\n    - 7"), "x.yaml");
+  EXPECT_EQ(tiers.oversubscription, (std::vector<double>{1, 7}));
+  EXPECT_EQ(trainsim::fat_tree_down_ports(tiers, 1), 32);  // leaf: full bisection
+  EXPECT_EQ(trainsim::fat_tree_down_ports(tiers, 2), 56);  // floor(64 x 7 / 8)
+  EXPECT_EQ(trainsim::fat_tree_up_ports(tiers, 2), 8);
+  const std::string one = error_of(h100_with("oversubscription", "oversubscription:\n    - 2"));
+  EXPECT_NE(one.find("my_cluster.yaml:"), std::string::npos) << one;
+  EXPECT_NE(one.find("fabric.oversubscription: a list needs one ratio per tier"), std::string::npos)
+      << one;
+  EXPECT_NE(one.find("(fabric.levels - 1 = 2), got 1"), std::string::npos) << one;
+  expect_error(h100_with("oversubscription", "oversubscription: 0.5"), "fabric.oversubscription",
+               "0.5", ">= 1");
+  EXPECT_TRUE(find_system("dgx-h100").oversubscription.empty());  // full bisection
+  const SystemSpec flat =
+      parse_system_file(h100_with("rail_optimized", "rail_optimized: false"), "x.yaml");
+  EXPECT_FALSE(flat.rail_optimized);
+  EXPECT_TRUE(find_system("dgx-h100").rail_optimized);
+}
+
+// The example of systems/examples/: H100 nodes on 400 Gb/s RoCE, the fat tree of Llama 3's
+// cluster (full bisection inside a pod, 1:7 at the aggregation layer).
+TEST(SystemFile, ExampleRoceClusterLoads) {
+  const SystemSpec s = trainsim::load_system_file(source_path("systems/examples/h100-roce-llama3.yaml"));
+  EXPECT_TRUE(s.fabric_roce);
+  EXPECT_GT(s.fabric_message_latency_s, 0.0);
+  EXPECT_EQ(s.oversubscription, (std::vector<double>{1, 7}));
+  EXPECT_EQ(s.gpu.name, "H100-SXM5-80GB");
+  EXPECT_EQ(s.nic_bw_bytes_per_s, 400e9 / 8);
 }
 
 TEST(SystemFile, MissingFileAndBadYaml) {
