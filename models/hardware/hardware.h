@@ -42,7 +42,7 @@ struct SystemSpec {
   std::string name;                   ///< catalog key, e.g. "dgx-a100-80gb"
   GpuSpec gpu;
   int gpus_per_node = 8;
-  int nics_per_node = 8;              ///< compute NICs, one per GPU, rail-optimized
+  int nics_per_node = 8;              ///< compute NICs; consecutive GPUs share one when fewer
   double nic_bw_bytes_per_s = 0;      ///< per NIC, per direction (200 Gb/s HDR = 25 GB/s)
   int gpus_per_pcie_switch = 2;       ///< GPUs (and their NICs) sharing one PCIe switch
   double pcie_uplink_bw_bytes_per_s = 0;  ///< PCIe switch -> CPU socket uplink, per direction

@@ -222,6 +222,11 @@ void fill_defaults_and_system(Scenario& s, const Fail& fail) {
          s.cluster.system + "': its " + sys->gpu.name +
          " has no FP8 tensor cores (FP8 needs Hopper or newer, "
          "e.g. dgx-h100)");
+  // NCCL supports compute capability 100 from v2.25 on (its Blackwell rows, nccl_model.h).
+  if (sys->gpu.compute_capability >= 100 && s.nccl_version == NcclVersion::V2_18_5)
+    fail(std::string("nccl_version (") + to_string(s.nccl_version) + ") on cluster.system '" +
+         s.cluster.system + "': NCCL 2.18.5 predates Blackwell (compute capability 100 needs "
+         "NCCL 2.25 or later); use nccl_version 2.29.7");
   if (s.cluster.gpus_per_node > sys->gpus_per_node)
     fail(kv(key_of(&ClusterConfig::gpus_per_node), s.cluster.gpus_per_node) + " exceeds the " +
          std::to_string(sys->gpus_per_node) + " GPUs of a " + s.cluster.system + " node");

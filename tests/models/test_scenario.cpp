@@ -452,8 +452,9 @@ TEST_F(ScenarioFiles, WrongTypes) {
       {"  nodes: 1\n", "  nodes: 1\nsimulation: {fold: sometimes}\n",
        {":19:", "simulation.fold", "'sometimes'"}},
       {"parallel:\n", "parallel: 3\nunused:\n", {"'parallel'"}},
-      {"  system: dgx-a100-80gb\n", "  system: dgx-b200\n",
-       {":17:", "cluster.system", "'dgx-b200'", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100"}},
+      {"  system: dgx-a100-80gb\n", "  system: dgx-b300\n",
+       {":17:", "cluster.system", "'dgx-b300'", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-b200",
+        "dgx-h100"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.to);

@@ -138,6 +138,26 @@ TEST(PlatformModel, OversubscribedLeafHasMoreNicsAndFewerUplinks) {
   EXPECT_EQ(ups.size(), 10u);
 }
 
+// A RoCE fabric's per-message latency (SystemSpec::fabric_message_latency_s) joins every
+// inter-node step of the cost model's own collectives and point-to-point messages, not the
+// intra-node ones.
+TEST(CostModelFabric, RoceMessageLatencyJoinsEveryInterNodeStep) {
+  Fixture f;
+  SystemSpec roce = f.system;
+  roce.fabric_roce = true;
+  roce.fabric_message_latency_s = 2e-6;
+  const CostModel c(roce, f.profile);
+  EXPECT_NEAR(c.collective_latency_s(OpKind::SendRecv, 2, false) -
+                  f.cost.collective_latency_s(OpKind::SendRecv, 2, false),
+              2e-6, 1e-15);
+  // All-to-all over 16 ranks: one step.
+  EXPECT_NEAR(c.collective_latency_s(OpKind::AllToAll, 16, false) -
+                  f.cost.collective_latency_s(OpKind::AllToAll, 16, false),
+              2e-6, 1e-15);
+  EXPECT_EQ(c.collective_latency_s(OpKind::SendRecv, 2, true),
+            f.cost.collective_latency_s(OpKind::SendRecv, 2, true));
+}
+
 TEST(PlatformModel, ClusterTooLargeForTheFatTreeIsAnInputError) {
   Fixture f;
   SystemSpec small = f.system;

@@ -89,3 +89,17 @@ TEST(DgxB200, Mxfp8IsAllowedOnBlackwellOnly) {
         << e.what();
   }
 }
+
+TEST(DgxB200, Nccl2185PredatesBlackwell) {
+  const std::string path = trainsim::test_support::source_path(
+      "scenarios/b200/llama3-8b_fp8-cs_tp1_pp1_dp8_r25.11.yaml");
+  try {
+    validated(trainsim::load_scenario(path, {{"nccl_version", "2.18.5"}}));
+    FAIL() << "NCCL 2.18.5 on B200 accepted";
+  } catch (const trainsim::InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("nccl_version (2.18.5)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("dgx-b200"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("predates Blackwell"), std::string::npos) << msg;
+  }
+}
