@@ -157,3 +157,23 @@ TEST(Gb200Nvl72, DomainRanksKeepMegatronBlocksInside) {
   dgx.cluster.gpus_per_node = 8;
   EXPECT_EQ(trainsim::nvlink_domain_ranks(dgx, trainsim::find_system("dgx-h100")), 8);
 }
+
+// A scenario on a multi-node NVLink domain uses whole trays: cluster.gpus_per_node must be the
+// system's 4 (the error names the field and the value).
+TEST(Gb200Nvl72, PartialTraysAreRefused) {
+  trainsim::test_support::ScratchDir dir("gb200");
+  const std::string path = dir.write(
+      "s.yaml",
+      "name: partial\nmodel: {num_layers: 2, hidden_size: 256, num_attention_heads: 8, "
+      "seq_length: 128, padded_vocab_size: 1024}\nparallel: {micro_batch_size: 1, "
+      "global_batch_size: 4}\ncluster: {system: gb200-nvl72, nodes: 2, gpus_per_node: 2}\n");
+  try {
+    trainsim::validated(trainsim::load_scenario(path));
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cluster.gpus_per_node"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("whole nodes"), std::string::npos) << msg;
+  }
+}
