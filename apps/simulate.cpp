@@ -8,6 +8,7 @@
 #include "apps/output_file.h"
 #include "apps/verbs.h"
 #include "models/run.h"
+#include "models/system/collective_flows.h"
 #ifdef TRAINSIM_HAVE_SIM
 #include "sim/executor.h"
 #endif
@@ -73,7 +74,8 @@ int simulate_main(const SimulateArgs& args) {
     say("writing the trace of ranks " + out.summary.trace_ranks + " to " + args.trace);
     const CostModel cost = run.cost_model();
     write_chrome_trace(trace_file.stream(), run.graph, record, out.memory, out.selection,
-                       TraceInfo{run.scenario->name, run.scenario->cluster.gpus_per_node, &cost});
+                       TraceInfo{run.scenario->name, run.scenario->cluster.gpus_per_node, &cost,
+                                 nvlink_domain_ranks(*run.scenario, run.system)});
   }
   if (csv_file) write_memory_csv(csv_file.stream(), out.memory, out.selection.ranks);
   commit_all({&json_file, &trace_file, &csv_file});

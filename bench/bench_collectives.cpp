@@ -121,7 +121,10 @@ int main(int argc, char** argv) {
           const double alg = bytes / t;
           std::string algo = "-", proto = "-";
           if (kind != OpKind::AllToAll) {
-            const NcclChoice c = cost.nccl_collective(kind, bytes, std::int64_t(n), nn);
+            // NCCL's nodes are NVLink domains (several trays on GB200 NVL72).
+            const std::int64_t domains =
+                (std::int64_t(n) + sys.domain_gpus() - 1) / sys.domain_gpus();
+            const NcclChoice c = cost.nccl_collective(kind, bytes, std::int64_t(n), domains);
             algo = to_string(c.algo);
             proto = to_string(c.proto);
           }

@@ -88,6 +88,8 @@ struct Prepared {
   std::vector<std::vector<TaskId>> slot_tasks;  ///< per slot (rank index x stream), program order
   std::uint32_t num_mailboxes = 0;
   std::int64_t gpus_per_node = 1;
+  /// Consecutive ranks of one NVLink domain (nvlink_domain_ranks): gpus_per_node on a DGX.
+  std::int64_t domain_ranks = 1;
 };
 
 std::string task_desc(const ScheduleGraph& g, TaskId id) {
@@ -219,7 +221,7 @@ class CommPlanner {
     c.dst = send ? peer : me;
     c.bytes = std::uint64_t(g_.op(id).bytes);
     plat_.route(c.src, c.dst);
-    c.latency_s = message_latency_s(cost_, c.src.index, c.dst.index, P_.gpus_per_node);
+    c.latency_s = message_latency_s(cost_, c.src.index, c.dst.index, P_.domain_ranks);
     if (simulated(t.peer)) (send ? c.mb_out : c.mb_in) = mailbox(0, c.src.index, c.dst.index, 0);
     return c;
   }
@@ -237,7 +239,7 @@ class CommPlanner {
     TRAINSIM_CHECK(std::find(grp.ranks.begin(), grp.ranks.end(), t.rank) != grp.ranks.end(),
                    "simulate: rank " + std::to_string(t.rank) + " is not in the group of " +
                        task_desc(g_, id));
-    const CollectiveFlows f = collective_flows(cost_, op, grp, t.rank, P_.gpus_per_node);
+    const CollectiveFlows f = collective_flows(cost_, op, grp, t.rank, P_.domain_ranks);
     CommPlan c;
     c.src = Endpoint::gpu(t.rank);
     if (f.zero_time) {
@@ -292,7 +294,9 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
   const std::int64_t gpn =
       scenario.cluster.gpus_per_node > 0 ? scenario.cluster.gpus_per_node : system.gpus_per_node;
   P.gpus_per_node = gpn;
-  P.platform = std::make_unique<PlatformModel>(system, scenario.cluster.nodes, gpn, cost);
+  P.domain_ranks = nvlink_domain_ranks(scenario, system);
+  P.platform =
+      std::make_unique<PlatformModel>(system, scenario.cluster.nodes, gpn, cost, P.domain_ranks);
   const std::uint64_t world = std::uint64_t(scenario.cluster.nodes) * std::uint64_t(gpn);
   TRAINSIM_CHECK(boost::num_vertices(g.dependencies()) == g.num_tasks(),
                  "simulate: the schedule graph is not finalized");

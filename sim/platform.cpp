@@ -24,8 +24,10 @@ std::string s(std::uint64_t v) { return std::to_string(v); }
 }  // namespace
 
 PlatformModel::PlatformModel(const SystemSpec& system, std::int64_t nodes,
-                             std::int64_t gpus_per_node, const CostModel& cost)
-    : system_(system), nodes_(nodes), gpus_per_node_(gpus_per_node) {
+                             std::int64_t gpus_per_node, const CostModel& cost,
+                             std::int64_t domain_ranks)
+    : system_(system), nodes_(nodes), gpus_per_node_(gpus_per_node),
+      domain_ranks_(domain_ranks > 0 ? domain_ranks : gpus_per_node) {
   if (nodes < 1) throw InputError("cluster.nodes must be >= 1, got " + std::to_string(nodes));
   if (gpus_per_node < 1)
     throw InputError("cluster.gpus_per_node must be >= 1, got " + std::to_string(gpus_per_node));
@@ -55,6 +57,14 @@ PlatformModel::PlatformModel(const SystemSpec& system, std::int64_t nodes,
   uplink_bw_ = system.pcie_uplink_bw_bytes_per_s * cost.pcie_efficiency();
   // Switch ports run at the NIC rate (same InfiniBand generation: HDR QM8700 for HDR NICs).
   net_bw_ = system.nic_bw_bytes_per_s * cost.network_efficiency();
+  // NVLink-C2C (Grace): host copies at the profile's host-copy efficiency of the C2C rate.
+  if (system.host_c2c) {
+    require_positive(system.c2c_bw_bytes_per_s, "node.c2c_bw_bytes_per_s", n);
+    c2c_bw_ = system.c2c_bw_bytes_per_s * cost.pcie_efficiency();
+  }
+  TRAINSIM_CHECK(domain_ranks_ % gpus_per_node_ == 0,
+                 "PlatformModel: an NVLink domain of " + std::to_string(domain_ranks_) +
+                     " ranks splits a node of " + std::to_string(gpus_per_node_));
 
   // k-ary fat tree with `levels` levels as an XGFT: leaves and middle levels use half their
   // ports down (m = k/2) and half up (w = k/2); the top level uses all k ports down; a NIC has
@@ -171,6 +181,13 @@ Route PlatformModel::make_route(Endpoint src, Endpoint dst) {
     return link("n" + s(node_of(rank)) + "-gpu" + s(rank % gpus_per_node_) + "-pcie", pcie_bw_,
                 pcie_lat);
   };
+  // NVLink-C2C: one link per CPU socket, shared by its gpus_per_node / cpu_sockets GPUs.
+  auto c2c = [&](std::uint32_t rank) {
+    const std::int64_t per_socket = std::max<std::int64_t>(1, gpus_per_node_ / system_.cpu_sockets);
+    return link("n" + s(node_of(rank)) + "-cpu" + s(std::uint64_t(rank % gpus_per_node_ / per_socket)) +
+                    "-c2c",
+                c2c_bw_, system_.pcie_latency_s);
+  };
   auto uplink = [&](std::uint32_t rank) {
     return link("n" + s(node_of(rank)) + "-pcisw" +
                     s(pcie_switch_of_gpu(int(rank % gpus_per_node_))) + "-uplink",
@@ -190,7 +207,7 @@ Route PlatformModel::make_route(Endpoint src, Endpoint dst) {
   using K = Endpoint::Kind;
   if (src.kind == K::Gpu && dst.kind == K::Gpu) {
     const std::uint32_t na = node_of(src.index), nb = node_of(dst.index);
-    if (na == nb) {
+    if (domain_of(src.index) == domain_of(dst.index)) {
       r.hops = {{gpu_port(src.index), true}, {gpu_port(dst.index), false}};
     } else {
       const int nic_a = nic_of_gpu(int(src.index % gpus_per_node_));
@@ -202,9 +219,11 @@ Route PlatformModel::make_route(Endpoint src, Endpoint dst) {
       r.hops.push_back({gpu_pcie(dst.index), false});
     }
   } else if (src.kind == K::Cpu && dst.kind == K::Gpu && node_of(dst.index) == src.index) {
-    r.hops = {{uplink(dst.index), false}, {gpu_pcie(dst.index), false}};
+    if (system_.host_c2c) r.hops = {{c2c(dst.index), false}};
+    else r.hops = {{uplink(dst.index), false}, {gpu_pcie(dst.index), false}};
   } else if (src.kind == K::Gpu && dst.kind == K::Cpu && node_of(src.index) == dst.index) {
-    r.hops = {{gpu_pcie(src.index), true}, {uplink(src.index), true}};
+    if (system_.host_c2c) r.hops = {{c2c(src.index), true}};
+    else r.hops = {{gpu_pcie(src.index), true}, {uplink(src.index), true}};
   } else {
     TRAINSIM_CHECK(false, "PlatformModel::route: no route from " + host_name(src) + " to " +
                               host_name(dst) + " (CPU hosts only reach their own node's GPUs)");

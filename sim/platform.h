@@ -73,20 +73,26 @@ struct Route {
 class PlatformModel {
  public:
   /// `nodes` x `gpus_per_node` GPUs of `system`; bandwidths scaled by the cost model's
-  /// achieved-bandwidth efficiencies (NVLink, IB network, PCIe). Throws InputError when the
-  /// cluster does not fit the system's fat tree (fat_tree_levels, switch_radix).
+  /// achieved-bandwidth efficiencies (NVLink, IB network, PCIe). `domain_ranks` consecutive
+  /// ranks share one NVLink domain (models/system/collective_flows.h nvlink_domain_ranks; 0:
+  /// the node's GPUs): GB200 NVL72's NVSwitch trays join 18 compute trays. Throws InputError
+  /// when the cluster does not fit the system's fat tree (fat_tree_levels, switch_radix).
   PlatformModel(const SystemSpec& system, std::int64_t nodes, std::int64_t gpus_per_node,
-                const CostModel& cost);
+                const CostModel& cost, std::int64_t domain_ranks = 0);
 
   std::int64_t nodes() const { return nodes_; }
   std::int64_t gpus_per_node() const { return gpus_per_node_; }
   std::uint32_t node_of(std::uint32_t rank) const { return rank / std::uint32_t(gpus_per_node_); }
+  std::int64_t domain_ranks() const { return domain_ranks_; }
+  std::uint32_t domain_of(std::uint32_t rank) const { return rank / std::uint32_t(domain_ranks_); }
 
   /// The route src -> dst (src != dst), registering its links and the end points as used.
-  /// GPU -> GPU in one node: NVLink ports [port_src up, port_dst down]. GPU -> GPU across
-  /// nodes: [gpu pcie up, nic pcie down, nic-leaf up, fabric up..., fabric down..., nic-leaf
+  /// GPU -> GPU in one NVLink domain (a node, or several nodes' trays): NVLink ports
+  /// [port_src up, port_dst down] (the NVSwitches are non-blocking). GPU -> GPU across
+  /// domains: [gpu pcie up, nic pcie down, nic-leaf up, fabric up..., fabric down..., nic-leaf
   /// down, nic pcie up, gpu pcie down] with D-mod-k fat-tree routing. CPU <-> GPU of one node:
-  /// [switch uplink, gpu pcie]. Throws std::logic_error for other pairs (CPU <-> CPU, CPU <->
+  /// [switch uplink, gpu pcie]; with NVLink-C2C (Grace): [the socket's C2C link], shared by
+  /// the socket's GPUs. Throws std::logic_error for other pairs (CPU <-> CPU, CPU <->
   /// GPU of another node, out-of-range ranks or nodes).
   const Route& route(Endpoint src, Endpoint dst);
   /// Registers an end point that needs a host even without routes (a rank's actors, a CPU host
@@ -124,7 +130,8 @@ class PlatformModel {
   SystemSpec system_;
   std::int64_t nodes_ = 0;
   std::int64_t gpus_per_node_ = 0;
-  double nvlink_bw_ = 0, pcie_bw_ = 0, uplink_bw_ = 0, net_bw_ = 0;
+  std::int64_t domain_ranks_ = 0;
+  double nvlink_bw_ = 0, pcie_bw_ = 0, uplink_bw_ = 0, net_bw_ = 0, c2c_bw_ = 0;
   // Fat tree as an XGFT(h; m_1..m_h; w_1..w_h) (Ohring et al.): a level-l switch has m_l
   // children and w_{l+1} parents. M_l = prod m_i, W_l = prod w_i (i <= l).
   int levels_ = 0;

@@ -24,6 +24,17 @@ CASES = [  # (label, scenario pair stem, published speedup)
     ("OPT-30B, 1x DGX-H100", "scenarios/offload/opt-30b_zero3_dp8_offload", 6.0),
 ]
 TOLERANCE = 0.25
+# The same OPT-30B pair on two machines: the host link of CPU offload (no published figure; the
+# check is that the faster link shows). DGX-H100: a PCIe Gen5 x16 switch uplink per GPU pair, 64 GB/s
+# per direction (PCIe 5.0, 32 GT/s x 16 lanes; systems/dgx-h100.yaml); GB200 NVL72: NVLink-C2C
+# 900 GB/s bidirectional per Grace and its two GPUs, 450 GB/s per direction (NVIDIA GB200 NVL72
+# datasheet; systems/gb200-nvl72.yaml).
+MACHINES = [  # (label, scenario pair stem, host link)
+    ("1x DGX-H100 (PCIe Gen5 x16, 64 GB/s per direction per switch)",
+     "scenarios/offload/opt-30b_zero3_dp8_offload", "pcie"),
+    ("2 GB200 NVL72 trays (NVLink-C2C, 450 GB/s per direction per Grace)",
+     "scenarios/offload/opt-30b_zero3_dp8_gb200_offload", "c2c"),
+]
 
 
 def find_trainsim():
@@ -41,6 +52,29 @@ def simulate(trainsim, scenario, sets=()):
     if r.returncode != 0:
         sys.exit("twinflow_sweep: %s failed:\n%s" % (" ".join(cmd), r.stderr))
     return json.loads(r.stdout)
+
+
+def compare_machines(trainsim, sets):
+    """OPT-30B ZeRO-3 offload on DGX-H100 (PCIe) and GB200 (NVLink-C2C): iteration time and
+    the host copies' exposed time (breakdown 'offload') at ratio 1.0 and auto. The check: the
+    C2C machine's exposed offload time at ratio 1.0 is below the PCIe machine's."""
+    print("Twin-Flow by host link: OPT-30B, ZeRO-3, 8 GPUs")
+    offload = {}
+    for label, stem, link in MACHINES:
+        full = simulate(trainsim, stem + "-r1.yaml", sets)
+        auto = simulate(trainsim, stem + "-auto.yaml", sets)
+        offload[link] = full["breakdown_s"]["offload"]
+        print("  %s" % label)
+        print("    ratio 1.0 : %8.3f s  (optimizer %6.3f s, offload %6.3f s)" % (
+            full["iteration_time_s"], full["breakdown_s"]["optimizer"], full["breakdown_s"]["offload"]))
+        print("    ratio auto: %8.3f s  (optimizer %6.3f s, offload %6.3f s), chosen ratio %.2f%s" % (
+            auto["iteration_time_s"], auto["breakdown_s"]["optimizer"], auto["breakdown_s"]["offload"],
+            auto["offload_ratio"], "  (OOM)" if auto["oom"] else ""))
+        print("    Twin-Flow speedup %.2fx" % (full["iteration_time_s"] / auto["iteration_time_s"]))
+    good = offload["c2c"] < offload["pcie"] or (offload["c2c"] == 0 and offload["pcie"] == 0)
+    print("  exposed offload time at ratio 1.0: C2C %.3f s, PCIe %.3f s: %s\n" % (
+        offload["c2c"], offload["pcie"], "ok" if good else "FAIL (C2C not faster)"))
+    return good
 
 
 def main():
@@ -90,6 +124,7 @@ def main():
                 break  # memory ran out: smaller ratios only need more
             prev = t
         print()
+    ok &= compare_machines(trainsim, a.sets)
     print("twinflow_sweep:", "all checks passed" if ok else "CHECKS FAILED")
     return 0 if ok else 1
 

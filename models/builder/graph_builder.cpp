@@ -20,6 +20,7 @@
 #include "models/perf/cost_model.h"
 #include "models/memory/memory_model.h"
 #include "models/memory/zero_offload.h"
+#include "models/system/collective_flows.h"
 
 namespace trainsim {
 
@@ -38,6 +39,8 @@ void add_nvls_buffers(ScheduleGraph& g, const Scenario& sc, const SystemSpec& sy
       sc.cluster.gpus_per_node > 0 ? sc.cluster.gpus_per_node : system.gpus_per_node;
   cost_system.gpus_per_node = int(gpn);
   const CostModel cost(cost_system, profile, sc.nccl_version);
+  // NCCL's "node" is the NVLink domain (several trays on GB200 NVL72: collective_flows.h).
+  const std::int64_t domain = nvlink_domain_ranks(sc, system);
   std::set<std::pair<RankId, std::uint32_t>> nvls;  // (rank, group) that allocate
   for (TaskId id = 0; id < g.num_tasks(); ++id) {
     const Task& t = g.task(id);
@@ -45,12 +48,12 @@ void add_nvls_buffers(ScheduleGraph& g, const Scenario& sc, const SystemSpec& sy
     const OpDesc& op = g.op(id);
     const CommGroup& grp = g.group(t.group);
     if (grp.ranks.size() < 2 || nvls.count({t.rank, t.group})) continue;
-    const std::int64_t local = grp.ranks_on_node_of(t.rank, gpn);
+    const std::int64_t local = grp.ranks_on_node_of(t.rank, domain);
     if (local < 2) continue;
     const bool allocates =
         sc.nccl_version == NcclVersion::V2_18_5 ||
         cost.nvls_collective(op.kind, double(op.bytes), std::int64_t(grp.ranks.size()),
-                             grp.nodes(gpn))
+                             grp.nodes(domain))
             .has_value();
     if (allocates && nvls.insert({t.rank, t.group}).second) {
       const std::uint32_t index = g.rank_index(t.rank);

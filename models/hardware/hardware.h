@@ -79,7 +79,24 @@ struct SystemSpec {
   /// empty: every tier 1. fat_tree_down_ports / fat_tree_up_ports read it.
   std::vector<double> oversubscription;
   double nvlink_latency_s = 0;        ///< GPU -> NVSwitch -> GPU one-way
-  double pcie_latency_s = 0;
+  double pcie_latency_s = 0;          ///< one host transaction (PCIe, or NVLink-C2C with host_c2c)
+  /// GPUs joined by one NVLink/NVSwitch domain: gpus_per_node on a DGX; a multiple of it when
+  /// NVSwitch trays join the GPUs of several nodes (GB200 NVL72: 72 GPUs over 18 compute trays
+  /// of 4). 0: the node's GPUs (gpus_per_node; the reader stores 0 for a domain of one node).
+  /// docs/cluster.md, "NVLink domains".
+  int nvlink_domain_gpus = 0;
+  /// Nodes (compute trays) per rack, the placement and failure unit; an NVLink domain never
+  /// spans racks. 0: not stated (a DGX is its own unit).
+  int rack_nodes = 0;
+  /// The GPUs reach host memory over NVLink-C2C (Grace), not PCIe: each CPU socket's C2C link
+  /// is shared by its gpus_per_node / cpu_sockets GPUs, at c2c_bw_bytes_per_s per direction.
+  bool host_c2c = false;
+  double c2c_bw_bytes_per_s = 0;      ///< per CPU socket, per direction (host_c2c only)
+
+  /// GPUs of one NVLink domain: nvlink_domain_gpus, or the node's when 0.
+  int domain_gpus() const { return nvlink_domain_gpus > 0 ? nvlink_domain_gpus : gpus_per_node; }
+  /// Compute NICs of one NVLink domain (the NICs of its nodes).
+  int domain_nics() const { return nics_per_node * (domain_gpus() / gpus_per_node); }
 };
 
 /// Ports of a level-`level` switch (1 = leaf ... fat_tree_levels = top) of the system's fat

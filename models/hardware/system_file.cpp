@@ -19,7 +19,7 @@ namespace {
 /// Every key of a system file, by section ("" is the top level), in file order.
 const std::vector<std::pair<std::string, std::vector<std::string>>>& schema() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> s = {
-      {"", {"name", "gpu", "node", "nccl", "fabric"}},
+      {"", {"name", "gpu", "node", "rack", "nccl", "fabric"}},
       {"gpu",
        {"catalog", "name", "peak_dense_fp16_flops", "peak_dense_fp8_flops", "peak_dense_fp4_flops",
         "peak_fp32_flops",
@@ -28,7 +28,9 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& schema() {
       {"node",
        {"gpus", "nvlink_domain_gpus", "nvlink_sharp", "nvlink_latency_s", "nics",
         "nic_bw_bytes_per_s", "gpus_per_pcie_switch", "pcie_generation", "pcie_latency_s",
-        "cpu_sockets", "cpu_cores", "cpu_vendor", "host_memory_bytes"}},
+        "cpu_sockets", "cpu_cores", "cpu_vendor", "host_memory_bytes", "host_link",
+        "c2c_bw_bytes_per_s"}},
+      {"rack", {"nodes"}},
       {"nccl", {"net_overhead_s", "channels", "channels_multi_node"}},
       {"fabric",
        {"type", "message_latency_s", "rail_optimized", "oversubscription", "levels",
@@ -230,11 +232,16 @@ void read_node_links(const Reader& r, const YAML::Node& n, SystemSpec& s) {
            "an NVLink domain of " + domain.Scalar() + " GPUs neither divides the node's " +
                std::to_string(s.gpus_per_node) + " GPUs (node.gpus) nor is a multiple of them, got " +
                shown(domain));
-  if (d != s.gpus_per_node)
+  // A domain of several nodes' GPUs (NVSwitch trays, GB200 NVL72) is modelled; one smaller
+  // than a node is not.
+  if (d < s.gpus_per_node)
     r.fail(domain, "node.nvlink_domain_gpus",
-           "not modelled yet: the platform joins exactly the GPUs of one node by NVLink "
-           "(sim/platform.h), so the domain must equal node.gpus (" +
-               std::to_string(s.gpus_per_node) + "), got " + shown(domain));
+           "not modelled yet: the platform joins at least the GPUs of one node by NVLink "
+           "(sim/platform.h), so the domain must be node.gpus (" +
+               std::to_string(s.gpus_per_node) + ") or a multiple of it, got " + shown(domain));
+  // Stored only when it spans nodes: 0 keeps "the node's GPUs", which a scenario's smaller
+  // cluster.gpus_per_node narrows on a DGX.
+  s.nvlink_domain_gpus = d > s.gpus_per_node ? d : 0;
   const YAML::Node sharp = v("nvlink_sharp");
   s.nvlink_sharp = r.boolean(sharp, "node.nvlink_sharp");
   // NVLink SHARP came with the third-generation NVSwitch of Hopper systems; NCCL runs NVLS
@@ -264,6 +271,44 @@ void read_node_links(const Reader& r, const YAML::Node& n, SystemSpec& s) {
   s.pcie_latency_s = r.number(v("pcie_latency_s"), "node.pcie_latency_s", 0, false, kMaxLatency_s);
 }
 
+/// node.host_link (optional, `pcie` by default): `nvlink-c2c` joins each CPU socket to its
+/// gpus / cpu_sockets GPUs by NVLink-C2C at node.c2c_bw_bytes_per_s per direction (Grace).
+void read_host_link(const Reader& r, const YAML::Node& n, SystemSpec& s) {
+  const YAML::Node link = r.value(n, "node", "host_link", /*optional=*/true);
+  const YAML::Node bw = r.value(n, "node", "c2c_bw_bytes_per_s", /*optional=*/true);
+  const std::string name = link.IsDefined() ? r.text(link, "node.host_link") : "pcie";
+  if (name != "pcie" && name != "nvlink-c2c")
+    r.fail(link, "node.host_link", "expects 'pcie' or 'nvlink-c2c', got " + shown(link));
+  s.host_c2c = name == "nvlink-c2c";
+  if (!s.host_c2c) {
+    if (bw.IsDefined())
+      r.fail(bw, "node.c2c_bw_bytes_per_s", "needs node.host_link: nvlink-c2c, got " + shown(bw));
+    return;
+  }
+  if (!bw.IsDefined()) r.fail(n, "node.c2c_bw_bytes_per_s", "missing (required with node.host_link: nvlink-c2c)");
+  s.c2c_bw_bytes_per_s = r.number(bw, "node.c2c_bw_bytes_per_s", 0, true, kMaxBandwidth);
+  if (s.gpus_per_node % s.cpu_sockets != 0)
+    r.fail(n["cpu_sockets"], "node.cpu_sockets",
+           "must divide node.gpus (" + std::to_string(s.gpus_per_node) +
+               ") with nvlink-c2c: each socket's C2C joins gpus / cpu_sockets GPUs, got " +
+               shown(n["cpu_sockets"]));
+}
+
+/// The optional `rack` section: rack.nodes nodes per rack, whose GPUs the NVLink domain must
+/// divide (a domain never spans racks).
+void read_rack(const Reader& r, const YAML::Node& root, SystemSpec& s) {
+  const YAML::Node rack = r.value(root, "", "rack", /*optional=*/true);
+  if (!rack.IsDefined()) return;
+  r.check_keys(rack, "rack");
+  const YAML::Node nodes = r.value(rack, "rack", "nodes");
+  s.rack_nodes = r.integer(nodes, "rack.nodes", 1, 1 << 20);
+  const long long gpus = (long long)s.rack_nodes * s.gpus_per_node;
+  if (gpus % s.domain_gpus() != 0)
+    r.fail(nodes, "rack.nodes",
+           "a rack's " + std::to_string(gpus) + " GPUs must be a whole number of NVLink domains of " +
+               std::to_string(s.domain_gpus()) + " GPUs (node.nvlink_domain_gpus), got " + shown(nodes));
+}
+
 void read_node_host(const Reader& r, const YAML::Node& n, SystemSpec& s) {
   auto v = [&](const char* key) { return r.value(n, "node", key); };
   s.cpu_sockets = r.integer(v("cpu_sockets"), "node.cpu_sockets", 1, 64);
@@ -271,11 +316,13 @@ void read_node_host(const Reader& r, const YAML::Node& n, SystemSpec& s) {
   const YAML::Node vendor = v("cpu_vendor");
   const std::string name = r.text(vendor, "node.cpu_vendor");
   // NCCL tunes by CPU vendor (tuning.cc: LL caps, network overhead); its tables know these.
-  if (name != "amd" && name != "intel")
+  // An Arm CPU (Grace) takes NCCL's non-AMD entries (tuning.cc indexes llMaxBws by AMD or not).
+  if (name != "amd" && name != "intel" && name != "arm")
     r.fail(vendor, "node.cpu_vendor",
-           "not modelled: NCCL's tuning tables here know 'amd' and 'intel', got " + shown(vendor));
+           "not modelled: NCCL's tuning tables here know 'amd', 'intel' and 'arm', got " + shown(vendor));
   s.amd_cpu = name == "amd";
   s.host_memory_bytes = r.number(v("host_memory_bytes"), "node.host_memory_bytes", 0, true, kMaxBytes);
+  read_host_link(r, n, s);
 }
 
 /// fabric.type and fabric.message_latency_s: InfiniBand (the latency optional, 0 by default:
@@ -343,6 +390,7 @@ SystemSpec read_system(const Reader& r, const YAML::Node& root) {
   r.check_keys(node, "node");
   read_node_links(r, node, s);
   read_node_host(r, node, s);
+  read_rack(r, root, s);
   const YAML::Node nccl = r.value(root, "", "nccl");
   r.check_keys(nccl, "nccl");
   s.nccl_net_overhead_s = r.number(r.value(nccl, "nccl", "net_overhead_s"), "nccl.net_overhead_s",

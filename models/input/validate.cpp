@@ -230,6 +230,13 @@ void fill_defaults_and_system(Scenario& s, const Fail& fail) {
   if (s.cluster.gpus_per_node > sys->gpus_per_node)
     fail(kv(key_of(&ClusterConfig::gpus_per_node), s.cluster.gpus_per_node) + " exceeds the " +
          std::to_string(sys->gpus_per_node) + " GPUs of a " + s.cluster.system + " node");
+  // An NVLink domain across nodes (GB200 NVL72's 18 trays of 4) joins whole trays: a partial
+  // tray would leave the domain's NVSwitch layout undefined (docs/cluster.md, NVLink domains).
+  if (sys->domain_gpus() > sys->gpus_per_node && s.cluster.gpus_per_node != sys->gpus_per_node)
+    fail(kv(key_of(&ClusterConfig::gpus_per_node), s.cluster.gpus_per_node) + " on " +
+         s.cluster.system + ", whose NVLink domain of " + std::to_string(sys->domain_gpus()) +
+         " GPUs spans nodes: only whole nodes of " + std::to_string(sys->gpus_per_node) +
+         " GPUs are modelled");
   check_fabric_capacity(s, *sys, fail);
 }
 

@@ -353,7 +353,8 @@ void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
     memory.gpu_of(rank).for_each_step(memory.start_s, [&](double time_s, const MemVector& v) {
       w.counter(rank, "memory", time_s, memory_args(v));
     });
-    write_link_counters(w, graph, record, active, tasks, rank, memory.start_s, gpn, info.cost);
+    const std::int64_t domain = info.nvlink_domain_ranks > 0 ? info.nvlink_domain_ranks : gpn;
+    write_link_counters(w, graph, record, active, tasks, rank, memory.start_s, domain, info.cost);
     write_allocator_counter(w, record, tasks, rank);
   }
   write_hosts(w, graph, memory, selection, gpn);

@@ -57,6 +57,10 @@ struct TraceInfo {
   /// The run's cost model: the link counters put NVLS collectives' own traffic on the links
   /// (activity.h link_use). nullptr: every collective as a ring.
   const CostModel* cost = nullptr;
+  /// Consecutive ranks of one NVLink domain (models/system/collective_flows.h
+  /// nvlink_domain_ranks: several trays on GB200 NVL72), which the link counters use to tell
+  /// NVLink from NIC traffic. 0: gpus_per_node.
+  std::int64_t nvlink_domain_ranks = 0;
 };
 
 /// Writes the trace of `selection.ranks` (see the schema above).

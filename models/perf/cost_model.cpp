@@ -336,7 +336,8 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
       std::min(system_.nic_bw_bytes_per_s * network_efficiency(),
                system_.gpu.pcie_bw_bytes_per_s * pcie_link_efficiency());
   const std::int64_t per_node = nodes > 0 ? std::max<std::int64_t>(ranks / nodes, 1) : 1;
-  const double rails = double(std::min<std::int64_t>(per_node, system_.nics_per_node));
+  // "Node" here is the NVLink domain (models/system/collective_flows.h): its nodes' NICs.
+  const double rails = double(std::min<std::int64_t>(per_node, system_.domain_nics()));
   g.bus_bw_bytes_per_s = nodes > 1 ? std::min(nvlink, nic * std::max(rails, 1.0)) : nvlink;
   g.simple_base_latency_s = profile_.nccl_launch_latency_s;
   g.simple_nvlink_step_s = profile_.nccl_step_latency_intra_node_s;

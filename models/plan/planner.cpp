@@ -307,7 +307,11 @@ void read_limits(const PlanReader& r, const Scenario& base, PlanConfig& c) {
 PlanConfig load_plan_config(const std::string& scenario_path, const ValidScenario& valid) {
   const Scenario& base = valid;
   PlanConfig c;
-  c.tensor_model_parallel_size = powers_of_two_up_to(base.cluster.gpus_per_node);
+  // Tensor parallelism inside the NVLink domain: a node's GPUs, or a domain across nodes
+  // (GB200 NVL72: up to 64 of its 72; skipped() keeps TP x CP and EP inside it).
+  const SystemSpec& sys = cluster_system(base.cluster);
+  c.tensor_model_parallel_size = powers_of_two_up_to(
+      sys.domain_gpus() > sys.gpus_per_node ? sys.domain_gpus() : base.cluster.gpus_per_node);
   // Pipeline stages: the divisors of what the pipeline splits (the layers, plus the embedding
   // and the loss where the scenario counts them as layers: Megatron-Core
   // account_for_*_in_pipeline_split), and the scenario's own stage count (an uneven split).
@@ -481,6 +485,13 @@ struct GridPoint {
 /// parallelism on one tensor-parallel rank, selective recomputation that recomputes nothing.
 bool skipped(const PlanConfig& plan, const Scenario& base, const GridPoint& x) {
   if (x.offload && x.zero == 0) return true;  // DeepSpeed offloads ZeRO states
+  // An NVLink domain across nodes (GB200 NVL72): Megatron's TP x CP groups and its expert
+  // groups (ETP = TP here, x EP) stay inside it (models/system/collective_flows.h
+  // nvlink_domain_ranks); a candidate whose groups would leave it is none.
+  const SystemSpec& sys = cluster_system(base.cluster);
+  if (sys.domain_gpus() > sys.gpus_per_node &&
+      (x.tp * x.cp > sys.domain_gpus() || x.tp * x.ep > sys.domain_gpus()))
+    return true;
   // Megatron turns sequence parallelism off on one tensor-parallel rank (arguments.py); at
   // TP 1 `true` is the run of `false`, enumerated once.
   if (x.sp_asked && x.tp == 1 &&
@@ -748,6 +759,7 @@ double group_bandwidth(const CommGroup& g, const SystemSpec& sys, bool* intra,
   return std::min(sys.gpu.nvlink_bw_bytes_per_s, sys.nic_bw_bytes_per_s * double(k));
 }
 
+/// `sys.gpus_per_node` here is the ranks of one NVLink domain (estimate_from_graph).
 double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, const SystemSpec& sys) {
   const Task& t = g.task(id);
   const OpDesc& op = g.op(id);
@@ -797,7 +809,10 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
     }
     case TaskKind::CopyH2D:
     case TaskKind::CopyD2H:
-      return double(op.bytes) / (sys.gpu.pcie_bw_bytes_per_s * cm.pcie_efficiency());
+      // Over NVLink-C2C on Grace systems (sim/platform.cpp), PCIe otherwise.
+      return double(op.bytes) /
+             ((sys.host_c2c ? sys.c2c_bw_bytes_per_s : sys.gpu.pcie_bw_bytes_per_s) *
+              cm.pcie_efficiency());
   }
   return 0;
 }
@@ -808,7 +823,11 @@ double task_seconds(const ScheduleGraph& g, TaskId id, const CostModel& cm, cons
 /// bubble (p - 1) / v of a microbatch time), nmb * max f + sum f - max f for
 /// GPipe; plus the slowest tail.
 double estimate_from_graph(const ScheduleGraph& g, const Scenario& sc, const CostModel& cm,
-                           const SystemSpec& sys) {
+                           const SystemSpec& node_sys) {
+  // The collectives' layout over NVLink domains, as the simulator places them (a node's
+  // GPUs on a DGX; several trays' on GB200 NVL72: collective_flows.h nvlink_domain_ranks).
+  SystemSpec sys = node_sys;
+  sys.gpus_per_node = int(nvlink_domain_ranks(sc, node_sys));
   const ParallelConfig& p = sc.parallel;
   // ZeRO-2/3 and FSDP synchronise every microbatch: ZeRO-3's and FSDP's parameter gathers in
   // both passes and the gradient reduce-scatters of stages 2/3 (models/builder/dp_zero3.cpp,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <string>
 
 #include "models/errors.h"
@@ -81,6 +82,21 @@ void apply_nccl(CollectiveFlows& f, const CostModel& cost, const OpDesc& op,
 }
 
 }  // namespace
+
+std::int64_t nvlink_domain_ranks(const Scenario& sc, const SystemSpec& system) {
+  const std::int64_t gpn =
+      sc.cluster.gpus_per_node > 0 ? sc.cluster.gpus_per_node : system.gpus_per_node;
+  const std::int64_t domain = system.domain_gpus();
+  if (domain <= system.gpus_per_node) return gpn;  // the node is the domain (every DGX)
+  const ParallelConfig& p = sc.parallel;
+  const std::int64_t etp =
+      p.expert_tensor_parallel_size > 0 ? p.expert_tensor_parallel_size : p.tensor_model_parallel_size;
+  const std::int64_t dense = std::max<std::int64_t>(1, p.tensor_model_parallel_size * p.context_parallel_size);
+  const std::int64_t expert = std::max<std::int64_t>(1, etp * p.expert_model_parallel_size);
+  const std::int64_t block = std::lcm(std::lcm(dense, expert), gpn);
+  if (block <= domain) return domain / block * block;
+  return std::gcd(block, domain);
+}
 
 GroupLayout group_layout(const CommGroup& group, std::int64_t gpus_per_node) {
   TRAINSIM_CHECK(gpus_per_node > 0, "gpus_per_node " + std::to_string(gpus_per_node));

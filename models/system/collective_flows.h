@@ -20,6 +20,10 @@
 //  - a folded graph simulates one rank of a set of identical replicas: its ring successor or
 //    predecessor may not be simulated (folded_min_time_s).
 // A group of one rank takes no time and moves nothing.
+//
+// "Node" below is the NVLink domain: the GPUs of one DGX node, or, where NVSwitch trays join
+// several nodes (GB200 NVL72), the ranks of one multi-node domain (nvlink_domain_ranks); NCCL
+// fuses such a domain's topology into one (MNNVL), so its rings and NVLS see one "node".
 #pragma once
 
 #include <cstdint>
@@ -28,9 +32,21 @@
 #include <vector>
 
 #include "models/graph/schedule_graph.h"
+#include "models/hardware/hardware.h"
+#include "models/input/scenario.h"
 #include "models/perf/cost_model.h"
 
 namespace trainsim {
+
+/// Consecutive ranks that share one NVLink domain, the `gpus_per_node` the functions below
+/// take. On a system whose domain is its node (every DGX): the scenario's GPUs per node. On a
+/// domain across nodes (GB200 NVL72: 72 GPUs, 18 trays of 4), Megatron's rank order (TP
+/// innermost, then CP; expert groups ETP x EP; megatron/core/parallel_state.py RankGenerator,
+/// order "tp-cp-ep-dp-pp") keeps its TP x CP and ETP x EP blocks inside the domain when the job
+/// fills each domain with whole blocks: the largest multiple of lcm(TP x CP, ETP x EP, GPUs per
+/// node) that fits the domain (TP 8 x CP 2 = 16: 64 of 72 GPUs, the rack's other two trays
+/// outside the job). A block larger than the domain spans gcd(block, domain) ranks per domain.
+std::int64_t nvlink_domain_ranks(const Scenario& sc, const SystemSpec& system);
 
 /// Where a group's ranks sit on nodes of `gpus_per_node` consecutive ranks (the platform's
 /// layout, sim/platform.h).

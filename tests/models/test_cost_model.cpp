@@ -352,7 +352,7 @@ TEST(Calibration, EmbeddedTextMatchesTheSourceTree) {
     const std::string path = source_path("calibration/" + name);
     EXPECT_EQ(load_calibration(path), parse_calibration(text, name)) << path;
   }
-  EXPECT_EQ(detail::embedded_calibration_files().size(), 5u);
+  EXPECT_EQ(detail::embedded_calibration_files().size(), 6u);  // A100 40/80, H100, H200, B200, GB200
 }
 
 TEST(Calibration, RoundTrip) {

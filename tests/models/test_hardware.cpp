@@ -22,7 +22,7 @@ constexpr double TiB = 1024 * GiB;
 TEST(Hardware, CatalogNames) {
   auto names = trainsim::system_names();
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"dgx-a100-40gb", "dgx-a100-80gb", "dgx-b200", "dgx-h100", "dgx-h200", "local"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"dgx-a100-40gb", "dgx-a100-80gb", "dgx-b200", "dgx-h100", "dgx-h200", "gb200-nvl72", "local"}));
   for (const auto& n : names) EXPECT_EQ(find_system(n).name, n);
 }
 

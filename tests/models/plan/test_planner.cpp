@@ -546,5 +546,32 @@ TEST(PlannerRanking, TokensPerSecondThenMemoryThenEnumerationOrder) {
   EXPECT_EQ(order, (std::vector<std::size_t>{2, 3, 1, 0, 4}));
 }
 
+// GB200 NVL72 (a 72-GPU NVLink domain across trays of 4): tensor parallelism is offered up to
+// the domain, and a candidate whose TP x CP group would leave the domain is no candidate
+// (Megatron's TP x CP blocks stay inside it; collective_flows.h nvlink_domain_ranks).
+TEST(PlannerEnumeration, NvlinkDomainAcrossTraysBoundsTheGroups) {
+  ScratchDir dir("plan");
+  const std::string model =
+      "{num_layers: 8, hidden_size: 4096, num_attention_heads: 64, seq_length: 128, "
+      "padded_vocab_size: 1024}";
+  const std::string path = dir.write(
+      "s.yaml", plan_yaml(model, "{micro_batch_size: 1, global_batch_size: 16}", "{}", "gb200-nvl72"));
+  const ValidScenario base = validated(load_scenario(path));
+  EXPECT_EQ(load_plan_config(path, base).tensor_model_parallel_size,
+            (std::vector<std::int64_t>{1, 2, 4, 8, 16, 32, 64}));
+  const std::string grid = dir.write(
+      "g.yaml",
+      plan_yaml(model, "{micro_batch_size: 1, global_batch_size: 16}",
+                "{tensor_model_parallel_size: [8, 64], context_parallel_size: [1, 2], "
+                "pipeline_model_parallel_size: [1], micro_batch_size: [1], "
+                "recompute_granularity: [none], zero_stage: [0]}",
+                "gb200-nvl72"));
+  const ValidScenario gbase = validated(load_scenario(grid));
+  // 2 TP x 2 CP = 4 grid points; TP 64 x CP 2 = 128 > 72 leaves the domain: 3 candidates.
+  const auto all = enumerate_candidates(load_plan_config(grid, gbase), gbase);
+  ASSERT_EQ(all.size(), 3u);
+  for (const auto& c : all) EXPECT_EQ(c.layout.find("tp64 pp1 cp2"), std::string::npos) << c.layout;
+}
+
 }  // namespace
 }  // namespace trainsim

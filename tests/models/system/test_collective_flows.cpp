@@ -234,5 +234,34 @@ TEST(GroupLayout, MembersPerNodeInGroupOrder) {
   EXPECT_FALSE(group_layout(group_of({0, 1, 2, 8}), kGpn).hierarchical());
 }
 
+// GB200 NVL72: the NVLink domain (72 GPUs over 18 trays of 4) is the "node" of the ring. A
+// DP ring of 144 ranks over two domains is hierarchical with k = 72: (k-1)/k of the ring bytes
+// round the domain on NVLink (across trays), 1/k on the rank's own NIC to the same-position
+// rank of the other domain; a ring inside one domain has no rail at all.
+TEST(CollectiveFlows, Gb200RingGoesRoundTheWholeNvlinkDomain) {
+  Env env("gb200-nvl72");
+  const std::int64_t domain = 72;
+  const OpDesc op = collective(OpKind::ReduceScatter, kLarge, 144);
+  const CommGroup g = group_of(iota_ranks(0, 144));
+  const CollectiveFlows f = collective_flows(env.cost, op, g, 5, domain);  // tray 1, GPU 1
+  ASSERT_TRUE(f.has_rail);
+  EXPECT_EQ(f.ring.dst, 6u);
+  EXPECT_EQ(f.rail.dst, 77u);  // rank 5 of the next domain
+  ASSERT_TRUE(f.nccl);
+  // The bytes on the wire: NCCL's protocol's format (wire_factor: Simple 1, LL128 120/128).
+  const double w = f.nccl->wire_factor;
+  const double ring_bytes = 143.0 / 144.0 * double(kLarge);
+  EXPECT_EQ(f.ring.bytes, std::uint64_t(std::llround(double(std::llround(ring_bytes * 71 / 72)) * w)));
+  EXPECT_EQ(f.rail.bytes, std::uint64_t(std::llround(double(std::llround(ring_bytes / 72)) * w)));
+  // Rank 3 -> 4 crosses trays but stays in the domain: no rail.
+  const OpDesc one = collective(OpKind::ReduceScatter, kLarge, 72);
+  const CollectiveFlows in = collective_flows(env.cost, one, group_of(iota_ranks(0, 72)), 3, domain);
+  EXPECT_FALSE(in.has_rail);
+  EXPECT_EQ(in.ring.dst, 4u);
+  ASSERT_TRUE(in.nccl);
+  EXPECT_EQ(in.ring.bytes, std::uint64_t(std::llround(double(std::llround(71.0 / 72.0 * double(kLarge))) *
+                                                      in.nccl->wire_factor)));
+}
+
 }  // namespace
 }  // namespace trainsim
