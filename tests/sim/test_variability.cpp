@@ -163,6 +163,27 @@ TEST(Variability, SlowGpuMatchesTheHandCalculation) {
   EXPECT_NEAR(grew_last, hand_last, 0.03 * hand_last);
 }
 
+// The same hand calculation for GPT-1T itself (rank 1000: stage 20 of 64, 512 microbatches),
+// printed, not checked: its simulation (bench/scale/gpt-1t_slow_gpu1000.yaml) is too long for a
+// unit test. Run with --gtest_also_run_disabled_tests and compare with `trainsim simulate` of
+// the two scenario files (docs/validation.md gives both).
+TEST(Variability, DISABLED_Gpt1tHandCalculation) {
+  const Scenario sc = load_scenario(source_path("scenarios/gpt-1t_tp8_pp64_dp6.yaml"));
+  const std::int64_t m = sc.parallel.num_microbatches, pp = 64, stage = 20;
+  const SystemSpec& system = find_system(sc.cluster.system);
+  BuildOptions build;
+  build.fold = true;
+  const ScheduleGraph g = build_schedule_graph(validated(sc), system, build);
+  const RankId mid = RankId(stage * 48), last = RankId((pp - 1) * 48);
+  const StageTimes s = stage_times(g, mid, 1.0, m), l = stage_times(g, last, 1.0, m);
+  const StageTimes s_slow = stage_times(g, mid, 0.8, m);
+  const double hand = double(m) * (s_slow.cycle_s - l.cycle_s) -
+                      double(pp - 1 - stage) * s_slow.forward_s + (l.cycle_s - s.cycle_s);
+  std::printf("[variability] GPT-1T rank 1000 at 0.8: hand +%.4f s (cycles: stage 20 %.6f s, "
+              "slowed %.6f s, last %.6f s; slowed forward %.6f s)\n", hand, s.cycle_s,
+              s_slow.cycle_s, l.cycle_s, s_slow.forward_s);
+}
+
 // Which ranks are simulated for rank 43: its TP group (40..47) and its replica (data rank 1:
 // 8, 24, 40, 56 as the representatives of stages 0, 1, 3), plus data rank 0's representatives
 // 0, 16, 32, 48.
