@@ -520,7 +520,11 @@ std::string format_text_summary(const Summary& s) {
     text_breakdown(o, s.slowest_rank_breakdown, it);
   }
   o << "  simulated ranks       " << s.simulated_ranks << " of " << s.world_size;
-  if (s.folded) o << " (folded: each stands for " << s.fold_factor << " ranks)";
+  if (s.folded && s.unfolded_ranks.empty())
+    o << " (folded: each stands for " << s.fold_factor << " ranks)";
+  else if (s.folded)
+    o << " (partially folded: the ranks below are simulated themselves, the others folded "
+         "by up to " << s.fold_factor << ")";
   o << "\n";
   if (!s.fold_reason.empty()) o << "  folding               " << s.fold_reason << "\n";
   for (const auto& x : s.unfolded_ranks)
