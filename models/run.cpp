@@ -10,6 +10,7 @@
 #include "models/errors.h"
 #include "models/builder/rank_context.h"
 #include "models/builder/graph_builder.h"
+#include "models/builder/unfold.h"
 #include "models/hardware/local_device.h"
 #include "models/memory/memory_model.h"
 #include "models/memory/zero_offload.h"
@@ -45,6 +46,11 @@ double replicas(const Scenario& sc) {
 /// `e`, an estimate_run of `sc` (folded or not), for the graph built folded or not.
 RunEstimate with_fold(const Scenario& sc, RunEstimate e, bool fold) {
   e.tasks = fold ? e.unfolded_tasks / replicas(sc) : e.unfolded_tasks;
+  // An asymmetric cluster unfolds some ranks (builder/unfold.h): about the folded count per
+  // simulated rank of a stage.
+  if (fold && sc.variability.any())
+    e.tasks *= double(builder::plan_unfolding(sc, true).ranks.size()) /
+               double(sc.parallel.pipeline_model_parallel_size);
   e.memory_bytes = e.tasks * kBytesPerTask;
   e.simulate_s = e.tasks * kSecondsPerTask;
   return e;

@@ -81,6 +81,9 @@ struct Prepared {
   const ScheduleGraph* g = nullptr;
   std::unique_ptr<PlatformModel> platform;
   std::vector<double> op_amount;             ///< per op: exec amount (kHostSpeed units) or NaN
+  /// Asymmetric cluster (ScheduleGraph::gpu_speed non-empty): per op, the amount of its kernel
+  /// launches, which a slower GPU does not stretch (CostModel::launch_time_s).
+  std::vector<double> op_launch_amount;
   std::vector<std::uint32_t> pending;        ///< per task: same-rank predecessors
   std::vector<std::uint32_t> slot_of_task;   ///< per task: actor slot
   std::vector<std::uint32_t> comm_of_task;   ///< per task: index into comms or kNone
@@ -102,6 +105,27 @@ bool is_exec(TaskKind k) {
   return k == TaskKind::Compute || k == TaskKind::OptimizerGpu || k == TaskKind::OptimizerCpu;
 }
 
+/// An asymmetric cluster's launch amounts (Prepared::op_launch_amount); none when every GPU
+/// runs at speed 1.
+void prepare_launch_amounts(Prepared& P, const CostModel& cost, const std::vector<char>& needed) {
+  const ScheduleGraph& g = *P.g;
+  if (g.gpu_speed.empty()) return;
+  P.op_launch_amount.assign(g.ops().size(), 0.0);
+  for (std::size_t i = 0; i < g.ops().size(); ++i)
+    if (needed[i]) P.op_launch_amount[i] = cost.launch_time_s(g.ops()[i]) * kHostSpeed;
+}
+
+/// The exec amount of compute task `t` on its GPU: the op's, its device part stretched by
+/// 1 / speed on a slower GPU (scenario `variability`, models/input/variability.h).
+double exec_amount(const Prepared& P, const Task& t) {
+  const double amount = P.op_amount[t.op];
+  if (P.g->gpu_speed.empty() || t.kind == TaskKind::OptimizerCpu) return amount;
+  const double speed = P.g->gpu_speed[P.g->rank_index(t.rank)];
+  if (speed == 1.0) return amount;
+  const double launch = P.op_launch_amount[t.op];
+  return launch + (amount - launch) / speed;
+}
+
 /// Exec amounts of compute ops, once per op descriptor (CostModel::compute_time_s).
 void prepare_durations(Prepared& P, const CostModel& cost) {
   const ScheduleGraph& g = *P.g;
@@ -117,6 +141,7 @@ void prepare_durations(Prepared& P, const CostModel& cost) {
                        " s for op " + to_string(g.ops()[i].kind));
     P.op_amount[i] = d * kHostSpeed;
   }
+  prepare_launch_amounts(P, cost, op_needed);
 }
 
 /// Actor slots and program order per (rank, stream); same-rank edges are waited on,
@@ -297,6 +322,7 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
   P.domain_ranks = nvlink_domain_ranks(scenario, system);
   P.platform =
       std::make_unique<PlatformModel>(system, scenario.cluster.nodes, gpn, cost, P.domain_ranks);
+  apply_slow_links(*P.platform, scenario.variability);
   const std::uint64_t world = std::uint64_t(scenario.cluster.nodes) * std::uint64_t(gpn);
   TRAINSIM_CHECK(boost::num_vertices(g.dependencies()) == g.num_tasks(),
                  "simulate: the schedule graph is not finalized");
@@ -497,7 +523,7 @@ class Run {
       case TaskKind::Compute:
       case TaskKind::OptimizerGpu:
         ++activities_;
-        s4u::this_actor::execute(P_.op_amount[task.op]);
+        s4u::this_actor::execute(exec_amount(P_, task));
         finish(t);
         return;
       case TaskKind::OptimizerCpu: {

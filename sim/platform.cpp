@@ -121,7 +121,8 @@ std::uint32_t PlatformModel::link(const std::string& name, double bw, double lat
   auto it = link_index_.find(name);
   if (it != link_index_.end()) return it->second;
   const auto id = std::uint32_t(links_.size());
-  links_.push_back(LinkSpec{name, bw, latency});
+  const auto scale = link_scale_.find(name);
+  links_.push_back(LinkSpec{name, scale == link_scale_.end() ? bw : bw * scale->second, latency});
   link_index_.emplace(name, id);
   return id;
 }
@@ -304,6 +305,17 @@ SimgridPlatform build_simgrid_platform(const PlatformModel& model) {
   }
   zone->seal();
   return out;
+}
+
+void apply_slow_links(PlatformModel& model, const VariabilityConfig& variability) {
+  auto s = [](std::int64_t v) { return std::to_string(v); };
+  for (const SlowLink& l : variability.slow_links) {
+    if (l.bandwidth == 1.0) continue;
+    // The names PlatformModel::make_route gives its links.
+    model.scale_link_bandwidth("n" + s(l.node) + (l.nic >= 0 ? "-nic" + s(l.nic) + "-leaf"
+                                                              : "-gpu" + s(l.nvlink_gpu) + "-nvlink"),
+                               l.bandwidth);
+  }
 }
 
 }  // namespace trainsim::sim

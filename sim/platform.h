@@ -99,6 +99,11 @@ class PlatformModel {
   /// running optimizer steps). Throws std::logic_error when it is outside the cluster.
   void use(Endpoint e);
 
+  /// Scenario `variability.slow_links`: the link named `name` (e.g. "n3-nic5-leaf",
+  /// "n3-gpu5-nvlink") gets `factor` times its bandwidth when a route first uses it. Call
+  /// before any route.
+  void scale_link_bandwidth(const std::string& name, double factor) { link_scale_[name] = factor; }
+
   const std::vector<LinkSpec>& links() const { return links_; }
   /// End points on requested routes, in first-use order.
   const std::vector<Endpoint>& endpoints() const { return endpoints_; }
@@ -139,6 +144,7 @@ class PlatformModel {
 
   std::vector<LinkSpec> links_;
   std::unordered_map<std::string, std::uint32_t> link_index_;
+  std::map<std::string, double> link_scale_;  ///< scale_link_bandwidth
   std::vector<Endpoint> endpoints_;
   std::unordered_map<std::uint64_t, std::uint32_t> endpoint_index_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, Route> routes_;
@@ -159,6 +165,11 @@ constexpr double kHostSpeed = 1e9;
 /// Builds the hosts, links and routes of `model` in one Full-routing zone (explicit routes for
 /// the requested pairs only). Needs a live Engine made with engine_args().
 SimgridPlatform build_simgrid_platform(const PlatformModel& model);
+
+/// The scenario's slow links on `model` (PlatformModel::scale_link_bandwidth): a slow NIC is
+/// its cable to the leaf switch (both directions), a slow NVLink its GPU's port to the
+/// NVSwitches.
+void apply_slow_links(PlatformModel& model, const VariabilityConfig& variability);
 
 /// Command-line arguments for simgrid::s4u::Engine: CM02 with bandwidth/latency factors 1,
 /// no TCP-gamma window limit, no cross traffic, small actor stacks, and SimGrid logging

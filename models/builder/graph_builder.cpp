@@ -16,6 +16,7 @@
 
 #include "models/errors.h"
 #include "models/builder/pipeline_pass.h"
+#include "models/builder/unfold.h"
 #include "models/builder/rank_context.h"
 #include "models/perf/cost_model.h"
 #include "models/memory/memory_model.h"
@@ -82,6 +83,17 @@ Scenario fsdp_as_zero3(const Scenario& sc) {
   return z;
 }
 
+/// The partial fold's representatives, reasons and GPU speeds (builder/unfold.h), once the
+/// graph is finalized (its simulated ranks sorted).
+void apply_unfold_plan(ScheduleGraph& g, const builder::UnfoldPlan& plan) {
+  g.partial_representatives = plan.representatives;
+  g.unfolded = plan.unfolded;
+  if (plan.speeds.empty()) return;
+  g.gpu_speed.assign(g.simulated_ranks().size(), 1.0);
+  for (std::size_t i = 0; i < plan.ranks.size(); ++i)
+    g.gpu_speed[g.rank_index(RankId(g.layout.rank_of(plan.ranks[i])))] = plan.speeds[i];
+}
+
 }  // namespace
 
 std::int64_t count_schedule_tasks(const ValidScenario& valid, std::int64_t limit) {
@@ -126,12 +138,12 @@ ScheduleGraph build_schedule_graph(const ValidScenario& valid, const SystemSpec&
   g.layout = layout;
   g.fold_factor = options.fold ? layout.tp * layout.dp : 1;
   const builder::PipelinePass pipeline(build);
-  // Folded: one representative per pipeline stage (tensor rank 0, data rank 0).
-  for (std::int64_t stage = 0; stage < layout.pp; ++stage)
-    for (std::int64_t d = 0; d < (options.fold ? 1 : layout.dp); ++d)
-      for (std::int64_t t = 0; t < (options.fold ? 1 : layout.tp); ++t)
-        pipeline.emit_rank(RankCoords{t, d, stage});
+  // Folded: one representative per pipeline stage (tensor rank 0, data rank 0), unless the
+  // cluster is asymmetric (builder/unfold.h: the ranks that differ are simulated themselves).
+  const builder::UnfoldPlan plan = builder::plan_unfolding(scenario, options.fold);
+  for (const RankCoords& c : plan.ranks) pipeline.emit_rank(c);
   g.finalize();
+  apply_unfold_plan(g, plan);
   // finalize() sorts the simulated ranks; initial memory was recorded per rank.
   g.initial_gpu_memory.assign(g.simulated_ranks().size(), MemVector{});
   g.initial_host_memory.assign(g.simulated_ranks().size(), MemVector{});

@@ -163,12 +163,21 @@ RankId ScheduleGraph::representative_of(std::int64_t rank) const {
   if (rank < 0 || rank >= world_size)
     throw InputError("rank " + std::to_string(rank) + " is outside the world (0 .. " +
                      std::to_string(world_size - 1) + ")");
-  const auto rep = static_cast<RankId>(fold_factor > 1 ? layout.representative(rank) : rank);
+  const auto rep =
+      !partial_representatives.empty()
+          ? partial_representatives[static_cast<std::size_t>(rank)]
+          : static_cast<RankId>(fold_factor > 1 ? layout.representative(rank) : rank);
   TRAINSIM_CHECK(rank_index(rep) != kNone,
                  "rank " + std::to_string(rank) + " maps to rank " + std::to_string(rep) +
                      ", which the schedule graph does not simulate (fold_factor " +
                      std::to_string(fold_factor) + ")");
   return rep;
+}
+
+std::int64_t ScheduleGraph::ranks_represented(std::uint32_t i) const {
+  if (partial_representatives.empty()) return fold_factor;
+  const RankId r = simulated_ranks_.at(i);
+  return std::count(partial_representatives.begin(), partial_representatives.end(), r);
 }
 
 std::vector<TaskId> ScheduleGraph::tasks_of_rank(RankId rank) const {

@@ -183,6 +183,25 @@ class ScheduleGraph {
   /// The model facts a replay needs (see ReplayModel).
   ReplayModel replay_model;
 
+  /// Partial folding (scenario `variability:`, docs/architecture.md "Folding"): the ranks that
+  /// differ from their peers are simulated themselves and the rest stay folded. Then, per world
+  /// rank, the simulated rank standing for it (itself when simulated); empty otherwise (the
+  /// representatives are ParallelLayout::representative's when fold_factor > 1).
+  std::vector<RankId> partial_representatives;
+  /// Ranks simulated themselves in a partially folded graph, and why (the summary's
+  /// `unfolded_ranks`).
+  struct UnfoldedRanks {
+    std::vector<RankId> ranks;
+    std::string reason;
+  };
+  std::vector<UnfoldedRanks> unfolded;
+  /// Speed factor of each simulated rank's GPU (indexed like simulated_ranks(); empty: all 1):
+  /// its compute ops' device time lasts 1 / speed as long (models/input/variability.h). A
+  /// folded representative runs at the slowest speed of the TP group it stands for.
+  std::vector<double> gpu_speed;
+  /// How many world ranks the simulated rank of index `i` stands for.
+  std::int64_t ranks_represented(std::uint32_t i) const;
+
   /// The simulated rank standing for world rank `rank`: the rank itself when the graph is
   /// unfolded; when folded, tensor rank 0 and data rank 0 of its pipeline stage
   /// (ParallelLayout::representative). Throws InputError for a rank outside [0, world_size),

@@ -95,6 +95,7 @@ KeyChoice choice(const char* name, E value) {
   "deepspeed.zero_optimization.offload_optimizer." #m,               \
       field<&Scenario::zero, &ZeroConfig::offload_optimizer, &OffloadOptimizerConfig::m>()
 #define C(m) "cluster." #m, field<&Scenario::cluster, &ClusterConfig::m>()
+#define V(m) "variability." #m, field<&Scenario::variability, &VariabilityConfig::m>()
 
 void add_top_and_model_shape(std::vector<ScenarioKey>& v) {
   using A = AttentionBackend;
@@ -310,12 +311,25 @@ void add_ignored(std::vector<ScenarioKey>& v) {
   v.push_back(ignored("deepspeed.wall_clock_breakdown", log));
 }
 
+/// `variability:` (models/input/variability.h): the lists are read by read_variability.
+void add_variability(std::vector<ScenarioKey>& v) {
+  v.push_back(custom_key("variability.slow_gpus", FieldRef{},
+                         "GPUs slower than the catalog: [{rank, speed}], speed in (0, 1]", true));
+  v.push_back(custom_key("variability.slow_links", FieldRef{},
+                         "slow links: [{node, nic | nvlink_gpu, bandwidth}], bandwidth in (0, 1]",
+                         true));
+  v.push_back(number_key(V(gpu_speed_cv), 0, 0, 1, false,
+                         "coefficient of variation of the per-GPU lognormal speed (mean 1)"));
+  v.push_back(int_key(V(seed), 0, 0, k2p50, "", "seed of gpu_speed_cv's sample"));
+}
+
 #undef TOP
 #undef M
 #undef P
 #undef Z
 #undef OFF
 #undef C
+#undef V
 
 }  // namespace
 
@@ -327,6 +341,7 @@ std::vector<ScenarioKey> shipped_scenario_keys() {
   add_parallel_core(v);
   add_deepspeed_cluster(v);
   add_ignored(v);
+  add_variability(v);
   return v;
 }
 

@@ -372,6 +372,30 @@ struct ClusterConfig {
 /// `cluster.system` (find_system, which throws InputError for an unknown name).
 const SystemSpec& cluster_system(const ClusterConfig& cluster);
 
+/// `variability:` (trainsim extension, docs/scenario.md "variability"): an asymmetric
+/// cluster. A GPU's speed multiplies its sustained compute and HBM rates (its kernels' device
+/// time scales by 1 / speed; launch overheads do not); a link's factor multiplies its
+/// bandwidth. Read and range-checked by models/input/variability.cpp; the per-rank speeds are
+/// gpu_speeds() (models/input/variability.h).
+struct SlowGpu {
+  std::int64_t rank = 0;
+  double speed = 1;  ///< (0, 1]
+};
+struct SlowLink {
+  std::int64_t node = 0;
+  std::int64_t nic = -1;         ///< the node's NIC (its cable to the leaf switch), or -1
+  std::int64_t nvlink_gpu = -1;  ///< the node's GPU whose NVLink port is slow, or -1
+  double bandwidth = 1;          ///< (0, 1]
+};
+struct VariabilityConfig {
+  std::vector<SlowGpu> slow_gpus;
+  std::vector<SlowLink> slow_links;
+  double gpu_speed_cv = 0;  ///< coefficient of variation of the lognormal per-GPU speed
+  std::int64_t seed = 0;    ///< seeds gpu_speed_cv's sample
+  /// Whether any GPU or link differs from the catalog's (false: today's symmetric cluster).
+  bool any() const { return !slow_gpus.empty() || !slow_links.empty() || gpu_speed_cv > 0; }
+};
+
 /// Options of the simulation itself (trainsim extension, all optional).
 struct SimulationConfig {
   /// Fold identical ranks (TP peers, DP replicas) into one representative. `auto` folds
@@ -398,6 +422,7 @@ struct Scenario {
   ZeroConfig zero;
   ClusterConfig cluster;
   SimulationConfig simulation;
+  VariabilityConfig variability;
 
   std::int64_t world_size() const { return cluster.nodes * cluster.gpus_per_node; }
 };

@@ -30,6 +30,10 @@ void read_zero(const Reader& r, Scenario& s);
 /// The cluster (a catalog system) and the simulation options.
 void read_cluster_and_simulation(const Reader& r, Scenario& s);
 
+/// variability: slow GPUs and links, the speed spread (models/input/variability.cpp); after
+/// the cluster, whose size bounds its ranks, nodes and NICs.
+void read_variability(const Reader& r, Scenario& s);
+
 /// `model: {hf_config: path}`: the Hugging Face config's keys fill the model section where
 /// the scenario (or a --set) does not give them (models/input/hf_config.h). The path is
 /// relative to the scenario file.

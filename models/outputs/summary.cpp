@@ -21,13 +21,19 @@ struct Window {
   double t0 = 0, t1 = 0;
   std::size_t not_run = 0;
   double op_flops = 0;  ///< sum of the graph's op FLOPs (simulated ranks)
+  bool weighted = false;  ///< op_flops weighted by the ranks each stands for (partial folding)
 };
 
 Window record_window(const ScheduleGraph& graph, const ExecutionRecord& record) {
   Window w;
   double t0 = std::numeric_limits<double>::infinity(), t1 = -t0;
+  const bool partial = !graph.partial_representatives.empty();
+  std::vector<double> weight;  // partial folding: the world ranks each simulated rank stands for
+  for (std::uint32_t i = 0; partial && i < graph.simulated_ranks().size(); ++i)
+    weight.push_back(static_cast<double>(graph.ranks_represented(i)));
   for (TaskId id = 0; id < graph.num_tasks(); ++id) {
-    w.op_flops += graph.op(id).flops;
+    w.op_flops += partial ? graph.op(id).flops * weight[graph.rank_index(graph.task(id).rank)]
+                          : graph.op(id).flops;
     if (!task_ran(record, id)) {
       ++w.not_run;
       continue;
@@ -36,6 +42,7 @@ Window record_window(const ScheduleGraph& graph, const ExecutionRecord& record) 
     t1 = std::max(t1, record.end_s[id]);
   }
   if (t0 > t1) t0 = t1 = 0;
+  w.weighted = partial;
   w.t0 = t0;
   w.t1 = t1;
   return w;
@@ -105,6 +112,7 @@ void fill_run(Summary& s, const ScheduleGraph& graph, const ExecutionRecord& rec
   s.trace_ranks = options.trace_ranks;
   s.trace_ranks_note = options.trace_ranks_note;
   s.fold_reason = options.fold_reason;
+  s.unfolded_ranks = graph.unfolded;
   s.notes = record.notes;
 }
 
@@ -119,7 +127,9 @@ void fill_throughput(Summary& s, const Scenario& scenario, const SystemSpec& sys
   s.tokens_per_s_per_gpu = world > 0 ? s.tokens_per_s / world : 0.0;
   s.model_flops_per_iteration = model_flops_per_iteration(scenario);
   s.model_tflops_per_gpu = per_time(s.model_flops_per_iteration) / world / 1e12;
-  s.hardware_flops_per_iteration = w.op_flops * static_cast<double>(fold_factor);
+  // Partially folded: record_window weighted each rank's FLOPs already.
+  s.hardware_flops_per_iteration =
+      w.weighted ? w.op_flops : w.op_flops * static_cast<double>(fold_factor);
   s.hardware_tflops_per_gpu = per_time(s.hardware_flops_per_iteration) / world / 1e12;
   s.peak_tflops_per_gpu = system.gpu.peak_dense_fp16_flops / 1e12;
   // No peak is known for a device without figures (the `local` system replayed without a
@@ -194,19 +204,31 @@ void fill_memory(Summary& s, const ScheduleGraph& graph, const ExecutionRecord& 
 void fill_breakdown(Summary& s, const ScheduleGraph& graph, const RankSweep& sw, double t0) {
   // Average over ranks (every simulated rank stands for fold_factor ranks, so the average over
   // simulated ranks is the average over all world ranks).
+  // Partially folded (scenario `variability:`), the simulated ranks stand for different
+  // numbers of ranks: each is weighted by its share (f = 1 otherwise).
   const auto& ranks = graph.simulated_ranks();
+  std::vector<double> f(ranks.size(), 1.0);
+  if (!graph.partial_representatives.empty()) {
+    double ran_ranks = 0;
+    for (std::uint32_t i = 0; i < ranks.size(); ++i)
+      if (sw.ran[i]) ran_ranks += static_cast<double>(graph.ranks_represented(i));
+    for (std::uint32_t i = 0; i < ranks.size(); ++i)
+      f[i] = static_cast<double>(graph.ranks_represented(i)) * sw.ranks_ran / ran_ranks;
+  }
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     if (!sw.ran[i]) continue;
     for (int a = 0; a < kNumActivities; ++a)
-      s.breakdown.by_activity_s[a] += sw.exposed[i].by_activity_s[a] / sw.ranks_ran;
-    s.breakdown.pipeline_bubble_s += sw.exposed[i].idle_s / sw.ranks_ran;
+      s.breakdown.by_activity_s[a] += sw.exposed[i].by_activity_s[a] * f[i] / sw.ranks_ran;
+    s.breakdown.pipeline_bubble_s += sw.exposed[i].idle_s * f[i] / sw.ranks_ran;
   }
   s.breakdown_note =
       std::string(sw.ranks_ran == ranks.size()
                       ? "average over all ranks"
                       : "average over the ranks that ran (" + std::to_string(sw.ranks_ran) +
                             " of " + std::to_string(ranks.size()) + " simulated)") +
-      ", each weighted equally; per rank, every instant of the "
+      (graph.partial_representatives.empty() ? ", each weighted equally"
+                                              : ", each weighted by the ranks it stands for") +
+      "; per rank, every instant of the "
       "iteration counts once, for the highest-priority active category (compute > optimizer > "
       "offload > tp_comm > pp_comm > dp_comm), so communication counts only where it is "
       "exposed; comm starts when all its participants have arrived, and time with nothing "
@@ -358,6 +380,17 @@ json settings_json(const SummarySettings& x) {
 
 }  // namespace
 
+namespace {
+
+/// `unfolded_ranks` (docs/summary.md): partial folding's ranks and reasons.
+json unfolded_json(const Summary& s) {
+  json u = json::array();
+  for (const auto& x : s.unfolded_ranks) u.push_back({{"ranks", x.ranks}, {"reason", x.reason}});
+  return u;
+}
+
+}  // namespace
+
 json summary_to_json(const Summary& s) {
   json j = json::object();
   j["summary_version"] = s.version;
@@ -377,6 +410,7 @@ json summary_to_json(const Summary& s) {
   j["fold_factor"] = s.fold_factor;
   j["fold_reason"] = s.fold_reason;
   j["simulated_ranks"] = s.simulated_ranks;
+  if (!s.unfolded_ranks.empty()) j["unfolded_ranks"] = unfolded_json(s);
   j["tasks"] = s.tasks;
   j["tasks_not_run"] = s.tasks_not_run;
   j["executor"] = s.executor;
@@ -549,9 +583,16 @@ std::string format_text_summary(const Summary& s) {
     text_breakdown(o, s.slowest_rank_breakdown, it);
   }
   o << "  simulated ranks       " << s.simulated_ranks << " of " << s.world_size;
-  if (s.folded) o << " (folded: each stands for " << s.fold_factor << " ranks)";
+  if (s.folded && s.unfolded_ranks.empty())
+    o << " (folded: each stands for " << s.fold_factor << " ranks)";
+  else if (s.folded)
+    o << " (partially folded: the ranks below are simulated themselves, the others folded "
+         "by up to " << s.fold_factor << ")";
   o << "\n";
   if (!s.fold_reason.empty()) o << "  folding               " << s.fold_reason << "\n";
+  for (const auto& x : s.unfolded_ranks)
+    o << "  unfolded              " << x.ranks.size() << " rank(s) from " << x.ranks.front()
+      << ": " << x.reason << "\n";
   o << "  tasks                 " << s.tasks;
   if (s.tasks_not_run > 0) o << " (" << s.tasks_not_run << " did not run)";
   o << "\n";

@@ -127,6 +127,9 @@ struct Summary {
   std::string executor, device;
   bool measured_run = false;  ///< the record is a measurement (JSON key `measured`)
   std::string calibration, trace_ranks, trace_ranks_note, fold_reason;
+  /// Partial folding (scenario `variability:`): the ranks simulated themselves and why
+  /// (ScheduleGraph::unfolded); JSON `unfolded_ranks`, present only when not empty.
+  std::vector<ScheduleGraph::UnfoldedRanks> unfolded_ranks;
   std::vector<std::string> notes;
   SummarySettings settings;
   // ---- throughput and FLOPs

@@ -267,6 +267,13 @@ double CostModel::compute_time_s(const OpDesc& op) const {
   return t;
 }
 
+double CostModel::launch_time_s(const OpDesc& op) const {
+  const bool local_cpu = system_.name == "local" && profile_.device.rfind("cpu", 0) == 0;
+  if (op.kind == OpKind::OptimizerStepCpu || (local_cpu && op.kind == OpKind::OptimizerStepGpu))
+    return 0;  // compute_time_s times it as CPU Adam: no kernel
+  return static_cast<double>(op_kernels(op).size()) * profile_.kernel_launch_overhead_s;
+}
+
 double CostModel::ring_bytes_per_rank(OpKind kind, double bytes, std::int64_t group_size) {
   TRAINSIM_CHECK(group_size >= 1, "ring_bytes_per_rank: group_size < 1");
   const double n = static_cast<double>(group_size);

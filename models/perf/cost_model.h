@@ -31,6 +31,11 @@ class CostModel {
   /// CPU-measured profile (device "cpu: ..."), OptimizerStepGpu is timed as CPU Adam too, as
   /// the CPU replay runs it. Throws std::logic_error for a communication op.
   double compute_time_s(const OpDesc& op) const;
+  /// The part of compute_time_s(op) spent outside the GPU's SMs and HBM: one
+  /// kernel_launch_overhead_s per kernel (every kernel_time_s adds it once); 0 for an op timed
+  /// on the CPU. A slower GPU (scenario `variability`, models/input/variability.h) stretches
+  /// only the rest.
+  double launch_time_s(const OpDesc& op) const;
 
   /// Time of one GEMM (m x k) * (k x n) in `precision`, with its efficiency model.
   double gemm_time_s(double m, double n, double k, Precision precision, double batch = 1) const;
