@@ -51,6 +51,7 @@ Scenario read_scenario(YAML::Node root, const std::string& source,
   read_parallel(r, s);
   read_zero(r, s);
   read_cluster_and_simulation(r, s);
+  read_training(r, s);
   validate_scenario(s);
   return s;
 }

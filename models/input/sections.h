@@ -29,6 +29,9 @@ void read_parallel(const Reader& r, Scenario& s);
 void read_zero(const Reader& r, Scenario& s);
 /// The cluster (a catalog system) and the simulation options.
 void read_cluster_and_simulation(const Reader& r, Scenario& s);
+/// training: the run's length, price, failure rates and checkpoints (docs/forecast.md);
+/// models/input/training_section.cpp.
+void read_training(const Reader& r, Scenario& s);
 
 /// `model: {hf_config: path}`: the Hugging Face config's keys fill the model section where
 /// the scenario (or a --set) does not give them (models/input/hf_config.h). The path is
