@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/forecast_run.h"
 #include "apps/output_file.h"
 #include "apps/plan_result.h"
 #include "apps/verbs.h"
@@ -150,15 +151,23 @@ json simulate_candidate(const PlanArgs& args, const PlanCandidate& c) {
       exposed = std::max(exposed, r.exposed_comm_s);
       bubble = std::max(bubble, r.pipeline_bubble_s);
     }
-    return {{"iteration_time_s", s.iteration_time_s},
-            {"tokens_per_s", s.tokens_per_s},
-            {"model_tflops_per_gpu", s.model_tflops_per_gpu},
-            {"mfu", s.mfu.value_or(0.0)},
-            {"peak_memory_bytes", s.peak_memory_bytes},
-            {"memory_capacity_bytes", s.memory_capacity_bytes},
-            {"oom", s.oom()},
-            {"bubble_share", bubble / it},
-            {"exposed_comm_share", exposed / it}};
+    json result = {{"iteration_time_s", s.iteration_time_s},
+                   {"tokens_per_s", s.tokens_per_s},
+                   {"model_tflops_per_gpu", s.model_tflops_per_gpu},
+                   {"mfu", s.mfu.value_or(0.0)},
+                   {"peak_memory_bytes", s.peak_memory_bytes},
+                   {"memory_capacity_bytes", s.memory_capacity_bytes},
+                   {"oom", s.oom()},
+                   {"bubble_share", bubble / it},
+                   {"exposed_comm_share", exposed / it}};
+    if (has_run_length(*run.scenario) && s.iteration_time_s > 0) {
+      // The whole run at this candidate's iteration time (apps/forecast_run.h), one sample.
+      const Forecast f = forecast_prepared(run, s.iteration_time_s, 1, 0, false, {});
+      result["goodput"] = f.run.goodput;
+      result["wall_days"] = f.wall_days;
+      if (f.cost_usd) result["cost_usd"] = *f.cost_usd;
+    }
+    return result;
   } catch (const std::exception& e) {
     return {{"error", e.what()}};
   }
@@ -187,8 +196,15 @@ void print_table(std::ostream& os, const std::vector<CandidateResult>& ranked) {
   os << std::left << std::setw(5) << "rank" << std::setw(width) << "layout" << std::right
      << std::setw(12) << "tokens/s" << std::setw(9) << "TFLOP/s" << std::setw(7) << "MFU"
      << std::setw(10) << "peak GiB" << std::setw(10) << "headroom" << std::setw(8) << "bubble"
-     << std::setw(8) << "comm" << std::setw(9) << "est err"
-     << "\n";
+     << std::setw(8) << "comm" << std::setw(9) << "est err";
+  // The whole run's forecast, where the scenario has a training: section (docs/plan.md).
+  const bool forecast = std::any_of(ranked.begin(), ranked.end(),
+                                    [](const CandidateResult& r) { return bool(r.goodput); });
+  const bool cost = std::any_of(ranked.begin(), ranked.end(),
+                                [](const CandidateResult& r) { return bool(r.cost_usd); });
+  if (forecast) os << std::setw(9) << "goodput" << std::setw(8) << "days";
+  if (cost) os << std::setw(12) << "cost USD";
+  os << "\n";
   int rank = 0;
   for (const auto& r : ranked) {
     if (!r.simulated) continue;
@@ -202,8 +218,12 @@ void print_table(std::ostream& os, const std::vector<CandidateResult>& ranked) {
        << 100 * r.exposed_comm_share << "%" << std::setw(8) << std::showpos
        << (r.tokens_per_s > 0 ? 100.0 * (r.estimate.estimate_tokens_per_s / r.tokens_per_s - 1.0)
                               : 0.0)
-       << std::noshowpos << "%"
-       << (r.error.empty() ? (r.oom ? "  OOM" : "") : "  error: " + r.error) << "\n";
+       << std::noshowpos << "%";
+    if (forecast)
+      os << std::setprecision(1) << std::setw(8) << (r.goodput ? 100 * *r.goodput : 0.0) << "%"
+         << std::setw(8) << r.wall_days.value_or(0.0);
+    if (cost) os << std::setprecision(0) << std::setw(12) << r.cost_usd.value_or(0.0);
+    os << (r.error.empty() ? (r.oom ? "  OOM" : "") : "  error: " + r.error) << "\n";
   }
 }
 
@@ -211,7 +231,11 @@ void write_csv(std::ostream& os, const std::vector<CandidateResult>& ranked) {
   os << "rank,index,layout,tokens_per_s,model_tflops_per_gpu,mfu,peak_memory_"
         "bytes,"
         "memory_capacity_bytes,bubble_share,exposed_comm_share,estimate_tokens_"
-        "per_s,oom,overrides\n";
+        "per_s,oom,overrides";
+  const bool forecast = std::any_of(ranked.begin(), ranked.end(),
+                                    [](const CandidateResult& r) { return bool(r.goodput); });
+  if (forecast) os << ",goodput,wall_days,cost_usd";
+  os << "\n";
   int rank = 0;
   for (const auto& r : ranked) {
     if (!r.simulated) continue;
@@ -221,7 +245,14 @@ void write_csv(std::ostream& os, const std::vector<CandidateResult>& ranked) {
        << "," << r.model_tflops_per_gpu << "," << r.mfu << "," << r.peak_memory_bytes << ","
        << r.memory_capacity_bytes << "," << r.bubble_share << "," << r.exposed_comm_share << ","
        << r.estimate.estimate_tokens_per_s << "," << (r.oom ? "true" : "false") << ",\"" << ov
-       << "\"\n";
+       << "\"";
+    if (forecast) {
+      auto opt = [](const std::optional<double>& v) {
+        return v ? std::to_string(*v) : std::string();
+      };
+      os << "," << opt(r.goodput) << "," << opt(r.wall_days) << "," << opt(r.cost_usd);
+    }
+    os << "\n";
   }
 }
 
@@ -299,7 +330,7 @@ void print_invalid_reasons(std::ostream& os, const std::vector<InvalidReason>& i
 int finish(const PlanArgs& args, std::vector<CandidateResult> results,
            std::map<std::string, std::size_t> why, std::vector<InvalidReason> invalid,
            std::size_t enumerated, bool interrupted, const std::string& scenario) {
-  rank_results(results);
+  rank_results(results, parse_plan_objective(args.objective));
   sort_invalid_reasons(invalid);
   std::ostream& os = std::cout;
   if (interrupted) os << "interrupted: the best found so far\n";
@@ -499,6 +530,18 @@ void check_space_size(const PlanArgs& args, const PlanConfig& plan, const ValidS
 
 }  // namespace
 
+/// --objective goodput needs the run's length, cost also its price (docs/plan.md).
+void check_objective(const PlanArgs& args, const Scenario& base) {
+  const PlanObjective o = parse_plan_objective(args.objective);
+  if (o == PlanObjective::TokensPerS) return;
+  if (!has_run_length(base))
+    throw InputError(args.scenario + ": plan --objective " + args.objective +
+                     " needs the run's length in the scenario's training: section "
+                     "(training.train_tokens, train_iters or train_samples; docs/forecast.md)");
+  if (o == PlanObjective::Cost && !(base.training.gpu_hour_usd > 0))
+    throw InputError(args.scenario + ": plan --objective cost needs training.gpu_hour_usd");
+}
+
 int plan_main(const PlanArgs& args) {
   signal(SIGINT, on_sigint);
   check_plan_outputs(args);
@@ -514,6 +557,7 @@ int plan_main(const PlanArgs& args) {
   for (const std::string& w : platform.warnings)
     std::fprintf(stderr, "trainsim plan: warning: %s\n", w.c_str());
   const ValidScenario& base = platform.scenario;
+  check_objective(args, *base);
   PlanConfig plan = load_plan_config(args.scenario, base);
   if (args.top_k > 0) plan.top_k = args.top_k;
   const int jobs =
@@ -581,6 +625,9 @@ int plan_main(const PlanArgs& args) {
             r.oom = j.at("oom");
             r.bubble_share = j.at("bubble_share");
             r.exposed_comm_share = j.at("exposed_comm_share");
+            if (j.contains("goodput")) r.goodput = j.at("goodput").get<double>();
+            if (j.contains("wall_days")) r.wall_days = j.at("wall_days").get<double>();
+            if (j.contains("cost_usd")) r.cost_usd = j.at("cost_usd").get<double>();
           }
           simp.tick();
         });

@@ -136,8 +136,20 @@ json result_to_json(const CandidateResult& r) {
           {"memory_capacity_bytes", r.memory_capacity_bytes},
           {"bubble_share", r.bubble_share},
           {"exposed_comm_share", r.exposed_comm_share},
-          {"oom", r.oom}};
+          {"oom", r.oom},
+          {"goodput", r.goodput ? json(*r.goodput) : json(nullptr)},
+          {"wall_days", r.wall_days ? json(*r.wall_days) : json(nullptr)},
+          {"cost_usd", r.cost_usd ? json(*r.cost_usd) : json(nullptr)}};
 }
+
+namespace {
+/// A forecast figure: absent or null in a shard written without a training: section.
+std::optional<double> optional_number(const FieldReader& f, const json& j, const std::string& at,
+                                      const std::string& key, double hi) {
+  if (!j.is_object() || !j.contains(key) || j.at(key).is_null()) return std::nullopt;
+  return f.number(j, at, key, 0, hi);
+}
+}  // namespace
 
 /// One candidate (`candidates[i]`, as result_to_json writes it), its index below the
 /// enumeration's size.
@@ -168,6 +180,9 @@ CandidateResult read_result(const FieldReader& f, const json& j, const std::stri
   r.bubble_share = f.number(j, at, "bubble_share", 0, 1);
   r.exposed_comm_share = f.number(j, at, "exposed_comm_share", 0, 1);
   r.oom = f.flag(j, at, "oom");
+  r.goodput = optional_number(f, j, at, "goodput", 1);
+  r.wall_days = optional_number(f, j, at, "wall_days", 1e300);
+  r.cost_usd = optional_number(f, j, at, "cost_usd", 1e300);
   return r;
 }
 

@@ -89,6 +89,25 @@ int run(int argc, char** argv) {
                      "exit with status 3 (after writing the outputs) when the peak GPU or host "
                      "memory is above its capacity");
 
+  ForecastArgs fc;
+  std::vector<std::string> forecast_sets;
+  CLI::App* forecast = app.add_subcommand(
+      "forecast", "the whole run: failures, checkpoints, goodput, days and cost (docs/forecast.md)");
+  forecast->add_option("scenario", fc.scenario, "scenario YAML file with a training: section")
+      ->required();
+  add_sets(forecast, forecast_sets);
+  forecast->add_option("--calibration", fc.calibration,
+                       "calibration profile JSON (default: the shipped profile of the GPU)");
+  forecast->add_option("--samples", fc.samples,
+                       "iteration-time samples of the scenario's variability (default 1)")
+      ->check(integer_at_least(1, 100000));
+  forecast->add_option("--seed", fc.seed, "seed of the samples (default 0)");
+  forecast->add_option("--json", fc.json, "write the forecast JSON (docs/forecast.schema.json)");
+  forecast->add_option("--format", fc.format, "stdout: text report or the forecast JSON only")
+      ->check(CLI::IsMember({"text", "json"}));
+  forecast->add_flag("--force", fc.force,
+                     "simulate even when the estimated graph is above the size limits");
+
   std::string hf_path;
   CLI::App* import_hf = app.add_subcommand(
       "import-hf", "print the scenario's model: section for a Hugging Face config.json");
@@ -123,6 +142,10 @@ int run(int argc, char** argv) {
   plan->add_option("--calibration", pln.calibration,
                    "calibration profile JSON for every candidate, as simulate's (default: the "
                    "shipped profile of the GPU)");
+  plan->add_option("--objective", pln.objective,
+                   "ranking: tokens_per_s (default), goodput or cost (these two need the "
+                   "scenario's training: section)")
+      ->check(CLI::IsMember({"tokens_per_s", "goodput", "cost"}));
 
   ReplayArgs rep;
   CLI::App* replay = app.add_subcommand("replay", "replay one rank's tasks on a real device");
@@ -205,6 +228,10 @@ int run(int argc, char** argv) {
   if (simulate->parsed()) {
     sim.overrides = to_overrides(sim_sets);
     return simulate_main(sim);
+  }
+  if (forecast->parsed()) {
+    fc.overrides = to_overrides(forecast_sets);
+    return forecast_main(fc);
   }
   if (import_hf->parsed()) {
     // Read first: a refused config prints nothing on stdout, only the error.

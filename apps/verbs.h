@@ -6,6 +6,7 @@
 // Where each verb lives (apps/CMakeLists.txt):
 //   simulate  -> apps/simulate.cpp (always built; without sim/ it explains and exits 1)
 //   plan      -> apps/plan.cpp (always built, with simulate)
+//   forecast  -> apps/forecast.cpp (always built, with simulate)
 //   replay    -> apps/replay.cpp,    when it exists and trainsim_hw is built
 //   validate  -> apps/validate.cpp,  when it exists and trainsim_validation is built
 //   diff      -> apps/diff.cpp (always built)
@@ -97,6 +98,19 @@ struct CalibrateArgs {
   bool allow_device_mismatch = false;
 };
 
+/// trainsim forecast SCENARIO.yaml [--set k=v]... [--samples N] [--seed S] [--json F]
+///   [--format text|json] [--calibration profile.json]  (docs/forecast.md)
+struct ForecastArgs {
+  std::string scenario;
+  Overrides overrides;
+  std::string calibration;
+  int samples = 1;           ///< iteration-time samples of the scenario's variability
+  std::uint64_t seed = 0;    ///< the samples' seed (sample i: models/forecast sample_seed)
+  std::string json;          ///< forecast JSON output file (docs/forecast.schema.json)
+  std::string format = "text";
+  bool force = false;
+};
+
 /// trainsim plan SCENARIO.yaml [--set k=v]... [--top K] [--jobs N] [--json F] [--csv F]
 ///   [--out DIR] [--shard i/n] | trainsim plan --merge SHARD.json...  (docs/plan.md)
 struct PlanArgs {
@@ -109,10 +123,14 @@ struct PlanArgs {
   std::vector<std::string> merge;  ///< shard JSON files to rank together
   bool force = false;       ///< passed to each simulation (size limits)
   std::string calibration;  ///< --calibration: the profile of every candidate (as simulate's)
+  /// --objective: the ranking, tokens_per_s (default), goodput or cost (the latter two need the
+  /// scenario's training: section; docs/plan.md).
+  std::string objective = "tokens_per_s";
 };
 
 int simulate_main(const SimulateArgs& args);
 int plan_main(const PlanArgs& args);
+int forecast_main(const ForecastArgs& args);
 int replay_main(const ReplayArgs& args);
 int validate_main(const ValidateArgs& args);
 int calibrate_main(const CalibrateArgs& args);

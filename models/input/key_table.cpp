@@ -5,6 +5,8 @@
 // bounds are explained in models/input/scenario.h (ScenarioSizeLimit).
 #include "models/input/keys.h"
 
+#include "models/hardware/reliability.h"
+
 namespace trainsim::input {
 
 namespace {
@@ -96,6 +98,9 @@ KeyChoice choice(const char* name, E value) {
       field<&Scenario::zero, &ZeroConfig::offload_optimizer, &OffloadOptimizerConfig::m>()
 #define C(m) "cluster." #m, field<&Scenario::cluster, &ClusterConfig::m>()
 #define V(m) "variability." #m, field<&Scenario::variability, &VariabilityConfig::m>()
+#define T(m) "training." #m, field<&Scenario::training, &TrainingConfig::m>()
+#define CK(m) "training.checkpoint." #m, \
+              field<&Scenario::training, &TrainingConfig::checkpoint, &CheckpointConfig::m>()
 
 void add_top_and_model_shape(std::vector<ScenarioKey>& v) {
   using A = AttentionBackend;
@@ -281,6 +286,52 @@ void add_deepspeed_cluster(std::vector<ScenarioKey>& v) {
   v.push_back(custom_key("simulation.fold", FieldRef{}, "auto, true or false"));
 }
 
+/// A number >= 0 (lo_open: > 0) with a unit; `def` nullopt: absent keeps the member's 0.
+ScenarioKey amount_key(std::string path, FieldRef f, std::optional<double> def, bool lo_open,
+                       std::string unit, std::string doc) {
+  ScenarioKey k = number_key(std::move(path), f, 0, 0, 1e30, false, std::move(doc));
+  k.default_value = def;
+  k.lo_open = lo_open;
+  k.unit = std::move(unit);
+  return k;
+}
+
+/// The run as a whole (trainsim forecast, docs/forecast.md): length, price, failures and
+/// checkpoints. Megatron-LM's names where it has one (--train-iters, --train-samples,
+/// --save-interval, --async-save); defaults from the reliability catalog, each with its source
+/// (models/hardware/reliability.h).
+void add_training(std::vector<ScenarioKey>& v) {
+  namespace rel = reliability;
+  v.push_back(amount_key(T(train_tokens), std::nullopt, true, "tokens",
+                         "tokens the run trains on (or train_iters / train_samples)"));
+  v.push_back(int_key(T(train_iters), std::nullopt, 1, k2p50, "steps", "Megatron --train-iters"));
+  v.push_back(int_key(T(train_samples), std::nullopt, 1, k2p50, "sequences",
+                      "Megatron --train-samples"));
+  v.push_back(amount_key(T(gpu_hour_usd), std::nullopt, true, "USD", "price of one GPU-hour; absent: no cost"));
+  v.push_back(amount_key(T(gpu_failures_per_h), rel::kGpuFailuresPerHour, false, "1/h",
+                         "interruptions per GPU-hour (Llama 3 Table 5)"));
+  v.push_back(amount_key(T(node_failures_per_h), rel::kNodeFailuresPerHour, false, "1/h",
+                         "interruptions per node-hour (Llama 3 Table 5)"));
+  v.push_back(amount_key(T(link_failures_per_h), rel::kLinkFailuresPerHour, false, "1/h",
+                         "interruptions per NIC-link-hour (Llama 3 Table 5)"));
+  v.push_back(amount_key(T(mttf_h), std::nullopt, true, "h",
+                         "the job's mean time to failure, instead of the rates"));
+  v.push_back(amount_key(T(restart_s), rel::kRestartS, false, "s",
+                         "interruption to running again, before the load (assumed)"));
+  ScenarioKey save_interval = custom_key("training.save_interval", FieldRef{},
+                                         "Megatron --save-interval: checkpoint.interval_steps");
+  v.push_back(save_interval);
+  v.push_back(amount_key(CK(write_bw_bytes_per_s), rel::kStorageWriteBwBytesPerS, true, "B/s",
+                         "storage write bandwidth, whole cluster (Llama 3: Tectonic)"));
+  v.push_back(amount_key(CK(read_bw_bytes_per_s), rel::kStorageReadBwBytesPerS, true, "B/s",
+                         "storage read bandwidth, whole cluster (Llama 3: Tectonic)"));
+  v.push_back(bool_key(CK(async), false, "Megatron --async-save: only the host copy blocks"));
+  ScenarioKey interval = custom_key(CK(interval_steps), "steps between saves, or auto (--save-interval)");
+  interval.min = 1;
+  interval.unit = "steps";
+  v.push_back(interval);
+}
+
 /// Megatron-LM and DeepSpeed arguments that change neither time nor memory in trainsim's
 /// model of one training iteration: accepted so that a launch line can be copied, and listed
 /// in the summary's notes. (clip_grad is not among them: its norm all-reduce is modelled.)
@@ -293,10 +344,9 @@ void add_ignored(std::vector<ScenarioKey>& v) {
                         "init_method_std"})
     v.push_back(ignored(std::string("training.") + k, opt));
   for (const char* k : {"lr_decay_style", "lr_warmup_iters", "lr_warmup_fraction",
-                        "lr_decay_iters", "lr_warmup_init", "train_iters", "train_samples"})
+                        "lr_decay_iters", "lr_warmup_init"})
     v.push_back(ignored(std::string("training.") + k, sched));
-  for (const char* k : {"seed", "log_interval", "eval_interval", "eval_iters", "save_interval",
-                        "save", "load", "tensorboard_dir", "wandb_project"})
+  for (const char* k : {"seed", "log_interval", "eval_interval", "eval_iters", "save", "load", "tensorboard_dir", "wandb_project"})
     v.push_back(ignored(std::string("training.") + k, k == std::string("seed")
                                                           ? "random seed: same work" : log));
   for (const char* k : {"tokenizer_type", "tokenizer_model", "vocab_file", "merge_file",
@@ -330,6 +380,8 @@ void add_variability(std::vector<ScenarioKey>& v) {
 #undef OFF
 #undef C
 #undef V
+#undef T
+#undef CK
 
 }  // namespace
 
@@ -340,6 +392,7 @@ std::vector<ScenarioKey> shipped_scenario_keys() {
   add_parallel(v);
   add_parallel_core(v);
   add_deepspeed_cluster(v);
+  add_training(v);
   add_ignored(v);
   add_variability(v);
   return v;

@@ -56,7 +56,8 @@ const std::vector<KeyAlias>& scenario_key_aliases() {
 const std::vector<std::string>& scenario_sections() {
   static const std::vector<std::string> v = {
       "model", "parallel", "deepspeed", "deepspeed.zero_optimization",
-      "deepspeed.zero_optimization.offload_optimizer", "cluster", "simulation", "training", "variability"};
+      "deepspeed.zero_optimization.offload_optimizer", "cluster", "simulation", "training",
+      "training.checkpoint", "variability"};
   return v;
 }
 

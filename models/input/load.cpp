@@ -52,6 +52,7 @@ Scenario read_scenario(YAML::Node root, const std::string& source,
   read_zero(r, s);
   read_cluster_and_simulation(r, s);
   read_variability(r, s);
+  read_training(r, s);
   validate_scenario(s);
   return s;
 }

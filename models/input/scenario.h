@@ -15,6 +15,7 @@
 
 #include "models/errors.h"
 #include "models/hardware/hardware.h"
+#include "models/hardware/reliability.h"
 #include "models/nccl_version.h"
 #include "models/parallel_layout.h"
 #include "models/precision.h"
@@ -403,6 +404,36 @@ struct SimulationConfig {
   enum class Fold : std::uint8_t { Auto, On, Off } fold = Fold::Auto;
 };
 
+/// training.checkpoint: how the run saves and loads its checkpoints (trainsim forecast,
+/// docs/forecast.md). Megatron-LM's names: interval_steps is --save-interval, async is
+/// --async-save. Defaults: models/hardware/reliability.h.
+struct CheckpointConfig {
+  /// Aggregate storage bandwidth of the cluster's file system, for writes and reads.
+  double write_bw_bytes_per_s = reliability::kStorageWriteBwBytesPerS;
+  double read_bw_bytes_per_s = reliability::kStorageReadBwBytesPerS;
+  /// Megatron's async_save: the training stalls only for the device-to-host copy; the write to
+  /// storage runs in the background.
+  bool async = false;
+  std::int64_t interval_steps = 0;  ///< steps between saves; 0: `auto` (the optimum)
+};
+
+/// training: the whole run (trainsim forecast, docs/forecast.md): its length, price, failure
+/// rates and checkpoints. Unused by simulate. Defaults: models/hardware/reliability.h.
+struct TrainingConfig {
+  /// Length of the run: exactly one of the three, or none (forecast refuses a scenario without).
+  double train_tokens = 0;                    ///< 0: absent
+  std::optional<std::int64_t> train_iters;    ///< Megatron --train-iters
+  std::optional<std::int64_t> train_samples;  ///< Megatron --train-samples (sequences)
+  double gpu_hour_usd = 0;                    ///< 0: absent (no cost reported)
+  /// Failure rates, interruptions per hour of one GPU, one node, one NIC link.
+  double gpu_failures_per_h = reliability::kGpuFailuresPerHour;
+  double node_failures_per_h = reliability::kNodeFailuresPerHour;
+  double link_failures_per_h = reliability::kLinkFailuresPerHour;
+  double mttf_h = 0;  ///< the job's mean time to failure; 0: from the rates
+  double restart_s = reliability::kRestartS;  ///< from an interruption to the job running again (before the load)
+  CheckpointConfig checkpoint;
+};
+
 struct Scenario {
   std::string name;
   /// Top-level `runtime`; megatron-2021 when absent (see docs/scenario.md).
@@ -423,6 +454,7 @@ struct Scenario {
   ClusterConfig cluster;
   SimulationConfig simulation;
   VariabilityConfig variability;
+  TrainingConfig training;
 
   std::int64_t world_size() const { return cluster.nodes * cluster.gpus_per_node; }
 };

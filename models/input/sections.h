@@ -29,6 +29,9 @@ void read_parallel(const Reader& r, Scenario& s);
 void read_zero(const Reader& r, Scenario& s);
 /// The cluster (a catalog system) and the simulation options.
 void read_cluster_and_simulation(const Reader& r, Scenario& s);
+/// training: the run's length, price, failure rates and checkpoints (docs/forecast.md);
+/// models/input/training_section.cpp.
+void read_training(const Reader& r, Scenario& s);
 
 /// variability: slow GPUs and links, the speed spread (models/input/variability.cpp); after
 /// the cluster, whose size bounds its ranks, nodes and NICs.

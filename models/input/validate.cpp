@@ -726,6 +726,26 @@ void check_moe_token_dropping(const Scenario& s, const Fail& fail) {
          " (Megatron-Core pads each expert's input to its capacity; absent: dropless)");
 }
 
+/// training: a run shorter than one iteration (the forecast counts whole steps).
+template <typename Fail>
+void check_training(const Scenario& s, const Fail& fail) {
+  const TrainingConfig& t = s.training;
+  const double tokens_per_step =
+      double(s.parallel.global_batch_size) * double(s.model.seq_length);
+  if (t.train_tokens > 0 && t.train_tokens < tokens_per_step) {
+    std::ostringstream o;
+    o.precision(17);
+    o << key_at(&key_sample().training.train_tokens) << " (" << t.train_tokens
+      << ") is below one iteration: " << key_of(&ParallelConfig::global_batch_size) << " x "
+      << key_of(&ModelConfig::seq_length) << " = " << std::int64_t(tokens_per_step) << " tokens";
+    fail(o.str());
+  }
+  if (t.train_samples && *t.train_samples < s.parallel.global_batch_size)
+    fail(kv(key_at(&key_sample().training.train_samples), *t.train_samples) +
+         " is below one iteration: " + kv(key_of(&ParallelConfig::global_batch_size),
+                                          s.parallel.global_batch_size) + " sequences");
+}
+
 }  // namespace
 
 void validate_scenario(Scenario& s) {
@@ -738,6 +758,7 @@ void validate_scenario(Scenario& s) {
   check_megatron_core(s, fail);
   check_moe_token_dropping(s, fail);
   check_zero(s, fail);
+  check_training(s, fail);
 }
 
 ValidScenario validated(Scenario scenario) {

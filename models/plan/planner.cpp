@@ -5,6 +5,7 @@
 #include <boost/range/iterator_range.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -940,14 +941,35 @@ CandidateEstimate estimate_candidate(
   return e;
 }
 
-void rank_results(std::vector<CandidateResult>& results) {
+PlanObjective parse_plan_objective(const std::string& name) {
+  for (PlanObjective o : {PlanObjective::TokensPerS, PlanObjective::Goodput, PlanObjective::Cost})
+    if (name == to_string(o)) return o;
+  throw InputError("plan --objective '" + name + "': expected tokens_per_s, goodput or cost");
+}
+
+const char* to_string(PlanObjective objective) {
+  switch (objective) {
+    case PlanObjective::TokensPerS: return "tokens_per_s";
+    case PlanObjective::Goodput: return "goodput";
+    case PlanObjective::Cost: return "cost";
+  }
+  return "?";
+}
+
+void rank_results(std::vector<CandidateResult>& results, PlanObjective objective) {
+  constexpr double kNone = std::numeric_limits<double>::infinity();
   std::stable_sort(
-      results.begin(), results.end(), [](const CandidateResult& a, const CandidateResult& b) {
-        auto key = [](const CandidateResult& r) {
+      results.begin(), results.end(),
+      [objective](const CandidateResult& a, const CandidateResult& b) {
+        auto key = [objective](const CandidateResult& r) {
           const bool ok = r.simulated && r.error.empty() && !r.oom;
-          return std::make_tuple(ok ? 0 : 1,
-                                 -(ok ? r.tokens_per_s : r.estimate.estimate_tokens_per_s),
-                                 r.peak_memory_bytes, r.candidate.index);
+          const double tokens = ok ? r.tokens_per_s : r.estimate.estimate_tokens_per_s;
+          // The objective as a figure to minimise; a candidate without it after the others.
+          double primary = -tokens;
+          if (objective == PlanObjective::Goodput) primary = r.goodput ? -*r.goodput : kNone;
+          if (objective == PlanObjective::Cost) primary = r.cost_usd ? *r.cost_usd : kNone;
+          return std::make_tuple(ok ? 0 : 1, primary, -tokens, r.peak_memory_bytes,
+                                 r.candidate.index);
         };
         return key(a) < key(b);
       });

@@ -136,10 +136,26 @@ struct CandidateResult {
   std::int64_t peak_memory_bytes = 0, memory_capacity_bytes = 0;
   double bubble_share = 0, exposed_comm_share = 0;
   bool oom = false;
+  /// The whole run's forecast (models/forecast/forecast.h) at the candidate's simulated
+  /// iteration time, when the scenario has a training: section: goodput, wall-clock days, and
+  /// the cost when training.gpu_hour_usd is set.
+  std::optional<double> goodput, wall_days, cost_usd;
 };
 
-/// Ranking: simulated tokens/s, higher first; ties by lower peak memory, then
-/// by the enumeration index (deterministic).
-void rank_results(std::vector<CandidateResult>& results);
+/// What `plan --objective` ranks by (docs/plan.md).
+enum class PlanObjective : std::uint8_t {
+  TokensPerS,  ///< simulated tokens/s, higher first
+  Goodput,     ///< forecast goodput, higher first (needs a training: section)
+  Cost,        ///< forecast cost of the run, lower first (needs training.gpu_hour_usd)
+};
+/// "tokens_per_s", "goodput" or "cost"; throws InputError naming --objective otherwise.
+PlanObjective parse_plan_objective(const std::string& name);
+const char* to_string(PlanObjective objective);
+
+/// Ranking: the candidates simulated without error or OOM first, by the objective (a candidate
+/// without the objective's figure after those with it), then by simulated tokens/s, higher
+/// first; ties by lower peak memory, then by the enumeration index (deterministic).
+void rank_results(std::vector<CandidateResult>& results,
+                  PlanObjective objective = PlanObjective::TokensPerS);
 
 }  // namespace trainsim

@@ -17,15 +17,15 @@ and exits 1 if there is any, 0 otherwise.
 Layering, bottom to top: the bottom units (loose files every folder may use: errors.h,
 precision.h, parallel_layout.h, nccl_version.h, json_input, subprocess) < hardware < input <
 graph < perf < system < memory < builder < outputs < run (the run facade: run.h, run.cpp) <
-plan (the planner starts every candidate at run.h's prepare_platform). Bottom units include only
-other bottom units.
+forecast (the whole run from its iteration and checkpoint times) < plan (the planner starts
+every candidate at run.h's prepare_platform). Bottom units include only other bottom units.
 """
 import os
 import re
 import sys
 
 LAYERS = ["<bottom>", "hardware", "input", "graph", "perf", "system", "memory", "builder",
-          "outputs", "<run>", "plan"]
+          "outputs", "<run>", "forecast", "plan"]
 BOTTOM_UNITS = {"errors", "precision", "parallel_layout", "nccl_version", "json_input",
                 "subprocess"}
 TOP_UNITS = {"run"}

@@ -1,0 +1,109 @@
+// `trainsim forecast` end to end: a tiny scenario with a training: section forecasts its run
+// (text and JSON, the JSON's figures consistent with each other by arithmetic), is
+// deterministic, and bad training values exit 1 naming the file, field and value; the
+// planner's --objective goodput ranks candidates and refuses a scenario without training:.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/e2e/cli_helpers.h"
+#include "tests/support/paths.h"
+
+namespace {
+
+using trainsim::test_support::ScratchDir;
+using trainsim_e2e::run;
+using trainsim_e2e::slurp;
+
+std::string scenario(const std::string& training) {
+  return "name: forecast_e2e\n"
+         "model: {num_layers: 4, hidden_size: 256, num_attention_heads: 8, seq_length: 128, "
+         "padded_vocab_size: 1024}\n"
+         "parallel: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2, "
+         "micro_batch_size: 2, global_batch_size: 16, precision: bf16}\n"
+         "cluster: {system: dgx-a100-80gb, nodes: 2, gpus_per_node: 8}\n" +
+         training;
+}
+
+TEST(ForecastCli, ForecastsTheRunAndItsFiguresAddUp) {
+  ScratchDir dir("forecast_cli");
+  const std::string path = dir.write(
+      "s.yaml", scenario("training:\n  train_tokens: 2e8\n  gpu_hour_usd: 2\n  mttf_h: 0.5\n"
+                         "  checkpoint: {write_bw_bytes_per_s: 1e9}\n"));
+  const std::string json_path = dir.file("f.json").string();
+  ASSERT_EQ(run("forecast " + path + " --samples 5 --seed 3 --json " + json_path,
+                dir.file("log").string()),
+            0)
+      << slurp(dir.file("log"));
+  const std::string text = slurp(dir.file("log"));
+  EXPECT_NE(text.find("goodput"), std::string::npos) << text;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json_path));
+  const auto& it = j.at("iteration_time_s");
+  EXPECT_EQ(it.at("samples"), 5);
+  EXPECT_EQ(it.at("p50"), it.at("deterministic"));  // no variability: all samples equal
+  EXPECT_EQ(it.at("p99"), it.at("deterministic"));
+  const double t = it.at("mean"), wall = j.at("wall_s");
+  const std::int64_t steps = j.at("steps");
+  EXPECT_EQ(steps, std::int64_t(std::ceil(2e8 / (16 * 128))));
+  EXPECT_DOUBLE_EQ(j.at("useful_time_s").get<double>(), double(steps) * t);
+  EXPECT_DOUBLE_EQ(j.at("goodput").get<double>(), double(steps) * t / wall);
+  EXPECT_DOUBLE_EQ(j.at("wall_days").get<double>(), wall / 86400);
+  EXPECT_DOUBLE_EQ(j.at("gpu_hours").get<double>(), wall * 16 / 3600);
+  EXPECT_DOUBLE_EQ(j.at("cost_usd").get<double>(), j.at("gpu_hours").get<double>() * 2);
+  EXPECT_DOUBLE_EQ(j.at("failures_per_h").get<double>(), 2.0);
+  EXPECT_GT(j.at("checkpoint_save_s").get<double>(), 0);
+  EXPECT_GT(j.at("expected_interruptions").get<double>(), 0);
+  EXPECT_GE(j.at("optimal_checkpoint_interval_steps").get<std::int64_t>(), 1);
+  // Deterministic: the same input gives the same bytes.
+  const std::string again = dir.file("g.json").string();
+  ASSERT_EQ(run("forecast " + path + " --samples 5 --seed 3 --json " + again,
+                dir.file("log2").string()),
+            0);
+  EXPECT_EQ(slurp(json_path), slurp(again));
+}
+
+TEST(ForecastCli, BadTrainingValuesExitOneNamingFileFieldAndValue) {
+  ScratchDir dir("forecast_cli");
+  struct Case {
+    std::string training, field, value;
+  };
+  for (const Case& c : {Case{"training: {train_tokens: 1e9, mttf_h: -2}\n", "training.mttf_h", "-2"},
+                        Case{"training: {train_tokens: 1e9, checkpoint: {interval_steps: 0}}\n",
+                             "training.checkpoint.interval_steps", "0"},
+                        Case{"training: {train_tokens: 100}\n", "training.train_tokens", "100"},
+                        Case{"training: {gpu_failures_per_h: -1}\n",
+                             "training.gpu_failures_per_h", "-1"},
+                        Case{"", "training.train_tokens", "missing"}}) {
+    const std::string path = dir.write("bad.yaml", scenario(c.training));
+    EXPECT_EQ(run("forecast " + path, dir.file("log").string()), 1) << c.training;
+    const std::string log = slurp(dir.file("log"));
+    EXPECT_NE(log.find(path), std::string::npos) << log;
+    EXPECT_NE(log.find(c.field), std::string::npos) << log;
+    EXPECT_NE(log.find(c.value), std::string::npos) << log;
+  }
+}
+
+TEST(ForecastCli, PlanObjectiveGoodputNeedsATrainingSection) {
+  ScratchDir dir("forecast_cli");
+  const std::string plain = dir.write("plain.yaml", scenario(""));
+  EXPECT_EQ(run("plan " + plain + " --objective goodput --jobs 1", dir.file("log").string()), 1);
+  EXPECT_NE(slurp(dir.file("log")).find("--objective goodput"), std::string::npos)
+      << slurp(dir.file("log"));
+  const std::string priced = dir.write(
+      "priced.yaml", scenario("training: {train_tokens: 2e8, gpu_hour_usd: 2}\n"
+                              "plan: {tensor_model_parallel_size: [1, 2], "
+                              "pipeline_model_parallel_size: [1], micro_batch_size: [2], "
+                              "recompute_granularity: [none], zero_stage: [0]}\n"));
+  ASSERT_EQ(run("plan " + priced + " --objective cost --jobs 1 --top 2",
+                dir.file("log").string()),
+            0)
+      << slurp(dir.file("log"));
+  const std::string table = slurp(dir.file("log"));
+  EXPECT_NE(table.find("goodput"), std::string::npos) << table;
+  EXPECT_NE(table.find("cost USD"), std::string::npos) << table;
+}
+
+}  // namespace
