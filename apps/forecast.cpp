@@ -67,10 +67,20 @@ int forecast_main(const ForecastArgs& args) {
   const ExecutionRecord record =
       sim::simulate(run.graph, run.scenario, run.system, run.cost_model(), options);
   const double deterministic_s = finish_run(run, record, FinishOptions{}).summary.iteration_time_s;
-  // The seam of the scenario's variability (models/forecast/forecast.h IterationSampler): a
-  // scenario without it has every sample equal to the deterministic run, simulated once.
-  const bool variable = false;
-  const IterationSampler sampler = [&](std::uint64_t /*sample_seed*/) { return deterministic_s; };
+  // The scenario's variability (models/forecast/forecast.h IterationSampler): with a per-GPU
+  // speed spread each sample is the run again with its own `variability.seed` (the key's range
+  // is [0, 2^50]: the sample's seed is taken modulo 2^50); a scenario without one has every
+  // sample equal to the deterministic run, simulated once.
+  const bool variable = run.scenario->variability.gpu_speed_cv > 0;
+  const IterationSampler sampler = [&](std::uint64_t sample_seed) {
+    RunRequest sample = req;
+    sample.progress = nullptr;
+    sample.overrides.emplace_back("variability.seed",
+                                  std::to_string(sample_seed % (std::uint64_t(1) << 50)));
+    const PreparedRun r = prepare_run(sample);
+    const ExecutionRecord rec = sim::simulate(r.graph, r.scenario, r.system, r.cost_model(), {});
+    return finish_run(r, rec, FinishOptions{}).summary.iteration_time_s;
+  };
   // Progress as simulate's: on stderr, overwritten in place on a terminal (docs/cli.md).
   auto progress = [&](int done, int total) {
     if (!tty || !variable) return;
