@@ -14,6 +14,7 @@
 #include "models/hardware/calibration.h"
 #include "models/hardware/hardware.h"
 #include "models/input/scenario.h"
+#include "models/memory/memory_model.h"
 #include "models/perf/cost_model.h"
 #include "models/perf/flops.h"
 #include "tests/support/scenario_yaml.h"
@@ -212,6 +213,24 @@ TEST(MoeKernels, ExpertTensorParallelCollectivesByHand) {
   EXPECT_EQ(fc1.tokens_per_expert, 4096);
   // The permutations stay on this rank's 8192 copies.
   EXPECT_EQ(kernel(fwd, "moe_permute").bytes, (8192.0 + 4096) * 512 * 2);
+}
+
+// The MoE layer's activations with ETP 2: the experts keep their 2 x 8192 = 16384 gathered
+// copies (bf16, no FP8): the fc1 input 2 x 16384 x 512, the fc1 output 2 x 16384 x (2 x 128),
+// the fp32 probabilities 4 x 16384 and the fc2 input 2 x 16384 x 128 = 29,425,664 bytes,
+// against 2 x 8192 x 512 + 2 x 8192 x 512 + 4 x 8192 + 2 x 8192 x 256 = 21,004,288 with ETP 1
+// (expert MLP 256); the layer's other terms do not change.
+TEST(MoeKernels, ExpertTensorParallelActivationsByHand) {
+  auto mlp_bytes = [](int etp) {
+    const Scenario sc = parse_scenario(
+        test_support::core_scenario_yaml(
+            std::string(kModel),
+            "precision: bf16, micro_batch_size: 1, global_batch_size: 8, "
+            "expert_model_parallel_size: 2, expert_tensor_parallel_size: " + std::to_string(etp)),
+        "etp.yaml");
+    return layer_activation_bytes(validated(sc), true).mlp;
+  };
+  EXPECT_EQ(mlp_bytes(2) - mlp_bytes(1), 29425664 - 21004288);
 }
 
 TEST(MoeKernels, ExpertTensorParallelismWithTheAllgatherDispatcherIsRefused) {
