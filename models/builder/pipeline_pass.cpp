@@ -55,6 +55,8 @@ OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full
     const std::int64_t rank_tokens = d.b * d.s / d.cp / (d.sp ? d.t : 1);
     o.features.expert_token_cap = double(m.num_experts * m.moe_expert_capacity(rank_tokens));
     o.features.pad_to_capacity = m.moe_pad_expert_input_to_capacity;
+    o.features.permute_fusion = m.moe_permute_fusion;
+    o.features.etp = p.expert_tensor_parallel_size;
   }
   // Flash attention keeps no score matrix: selective recomputation recomputes nothing there
   // (Megatron-Core checkpoints core attention only for the unfused kernel's s^2 tensors).
@@ -120,6 +122,31 @@ std::uint32_t moe_exchange_op(GraphBuild& b, bool combine) {
   return b.graph.add_op(o);
 }
 
+/// Expert tensor parallelism (MoEAlltoAllTokenDispatcher with expt_tp of ETP > 1,
+/// token_dispatcher.py dispatch_postprocess / combine_preprocess): after the EP all-to-all the
+/// received copies and their fp32 routing probabilities are all-gathered over the ETP group
+/// (gather_from_sequence_parallel_region), and before the combine's all-to-all the experts'
+/// outputs are reduce-scattered back (reduce_scatter_to_sequence_parallel_region). Both
+/// carry the gathered size: ETP x the copies this rank receives (as the dispatch all-to-all
+/// counts them) x (h e bytes of hidden state + 4 bytes of probability).
+std::uint32_t etp_exchange_op(GraphBuild& b, bool combine) {
+  const Scenario& sc = b.scenario;
+  const ModelDims& d = b.dims;
+  const std::int64_t tokens = d.b * d.s / d.cp / (d.sp ? d.t : 1);
+  const std::int64_t etp = sc.parallel.expert_tensor_parallel_size;
+  const double copies = sc.model.moe_expert_capacity_factor > 0
+                            ? sc.model.moe_expert_token_copies(tokens)
+                            : double(tokens * sc.model.moe_router_topk) *
+                                  sc.model.moe_token_imbalance_factor;
+  OpDesc o;
+  o.precision = d.precision;
+  o.group = GroupKind::Expert;
+  o.group_size = etp;
+  o.kind = combine ? OpKind::ReduceScatter : OpKind::AllGather;
+  o.bytes = std::int64_t(double(etp) * copies * double(d.h * d.e + (combine ? 0 : 4)));
+  return b.graph.add_op(o);
+}
+
 ComputeOps add_compute_ops(GraphBuild& b) {
   auto add = [&](OpKind kind) { return b.graph.add_op(compute_op(b.scenario, b.dims, kind)); };
   ComputeOps ops;
@@ -160,6 +187,10 @@ ComputeOps add_compute_ops(GraphBuild& b) {
   if (b.scenario.model.is_moe() && b.scenario.parallel.expert_model_parallel_size > 1) {
     ops.moe_dispatch = moe_exchange_op(b, false);
     ops.moe_combine = moe_exchange_op(b, true);
+  }
+  if (b.scenario.model.is_moe() && b.scenario.parallel.expert_tensor_parallel_size > 1) {
+    ops.etp_gather = etp_exchange_op(b, false);
+    ops.etp_scatter = etp_exchange_op(b, true);
   }
   return ops;
 }
@@ -333,11 +364,18 @@ class RankProgram {
   /// token dispatchers wait for them). The backward runs the adjoints in reverse: first the
   /// combine's (a reduce-scatter's adjoint is an all-gather: the dispatch op), then the
   /// dispatch's (the combine op); an all-to-all is its own adjoint.
+  /// With expert tensor parallelism the ETP all-gather follows the first all-to-all and the
+  /// reduce-scatter precedes the second (in the backward too: the adjoint of the combine's
+  /// reduce-scatter is an all-gather, of the dispatch's all-gather a reduce-scatter).
   void moe_exchange(Phase phase, const StepAt& s, std::int64_t l, bool second) {
-    if (ctx_.ep_group == kNone || !moe_mlp(l)) return;
-    ctx_.last_compute = ctx_.collective(second ? ops_.moe_combine : ops_.moe_dispatch,
-                                        ctx_.ep_group, StreamId::TpComm, phase, Part::Mlp, s.mb,
-                                        std::uint16_t(l), ctx_.last_compute);
+    if (!moe_mlp(l)) return;
+    auto run = [&](std::uint32_t op, std::uint32_t group) {
+      ctx_.last_compute = ctx_.collective(op, group, StreamId::TpComm, phase, Part::Mlp, s.mb,
+                                          std::uint16_t(l), ctx_.last_compute);
+    };
+    if (second && ctx_.etp_group != kNone) run(ops_.etp_scatter, ctx_.etp_group);
+    if (ctx_.ep_group != kNone) run(second ? ops_.moe_combine : ops_.moe_dispatch, ctx_.ep_group);
+    if (!second && ctx_.etp_group != kNone) run(ops_.etp_gather, ctx_.etp_group);
   }
   void layer_forward(Phase phase, const StepAt& s, std::int64_t l,
                      std::initializer_list<MemEffect> attn, std::initializer_list<MemEffect> mlp) {

@@ -26,6 +26,9 @@ struct ComputeOps {
   std::uint32_t cp_fwd = 0, cp_bwd = 0;  ///< context-parallel KV exchanges (cp > 1)
   std::uint32_t attn_fwd_full = 0, attn_bwd_full = 0;  ///< full attention (window models)
   std::uint32_t moe_dispatch = 0, moe_combine = 0;  ///< MoE token exchanges (EP > 1)
+  /// Expert tensor parallelism (ETP > 1): the dispatcher's all-gather of the received copies
+  /// over the ETP group and the combine's reduce-scatter of the experts' outputs.
+  std::uint32_t etp_gather = 0, etp_scatter = 0;
   /// The dense MLP of an MoE model's dense layers (--moe-layer-freq); mlp_fwd / mlp_bwd when
   /// every layer is of one kind.
   std::uint32_t mlp_fwd_dense = 0, mlp_bwd_dense = 0;

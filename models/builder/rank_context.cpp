@@ -30,8 +30,9 @@ ModelDims::ModelDims(const Scenario& sc) {
   moe = sc.model.is_moe();
   moe_layers.assign(std::size_t(sc.model.num_layers), false);
   for (std::int64_t l = 0; l < sc.model.num_layers; ++l) moe_layers[std::size_t(l)] = sc.model.moe_layer(l);
-  moe_block_local = moe && sp && p.expert_tensor_parallel_size == 1 &&
-                    sc.model.moe_shared_expert_intermediate_size == 0;
+  // The routed experts run no tensor-parallel collectives: the token dispatcher moves the
+  // tokens (over the EP group, and the ETP group with expert tensor parallelism).
+  moe_block_local = moe && sp && sc.model.moe_shared_expert_intermediate_size == 0;
   tp_overlap = runtime.tp_comm_overlap_userbuffers && p.uses_tp_comm_overlap();
   const ModelConfig& m = sc.model;
   shared_rerun = moe && m.moe_shared_expert_intermediate_size > 0 &&
@@ -95,6 +96,15 @@ RankContext::RankContext(GraphBuild& build, const RankCoords& c)
     for (std::int64_t j = 0; j < ep; ++j)
       ep_ranks.push_back(RankId(base + ((r / (ep * etp)) * ep + j) * etp + r % etp));
     ep_group = add_group(GroupKind::Expert, ep_ranks);
+  }
+  // Expert tensor parallelism: the ETP group is ETP consecutive expert ranks of the stage
+  // (etp is the fastest coordinate of the expert RankGenerator).
+  if (build.scenario.model.is_moe() && etp > 1) {
+    const std::int64_t per_stage = l.tp * l.dp, base = c.pp_stage * per_stage;
+    const std::int64_t r = rank - base;
+    std::vector<RankId> etp_ranks;
+    for (std::int64_t j = 0; j < etp; ++j) etp_ranks.push_back(RankId(base + r / etp * etp + j));
+    etp_group = add_group(GroupKind::Expert, etp_ranks);
   }
 }
 

@@ -150,6 +150,7 @@ class RankContext {
   std::uint32_t dp_group = 0;  ///< this rank's data-parallel group (with its CP peers)
   std::uint32_t cp_group = kNone;  ///< this rank's context-parallel group (cp > 1)
   std::uint32_t ep_group = kNone;  ///< this rank's expert-parallel group (MoE, EP > 1)
+  std::uint32_t etp_group = kNone;  ///< this rank's expert tensor-parallel group (ETP > 1)
   /// Tasks the next task on the compute path (any stream but DpComm) must also wait for:
   /// communications that ran concurrently with the last compute (context parallelism's KV
   /// exchange) or a batched pipeline exchange that is synchronised (pipeline_pass.cpp).

@@ -94,6 +94,13 @@ struct ModelFeatures {
   /// experts process, E x capacity (ModelConfig::moe_expert_capacity); 0 = dropless.
   double expert_token_cap = 0;
   bool pad_to_capacity = false;    ///< every local expert processes exactly its capacity
+  /// model.moe_permute_fusion: fused permute / unpermute kernels; false: the unfused
+  /// scatter-adds (the unpermute, and the permute's backward) at the profile's scatter rate.
+  bool permute_fusion = false;
+  /// Expert tensor parallelism (parallel.expert_tensor_parallel_size): the dispatcher
+  /// all-gathers the received token copies over the ETP group, so the local experts process
+  /// etp x the copies, each with expert_ffn = moe_ffn / etp.
+  std::int64_t etp = 1;
   /// Bytes of a main_grad element (Megatron's gradient buffer) when the scenario sets
   /// parallel.grad_reduce_in_fp32; 0 = the runtime's default (megatron-core: fp32; the
   /// optimizer step: fp32 for bf16, fp16 for fp16).

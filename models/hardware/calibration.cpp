@@ -62,6 +62,8 @@ const std::vector<ParamSpec>& param_specs() {
        true},
       {"flash_attention_bwd_efficiency", &P::flash_attention_bwd_efficiency, 0, true, 1, false,
        true},
+      {"moe_scatter_add_bytes_per_s", &P::moe_scatter_add_bytes_per_s, 0, false, 1e15, false,
+       true},
   };
   return specs;
 }
@@ -70,7 +72,8 @@ const char* const kTopLevelKeys[] = {"version",      "device",        "source",
                                      "date",         "notes",         "parameters",
                                      "precision",    "local_device",  "gemm_efficiency",
                                      "memory_bound_bytes_per_s",      "measurements",
-                                     "flash_attention_efficiency"};
+                                     "flash_attention_efficiency",
+                                     "moe_grouped_gemm_efficiency"};
 
 // The optional measured-profile fields (CalibrationProfile::local_device), in file order.
 struct LocalSpec {
@@ -139,7 +142,7 @@ void read_header(const json& root, const std::string& file, CalibrationProfile& 
       fail(file, it.key(), dump(it.value()),
            "unknown key (expected version, device, source, date, notes, parameters, "
            "precision, local_device, gemm_efficiency, memory_bound_bytes_per_s, "
-           "measurements, flash_attention_efficiency)");
+           "measurements, flash_attention_efficiency, moe_grouped_gemm_efficiency)");
   }
   auto v = root.find("version");
   if (v == root.end()) fail(file, "version", "(missing)", "required");
@@ -280,6 +283,39 @@ void read_attention_table(const json& root, const std::string& file, Calibration
   }
 }
 
+/// `moe_grouped_gemm_efficiency`: {"source": text, "points": [[tokens_per_expert, efficiency],
+/// ...]}, every entry > 0, efficiencies <= 1, no tokens_per_expert twice.
+void read_moe_gemm_table(const json& root, const std::string& file, CalibrationProfile& p) {
+  auto mt = root.find("moe_grouped_gemm_efficiency");
+  if (mt == root.end()) return;
+  const std::string key = "moe_grouped_gemm_efficiency";
+  if (!mt->is_object()) fail(file, key, dump(*mt), "expected an object {source, points}");
+  for (auto it = mt->begin(); it != mt->end(); ++it)
+    if (it.key() != "source" && it.key() != "points")
+      fail(file, key + "." + it.key(), dump(it.value()), "unknown key (expected source, points)");
+  auto src = mt->find("source");
+  if (src == mt->end()) fail(file, key + ".source", "(missing)", "required");
+  if (!src->is_string()) fail(file, key + ".source", dump(*src), "expected a string");
+  p.moe_grouped_gemm_efficiency_source = src->get<std::string>();
+  auto pts = mt->find("points");
+  if (pts == mt->end()) fail(file, key + ".points", "(missing)", "required");
+  if (!pts->is_array() || pts->empty())
+    fail(file, key + ".points", dump(*pts), "expected a non-empty array");
+  for (std::size_t i = 0; i < pts->size(); ++i) {
+    const json& row = (*pts)[i];
+    const std::string field = key + ".points[" + std::to_string(i) + "]";
+    if (!row.is_array() || row.size() != 2)
+      fail(file, field, dump(row), "expected [tokens_per_expert, efficiency]");
+    double v[2];
+    read_positive_row(row, 2, file, field, v);
+    if (v[1] > 1) fail(file, field, dump(row), "the efficiency must be in (0, 1]");
+    for (const auto& q : p.moe_grouped_gemm_efficiency)
+      if (q.tokens_per_expert == v[0])
+        fail(file, field, dump(row), "a second point for this tokens_per_expert");
+    p.moe_grouped_gemm_efficiency.push_back({v[0], v[1]});
+  }
+}
+
 /// `memory_bound_bytes_per_s` by kernel class, and the opaque `measurements`.
 void read_measured_rates(const json& root, const std::string& file, CalibrationProfile& p) {
   if (auto mb = root.find("memory_bound_bytes_per_s"); mb != root.end()) {
@@ -312,6 +348,7 @@ CalibrationProfile parse_calibration(const std::string& text, const std::string&
   read_gemm_table(root, file, p);
   read_measured_rates(root, file, p);
   read_attention_table(root, file, p);
+  read_moe_gemm_table(root, file, p);
   return p;
 }
 
@@ -338,6 +375,24 @@ double interpolate_attention_efficiency(
   const double x = std::log2(seq_length);
   if (x <= row.front().first) return row.front().second;
   if (x >= row.back().first) return row.back().second;
+  for (std::size_t i = 1; i < row.size(); ++i) {
+    if (x <= row[i].first) {
+      const double f = (x - row[i - 1].first) / (row[i].first - row[i - 1].first);
+      return row[i - 1].second + f * (row[i].second - row[i - 1].second);
+    }
+  }
+  return row.back().second;
+}
+
+double interpolate_moe_gemm_efficiency(
+    const std::vector<CalibrationProfile::MoeGemmPoint>& table, double tokens_per_expert) {
+  TRAINSIM_CHECK(!table.empty(), "interpolate_moe_gemm_efficiency: empty table");
+  TRAINSIM_CHECK(tokens_per_expert > 0, "interpolate_moe_gemm_efficiency: tokens must be > 0");
+  std::vector<std::pair<double, double>> row;  // (log2 tokens per expert, efficiency), sorted
+  for (const auto& q : table) row.emplace_back(std::log2(q.tokens_per_expert), q.efficiency);
+  std::sort(row.begin(), row.end());
+  const double x = std::log2(tokens_per_expert);
+  if (x <= row.front().first) return row.front().second;
   for (std::size_t i = 1; i < row.size(); ++i) {
     if (x <= row[i].first) {
       const double f = (x - row[i - 1].first) / (row[i].first - row[i - 1].first);
@@ -437,6 +492,13 @@ std::string calibration_to_json(const CalibrationProfile& p) {
     root["flash_attention_efficiency"] = {{"source", p.flash_attention_efficiency_source},
                                           {"points", rows}};
   }
+  if (!p.moe_grouped_gemm_efficiency.empty()) {
+    json rows = json::array();
+    for (const auto& q : p.moe_grouped_gemm_efficiency)
+      rows.push_back({q.tokens_per_expert, q.efficiency});
+    root["moe_grouped_gemm_efficiency"] = {{"source", p.moe_grouped_gemm_efficiency_source},
+                                           {"points", rows}};
+  }
   if (!p.measurements_json.empty()) root["measurements"] = json::parse(p.measurements_json);
   return root.dump(2) + "\n";
 }
@@ -478,6 +540,8 @@ bool operator==(const CalibrationProfile& a, const CalibrationProfile& b) {
          a.memory_bound_bytes_per_s == b.memory_bound_bytes_per_s &&
          a.flash_attention_efficiency == b.flash_attention_efficiency &&
          a.flash_attention_efficiency_source == b.flash_attention_efficiency_source &&
+         a.moe_grouped_gemm_efficiency == b.moe_grouped_gemm_efficiency &&
+         a.moe_grouped_gemm_efficiency_source == b.moe_grouped_gemm_efficiency_source &&
          a.measurements_json == b.measurements_json;
 }
 

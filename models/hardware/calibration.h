@@ -66,6 +66,10 @@ struct CalibrationProfile {
   /// on H100).
   double flash_attention_fwd_efficiency = 0;
   double flash_attention_bwd_efficiency = 0;
+  /// Rate of an unfused MoE unpermutation's scatter-add (torch scatter_add_ / index_add_ of
+  /// the expert outputs' token copies back into token order: atomic adds of k rows into each
+  /// token row), in bytes of the added rows per second. 0 (absent): the HBM rate.
+  double moe_scatter_add_bytes_per_s = 0;
 
   // ---- communication (cost_model.cpp: collective_latency_s, *_efficiency)
   /// Achieved / nominal bandwidth: NCCL on NVLink, NCCL on the IB fabric, cudaMemcpy on PCIe.
@@ -152,6 +156,23 @@ struct CalibrationProfile {
   };
   std::vector<AttentionPoint> flash_attention_efficiency;
   std::string flash_attention_efficiency_source;  ///< where the points come from
+  /// The FP16/BF16 GEMMs of a mixture-of-experts layer's local experts (Transformer Engine's
+  /// GroupedLinear, or one GEMM per expert) by tokens per expert, as fractions of the dense
+  /// FP16/BF16 peak: one point per shape of a published or measured expert-GEMM benchmark
+  /// (the rate of all of an expert layer's GEMMs, forward and backward, at that many tokens
+  /// per expert). When non-empty, CostModel times the expert GEMMs (KernelWork::
+  /// tokens_per_expert > 0, not FP8) by interpolate_moe_gemm_efficiency instead of the wave
+  /// model. JSON: top-level "moe_grouped_gemm_efficiency": {"source": "...", "points":
+  /// [[tokens_per_expert, efficiency], ...]}. Absent from the shipped profiles
+  /// (docs/validation.md, "Expert GEMMs at small shapes").
+  struct MoeGemmPoint {
+    double tokens_per_expert = 0, efficiency = 0;
+    bool operator==(const MoeGemmPoint& o) const {
+      return tokens_per_expert == o.tokens_per_expert && efficiency == o.efficiency;
+    }
+  };
+  std::vector<MoeGemmPoint> moe_grouped_gemm_efficiency;
+  std::string moe_grouped_gemm_efficiency_source;  ///< where the points come from
   /// Measured rate (bytes / s, bytes counted as models/perf/flops.h counts them) of each class of
   /// memory-bound kernel (CostModel::memory_bound_class: "elementwise", "layernorm",
   /// "softmax", "gelu", "dropout"). When non-empty, CostModel times a memory-bound kernel of
@@ -186,6 +207,13 @@ double interpolate_gemm_efficiency(const std::vector<CalibrationProfile::GemmPoi
 double interpolate_attention_efficiency(
     const std::vector<CalibrationProfile::AttentionPoint>& table, double head_dim,
     double seq_length, bool backward);
+
+/// The expert-GEMM efficiency at `tokens_per_expert` from
+/// CalibrationProfile::moe_grouped_gemm_efficiency: piecewise linear in log2(tokens per
+/// expert) between the points, held at the end values outside them. Throws std::logic_error
+/// for an empty table or a non-positive argument.
+double interpolate_moe_gemm_efficiency(
+    const std::vector<CalibrationProfile::MoeGemmPoint>& table, double tokens_per_expert);
 
 /// Names of all parameters, in file order.
 std::vector<std::string> calibration_parameter_names();

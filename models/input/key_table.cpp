@@ -187,6 +187,8 @@ void add_model_mla_moe(std::vector<ScenarioKey>& v) {
                         choice("position", MoeTokenDropPolicy::Position)},
                        int(MoeTokenDropPolicy::Probs),
                        "which copies drop, not how many: same time and memory"));
+  v.push_back(bool_key(M(moe_permute_fusion), false,
+                       "TE's fused permute / unpermute; false: index_select and scatter_add_"));
   ScenarioKey hf = base(M(hf_config), KeyType::String, "", "a Hugging Face config.json to import");
   v.push_back(hf);
 }
@@ -238,6 +240,8 @@ void add_parallel_core(std::vector<ScenarioKey>& v) {
                       "layers of the first stage"));
   v.push_back(int_key(P(decoder_last_pipeline_num_layers), std::nullopt, 1, kLayers, "layers",
                       "layers of the last stage"));
+  v.push_back(base(P(pipeline_model_parallel_layout), KeyType::String, "",
+                   "Megatron-Core's hand-written layout string; sets the virtual stages"));
   v.push_back(bool_key(P(account_for_embedding_in_pipeline_split), false, "embedding counts as a layer"));
   v.push_back(bool_key(P(account_for_loss_in_pipeline_split), false, "loss counts as a layer"));
   v.push_back(bool_key(P(use_distributed_optimizer), false, "Megatron-Core's distributed optimizer"));

@@ -126,6 +126,9 @@ struct ModelConfig {
   bool moe_pad_expert_input_to_capacity = false;
   /// --moe-token-drop-policy: accepted; it picks which copies drop, not how many.
   MoeTokenDropPolicy moe_token_drop_policy = MoeTokenDropPolicy::Probs;
+  /// --moe-permute-fusion: Transformer Engine's fused permute and unpermute kernels; false:
+  /// Megatron-Core's unfused index_select / scatter_add_ (moe_utils.py permute, unpermute).
+  bool moe_permute_fusion = false;
   /// Hugging Face config.json the model section was imported from ("" = none).
   std::string hf_config;
 
@@ -165,6 +168,10 @@ struct ParallelConfig {
   std::int64_t global_batch_size = 1;
   /// Set => interleaved 1F1B with num_layers / pp / this many model chunks per stage.
   std::optional<std::int64_t> num_layers_per_virtual_pipeline_stage;
+  /// --pipeline-model-parallel-layout: Megatron-Core's hand-written layout string
+  /// ("Et*3|(tt|)*29m|L", models/input/pipeline_layout.h); empty: none. It sets the virtual
+  /// stages and their layers (virtual_stage_layers).
+  std::string pipeline_model_parallel_layout;
   Recompute recompute_granularity = Recompute::None;
   /// Megatron-Core --recompute-modules with selective recomputation: a set of kRecompute*
   /// bits. Resolved at load: Megatron-Core's default [core_attn] when selective and absent, 0

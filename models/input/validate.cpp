@@ -2,6 +2,7 @@
 // sections are read (or of a scenario built in code): sizes and their bounds, Megatron's
 // defaults, the tensor/pipeline/context/expert plan, the runtime's features, ZeRO and offload.
 // Every refusal is an InputError naming the file, the fields and their values.
+#include <algorithm>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "models/hardware/hardware.h"
 #include "models/input/keys.h"
+#include "models/input/pipeline_layout.h"
 #include "models/input/runtime.h"
 #include "models/input/scenario.h"
 
@@ -17,6 +19,9 @@ namespace trainsim {
 using input::limit_text;
 
 namespace {
+
+/// Bounds of a pipeline layout string once unrolled (hostile input stays bounded).
+constexpr std::int64_t kLayoutStages = 1 << 16, kLayoutSymbols = 1 << 20;
 
 std::string where_prefix(const Scenario& s) {
   return (s.source_path.empty() ? std::string("<scenario>") : s.source_path) + ": ";
@@ -396,6 +401,60 @@ void split_layers(Scenario& s, const Fail& fail) {
   if (even) p.virtual_stage_layers.clear();
 }
 
+/// Megatron-Core's hand-written layout (parallel.pipeline_model_parallel_layout,
+/// pipeline_parallel_layer_layout.py): the virtual stages and their decoder layers, checked as
+/// PipelineParallelLayerLayout.validate_layer_layout checks them (the embedding first and the
+/// loss last, each once; num_layers decoder layers; the stages a multiple of pp). Refused: MTP
+/// layers (m; multi-token prediction is not modelled), an embedding outside the first virtual
+/// stage or a loss outside the last (trainsim builds them there), and the other ways of
+/// splitting (Megatron takes the layout alone).
+template <typename Fail>
+void split_by_layout(Scenario& s, const Fail& fail) {
+  ParallelConfig& p = s.parallel;
+  const std::int64_t pp = p.pipeline_model_parallel_size;
+  const std::string shown = "field '" + key_of(&ParallelConfig::pipeline_model_parallel_layout) +
+                            "' = '" + p.pipeline_model_parallel_layout + "'";
+  if (p.num_layers_per_virtual_pipeline_stage || p.decoder_first_pipeline_num_layers ||
+      p.decoder_last_pipeline_num_layers || p.account_for_embedding_in_pipeline_split ||
+      p.account_for_loss_in_pipeline_split)
+    fail(shown +
+         ": also set are parallel.num_layers_per_virtual_pipeline_stage, "
+         "decoder_first/last_pipeline_num_layers or account_for_*_in_pipeline_split; Megatron-Core "
+         "takes the layout alone");
+  std::string why;
+  const auto stages = input::parse_pipeline_layout(p.pipeline_model_parallel_layout, kLayoutStages,
+                                                   kLayoutSymbols, why);
+  if (!stages) fail(shown + ": " + why);
+  const std::int64_t n = std::int64_t(stages->size());
+  if (n % pp != 0)
+    fail(shown + ": " + std::to_string(n) + " virtual stages are not divisible by " +
+         kv(key_of(&ParallelConfig::pipeline_model_parallel_size), pp));
+  std::string flat;
+  for (const std::string& st : *stages) flat += st;
+  const auto count = [&](char c) { return std::count(flat.begin(), flat.end(), c); };
+  if (flat.empty() || flat.front() != 'E' || count('E') != 1)
+    fail(shown + ": the first layer must be the embedding E, given once");
+  if (flat.back() != 'L' || count('L') != 1)
+    fail(shown + ": the last layer must be the loss L, given once");
+  if (count('t') != s.model.num_layers)
+    fail(shown + ": " + std::to_string(count('t')) + " decoder layers (t), " +
+         kv(key_of(&ModelConfig::num_layers), s.model.num_layers));
+  if (count('m') > 0)
+    fail(shown + ": multi-token prediction layers (m) are not modelled yet");
+  if (stages->front().find('E') == std::string::npos ||
+      stages->back().find('L') == std::string::npos)
+    fail(shown + ": the embedding must be in the first virtual stage and the loss in the last "
+         "(trainsim builds them there)");
+  p.virtual_pipeline_size = n / pp;
+  p.virtual_stage_layers.clear();
+  for (const std::string& st : *stages)
+    p.virtual_stage_layers.push_back(std::count(st.begin(), st.end(), 't'));
+  p.layers_per_chunk = p.virtual_stage_layers.front();
+  bool even = true;
+  for (std::int64_t k : p.virtual_stage_layers) even = even && k == p.layers_per_chunk;
+  if (even) p.virtual_stage_layers.clear();
+}
+
 /// Pipeline stages and the interleaved schedule (Megatron arguments.py / schedules.py).
 template <typename Fail>
 void check_pipeline(Scenario& s, const Fail& fail) {
@@ -417,10 +476,30 @@ void check_pipeline(Scenario& s, const Fail& fail) {
            std::to_string(p.global_batch_size) + " / (micro_batch_size " +
            std::to_string(p.micro_batch_size) + " x dp " + std::to_string(dp) + ")) divisible by " +
            pps);
-  } else if (p.pipeline_schedule == PipelineSchedule::Interleaved) {
+  } else if (p.pipeline_schedule == PipelineSchedule::Interleaved &&
+             p.pipeline_model_parallel_layout.empty()) {
     fail(
         "parallel.pipeline_schedule (interleaved) needs "
         "parallel.num_layers_per_virtual_pipeline_stage");
+  }
+  if (!p.pipeline_model_parallel_layout.empty()) {
+    split_by_layout(s, fail);
+    if (p.virtual_pipeline_size > 1) {  // the layout's chunks: Megatron-Core's interleaved 1F1B
+      if (p.pipeline_schedule == PipelineSchedule::GPipe)
+        fail("parallel.pipeline_model_parallel_layout has " +
+             std::to_string(p.virtual_pipeline_size) +
+             " virtual stages per rank (the interleaved schedule), but parallel.pipeline_schedule "
+             "is gpipe");
+      if (p.num_microbatches % pp != 0)
+        fail("the interleaved schedule of parallel.pipeline_model_parallel_layout needs the "
+             "number of microbatches (" + std::to_string(p.num_microbatches) +
+             ") divisible by " + pps);
+      p.pipeline_schedule = PipelineSchedule::Interleaved;
+    } else if (p.pipeline_schedule == PipelineSchedule::Interleaved) {
+      fail("parallel.pipeline_schedule (interleaved) needs more than one virtual stage per rank "
+           "in parallel.pipeline_model_parallel_layout");
+    }
+    return;
   }
   split_layers(s, fail);
   if (vpl) {
@@ -478,7 +557,8 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
                                                   p.grad_reduce_in_fp32.value_or(false))},
       {p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers ||
            p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split,
-       "an uneven pipeline split (parallel.decoder_*_pipeline_num_layers / account_for_*)"}};
+       "an uneven pipeline split (parallel.decoder_*_pipeline_num_layers / account_for_*)"},
+      {!p.pipeline_model_parallel_layout.empty(), "parallel.pipeline_model_parallel_layout"}};
   if (runtime_spec(s.runtime).megatron_core_features) return;
   for (const auto& [used, what] : uses)
     if (used)
@@ -509,10 +589,11 @@ void check_context_and_kernels(const Scenario& s, const Fail& fail) {
     fail(kv(key_of(&ModelConfig::window_size), m.window_size) +
          " needs model.attention_backend flash or fused "
          "(sliding-window attention runs in Transformer Engine's fused kernels)");
-  if (m.is_moe() && etp > 1)
+  if (m.is_moe() && etp > 1 && m.moe_token_dispatcher_type == MoeDispatcher::AllGather)
     fail(kv(key_of(&ParallelConfig::expert_tensor_parallel_size), etp) +
-         ": expert tensor parallelism (its collectives inside the experts) is not modelled yet; "
-         "set parallel.expert_tensor_parallel_size: 1");
+         " with model.moe_token_dispatcher_type allgather: the allgather dispatcher's gather "
+         "over the expert tensor- and expert-parallel group is not modelled; use alltoall or "
+         "parallel.expert_tensor_parallel_size: 1");
   // MXFP8 (E8M0 scales per 32-element block) runs in Blackwell's tensor cores only
   // (Transformer Engine common/recipe: MXFP8BlockScaling needs compute capability >= 10.0).
   if (p.fp8_recipe == Fp8Recipe::Mxfp8 && p.fp8 != Fp8Format::None &&

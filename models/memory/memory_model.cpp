@@ -445,8 +445,10 @@ std::int64_t core_moe_mlp_bytes(const Scenario& sc, const CoreDims& c) {
   // experts.py applies the probabilities in the activation, activation_func_with_probs, so
   // the unpermute after the combine is an unweighted gather that keeps only its index map),
   // the fc2 input q Tk Fe (Tk = Tsp topk x the busiest rank's imbalance, token dropping's cap
-  // or padding applied: ModelConfig::moe_expert_token_copies); the shared expert's as dense.
-  const std::int64_t Tk = std::int64_t(m.moe_expert_token_copies(tk.Tsp));
+  // or padding applied: ModelConfig::moe_expert_token_copies; with expert tensor parallelism
+  // the copies all-gathered over the ETP group, etp x); the shared expert's as dense.
+  const std::int64_t Tk =
+      std::int64_t(m.moe_expert_token_copies(tk.Tsp)) * p.expert_tensor_parallel_size;
   const std::int64_t Fe = m.moe_ffn_hidden_size / p.expert_tensor_parallel_size;
   const std::int64_t Fs = m.moe_shared_expert_intermediate_size / t;
   // --recompute-modules: layernorm discards the norm output (re-run in the backward), moe_act

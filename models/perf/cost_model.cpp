@@ -197,6 +197,14 @@ double CostModel::memory_bound_time_s(double bytes) const {
 double CostModel::kernel_time_s(const KernelWork& k) const {
   switch (k.cls) {
     case KernelClass::Gemm: {
+      if (k.tokens_per_expert > 0 && !k.fp8 && !profile_.moe_grouped_gemm_efficiency.empty()) {
+        // The local experts' FP16/BF16 GEMMs at the profile's measured rate for this many
+        // tokens per expert (calibration.h moe_grouped_gemm_efficiency).
+        const double eff = interpolate_moe_gemm_efficiency(profile_.moe_grouped_gemm_efficiency,
+                                                           k.tokens_per_expert);
+        return std::max(k.flops / (system_.gpu.peak_dense_fp16_flops * eff), hbm_time_s(k.bytes)) +
+               profile_.kernel_launch_overhead_s;
+      }
       // A split GEMM (KernelWork::overlap_chunks) runs as that many GEMMs of m / chunks rows
       // (the token rows; each piece has its own waves).
       const double chunks = k.overlap_chunks > 0 ? k.overlap_chunks : 1.0;
@@ -212,6 +220,12 @@ double CostModel::kernel_time_s(const KernelWork& k) const {
                       hbm_time_s(k.bytes)) +
              profile_.kernel_launch_overhead_s;
     case KernelClass::MemoryBound: {
+      // The unfused MoE unpermutation's scatter-add: atomic adds of the token copies into
+      // their tokens' rows, at the profile's measured rate (calibration.h).
+      if (k.scatter_add_bytes > 0 && profile_.moe_scatter_add_bytes_per_s > 0)
+        return std::max(k.scatter_add_bytes / profile_.moe_scatter_add_bytes_per_s,
+                        hbm_time_s(k.bytes)) +
+               profile_.kernel_launch_overhead_s;
       const auto& rates = profile_.memory_bound_bytes_per_s;
       if (!rates.empty()) {
         // Measured profile: the rate of this kernel's class (calibration.h).

@@ -73,6 +73,14 @@ struct KernelWork {
   /// Attention: head dimension, and the keys a query block runs over (the sequence, or the
   /// sliding window, on this rank's context-parallel share), for the profile's rate by shape.
   double head_dim = 0, seq_length = 0;
+  /// A GEMM of a mixture-of-experts layer's local experts: the token copies each expert
+  /// processes (the profile's expert-GEMM rate by tokens per expert, calibration.h
+  /// moe_grouped_gemm_efficiency); 0: not an expert GEMM.
+  double tokens_per_expert = 0;
+  /// A memory-bound kernel that scatter-adds this many bytes of rows into fewer rows with
+  /// atomic adds (the unfused MoE unpermutation): timed at the profile's
+  /// moe_scatter_add_bytes_per_s when it has one; 0: a streaming kernel.
+  double scatter_add_bytes = 0;
 };
 
 /// Bytes of one activation / weight element in `p` (fp16 and bf16: 2).

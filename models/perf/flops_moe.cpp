@@ -20,20 +20,35 @@ namespace {
 // backward writes their gradient); [the combine all-to-all]; unpermute, an unweighted gather
 // back to token order; the shared expert (a dense MLP) if any.
 /// The GEMMs of the local experts, each C[m x n] = A[m x k] B[k x n] with the per-expert shape
-/// (m or k is the expert's tokens: the token copies on this rank / its local experts).
-void expert_gemms(const char* name, GemmPass pass, double m, double n, double k,
+/// (m or k is the expert's tokens `te`: the token copies on this rank / its local experts).
+void expert_gemms(const char* name, GemmPass pass, double m, double n, double k, double te,
                   const CoreShape& c, const ModelFeatures& f, std::vector<KernelWork>& out) {
   const double experts = double(f.experts_local);
+  KernelWork w = core_gemm(name, pass, m, n, k, c, true);
+  w.tokens_per_expert = te;
   if (f.grouped_gemm) {
-    KernelWork w = core_gemm(name, pass, m, n, k, c, true);
     w.batch = experts;
     w.flops *= experts;
     w.bytes *= experts;
     out.push_back(w);
   } else {
-    for (std::int64_t e = 0; e < f.experts_local; ++e)
-      out.push_back(core_gemm(name, pass, m, n, k, c, true));
+    for (std::int64_t e = 0; e < f.experts_local; ++e) out.push_back(w);
   }
+}
+
+/// A token permutation's gather (permute forward, unpermute backward: each of the `tokens`
+/// copies reads its token's row) or scatter (unpermute forward, permute backward: each copy's
+/// row is added into its token's row), between the Tsp token rows and the token copies.
+/// Fused (Transformer Engine's moe_permute / moe_unpermute kernels, --moe-permute-fusion):
+/// streaming kernels. Unfused (Megatron-Core moe_utils.py permute: index_select, whose
+/// backward is index_add_; unpermute: scatter_add_): the scatter runs atomic adds of k rows
+/// into each token row, timed at the profile's moe_scatter_add_bytes_per_s
+/// (KernelWork::scatter_add_bytes; docs/validation.md).
+KernelWork permutation(const char* name, bool scatter, double tokens, const CoreShape& c,
+                       const ModelFeatures& f) {
+  KernelWork w = mem(name, tokens * c.H * c.e + c.Tsp * c.H * c.e);
+  if (scatter && !f.permute_fusion) w.scatter_add_bytes = tokens * c.H * c.e;
+  return w;
 }
 
 /// The shared expert's forward (a dense MLP of Fs on every token of the layer), or its re-run
@@ -60,7 +75,11 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
   const double tokens = f.expert_token_cap <= 0 ? routed
                         : f.pad_to_capacity    ? f.expert_token_cap
                                                : std::min(routed, f.expert_token_cap);
-  const double te = tokens / double(f.experts_local);  // tokens per local expert
+  // Expert tensor parallelism: the dispatcher all-gathers the received copies over the ETP
+  // group (token_dispatcher.py dispatch_postprocess), so the experts run etp x the copies on
+  // their 1 / etp share of the expert MLP; the permutations stay on this rank's copies.
+  const double xt = tokens * double(f.etp);            // copies the local experts process
+  const double te = xt / double(f.experts_local);  // tokens per local expert
   const double Fe = double(f.expert_ffn), F1 = c.swiglu ? 2 * Fe : Fe;
   const double Fs = double(f.shared_ffn), Fs1 = c.swiglu ? 2 * Fs : Fs;
   if (forward) {
@@ -70,14 +89,14 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
     if (!rerun) core_norm_fwd("pre_mlp_norm_fwd", c, out);
     out.push_back(core_gemm("router_gemm", GemmPass::Forward, c.Tsp, E, c.H, c, false));
     out.push_back(mem("router_topk", c.Tsp * E * 2 * kFp32Bytes));
-    out.push_back(mem("moe_permute", c.Tsp * c.H * c.e + tokens * c.H * c.e));
-    quantize("expert_fc1_input_cast", "expert_fc1_input_amax", tokens * c.H, c, out);
-    expert_gemms("expert_fc1_gemm", GemmPass::Forward, te, F1, c.H, c, f, out);
+    out.push_back(permutation("moe_permute", false, tokens, c, f));
+    quantize("expert_fc1_input_cast", "expert_fc1_input_amax", xt * c.H, c, out);
+    expert_gemms("expert_fc1_gemm", GemmPass::Forward, te, F1, c.H, te, c, f, out);
     out.push_back(mem(c.swiglu ? "expert_swiglu_fwd" : "expert_gelu_fwd",
-                      tokens * ((F1 + Fe) * c.e + kFp32Bytes)));
-    quantize("expert_fc2_input_cast", "expert_fc2_input_amax", tokens * Fe, c, out);
-    expert_gemms("expert_fc2_gemm", GemmPass::Forward, te, c.H, Fe, c, f, out);
-    out.push_back(mem("moe_unpermute", tokens * c.H * c.e + c.Tsp * c.H * c.e));
+                      xt * ((F1 + Fe) * c.e + kFp32Bytes)));
+    quantize("expert_fc2_input_cast", "expert_fc2_input_amax", xt * Fe, c, out);
+    expert_gemms("expert_fc2_gemm", GemmPass::Forward, te, c.H, Fe, te, c, f, out);
+    out.push_back(permutation("moe_unpermute", true, tokens, c, f));
     if (Fs > 0) shared_expert_forward(c, Fs, false, out);
     if (!rerun) core_residual_fwd(c, out);
     return;
@@ -95,24 +114,24 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
     core_linear_bwd("shared_fc1_grad_cast", "shared_fc1_grad_amax", "shared_fc1_dgrad",
                     "shared_fc1_wgrad", c.T, Fs1, c.H, c, out);
   }
-  out.push_back(mem("moe_unpermute_bwd", tokens * c.H * c.e + c.Tsp * c.H * c.e));
+  out.push_back(permutation("moe_unpermute_bwd", false, tokens, c, f));
   // --recompute-modules moe_act: the weighted activation (and its FP8 cast for fc2) re-runs
   // when fc2's output gradient arrives (experts.py discard_output_and_register_recompute).
   if (f.recompute_moe_act) {
     out.push_back(mem(c.swiglu ? "expert_swiglu_recompute" : "expert_gelu_recompute",
-                      tokens * ((F1 + Fe) * c.e + kFp32Bytes)));
-    quantize("expert_fc2_input_cast_recompute", "expert_fc2_input_amax_recompute", tokens * Fe, c,
+                      xt * ((F1 + Fe) * c.e + kFp32Bytes)));
+    quantize("expert_fc2_input_cast_recompute", "expert_fc2_input_amax_recompute", xt * Fe, c,
              out);
   }
-  quantize("expert_fc2_grad_cast", "expert_fc2_grad_amax", tokens * c.H, c, out);
-  expert_gemms("expert_fc2_dgrad", GemmPass::Dgrad, te, Fe, c.H, c, f, out);
-  expert_gemms("expert_fc2_wgrad", GemmPass::Wgrad, Fe, c.H, te, c, f, out);
+  quantize("expert_fc2_grad_cast", "expert_fc2_grad_amax", xt * c.H, c, out);
+  expert_gemms("expert_fc2_dgrad", GemmPass::Dgrad, te, Fe, c.H, te, c, f, out);
+  expert_gemms("expert_fc2_wgrad", GemmPass::Wgrad, Fe, c.H, te, te, c, f, out);
   out.push_back(mem(c.swiglu ? "expert_swiglu_bwd" : "expert_gelu_bwd",
-                    tokens * ((Fe + 2 * F1) * c.e + 2 * kFp32Bytes)));
-  quantize("expert_fc1_grad_cast", "expert_fc1_grad_amax", tokens * F1, c, out);
-  expert_gemms("expert_fc1_dgrad", GemmPass::Dgrad, te, c.H, F1, c, f, out);
-  expert_gemms("expert_fc1_wgrad", GemmPass::Wgrad, c.H, F1, te, c, f, out);
-  out.push_back(mem("moe_permute_bwd", c.Tsp * c.H * c.e + tokens * c.H * c.e));
+                    xt * ((Fe + 2 * F1) * c.e + 2 * kFp32Bytes)));
+  quantize("expert_fc1_grad_cast", "expert_fc1_grad_amax", xt * F1, c, out);
+  expert_gemms("expert_fc1_dgrad", GemmPass::Dgrad, te, c.H, F1, te, c, f, out);
+  expert_gemms("expert_fc1_wgrad", GemmPass::Wgrad, c.H, F1, te, te, c, f, out);
+  out.push_back(permutation("moe_permute_bwd", true, tokens, c, f));
   out.push_back(mem("router_topk_bwd", c.Tsp * E * 2 * kFp32Bytes));
   out.push_back(core_gemm("router_dgrad", GemmPass::Dgrad, c.Tsp, c.H, E, c, false));
   out.push_back(core_gemm("router_wgrad", GemmPass::Wgrad, E, c.H, c.Tsp, c, false));

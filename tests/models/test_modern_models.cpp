@@ -884,9 +884,10 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
        "parallel.decoder_first_pipeline_num_layers (9)"},
       {base + ", window_size: 128", "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
        "model.window_size (128) needs model.attention_backend flash or fused"},
-      {base + ", num_experts: 8", "expert_tensor_parallel_size: 2, tensor_model_parallel_size: 2, "
-       "micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
-       "parallel.expert_tensor_parallel_size (2): expert tensor parallelism"},
+      {base + ", num_experts: 8, moe_token_dispatcher_type: allgather",
+       "expert_tensor_parallel_size: 2, tensor_model_parallel_size: 2, "
+       "sequence_parallel: true, micro_batch_size: 1, global_batch_size: 8", "dgx-h100",
+       "parallel.expert_tensor_parallel_size (2) with model.moe_token_dispatcher_type allgather"},
       {base, "fp8: e4m3, fp8_recipe: mxfp8, precision: bf16, micro_batch_size: 1, "
        "global_batch_size: 8", "dgx-h100", "MXFP8 block scaling needs Blackwell"},
       {base, "grad_reduce_in_fp32: sometimes, micro_batch_size: 1, global_batch_size: 8",
