@@ -41,24 +41,36 @@ struct ShellState {
 }
 
 /// Integer arithmetic of $(( )): + - * / % and parentheses over numbers and variable names.
+/// Nesting bounds: launch scripts nest a few levels; a hostile one must not exhaust the stack.
+constexpr int kMaxNesting = 64;
+
 struct Arith {
   const std::string& s;
   const ShellState& sh;
   std::size_t i = 0;
+  int depth = 0;
   void ws() {
     while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
   }
   long long atom() {
     ws();
     if (i < s.size() && s[i] == '(') {
+      if (++depth > kMaxNesting) refuse(sh, "$((...)) nested deeper than " + std::to_string(kMaxNesting));
       ++i;
       const long long v = sum();
+      --depth;
       ws();
       if (i >= s.size() || s[i] != ')') refuse(sh, "$((" + s + ")): expected ')'");
       ++i;
       return v;
     }
-    if (i < s.size() && s[i] == '-') return ++i, -atom();
+    if (i < s.size() && s[i] == '-') {
+      if (++depth > kMaxNesting) refuse(sh, "$((...)) nested deeper than " + std::to_string(kMaxNesting));
+      ++i;
+      const long long v = -atom();
+      --depth;
+      return v;
+    }
     if (i < s.size() && s[i] == '$') ++i;
     std::size_t start = i;
     if (i < s.size() && s[i] == '{') {
@@ -141,7 +153,10 @@ struct Statement {
 
 class Tokenizer {
  public:
-  Tokenizer(const std::string& text, ShellState& sh) : t_(text), sh_(sh) {}
+  Tokenizer(const std::string& text, ShellState& sh, int depth = 0) : t_(text), sh_(sh), depth_(depth) {
+    if (depth_ > kMaxNesting)
+      refuse(sh_, "expansions nested deeper than " + std::to_string(kMaxNesting) + " levels");
+  }
 
   Statement run() {
     Statement st;
@@ -168,6 +183,7 @@ class Tokenizer {
  private:
   const std::string t_;  // a copy: sub-tokenizers are given temporaries
   ShellState& sh_;
+  int depth_ = 0;
   std::size_t i_ = 0;
 
   void skip_blanks() {
@@ -201,7 +217,7 @@ class Tokenizer {
       if (end == std::string::npos) refuse(sh_, "array " + a.name + "=( has no closing ')'");
       const std::string inner = t_.substr(i_ + 1, end - i_ - 2);
       i_ = end;
-      Tokenizer sub(inner, sh_);
+      Tokenizer sub(inner, sh_, depth_ + 1);
       a.value = sub.all_words();
     } else {
       std::vector<std::string> v = word(false);
@@ -351,7 +367,7 @@ class Tokenizer {
       if (rest.compare(0, o.size(), o) != 0) continue;
       const bool use_default = o[0] == ':' ? empty : !set;
       if (!use_default) return {it->second.front()};
-      Tokenizer sub(rest.substr(o.size()), sh_);
+      Tokenizer sub(rest.substr(o.size()), sh_, depth_ + 1);
       std::vector<std::string> w = sub.word(false);
       std::string v = w.empty() ? "" : w.front();
       if (o.back() == '=') sh_.vars[name] = {v};
@@ -442,6 +458,7 @@ LaunchCommand parse_launch_script(const std::string& text, const std::string& so
   sh.source = source;
   LaunchCommand found;
   bool have = false;
+  int evals = 0;  // nested eval (an eval of a variable that evals itself would not end)
   std::function<void(const std::string&)> run = [&](const std::string& stmt) {
     Tokenizer tok(stmt, sh);
     Statement st = tok.run();
@@ -472,7 +489,9 @@ LaunchCommand parse_launch_script(const std::string& text, const std::string& so
     if (st.words.front() == "eval") {
       std::string joined;
       for (std::size_t k = 1; k < st.words.size(); ++k) joined += (k > 1 ? " " : "") + st.words[k];
+      if (++evals > kMaxNesting) refuse(sh, "eval nested deeper than " + std::to_string(kMaxNesting) + " levels");
       for (const auto& [l, s] : statements(joined)) run(s);
+      --evals;
       return;
     }
     for (const std::string& w : st.words) {

@@ -188,6 +188,17 @@ TEST(ImportMegatron, BadInputIsRefusedNamingFileArgumentAndValue) {
           {"'--optimizer'", "'sgd'"});
   const std::string quote = write(dir.path(), "quote.sh", "torchrun pretrain_gpt.py --lr '1e-4\n");
   refused("import-megatron " + quote + " --system dgx-h100 --nodes 1", {quote, "quote"});
+  // Hostile nesting: refused with the line, never a crash or a loop.
+  const std::string deep = write(dir.path(), "deep.sh",
+                                 "X=$((" + std::string(100000, '(') + "1" + std::string(100000, ')') +
+                                     "))\ntorchrun pretrain_gpt.py\n");
+  refused("import-megatron " + deep + " --system dgx-h100 --nodes 1", {deep + ":1:", "nested deeper"});
+  std::string chain = "1";
+  for (int i = 0; i < 1000; ++i) chain = "${U:-" + chain + "}";
+  const std::string defaults = write(dir.path(), "defaults.sh", "X=" + chain + "\n");
+  refused("import-megatron " + defaults + " --system dgx-h100 --nodes 1", {defaults + ":1:", "nested deeper"});
+  const std::string loop = write(dir.path(), "loop.sh", "X='eval $X'\neval $X\n");
+  refused("import-megatron " + loop + " --system dgx-h100 --nodes 1", {loop + ":2:", "eval nested deeper"});
   refused("import-megatron --system dgx-h100 --nodes 1 -- pretrain_gpt.py --num-layers 4 "
           "--hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --micro-batch-size 1 "
           "--global-batch-size 16",
