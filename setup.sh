@@ -8,7 +8,7 @@ cd "$(dirname "$0")"
 packages=(g++ cmake make pkg-config python3
           libsimgrid-dev libboost-graph-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
           libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev
-          python3-jsonschema pybind11-dev python3-pybind11 python3-matplotlib)
+          python3-jsonschema python3-dev pybind11-dev python3-pybind11 python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
