@@ -208,9 +208,10 @@ struct InputErrorParts {
 /// message does not name stays empty (None in Python).
 InputErrorParts parse_input_error(const std::string& msg) {
   InputErrorParts p;
-  static const std::regex head(R"(^([^:\n]+?)(?::(\d+))?(?::\d+)?: )");
+  // "FILE", "FILE:LINE", "FILE:LINE:COL", "FILE (--set KEY=VALUE)" before ": ".
+  static const std::regex head(R"(^(\S+?)(?: \([^)]*\))?(?::(\d+))?(?::\d+)?: )");
   std::smatch m;
-  if (std::regex_search(msg, m, head) && m[1].str().find(' ') == std::string::npos) {
+  if (std::regex_search(msg, m, head)) {
     p.file = m[1].str();
     p.line = m[2].str();
   }
@@ -219,10 +220,17 @@ InputErrorParts parse_input_error(const std::string& msg) {
     p.field = m[1].str();
     p.value = m[2].str();
   } else {
-    static const std::regex dotted(R"(\b([a-z_]+(?:\.[a-z_0-9]+)+)\b(?: (?:=|of) ([^\s:,;]+))?)");
-    if (std::regex_search(msg, m, dotted)) {
-      p.field = m[1].str();
-      p.value = m[2].str();
+    // Validation messages: "parallel.x (3) is not ...", "model.y = 5 ...": the first dotted key
+    // the message names (its subject) and its value; a rule between two keys ("A (16) is not
+    // divisible by B (3)") names both in the message.
+    static const std::regex dotted(
+        R"(\b([a-z_]+(?:\.[a-z_0-9]+)+)\b(?: \(([^)\s]*)\)| (?:=|of) ([^\s:,;]+))?)");
+    for (auto it = std::sregex_iterator(msg.begin(), msg.end(), dotted);
+         it != std::sregex_iterator(); ++it) {
+      if (it->position(0) < static_cast<std::ptrdiff_t>(p.file.size())) continue;
+      p.field = (*it)[1].str();
+      p.value = (*it)[2].matched ? (*it)[2].str() : (*it)[3].str();
+      break;
     }
   }
   // A value shown quoted ('-3', "x") is the text between the quotes.

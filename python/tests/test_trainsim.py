@@ -109,8 +109,24 @@ class Errors(unittest.TestCase):
     def test_unknown_override_key(self):
         with self.assertRaises(trainsim.InputError) as cm:
             trainsim.simulate(SMALL, overrides={"parallel.micro_batch_sise": 2})
-        self.assertIn("parallel.micro_batch_sise", str(cm.exception))
         self.assertIn("micro_batch_size", str(cm.exception))
+        self.assertEqual(cm.exception.file, SMALL)
+        self.assertEqual(cm.exception.field, "parallel.micro_batch_sise")
+
+    def test_rule_between_keys_names_its_subject(self):
+        with self.assertRaises(trainsim.InputError) as cm:
+            trainsim.simulate(small_dict(), overrides={"parallel.tensor_model_parallel_size": 3})
+        # 16 heads do not split over 3 ranks (the message names both keys).
+        self.assertEqual(cm.exception.file, "<dict>")
+        self.assertEqual(cm.exception.field, "model.num_attention_heads")
+        self.assertEqual(cm.exception.value, "16")
+        self.assertIn("parallel.tensor_model_parallel_size (3)", str(cm.exception))
+
+    def test_override_type_error(self):
+        with self.assertRaises(trainsim.InputError) as cm:
+            trainsim.simulate(small_dict(), overrides={"model.hidden_size": "abc"})
+        self.assertEqual((cm.exception.file, cm.exception.field, cm.exception.value),
+                         ("<dict>", "model.hidden_size", "abc"))
 
     def test_dict_error_names_the_dict(self):
         bad = small_dict()
