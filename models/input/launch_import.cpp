@@ -423,7 +423,15 @@ std::string launch_import_yaml(const LaunchImport& imported, const std::string& 
   YAML::Node root(YAML::NodeType::Map);
   std::set<std::string> done;
   auto put = [&](const std::string& path, const std::string& value) {
-    YAML::Node v = YAML::Load(value);
+    // A value is a YAML scalar or flow list as on the command line; text that is not YAML
+    // ("[1,", "*x") stays a string, which the scenario's validation then refuses by key.
+    YAML::Node v;
+    try {
+      v = YAML::Load(value);
+    } catch (const YAML::Exception&) {
+      v = YAML::Node(value);
+      v.SetTag("!");
+    }
     std::vector<std::string> parts;
     for (std::size_t s = 0, e; s <= path.size(); s = e + 1) {
       e = path.find('.', s);

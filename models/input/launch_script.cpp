@@ -237,6 +237,10 @@ class Tokenizer {
         while (i_ < t_.size() && t_[i_] != '\n') ++i_;
         continue;
       }
+      if (t_[i_] == '>' || t_[i_] == '<') {  // not valid in an array: skipped as a redirection
+        skip_redirect();
+        continue;
+      }
       std::vector<std::string> f = word();
       out.insert(out.end(), f.begin(), f.end());
     }

@@ -199,6 +199,16 @@ TEST(ImportMegatron, BadInputIsRefusedNamingFileArgumentAndValue) {
   refused("import-megatron " + defaults + " --system dgx-h100 --nodes 1", {defaults + ":1:", "nested deeper"});
   const std::string loop = write(dir.path(), "loop.sh", "X='eval $X'\neval $X\n");
   refused("import-megatron " + loop + " --system dgx-h100 --nodes 1", {loop + ":2:", "eval nested deeper"});
+  // Found by mutating the example script: a '<' inside an array ended in a loop; a value that
+  // is not YAML ("[1,") reached the YAML parser's own message.
+  const std::string arr = write(dir.path(), "arr.sh", std::string("A=(\n  < --lr 1\n)\n"
+                                                                  "torchrun pretrain_gpt.py ") + kShape + " ${A[@]}\n");
+  // (as bash reads it: `< --lr` redirects from a file "--lr", the 1 joins the batch size).
+  refused("import-megatron " + arr + " --system dgx-h100 --nodes 1",
+          {arr, "parallel.global_batch_size", "[16, 1]"});
+  refused("import-megatron --system dgx-h100 --nodes 1 -- pretrain_gpt.py " + std::string(kShape) +
+              " --tensor-model-parallel-size '[1,'",
+          {"parallel.tensor_model_parallel_size", "[1,"});
   refused("import-megatron --system dgx-h100 --nodes 1 -- pretrain_gpt.py --num-layers 4 "
           "--hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --micro-batch-size 1 "
           "--global-batch-size 16",
