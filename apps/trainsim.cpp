@@ -10,6 +10,7 @@
 #include <iostream>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -120,6 +121,26 @@ int run(int argc, char** argv) {
   diff->add_option("a", dif.a, "first summary JSON (A)")->required();
   diff->add_option("b", dif.b, "second summary JSON (B)")->required();
   diff->add_option("--json", dif.json, "write the comparison as JSON");
+
+  ImportLaunchArgs imp_mg, imp_ds;
+  std::vector<std::string> imp_mg_sets, imp_ds_sets, imp_mg_words;
+  CLI::App* import_megatron = app.add_subcommand(
+      "import-megatron", "a Megatron-LM pretrain_gpt.py launch (script, or -- ARGS...) as a scenario");
+  import_megatron->add_option("launch", imp_mg_words,
+                              "the launch script, or after -- the command's words");
+  CLI::App* import_deepspeed = app.add_subcommand(
+      "import-deepspeed", "a DeepSpeed ds_config.json as a scenario");
+  import_deepspeed->add_option("config", imp_ds.input, "ds_config.json")->required();
+  for (auto [sub, a, sets] : {std::tuple{import_megatron, &imp_mg, &imp_mg_sets},
+                              std::tuple{import_deepspeed, &imp_ds, &imp_ds_sets}}) {
+    sub->add_option("--system", a->system, "the cluster's catalog system (e.g. dgx-h100)");
+    sub->add_option("--nodes", a->nodes, "nodes")->check(integer_at_least(1));
+    sub->add_option("--gpus-per-node", a->gpus_per_node, "GPUs per node")
+        ->check(integer_at_least(1));
+    sub->add_option("--name", a->name, "the scenario's name");
+    sub->add_option("--out", a->out, "write the scenario here (default: stdout)");
+    add_sets(sub, *sets);
+  }
 
   PlanArgs pln;
   std::vector<std::string> plan_sets;
@@ -241,6 +262,22 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (diff->parsed()) return diff_main(dif);
+  if (import_megatron->parsed()) {
+    imp_mg.overrides = to_overrides(imp_mg_sets);
+    bool words = false;  // `-- ARGS...`: the command's words, not a script
+    for (int i = 1; i < argc; ++i) words = words || std::string(argv[i]) == "--";
+    if (words)
+      imp_mg.words = imp_mg_words;
+    else if (imp_mg_words.size() == 1)
+      imp_mg.input = imp_mg_words[0];
+    else
+      throw InputError("import-megatron: give one launch script, or -- and the command's words");
+    return import_megatron_main(imp_mg);
+  }
+  if (import_deepspeed->parsed()) {
+    imp_ds.overrides = to_overrides(imp_ds_sets);
+    return import_deepspeed_main(imp_ds);
+  }
   if (plan->parsed()) {
     pln.overrides = to_overrides(plan_sets);
     if (pln.merge.empty() == pln.scenario.empty())

@@ -7,6 +7,7 @@
 //   simulate  -> apps/simulate.cpp (always built; without sim/ it explains and exits 1)
 //   plan      -> apps/plan.cpp (always built, with simulate)
 //   forecast  -> apps/forecast.cpp (always built, with simulate)
+//   import-megatron, import-deepspeed -> apps/import_launch.cpp (always built)
 //   replay    -> apps/replay.cpp,    when it exists and trainsim_hw is built
 //   validate  -> apps/validate.cpp,  when it exists and trainsim_validation is built
 //   diff      -> apps/diff.cpp (always built)
@@ -127,6 +128,20 @@ struct PlanArgs {
   /// scenario's training: section; docs/plan.md).
   std::string objective = "tokens_per_s";
 };
+
+/// trainsim import-megatron LAUNCH.sh | -- ARGS... and trainsim import-deepspeed ds_config.json
+///   [--system NAME] [--nodes N] [--gpus-per-node N] [--name NAME] [--set k=v]... [--out F]
+///   (apps/import_launch.cpp, docs/cli.md)
+struct ImportLaunchArgs {
+  std::string input;               ///< the launch script or ds_config.json
+  std::vector<std::string> words;  ///< import-megatron -- ARGS...: the command's words
+  std::string system, name, out;
+  std::int64_t nodes = 0, gpus_per_node = 0;
+  Overrides overrides;
+};
+
+int import_megatron_main(const ImportLaunchArgs& args);
+int import_deepspeed_main(const ImportLaunchArgs& args);
 
 int simulate_main(const SimulateArgs& args);
 int plan_main(const PlanArgs& args);

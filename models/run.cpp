@@ -330,7 +330,10 @@ void choose_system(const RunRequest& req, PreparedRun& run) {
 }  // namespace
 
 PreparedRun prepare_platform(const RunRequest& req) {
-  PreparedRun run(validated(load_scenario(req.scenario_path, req.overrides)));
+  PreparedRun run(validated(
+      req.scenario_text.empty()
+          ? load_scenario(req.scenario_path, req.overrides)
+          : parse_scenario(req.scenario_text, req.scenario_path, req.overrides)));
   // Launch-line keys accepted and not modelled (models/input/keys.h), first in the notes.
   run.notes.insert(run.notes.end(), run.scenario->notes.begin(), run.scenario->notes.end());
   choose_system(req, run);

@@ -43,6 +43,9 @@ enum class RunPurpose : std::uint8_t {
 struct RunRequest {
   RunPurpose purpose = RunPurpose::Simulate;
   std::string scenario_path;
+  /// Non-empty: the scenario's YAML text (the Python module's dict scenarios, docs/python.md);
+  /// `scenario_path` then only names it in messages and anchors its relative paths.
+  std::string scenario_text;
   std::vector<std::pair<std::string, std::string>> overrides;  ///< --set key=value
   /// --calibration: a profile JSON; empty means the shipped profile of the system's GPU.
   std::string calibration_path;

@@ -336,6 +336,75 @@ void add_training(std::vector<ScenarioKey>& v) {
   v.push_back(interval);
 }
 
+/// More of them, as NVIDIA's launch scripts and DeepSpeed configs write them (`trainsim
+/// import-megatron` / `import-deepspeed`, models/input/launch_import.h; a --no-NAME form of an
+/// ignored argument is ignored too), and the environment variables of a launch
+/// (`environment.NAME`, the variable's name in lower case).
+void add_ignored_launch(std::vector<ScenarioKey>& v, const std::string& opt,
+                        const std::string& sched, const std::string& log,
+                        const std::string& data) {
+  for (const char* k : {"lr_decay_samples", "lr_warmup_samples", "decoupled_lr", "decoupled_min_lr"})
+    v.push_back(ignored(std::string("training.") + k, sched));
+  for (const char* k : {"log_throughput", "log_timers_to_tensorboard", "log_memory_to_tensorboard",
+                        "log_validation_ppl_to_tensorboard", "wandb_exp_name", "wandb_save_dir",
+                        "ckpt_format", "save_optim", "save_rng", "load_optim", "load_rng",
+                        "use_checkpoint_args", "exit_on_missing_checkpoint", "profile",
+                        "profile_step_start", "profile_step_end", "use_pytorch_profiler",
+                        "distributed_timeout_minutes", "exit_duration_in_mins", "exit_interval",
+                        "timing_log_level", "rerun_mode"})
+    v.push_back(ignored(std::string("training.") + k, log));
+  for (const char* k : {"mock_data", "data_cache_path", "mmap_bin_files",
+                        "create_attention_mask_in_dataloader", "tiktoken_pattern",
+                        "dataloader_type"})
+    v.push_back(ignored(std::string("training.") + k, data));
+  v.push_back(ignored("training.distributed_backend",
+                      "the process-group backend's name: trainsim's collectives are NCCL's"));
+  v.push_back(ignored("training.manual_gc",
+                      "when Python collects garbage: trainsim models no host-side pauses"));
+  v.push_back(ignored("training.manual_gc_interval",
+                      "when Python collects garbage: trainsim models no host-side pauses"));
+  v.push_back(ignored("model.max_position_embeddings",
+                      "the position table's capacity: trainsim sizes a learned table by "
+                      "seq_length, RoPE has none"));
+  v.push_back(ignored("model.rotary_base", "RoPE's frequency base: the same kernel and work"));
+  v.push_back(ignored("model.apply_layernorm_1p",
+                      "a norm weight stored as 1 + w: the same kernel and memory"));
+  for (const char* k : {"fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_margin", "fp8_interval"})
+    v.push_back(ignored(std::string("parallel.") + k,
+                        "FP8 delayed scaling's bookkeeping: a few scalars per tensor (the "
+                        "recipe itself is fp8_recipe)"));
+  v.push_back(ignored("environment.cuda_device_max_connections",
+                      "one hardware queue per stream, which Megatron-LM needs (1) for its TP "
+                      "and sequence-parallel overlap ordering: trainsim's streams run in that order"));
+  v.push_back(ignored("environment.cuda_visible_devices",
+                      "which local GPUs a process sees: the cluster is the scenario's"));
+  for (const char* k : {"nccl_debug", "nccl_debug_subsys", "nccl_debug_file"})
+    v.push_back(ignored(std::string("environment.") + k, "NCCL's logging: " + log));
+  for (const char* k : {"nccl_socket_ifname", "nccl_ib_hca", "nccl_ib_timeout", "nccl_ib_retry_cnt",
+                        "nccl_async_error_handling", "torch_nccl_async_error_handling"})
+    v.push_back(ignored(std::string("environment.") + k,
+                        "which network devices NCCL binds and how it reports failures: the "
+                        "links are the cluster's (docs/cluster.md)"));
+  for (const char* k : {"zero_allow_untested_optimizer", "optimizer"})
+    v.push_back(ignored(std::string("deepspeed.") + k, opt + " (Adam's states as docs/scenario.md says)"));
+  v.push_back(ignored("deepspeed.scheduler", sched));
+  for (const char* k : {"tensorboard", "wandb", "csv_monitor", "comms_logger", "flops_profiler"})
+    v.push_back(ignored(std::string("deepspeed.") + k, log));
+  v.push_back(ignored("deepspeed.prescale_gradients",
+                      "whether gradients are divided by the DP size before or after the "
+                      "reduction: one elementwise scale either way"));
+  v.push_back(ignored("deepspeed.gradient_accumulation_steps",
+                      "implied by train_batch_size / (micro batch x data-parallel ranks), "
+                      "which trainsim derives"));
+  for (const char* k : {"contiguous_gradients", "reduce_scatter", "allgather_partitions",
+                        "round_robin_gradients", "stage3_gather_16bit_weights_on_model_save",
+                        "elastic_checkpoint", "load_from_fp32_weights", "ignore_unused_parameters"})
+    v.push_back(ignored(std::string("deepspeed.zero_optimization.") + k,
+                        "a ZeRO implementation option trainsim's model of the stage already "
+                        "assumes (DeepSpeed's defaults) or a checkpoint format"));
+  (void)data;
+}
+
 /// Megatron-LM and DeepSpeed arguments that change neither time nor memory in trainsim's
 /// model of one training iteration: accepted so that a launch line can be copied, and listed
 /// in the summary's notes. (clip_grad is not among them: its norm all-reduce is modelled.)
@@ -363,6 +432,7 @@ void add_ignored(std::vector<ScenarioKey>& v) {
                       "moe_token_imbalance_factor's"));
   v.push_back(ignored("deepspeed.steps_per_print", log));
   v.push_back(ignored("deepspeed.wall_clock_breakdown", log));
+  add_ignored_launch(v, opt, sched, log, data);
 }
 
 /// `variability:` (models/input/variability.h): the lists are read by read_variability.
@@ -407,6 +477,16 @@ std::vector<KeyAlias> shipped_scenario_key_aliases() {
       {"parallel.fp8_format", "parallel.fp8", {}, "Megatron's --fp8-format spelling"},
       {"parallel.bf16", "parallel.precision", {{"true", "bf16"}, {"false", ""}}, "--bf16"},
       {"parallel.fp16", "parallel.precision", {{"true", "fp16"}, {"false", ""}}, "--fp16"},
+      {"model.disable_bias_linear", "model.add_bias_linear", {{"true", "false"}, {"false", ""}},
+       "--disable-bias-linear"},
+      {"parallel.grad_reduce_in_bf16", "parallel.grad_reduce_in_fp32",
+       {{"true", "false"}, {"false", ""}}, "--grad-reduce-in-bf16"},
+      {"parallel.accumulate_allreduce_grads_in_fp32", "parallel.grad_reduce_in_fp32",
+       {{"true", "true"}, {"false", ""}}, "Megatron-LM's --accumulate-allreduce-grads-in-fp32"},
+      {"deepspeed.train_batch_size", "parallel.global_batch_size", {}, "DeepSpeed's name"},
+      {"deepspeed.train_micro_batch_size_per_gpu", "parallel.micro_batch_size", {},
+       "DeepSpeed's name"},
+      {"deepspeed.gradient_clipping", "parallel.clip_grad", {}, "DeepSpeed's name"},
       {"parallel.recompute_activations",
        "parallel.recompute_granularity",
        {{"true", "selective"}, {"false", ""}},

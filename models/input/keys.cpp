@@ -57,7 +57,7 @@ const std::vector<std::string>& scenario_sections() {
   static const std::vector<std::string> v = {
       "model", "parallel", "deepspeed", "deepspeed.zero_optimization",
       "deepspeed.zero_optimization.offload_optimizer", "cluster", "simulation", "training",
-      "training.checkpoint", "variability"};
+      "training.checkpoint", "variability", "environment"};
   return v;
 }
 
@@ -99,7 +99,9 @@ const std::string& key_at(const void* member_of_sample) {
 
 const std::vector<ScenarioSizeLimit>& scenario_size_limits() {
   // See models/input/scenario.h for why these values; the table holds them.
-  static std::vector<ScenarioSizeLimit> v;
+  // Rebuilt on each call (tests add keys); one per thread, so that simulations in threads (the
+  // Python module, docs/python.md) do not share it.
+  static thread_local std::vector<ScenarioSizeLimit> v;
   v.clear();
   for (const ScenarioKey& k : scenario_keys())
     if (k.max > 0) v.push_back({k.path.c_str(), k.max});
