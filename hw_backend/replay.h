@@ -120,6 +120,18 @@ std::int64_t representative_rank(const ScheduleGraph& graph, std::int64_t rank);
 /// device, CUDA requested without CUDA support or GPU, unsimulated rank).
 ExecutionRecord replay(const ScheduleGraph& graph, const ReplayOptions& opts);
 
+/// Replays `iterations` consecutive iterations of `opts.rank` on one model state: the
+/// optimizer's update of each iteration is the next one's weights (Adam's step count goes on),
+/// the gradient buffer is zeroed before each, and the microbatches' tokens and labels are the
+/// same every iteration (a fixed batch, which a model that trains fits: its loss falls).
+struct TrainingReplay {
+  ExecutionRecord record;       ///< the last iteration's
+  std::vector<double> losses;   ///< per iteration: the mean loss over its microbatches (NaN on
+                                ///< a rank without the output layer)
+};
+TrainingReplay replay_training(const ScheduleGraph& graph, const ReplayOptions& opts,
+                               int iterations);
+
 /// The forms taking the Scenario the graph was built from, for callers not yet moved to the
 /// graph-only ones: the scenario is not read (except its path, in an error message).
 std::int64_t representative_rank(const ScheduleGraph& graph, const Scenario& scenario,
