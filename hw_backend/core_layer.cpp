@@ -44,12 +44,17 @@ torch::Tensor dropout_add(const torch::Tensor& x, const torch::Tensor& residual,
   return residual + (p > 0 ? torch::dropout(x, p, /*train=*/true) : x);
 }
 
-/// Attention of q [b, a, s, d] against k, v [b, a, s, d] with `mask` [s, s] (true = masked).
+/// Attention of q [b, a, s, d] against k, v [b, a, s, d] with `mask` [s, s] (true = masked);
+/// `window` 0: the mask is the causal one.
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const torch::Tensor& mask, double dropout_p) {
+                        const torch::Tensor& mask, std::int64_t window, double dropout_p) {
 #if TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(q, k, v, mask.logical_not(), dropout_p);
+  // Causal: is_causal lets LibTorch pick its flash kernel; a window needs the explicit mask
+  // (true = attend), which the memory-efficient or math backends take.
+  if (window == 0) return at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true);
+  return at::scaled_dot_product_attention(q, k, v, mask.logical_not(), dropout_p, false);
 #else
+  (void)window;
   // LibTorch 1.13: the explicit math path (what SDPA's math backend runs).
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
@@ -213,7 +218,7 @@ BlockState core_attn_forward(const CoreWeights& w, const torch::Tensor& input, c
   q = heads_first(q);
   k = heads_first(k).repeat_interleave(per, 1);
   v = heads_first(v).repeat_interleave(per, 1);
-  const torch::Tensor ctx = attention(q, k, v, mask, p.attention);  // [b, a, s, d]
+  const torch::Tensor ctx = attention(q, k, v, mask, c.window, p.attention);  // [b, a, s, d]
   const torch::Tensor flat = ctx.permute({2, 0, 1, 3}).reshape({s, b, c.heads * d});
   st.output = dropout_add(linear(w, "linear_proj", flat), st.input, p.hidden);
   return st;

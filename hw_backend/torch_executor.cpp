@@ -583,10 +583,13 @@ class Executor {
 
   void recv(TaskId id, const Task& t, const OpDesc& op) {
     const int dir = t.phase == Phase::Backward ? 1 : 0;
-    torch::Tensor dst = torch::empty({d_.s, d_.b, d_.h}, fopts_);
+    // Megatron-Core with sequence parallelism sends this rank's s/tp rows; the replay's layers
+    // run the full sequence, so the rest of the received tensor stays zero (setup_notes).
+    torch::Tensor dst = core_ ? torch::zeros({d_.s, d_.b, d_.h}, fopts_)
+                              : torch::empty({d_.s, d_.b, d_.h}, fopts_);
     const auto [off, n] = message_slice(op, dst.numel());
     replayed_as_[id] = comm_->recv(id, dst, dir, off, n);
-    if (n < dst.numel()) pending_fill_[mb_key(t.microbatch, dir)] = {off, n};
+    if (n < dst.numel() && !core_) pending_fill_[mb_key(t.microbatch, dir)] = {off, n};  // SC'21 4.1
     loop_->record_stream(dst, loop_->stream(StreamId::Compute));
     (dir ? grad_ : act_)[t.microbatch] = dst;
   }
@@ -688,6 +691,9 @@ class Executor {
     if (sequence_parallel_)
       notes_.push_back("sequence parallelism: LayerNorm and dropout regions ran on the full "
                        "sequence, not s/tp (the all-gathers/reduce-scatters are copies)");
+    if (sequence_parallel_ && core_)
+      notes_.push_back("sequence parallelism: a pipeline message carries this rank's s/tp rows "
+                       "of the sequence; the receiver's other rows are zeros");
     if (model_.recompute_full || model_.recompute_selective)
       notes_.push_back("recomputation: dropout masks are redrawn in the recomputed forward "
                        "(Megatron restores the RNG state); the work is the same");
