@@ -55,7 +55,8 @@ PCIE5_X16_BYTES_PER_S = 64e9    # PCIe Gen5 x16, per direction
 def task_spans(trace_path, pid=0):
     spans = {}
     for e in json.load(open(trace_path))["traceEvents"]:
-        if e.get("ph") == "X" and e.get("pid") == pid and "task" in e.get("args", {}):
+        if (e.get("ph") == "X" and e.get("pid") == pid and "task" in e.get("args", {})
+                and e.get("cat") != "host_issue"):  # the replay's host thread names tasks too
             spans[e["name"]] = e["dur"] * 1e-6
     return spans
 
