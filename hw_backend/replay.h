@@ -7,7 +7,11 @@
 //                 same kernels models/perf/flops.h lists: LayerNorms, QKV GEMM, baddbmm/bmm core
 //                 attention with a causal masked softmax and dropout, output projection,
 //                 bias-dropout-add, fc1 + tanh-GeLU + fc2 (hw_backend/transformer_layer.h);
-//                 embedding lookups; final LayerNorm, logits GEMM and cross entropy. Forward
+//                 embedding lookups; final LayerNorm, logits GEMM and cross entropy. A
+//                 Megatron-Core graph (ModelFeatures::core) runs its own layers instead
+//                 (hw_backend/core_layer.h: RMSNorm / LayerNorm, GQA with RoPE and q/k norms,
+//                 causal or sliding-window attention, SwiGLU, the MoE MLP with router,
+//                 permutation, token-count copy, per-expert GEMMs, unpermute). Forward
 //                 blocks keep their autograd state alive until the block's backward task (per
 //                 microbatch and layer, as the schedule says); backward tasks run autograd on
 //                 the block's output with the gradient the following block produced. Full
@@ -36,6 +40,11 @@
 // The optimizer works on real fp32 master weights, exp_avg and exp_avg_sq of op.params
 // elements; the model's parameters and gradients live in one contiguous buffer each (as
 // Megatron's contiguous grad buffer), so the optimizer reads the gradients autograd produced.
+//
+// Host thread: every task's host issue span (ExecutionRecord::host_issue_start_s / _end_s) and
+// the top-level ATen operators and autograd nodes it issued (host_eager_ops /
+// host_autograd_nodes, counted by LibTorch's RecordFunction callbacks); the trace writes them on
+// the rank's `host` thread (docs/trace.md).
 //
 // Issue order: the rank's tasks in program order (ScheduleGraph::tasks_of_rank), which must be
 // a topological order of the dependencies among them (replay_order checks this and repairs
