@@ -13,6 +13,7 @@
 #include "models/input/scenario.h"
 #include "validation/fit.h"
 #include "validation/gpu_info.h"
+#include "validation/host_fit.h"
 #include "validation/microbench.h"
 #include "validation/trace_import.h"
 
@@ -50,6 +51,7 @@ void report_fit(const std::string& source, const std::string& base_path,
 
 int calibrate_main(const CalibrateArgs& args) {
   CalibrationProfile profile;
+  nlohmann::json host_section;  // the fitted `host` section (--from-trace of a replay trace)
   check_distinct_paths({{"--base", args.base},
                         {"--from-trace", args.from_trace},
                         {"--from-microbench", args.from_microbench}},
@@ -109,11 +111,22 @@ int calibrate_main(const CalibrateArgs& args) {
       std::cerr << "trainsim calibrate: warning: " << mismatch
                 << " (--allow-device-mismatch)\n";
     }
-    validation::FitReport report;
-    profile = validation::fit_from_operator_samples(validation::operator_samples(trace), base,
-                                                    system, &report, args.from_trace);
+    const std::vector<validation::OpSample> samples = validation::operator_samples(trace);
+    if (validation::has_host_issue_spans(trace)) {
+      // A replay trace's host thread (docs/trace.md): the profile's `host` section.
+      const validation::HostIssueFit hf = validation::fit_host_issue_costs(trace);
+      host_section = hf.to_host_section(args.from_trace);
+      std::cerr << "trainsim calibrate: host issue costs fitted from " << hf.spans
+                << " host_issue spans of " << args.from_trace << ": " << host_section.dump() << "\n";
+    }
+    if (samples.empty() && !host_section.is_null()) {
+      profile = base;  // no operator samples: only the host section is fitted
+    } else {
+      validation::FitReport report;
+      profile = validation::fit_from_operator_samples(samples, base, system, &report, args.from_trace);
+      report_fit(args.from_trace, args.base, report, base, profile);
+    }
     profile.source = base.source + "; refined from trace " + args.from_trace;
-    report_fit(args.from_trace, args.base, report, base, profile);
   } else {
 #ifdef TRAINSIM_NO_MICROBENCH
     throw InputError("calibrate: measuring this machine runs LibTorch microbenchmarks, which this "
@@ -127,10 +140,20 @@ int calibrate_main(const CalibrateArgs& args) {
     profile = validation::run_microbenchmarks(mo);
 #endif
   }
+  std::string text = calibration_to_json(profile);
+  if (!host_section.is_null()) {
+    // The fitted host section (CalibrationProfile's host_* entries, calibration.h) beside what
+    // the base profile has.
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+    nlohmann::ordered_json host = j.contains("host") ? j["host"] : nlohmann::ordered_json::object();
+    for (const auto& [k, v] : host_section.items()) host[k] = v;
+    j["host"] = host;
+    text = j.dump(2) + "\n";
+  }
   if (args.out.empty()) {
-    std::cout << calibration_to_json(profile);
+    std::cout << text;
   } else {
-    out_file.stream() << calibration_to_json(profile);
+    out_file.stream() << text;
     out_file.commit();
   }
   return 0;

@@ -96,6 +96,8 @@ class CpuLoop final : public DeviceLoop {
     rec.executor = "libtorch-" + torch_version() + "-cpu";
     rec.device = "cpu (" + std::to_string(at::get_num_threads()) + " LibTorch threads)";
     comm.connect(nullptr);
+    rec.host_issue_start_s.assign(rec.start_s.size(), std::numeric_limits<double>::quiet_NaN());
+    rec.host_issue_end_s.assign(rec.start_s.size(), std::numeric_limits<double>::quiet_NaN());
     counter.reset_peak();
     const auto t0 = std::chrono::steady_clock::now();
     auto now = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -109,6 +111,9 @@ class CpuLoop final : public DeviceLoop {
       // ~1 ns on Linux, so this only nudges empty tasks (no-op collectives).
       rec.start_s[id] = start;
       rec.end_s[id] = end > start ? end : std::nextafter(start, std::numeric_limits<double>::infinity());
+      // The host issues each task and runs it to completion: its host issue span is its span.
+      rec.host_issue_start_s[id] = rec.start_s[id];
+      rec.host_issue_end_s[id] = rec.end_s[id];
       rec.allocated_bytes_samples.emplace_back(rec.end_s[id], counter.in_use());
       rec.reserved_bytes_samples.emplace_back(rec.end_s[id], counter.in_use());
     }

@@ -3,6 +3,7 @@
 // only file of the replay that includes CUDA LibTorch headers; compiled only against a CUDA
 // LibTorch (hw_backend/CMakeLists.txt; otherwise device_cuda_unavailable.cpp).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -92,6 +93,15 @@ class CudaLoop final : public DeviceLoop {
       return s[0];
     };
     const CudaEvent base(streams_[0]);
+    // The host clock's zero: when the (idle, synchronised) stream has reached `base`, so host
+    // issue times and device times share one time base (to the event's resolution, ~0.5 us).
+    base.synchronize();
+    const auto host0 = std::chrono::steady_clock::now();
+    const auto host_now = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - host0).count();
+    };
+    rec.host_issue_start_s.assign(rec.start_s.size(), std::numeric_limits<double>::quiet_NaN());
+    rec.host_issue_end_s.assign(rec.start_s.size(), std::numeric_limits<double>::quiet_NaN());
     std::vector<std::unique_ptr<CudaEvent>> start_ev(g.num_tasks()), end_ev(g.num_tasks());
     std::vector<std::pair<std::int64_t, std::int64_t>> mem;  // (allocated, reserved) at issue
     rec.allocated_bytes_samples.emplace_back(0.0, stat(false).current);
@@ -113,7 +123,9 @@ class CudaLoop final : public DeviceLoop {
         }
         start_ev[id] = std::make_unique<CudaEvent>(marker);
         marker.synchronize();
+        rec.host_issue_start_s[id] = host_now();
         run_task(id);
+        rec.host_issue_end_s[id] = host_now();
         end_ev[id] = std::make_unique<CudaEvent>(marker);
       } else {
         const c10::cuda::CUDAStream& stream = streams_[int(t.stream)];
@@ -123,9 +135,11 @@ class CudaLoop final : public DeviceLoop {
           const CudaEvent* ev = done_event(from);
           if (ev && (g.task(from).stream != t.stream || ev != end_ev[from].get())) ev->event.block(stream);
         }
+        rec.host_issue_start_s[id] = host_now();
         start_ev[id] = std::make_unique<CudaEvent>(stream);
         run_task(id);
         end_ev[id] = std::make_unique<CudaEvent>(stream);
+        rec.host_issue_end_s[id] = host_now();
       }
       mem.emplace_back(stat(false).current, stat(true).current);
     }

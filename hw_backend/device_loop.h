@@ -55,7 +55,9 @@ class DeviceLoop {
   /// for other streams' events through comm.wait() (NCCL turns a dead peer into an error),
   /// and fills rec.executor, rec.device, start_s / end_s of the issued tasks (a send's span
   /// ends at comm.delivered(id) when it has one), one memory sample per task plus one at
-  /// time 0, and the peaks.
+  /// time 0, and the peaks; and the host thread's issue span of each task
+  /// (rec.host_issue_start_s / host_issue_end_s, on the same time base: on the CPU the task's
+  /// span, on CUDA the host wall clock around the task's issue).
   virtual void run(const ScheduleGraph& graph, const std::vector<TaskId>& order,
                    const std::function<void(TaskId)>& run_task, CommBackend& comm,
                    ExecutionRecord& rec) = 0;

@@ -10,8 +10,10 @@
 namespace trainsim::hw::detail {
 
 /// Runs `order` (task ids of one rank, a valid issue order) on the device of `opts` and fills
-/// the record (see replay.h).
+/// the record (see replay.h): `iterations` iterations on one model state, the record of the
+/// last; `losses` (if non-null) receives each iteration's loss (replay_training).
 ExecutionRecord execute(const ScheduleGraph& graph, RankId rank, const std::vector<TaskId>& order,
-                        const ReplayOptions& opts);
+                        const ReplayOptions& opts, int iterations = 1,
+                        std::vector<double>* losses = nullptr);
 
 }  // namespace trainsim::hw::detail

@@ -68,4 +68,15 @@ ExecutionRecord replay(const ScheduleGraph& graph, const ReplayOptions& opts) {
   return detail::execute(graph, static_cast<RankId>(opts.rank), order, opts);
 }
 
+TrainingReplay replay_training(const ScheduleGraph& graph, const ReplayOptions& opts,
+                               int iterations) {
+  if (iterations < 1)
+    throw InputError("replay: iterations " + std::to_string(iterations) + ": expected >= 1");
+  const std::vector<TaskId> order = replay_order(graph, opts.rank);
+  TrainingReplay out;
+  out.record = detail::execute(graph, static_cast<RankId>(opts.rank), order, opts, iterations,
+                               &out.losses);
+  return out;
+}
+
 }  // namespace trainsim::hw

@@ -7,7 +7,11 @@
 //                 same kernels models/perf/flops.h lists: LayerNorms, QKV GEMM, baddbmm/bmm core
 //                 attention with a causal masked softmax and dropout, output projection,
 //                 bias-dropout-add, fc1 + tanh-GeLU + fc2 (hw_backend/transformer_layer.h);
-//                 embedding lookups; final LayerNorm, logits GEMM and cross entropy. Forward
+//                 embedding lookups; final LayerNorm, logits GEMM and cross entropy. A
+//                 Megatron-Core graph (ModelFeatures::core) runs its own layers instead
+//                 (hw_backend/core_layer.h: RMSNorm / LayerNorm, GQA with RoPE and q/k norms,
+//                 causal or sliding-window attention, SwiGLU, the MoE MLP with router,
+//                 permutation, token-count copy, per-expert GEMMs, unpermute). Forward
 //                 blocks keep their autograd state alive until the block's backward task (per
 //                 microbatch and layer, as the schedule says); backward tasks run autograd on
 //                 the block's output with the gradient the following block produced. Full
@@ -36,6 +40,11 @@
 // The optimizer works on real fp32 master weights, exp_avg and exp_avg_sq of op.params
 // elements; the model's parameters and gradients live in one contiguous buffer each (as
 // Megatron's contiguous grad buffer), so the optimizer reads the gradients autograd produced.
+//
+// Host thread: every task's host issue span (ExecutionRecord::host_issue_start_s / _end_s) and
+// the top-level ATen operators and autograd nodes it issued (host_eager_ops /
+// host_autograd_nodes, counted by LibTorch's RecordFunction callbacks); the trace writes them on
+// the rank's `host` thread (docs/trace.md).
 //
 // Issue order: the rank's tasks in program order (ScheduleGraph::tasks_of_rank), which must be
 // a topological order of the dependencies among them (replay_order checks this and repairs
@@ -119,6 +128,18 @@ std::int64_t representative_rank(const ScheduleGraph& graph, std::int64_t rank);
 /// samples and notes on every substitution. Throws InputError for a bad option (unknown
 /// device, CUDA requested without CUDA support or GPU, unsimulated rank).
 ExecutionRecord replay(const ScheduleGraph& graph, const ReplayOptions& opts);
+
+/// Replays `iterations` consecutive iterations of `opts.rank` on one model state: the
+/// optimizer's update of each iteration is the next one's weights (Adam's step count goes on),
+/// the gradient buffer is zeroed before each, and the microbatches' tokens and labels are the
+/// same every iteration (a fixed batch, which a model that trains fits: its loss falls).
+struct TrainingReplay {
+  ExecutionRecord record;       ///< the last iteration's
+  std::vector<double> losses;   ///< per iteration: the mean loss over its microbatches (NaN on
+                                ///< a rank without the output layer)
+};
+TrainingReplay replay_training(const ScheduleGraph& graph, const ReplayOptions& opts,
+                               int iterations);
 
 /// The forms taking the Scenario the graph was built from, for callers not yet moved to the
 /// graph-only ones: the scenario is not read (except its path, in an error message).

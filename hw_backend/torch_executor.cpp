@@ -5,8 +5,10 @@
 // communication backend's (comm_backend.h: device-local copies, NCCL). Everything it needs
 // from the model comes from the graph (ScheduleGraph::replay_model), not from a Scenario.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -15,11 +17,13 @@
 #include <stdexcept>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
 #include "hw_backend/backends.h"
 #include "hw_backend/comm_backend.h"
+#include "hw_backend/core_layer.h"
 #include "hw_backend/device_loop.h"
 #include "hw_backend/executor.h"
 #include "hw_backend/transformer_layer.h"
@@ -33,26 +37,6 @@ namespace trainsim::hw {
 std::string torch_version() { return TORCH_VERSION; }
 
 namespace {
-
-/// The Megatron-Core features of an op (models/graph/ops.h ModelFeatures) that the replay's 2021 GPT
-/// layer (hw_backend/transformer_layer.h) does not run, comma-separated; "" when none.
-std::string core_feature_list(const ModelFeatures& f) {
-  if (!f.core) return "";
-  std::vector<std::string> v;
-  if (f.mla) v.push_back("multi-head latent attention");
-  if (f.kv_heads > 0 && !f.mla) v.push_back("query groups");
-  if (f.swiglu) v.push_back("SwiGLU");
-  if (f.rmsnorm) v.push_back("RMSNorm");
-  if (f.rope) v.push_back("RoPE");
-  if (f.qk_norm && !f.mla) v.push_back("q/k norms");
-  if (f.attention != 0) v.push_back("fused attention");
-  if (f.window > 0) v.push_back("sliding windows");
-  if (f.fp8 != 0) v.push_back("FP8");
-  std::string out;
-  for (const std::string& x : v) out += (out.empty() ? "" : ", ") + x;
-  return out.empty() ? "Transformer Engine kernels" : out;
-}
-
 
 torch::Dtype model_dtype(bool cuda, Precision precision, const ReplayOptions& o) {
   if (cuda) return precision == Precision::BF16 ? torch::kBFloat16 : torch::kHalf;
@@ -72,6 +56,43 @@ const char* dtype_name(torch::Dtype t) {
   if (t == torch::kBFloat16) return "bf16";
   return "fp16";
 }
+
+// ---------------------------------------------------------------- host issue counts
+// What the host issues per task, counted through LibTorch's RecordFunction callbacks (the hooks
+// the PyTorch profiler uses): top-level ATen operators (depth 0 on their thread: an eager op,
+// not the ops it calls) and autograd nodes (RecordScope::BACKWARD_FUNCTION).
+std::atomic<std::int64_t> g_eager_ops{0}, g_autograd_nodes{0};
+thread_local int t_op_depth = 0;
+
+std::unique_ptr<at::ObserverContext> count_start(const at::RecordFunction& fn) {
+  if (t_op_depth++ == 0) {
+    // Autograd nodes by scope, and by name where a build reports them as FUNCTION
+    // ("MmBackward0", "torch::autograd::AccumulateGrad").
+    const char* name = fn.name();
+    if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION ||
+        (name && (std::strstr(name, "Backward") || std::strstr(name, "autograd::"))))
+      g_autograd_nodes.fetch_add(1, std::memory_order_relaxed);
+    else
+      g_eager_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  return nullptr;
+}
+void count_end(const at::RecordFunction&, at::ObserverContext*) { --t_op_depth; }
+
+/// Installs the counting callbacks for its lifetime.
+class IssueCounter {
+ public:
+  IssueCounter()
+      : handle_(at::addGlobalCallback(
+            at::RecordFunctionCallback(&count_start, &count_end)
+                .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}))) {}
+  ~IssueCounter() { at::removeCallback(handle_); }
+  IssueCounter(const IssueCounter&) = delete;
+  IssueCounter& operator=(const IssueCounter&) = delete;
+
+ private:
+  at::CallbackHandle handle_;
+};
 
 std::uint64_t block_key(std::uint32_t mb, std::uint32_t layer, Part part) {
   return (std::uint64_t(mb) << 32) | (std::uint64_t(layer) << 1) | (part == Part::Mlp ? 1 : 0);
@@ -112,17 +133,42 @@ class Executor {
                        std::to_string(model_.num_layers) + "): build it with build_schedule_graph");
   }
 
-  ExecutionRecord run() {
+  /// Runs `iterations` iterations on one model state (the optimizer steps between them) and
+  /// returns the last one's record; `losses` (if non-null) receives each iteration's loss.
+  void want_losses() { loss_wanted_ = true; }
+
+  ExecutionRecord run(int iterations = 1, std::vector<double>* losses = nullptr) {
     loop_ = dev_.cuda ? make_cuda_loop(dev_.index) : make_cpu_loop();  // before any tensor
     if (opts_.threads > 0) at::set_num_threads(opts_.threads);
     const auto wall0 = std::chrono::steady_clock::now();
     ExecutionRecord rec;
-    rec.measured = true;
-    rec.start_s.assign(g_.num_tasks(), std::numeric_limits<double>::quiet_NaN());
-    rec.end_s.assign(g_.num_tasks(), std::numeric_limits<double>::quiet_NaN());
-    replayed_as_.assign(g_.num_tasks(), std::string());
     setup();
-    loop_->run(g_, order_, [this](TaskId id) { run_task(id); }, *comm_, rec);
+    for (int it = 0; it < std::max(1, iterations); ++it) {
+      rec = ExecutionRecord{};
+      rec.measured = true;
+      rec.start_s.assign(g_.num_tasks(), std::numeric_limits<double>::quiet_NaN());
+      rec.end_s.assign(g_.num_tasks(), std::numeric_limits<double>::quiet_NaN());
+      replayed_as_.assign(g_.num_tasks(), std::string());
+      if (it > 0) {
+        torch::NoGradGuard no_grad;
+        flat_grads_.zero_();  // Megatron's zero_grad_buffer before each iteration
+        cpu_cursor_ = 0, cpu_steps_ = 0;
+      }
+      loss_sum_ = 0.0;
+      rec.host_eager_ops.assign(g_.num_tasks(), 0);
+      rec.host_autograd_nodes.assign(g_.num_tasks(), 0);
+      {
+        IssueCounter counter;
+        loop_->run(g_, order_, [this, &rec](TaskId id) {
+          const std::int64_t ops0 = g_eager_ops.load(), nodes0 = g_autograd_nodes.load();
+          run_task(id);
+          rec.host_eager_ops[id] = std::int32_t(g_eager_ops.load() - ops0);
+          rec.host_autograd_nodes[id] = std::int32_t(g_autograd_nodes.load() - nodes0);
+        }, *comm_, rec);
+      }
+      ++adam_step_;
+      if (losses) losses->push_back(has_logits_ ? loss_sum_ : std::numeric_limits<double>::quiet_NaN());
+    }
     check_gradient_buffer();
     finish_notes();
     rec.notes = notes_;
@@ -150,6 +196,7 @@ class Executor {
         if (op.kind == OpKind::LogitsLossFwd) has_logits_ = true;
         if (t.part == Part::Attn || t.part == Part::Mlp) layers_.insert(t.layer);
         if (op.features.experts_local > 0) has_experts_ = true;
+        if (op.kind == OpKind::AttnFwd || op.kind == OpKind::MlpFwd) layer_spec(t.layer, op);
       }
       if (t.kind == TaskKind::CopyH2D || t.kind == TaskKind::CopyD2H)
         copy_bytes_ = std::max(copy_bytes_, op.bytes);
@@ -164,16 +211,30 @@ class Executor {
     d_.vocab = shape_op->vocab, d_.tp = shape_op->tp;
     sequence_parallel_ = shape_op->sequence_parallel;
     selective_ = model_.recompute_selective;
-    core_features_ = core_feature_list(shape_op->features);
-    if (has_experts_) core_features_ += (core_features_.empty() ? "" : ", ") + std::string("experts");
+    core_ = shape_op->features.core;
+    if (core_) {
+      // Megatron-Core: this rank's s / cp tokens; dropout only where the model has it.
+      d_.s = shape_op->seq / std::max<std::int64_t>(1, shape_op->features.cp);
+      if (!shape_op->features.hidden_dropout) dropout_.hidden = 0;
+      if (!shape_op->features.attention_dropout) dropout_.attention = 0;
+      for (auto& [layer, c] : specs_) c.s = d_.s;
+    }
+    const bool learned_positions = !core_ || !shape_op->features.rope;
+    const bool final_norm_bias = !core_ || !shape_op->features.rmsnorm;
 
     // Parameter shapes in flat-buffer order: embedding, layers, final LayerNorm, output copy.
     std::vector<std::vector<std::int64_t>> shapes;
-    if (has_embed_) shapes.push_back({d_.vocab, d_.h}), shapes.push_back({d_.s, d_.h});
-    for (std::size_t i = 0; i < layers_.size(); ++i)
-      for (const auto& [name, shape] : layer_param_shapes(d_)) shapes.push_back(shape);
+    if (has_embed_) {
+      shapes.push_back({d_.vocab, d_.h});
+      if (learned_positions) shapes.push_back({d_.s, d_.h});
+    }
+    for (std::uint16_t layer : layers_)
+      for (const auto& [name, shape] : layer_shapes(layer)) shapes.push_back(shape);
     const bool own_output = has_logits_ && (!has_embed_ || model_.untie_embeddings_and_output_weights);
-    if (has_logits_) shapes.push_back({d_.h}), shapes.push_back({d_.h});
+    if (has_logits_) {
+      shapes.push_back({d_.h});
+      if (final_norm_bias) shapes.push_back({d_.h});
+    }
     if (own_output) shapes.push_back({d_.vocab, d_.h});
     for (const auto& s : shapes) {
       std::int64_t n = 1;
@@ -200,18 +261,26 @@ class Executor {
       t.copy_(torch::empty(t.sizes(), torch::kFloat32).normal_(0.0, std, gen));
     };
     if (has_embed_) {
-      word_ = params[k++], pos_ = params[k++];
-      normal(word_, 0.02), normal(pos_, 0.02);  // init_method_normal(0.02)
+      word_ = params[k++];
+      normal(word_, 0.02);  // init_method_normal(0.02)
+      if (learned_positions) pos_ = params[k++], normal(pos_, 0.02);
     }
     for (std::uint16_t layer : layers_) {
+      if (core_) {
+        CoreWeights& cw = core_weights_[layer];
+        for (const auto& [name, shape] : layer_shapes(layer)) cw.t[name] = params[k++];
+        init_core_weights(cw, specs_.at(layer), model_.num_layers, gen);
+        continue;
+      }
       std::vector<torch::Tensor> lw(params.begin() + k, params.begin() + k + 12);
       k += 12;
       weights_[layer] = bind_layer_weights(lw);
       init_layer_weights(weights_[layer], model_.num_layers, gen);
     }
     if (has_logits_) {
-      final_ln_w_ = params[k++], final_ln_b_ = params[k++];
-      final_ln_w_.fill_(1.0), final_ln_b_.zero_();
+      final_ln_w_ = params[k++];
+      final_ln_w_.fill_(1.0);
+      if (final_norm_bias) final_ln_b_ = params[k++], final_ln_b_.zero_();
       if (own_output) {
         output_w_ = params[k++];
         if (has_embed_)
@@ -223,6 +292,14 @@ class Executor {
       }
     }
     mask_ = causal_mask(d_.s, torch::TensorOptions().device(device_));
+    if (core_) {
+      for (const auto& [layer, c] : specs_) {
+        if (!windows_.count(c.window))
+          windows_[c.window] = window_mask(d_.s, c.window, torch::TensorOptions().device(device_));
+        if (c.rope && !rope_cos_.defined())
+          std::tie(rope_cos_, rope_sin_) = rope_tables(d_.s, c.head_dim, fopts_);
+      }
+    }
 
     // Inputs: token ids and labels of every microbatch (random, in this rank's vocab shard).
     const std::int64_t nmb = model_.num_microbatches;
@@ -287,6 +364,32 @@ class Executor {
     setup_notes();
   }
 
+  /// Records the shapes and features of `layer` from its AttnFwd or MlpFwd op.
+  void layer_spec(std::uint16_t layer, const OpDesc& op) {
+    CoreLayerSpec& c = specs_[layer];
+    const ModelFeatures& f = op.features;
+    c.b = op.micro_batch, c.s = op.seq / std::max<std::int64_t>(1, f.cp), c.h = op.hidden;
+    c.rmsnorm = f.rmsnorm, c.bias = f.bias;
+    if (op.kind == OpKind::AttnFwd) {
+      c.heads = op.heads, c.head_dim = op.head_dim, c.window = f.window;
+      c.kv_heads = f.kv_heads > 0 ? f.kv_heads : op.heads;
+      c.qk_norm = f.qk_norm && !f.mla, c.rope = f.rope;
+      if (f.mla) mla_ = true;
+      return;
+    }
+    c.ffn = op.ffn, c.swiglu = f.swiglu, c.moe = f.experts_local > 0;
+    c.experts_local = f.experts_local, c.num_experts = f.num_experts, c.topk = f.topk;
+    c.expert_ffn = f.expert_ffn, c.shared_ffn = f.shared_ffn;
+    if (f.fp8 != 0) fp8_ = true;
+    if (f.grouped_gemm) grouped_gemm_ = true;
+    if (f.expert_token_cap > 0) token_drop_ = true;
+  }
+
+  /// Parameter names and shapes of `layer` in flat-buffer order.
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> layer_shapes(std::uint16_t layer) const {
+    return core_ ? core_param_shapes(specs_.at(layer)) : layer_param_shapes(d_);
+  }
+
   /// First parameter of this rank's optimizer partition: ZeRO (stage >= 1) gives DP rank d the
   /// d-th slice of `n` parameters; without ZeRO `n` covers all and the offset is 0.
   std::int64_t partition_offset(std::int64_t n) const {
@@ -344,6 +447,17 @@ class Executor {
     const bool unit_start = full && unit == std::int64_t(t.layer);
     // The layer's MLP module checkpointed (--recompute-modules mlp / moe).
     const bool mlp_ckpt = op.kind == OpKind::MlpFwd && of_layer(model_.mlp_checkpointed_layers);
+    // The block's forward: the 2021 GPT layer, or the Megatron-Core layer (core_layer.h).
+    auto forward = [&](bool attn, const torch::Tensor& x, bool selective) {
+      if (core_) {
+        const CoreLayerSpec& c = specs_.at(t.layer);
+        const CoreWeights& cw = core_weights_.at(t.layer);
+        return attn ? core_attn_forward(cw, x, c, windows_.at(c.window), rope_cos_, rope_sin_, dropout_)
+                    : core_mlp_forward(cw, x, c, dropout_, &moe_stats_);
+      }
+      const LayerWeights& w = weights_.at(t.layer);
+      return attn ? attn_forward(w, x, mask_, d_, dropout_, selective) : mlp_forward(w, x, d_, dropout_);
+    };
     switch (op.kind) {
       case OpKind::EmbedFwd: {
         torch::Tensor out = embed_forward(word_, pos_, tokens_[mb], d_, dropout_);
@@ -353,7 +467,6 @@ class Executor {
       }
       case OpKind::AttnFwd:
       case OpKind::MlpFwd: {
-        const LayerWeights& w = weights_.at(t.layer);
         const bool attn = op.kind == OpKind::AttnFwd;
         if (t.phase == Phase::Forward && full) {
           // Full recomputation (Megatron checkpoint unit): no autograd state, keep only the
@@ -361,8 +474,7 @@ class Executor {
           torch::NoGradGuard no_grad;
           torch::Tensor x = take(act_, mb, id, "input activation");
           if (attn && unit_start) stash_[mb_key(mb, t.layer)] = x;
-          act_[mb] = attn ? attn_forward(w, x, mask_, d_, dropout_).output
-                          : mlp_forward(w, x, d_, dropout_).output;
+          act_[mb] = forward(attn, x, false).output;
           return;
         }
         if (t.phase == Phase::Forward && mlp_ckpt) {
@@ -370,7 +482,7 @@ class Executor {
           torch::NoGradGuard no_grad;
           torch::Tensor x = take(act_, mb, id, "input activation");
           stash_[mb_key(mb, t.layer)] = x;
-          act_[mb] = mlp_forward(w, x, d_, dropout_).output;
+          act_[mb] = forward(false, x, false).output;
           return;
         }
         torch::Tensor x;
@@ -386,8 +498,7 @@ class Executor {
         } else {
           x = take(act_, mb, id, "input activation");
         }
-        BlockState st = attn ? attn_forward(w, x, mask_, d_, dropout_, selective_)
-                             : mlp_forward(w, x, d_, dropout_);
+        BlockState st = forward(attn, x, selective_ && !core_);
         // The recomputed MLP output feeds nothing (the backward starts from the gradient),
         // except the next layer's re-run inside the same checkpoint unit.
         const bool unit_goes_on =
@@ -411,6 +522,7 @@ class Executor {
         torch::Tensor loss =
             logits_loss_forward(x, final_ln_w_, final_ln_b_, output_w_, labels_[mb], loss_scale_);
         logits_[mb] = {x, loss};
+        if (loss_wanted_) loss_sum_ += loss.item<double>();  // a host sync: training runs only
         return;
       }
       case OpKind::LogitsLossBwd: {
@@ -471,10 +583,13 @@ class Executor {
 
   void recv(TaskId id, const Task& t, const OpDesc& op) {
     const int dir = t.phase == Phase::Backward ? 1 : 0;
-    torch::Tensor dst = torch::empty({d_.s, d_.b, d_.h}, fopts_);
+    // Megatron-Core with sequence parallelism sends this rank's s/tp rows; the replay's layers
+    // run the full sequence, so the rest of the received tensor stays zero (setup_notes).
+    torch::Tensor dst = core_ ? torch::zeros({d_.s, d_.b, d_.h}, fopts_)
+                              : torch::empty({d_.s, d_.b, d_.h}, fopts_);
     const auto [off, n] = message_slice(op, dst.numel());
     replayed_as_[id] = comm_->recv(id, dst, dir, off, n);
-    if (n < dst.numel()) pending_fill_[mb_key(t.microbatch, dir)] = {off, n};
+    if (n < dst.numel() && !core_) pending_fill_[mb_key(t.microbatch, dir)] = {off, n};  // SC'21 4.1
     loop_->record_stream(dst, loop_->stream(StreamId::Compute));
     (dir ? grad_ : act_)[t.microbatch] = dst;
   }
@@ -500,16 +615,17 @@ class Executor {
     torch::Tensor out = flat_params_.narrow(0, gpu_offset_, gpu_step_params_);
     const kernels::AdamTensors a = adam_tensors(gpu_master_, gpu_m_, gpu_v_, grads, out);
     if (!dev_.cuda) {
-      cpu_adam_->step(adam_hp_, /*step=*/1, /*grad_unscale=*/1.0f, a);
+      cpu_adam_->step(adam_hp_, adam_step_, /*grad_unscale=*/1.0f, a);
       return;
     }
-    if (gpu_fused_adam_step(adam_hp_, 1, 1.0f, a, loop_->current_stream())) return;
+    if (gpu_fused_adam_step(adam_hp_, adam_step_, 1.0f, a, loop_->current_stream())) return;
     // kernels/ built without nvcc: the same update with LibTorch tensor operations.
     torch::NoGradGuard no_grad;
     const auto g = grads.to(torch::kFloat32);
     gpu_m_.mul_(adam_hp_.beta1).add_(g, 1 - adam_hp_.beta1);
     gpu_v_.mul_(adam_hp_.beta2).addcmul_(g, g, 1 - adam_hp_.beta2);
-    const double bc1 = 1 - adam_hp_.beta1, bc2 = 1 - adam_hp_.beta2;
+    const double bc1 = 1 - std::pow(adam_hp_.beta1, adam_step_),
+                 bc2 = 1 - std::pow(adam_hp_.beta2, adam_step_);
     gpu_master_.addcdiv_(gpu_m_, (gpu_v_.sqrt() / std::sqrt(bc2)).add_(adam_hp_.eps),
                          -adam_hp_.lr / bc1);
     out.copy_(gpu_master_);
@@ -527,7 +643,7 @@ class Executor {
     torch::Tensor out = dev_.cuda ? cpu_params_host_ : flat_params_.narrow(0, cpu_offset_, cpu_step_params_);
     torch::Tensor master = cpu_master_.narrow(0, at, n), m = cpu_m_.narrow(0, at, n),
                   v = cpu_v_.narrow(0, at, n);
-    cpu_adam_->step(adam_hp_, 1, 1.0f,
+    cpu_adam_->step(adam_hp_, adam_step_, 1.0f,
                     adam_tensors(master, m, v, grads.narrow(0, at, n), out.narrow(0, at, n)));
     ++cpu_steps_;
   }
@@ -568,18 +684,16 @@ class Executor {
     else
       notes_.push_back(std::string("precision: ") + dtype_name(dtype_) + " model, fp32 master "
                        "weights and Adam moments, no loss scaling (grad_unscale 1)");
-    if (!core_features_.empty())
-      notes_.push_back("layers: each ran as the Megatron-LM 2021 GPT layer (LayerNorm, " +
-                       std::to_string(d_.heads) + " heads x " + std::to_string(d_.head_dim) +
-                       " of full attention, GeLU MLP of " + std::to_string(d_.ffn) +
-                       "); the scenario's Megatron-Core features (" + core_features_ +
-                       ") are simulated, not replayed");
+    if (core_ && !specs_.empty()) core_notes();
     if (d_.tp > 1)
       notes_.push_back("vocab-parallel cross entropy: softmax over this rank's vocabulary shard "
                        "only (the cross-rank max/sum all-reduces are replayed as copies)");
     if (sequence_parallel_)
       notes_.push_back("sequence parallelism: LayerNorm and dropout regions ran on the full "
                        "sequence, not s/tp (the all-gathers/reduce-scatters are copies)");
+    if (sequence_parallel_ && core_)
+      notes_.push_back("sequence parallelism: a pipeline message carries this rank's s/tp rows "
+                       "of the sequence; the receiver's other rows are zeros");
     if (model_.recompute_full || model_.recompute_selective)
       notes_.push_back("recomputation: dropout masks are redrawn in the recomputed forward "
                        "(Megatron restores the RNG state); the work is the same");
@@ -603,6 +717,54 @@ class Executor {
       notes_.push_back("optimizer: kernels/ fused Adam not built (no nvcc): OptimizerStepGpu ran "
                        "as LibTorch tensor operations");
     notes_.push_back(loop_->memory_note());
+  }
+
+  /// What the Megatron-Core layers ran (core_layer.h), and where it differs from the simulated
+  /// kernel list (models/perf/flops_core.cpp).
+  void core_notes() {
+    const CoreLayerSpec& c = specs_.begin()->second;
+    std::ostringstream o;
+    o << "layers: Megatron-Core layers (" << (c.rmsnorm ? "RMSNorm" : "LayerNorm") << ", "
+      << c.heads << " query heads in " << c.kv_heads << " groups x " << c.head_dim
+      << (c.rope ? ", RoPE" : "") << (c.qk_norm ? ", q/k norms" : "")
+      << (c.swiglu ? ", SwiGLU" : ", GeLU") << (c.bias ? "" : ", no biases");
+    std::set<std::int64_t> windows;
+    for (const auto& [layer, sp] : specs_) windows.insert(sp.window);
+    for (std::int64_t w : windows) o << (w > 0 ? ", sliding window " + std::to_string(w) : ", causal");
+    o << ") with the real arithmetic";
+    notes_.push_back(o.str());
+    notes_.push_back(have_sdpa()
+                         ? "attention: AttnFwd/AttnBwd ran at::scaled_dot_product_attention (keys "
+                           "and values repeated per query group)"
+                         : "attention: AttnFwd/AttnBwd ran the explicit math path (LibTorch " +
+                               torch_version() + " has no scaled_dot_product_attention): Q K^T, "
+                               "masked fp32 softmax, P V, with keys and values repeated per query "
+                               "group, where the simulated kernel list has one fused attention "
+                               "kernel (Transformer Engine)");
+    if (mla_)
+      notes_.push_back("multi-head latent attention: AttnFwd/AttnBwd ran grouped-query attention "
+                       "of the op's heads x head_dim (MLA's down/up projections are not "
+                       "replayed)");
+    if (fp8_)
+      notes_.push_back(std::string("FP8: the GEMMs ran in ") + dtype_name(dtype_) +
+                       (dev_.cuda ? " (FP8 GEMMs are not replayed by this build)"
+                                  : " (the CPU has no FP8 GEMMs)"));
+    if (has_experts_) {
+      const CoreLayerSpec* m = nullptr;
+      for (const auto& [layer, sp] : specs_)
+        if (sp.moe) m = &sp;
+      std::ostringstream e;
+      e << "MoE: MlpFwd/MlpBwd ran router (" << m->num_experts << " experts, top-" << m->topk
+        << ", softmax), sort-based permutation, the token counts' device-to-host copy, "
+        << m->experts_local << " local experts of " << m->expert_ffn
+        << " as one GEMM pair each" << (grouped_gemm_ ? " (not one grouped GEMM: LibTorch has no "
+                                                         "torch._grouped_mm)" : "")
+        << ", unpermute" << (m->shared_ffn > 0 ? ", shared expert" : "")
+        << "; the experts of absent expert-parallel ranks ran as this rank's (global expert e as "
+           "local expert e mod " << m->experts_local << ")"
+        << (token_drop_ ? "; no token dropping (dropless)" : "");
+      notes_.push_back(e.str());
+    }
   }
 
   void finish_notes() {
@@ -638,10 +800,14 @@ class Executor {
   LayerDims d_;
   RankCoords coords_{0, 0, 0};
   bool has_embed_ = false, has_logits_ = false, sequence_parallel_ = false, selective_ = false;
-  /// The Megatron-Core model features of the scenario that the replayed layer does not have
-  /// (setup_notes names them); empty for the 2021 GPT.
-  std::string core_features_;
-  bool has_experts_ = false;  ///< an MoE layer among the rank's (replayed as a dense MLP)
+  bool has_experts_ = false;  ///< an MoE layer among the rank's
+  // Megatron-Core layers (core_layer.h): per layer, its spec and weights.
+  bool core_ = false, mla_ = false, fp8_ = false, grouped_gemm_ = false, token_drop_ = false;
+  std::map<std::uint16_t, CoreLayerSpec> specs_;
+  std::map<std::uint16_t, CoreWeights> core_weights_;
+  std::map<std::int64_t, torch::Tensor> windows_;  // attention mask per window
+  torch::Tensor rope_cos_, rope_sin_;
+  MoeStats moe_stats_;
   std::set<std::uint16_t> layers_;
 
   std::int64_t total_params_ = 0;
@@ -667,6 +833,9 @@ class Executor {
 
   // Optimizer.
   kernels::AdamHyperParams adam_hp_;
+  int adam_step_ = 1;  ///< Adam's step count (bias correction): 1 in the first iteration
+  bool loss_wanted_ = false;  ///< read each microbatch's loss (replay_training)
+  double loss_sum_ = 0;       ///< this iteration's loss: sum of the scaled microbatch losses
   std::int64_t gpu_step_params_ = 0, cpu_step_params_ = 0, gpu_offset_ = 0, cpu_offset_ = 0;
   std::int64_t cpu_cursor_ = 0, cpu_steps_ = 0, copies_ = 0;
   torch::Tensor gpu_master_, gpu_m_, gpu_v_, cpu_master_, cpu_m_, cpu_v_;
@@ -683,9 +852,10 @@ class Executor {
 namespace detail {
 
 ExecutionRecord execute(const ScheduleGraph& graph, RankId rank, const std::vector<TaskId>& order,
-                        const ReplayOptions& opts) {
+                        const ReplayOptions& opts, int iterations, std::vector<double>* losses) {
   Executor ex(graph, rank, order, opts);
-  return ex.run();
+  if (losses) ex.want_losses();
+  return ex.run(iterations, losses);
 }
 
 }  // namespace detail

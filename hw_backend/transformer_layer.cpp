@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "hw_backend/core_layer.h"
 #include "models/errors.h"
 
 namespace trainsim::hw {
@@ -168,9 +169,9 @@ torch::Tensor embed_forward(const torch::Tensor& word, const torch::Tensor& pos,
   } else {
     words = torch::embedding(word, tokens);  // [b, s, h]
   }
-  const torch::Tensor positions =
-      torch::embedding(pos, torch::arange(tokens.size(1), tokens.options()));  // [s, h]
-  const torch::Tensor emb = torch::dropout(words + positions, p.hidden, /*train=*/true);
+  if (pos.defined())  // learned absolute positions (none with RoPE)
+    words = words + torch::embedding(pos, torch::arange(tokens.size(1), tokens.options()));  // [s, h]
+  const torch::Tensor emb = p.hidden > 0 ? torch::dropout(words, p.hidden, /*train=*/true) : words;
   return emb.transpose(0, 1).contiguous();  // [s, b, h]
 }
 
@@ -178,7 +179,9 @@ torch::Tensor logits_loss_forward(const torch::Tensor& input, const torch::Tenso
                                   const torch::Tensor& ln_b, const torch::Tensor& word,
                                   const torch::Tensor& labels, double loss_scale) {
   const std::int64_t h = input.size(2);
-  const torch::Tensor ln = torch::layer_norm(input, {h}, ln_w, ln_b, kLayerNormEps, true);
+  const torch::Tensor ln = ln_b.defined()
+                               ? torch::layer_norm(input, {h}, ln_w, ln_b, kLayerNormEps, true)
+                               : rms_norm(input, ln_w);  // RMSNorm: no bias
   const torch::Tensor x = ln.transpose(0, 1).contiguous();  // [b, s, h]
   const torch::Tensor logits = torch::linear(x, word);      // [b, s, vocab]
   const torch::Tensor logp = torch::log_softmax(logits.to(torch::kFloat32), -1);

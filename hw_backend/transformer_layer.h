@@ -88,12 +88,14 @@ BlockState mlp_forward(const LayerWeights& w, const torch::Tensor& input, const 
 torch::Tensor block_backward(BlockState& state, const torch::Tensor& grad_output,
                              const torch::Tensor& mask, const LayerDims& d, const Dropout& p);
 
-/// Embedding forward: tokens [b, s] (int64, ids in [0, vocab)) -> [s, b, h].
+/// Embedding forward: tokens [b, s] (int64, ids in [0, vocab)) -> [s, b, h]. `pos` undefined:
+/// no position table (RoPE); p.hidden 0: no dropout.
 torch::Tensor embed_forward(const torch::Tensor& word, const torch::Tensor& pos,
                             const torch::Tensor& tokens, const LayerDims& d, const Dropout& p);
 
 /// Final LayerNorm, logits against the (tied) word embedding [vocab, h], cross entropy against
-/// `labels` [b, s] (mean over tokens), times `loss_scale` (1 / microbatches).
+/// `labels` [b, s] (mean over tokens), times `loss_scale` (1 / microbatches). `ln_b` undefined:
+/// RMSNorm (core_layer.h rms_norm) instead of LayerNorm.
 torch::Tensor logits_loss_forward(const torch::Tensor& input, const torch::Tensor& ln_w,
                                   const torch::Tensor& ln_b, const torch::Tensor& word,
                                   const torch::Tensor& labels, double loss_scale);

@@ -23,12 +23,19 @@ NVIDIA H100 80GB HBM3 (2026-11-26, LibTorch 2.11.0 + CUDA 13.0, validation/data/
    989 TFLOP/s, pinned host-to-device copies against pcie_efficiency x 64 GB/s.
 3. Host-side issue cost from validation/host_dispatch.py: PyTorch eager per-op host time, and
    one MoE layer at Qwen3-30B-A3B's per-rank shapes (GPU-bound or host-bound).
+4. Megatron-Core layers replayed on the GPU with their host timelines (where a newer
+   gpu_check.sh folder, validation/data/gpu-check-<device>-<date>/ with replays.json, is there):
+   a Llama-3-8B-shaped layer stack and a Qwen3-30B-A3B-shaped MoE layer (hw_backend/core_layer.h),
+   each simulated with the same --set values on the device's system (dgx-h100 / dgx-h200) and
+   paired task by task; the trace's `host` thread gives the host issue time per task and per
+   top-level ATen op, against the device time.
 No bound is asserted on the errors (they are measurements of one machine); --check fails only
 if the recorded replay no longer pairs with the simulator's graph (fewer than 90% of its tasks
 found by name), which would make part 1 meaningless until the data is recorded again.
 """
 import argparse
 import collections
+import glob
 import json
 import os
 import re
@@ -48,7 +55,8 @@ PCIE5_X16_BYTES_PER_S = 64e9    # PCIe Gen5 x16, per direction
 def task_spans(trace_path, pid=0):
     spans = {}
     for e in json.load(open(trace_path))["traceEvents"]:
-        if e.get("ph") == "X" and e.get("pid") == pid and "task" in e.get("args", {}):
+        if (e.get("ph") == "X" and e.get("pid") == pid and "task" in e.get("args", {})
+                and e.get("cat") != "host_issue"):  # the replay's host thread names tasks too
             spans[e["name"]] = e["dur"] * 1e-6
     return spans
 
@@ -178,15 +186,76 @@ def host_dispatch():
           f"{gemm_us / 1e3:.2f} ms")
 
 
+def core_replays(trainsim, folder):
+    """Part 4: the Megatron-Core replays of a gpu_check.sh folder against the simulator."""
+    meta = json.load(open(os.path.join(folder, "replays.json")))
+    system = "dgx-h200" if "H200" in meta.get("device", "") else "dgx-h100"
+    print(f"\n4. Megatron-Core layers on the {meta.get('device', 'GPU')} "
+          f"({os.path.relpath(folder, ROOT)}), simulated on {system}")
+    for r in meta["replays"]:
+        trace = os.path.join(folder, f"replay_{r['name']}.trace.json")
+        if not os.path.exists(trace):
+            print(f"   {r['name']}: no trace (the gpu_check.sh step failed; see gpu_check.log)")
+            continue
+        sets = r["sets"].split() + [f"cluster.system={system}"]
+        with tempfile.TemporaryDirectory() as tmp:
+            st = os.path.join(tmp, "sim.json")
+            cmd = [trainsim, "simulate", os.path.join(ROOT, r["scenario"]), "--trace", st,
+                   "--trace-ranks", "0", "--json", os.path.join(tmp, "s.json")]
+            for x in sets:
+                cmd += ["--set", x]
+            subprocess.run(cmd, check=True, capture_output=True)
+            sim = task_spans(st)
+        events = json.load(open(trace))["traceEvents"]
+        meas = task_spans(trace)
+        host = [e for e in events if e.get("ph") == "X" and e.get("cat") == "host_issue"]
+        paired = [n for n in meas if n in sim]
+        print(f"   {r['name']}: {len(meas)} tasks measured, {len(paired)} paired with the "
+              f"simulated graph ({r['sets']})")
+        agg = collections.OrderedDict()
+        for n in paired:
+            if n.startswith(("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send",
+                             "recv")):
+                continue  # device-local copies on one GPU
+            a = agg.setdefault(kind_of(n), [0.0, 0.0, 0])
+            a[0] += meas[n]
+            a[1] += sim[n]
+            a[2] += 1
+        for k, (m, sm, c) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:8]:
+            print(f"     {k[:40]:40s} {c:4d} measured {m * 1e3:9.2f} ms simulated "
+                  f"{sm * 1e3:9.2f} ms {100 * (sm / m - 1) if m else 0:+7.1f}%")
+        if host:
+            issue = sum(e["dur"] for e in host) * 1e-6
+            ops = sum(e["args"].get("eager_ops", 0) for e in host)
+            nodes = sum(e["args"].get("autograd_nodes", 0) for e in host)
+            dev = sum(meas.values())
+            print(f"     host thread: {issue * 1e3:.1f} ms issuing {len(host)} tasks "
+                  f"({ops} eager ops, {nodes} autograd nodes; {issue / max(1, ops + nodes) * 1e6:.1f}"
+                  f" us per op or node) against {dev * 1e3:.1f} ms of task spans on the device")
+        else:
+            print("     no host thread in the trace (recorded before the replay had one)")
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trainsim", default=os.path.join(ROOT, "build", "apps", "trainsim"))
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--replays", help="a gpu_check.sh output folder with replays.json (default: "
+                    "the newest validation/data/gpu-check-*/ that has one)")
     args = ap.parse_args()
     paired = replay_vs_sim(args.trainsim)
     profile_vs_calibrate()
     host_dispatch()
+    folders = [args.replays] if args.replays else sorted(
+        d for d in glob.glob(os.path.join(HERE, "data", "gpu-check-*"))
+        if os.path.exists(os.path.join(d, "replays.json")))
+    if folders:
+        core_replays(args.trainsim, folders[-1])
+    else:
+        print("\n4. Megatron-Core replays on a GPU: none recorded yet (run validation/gpu_check.sh "
+              "on a GPU and keep its folder under validation/data/)")
     if args.check and paired < 0.9:
         print(f"h100_device.py: only {100 * paired:.0f}% of the recorded replay's tasks pair with "
               "the simulated graph by name: record the replay again (validation/gpu_check.sh)",

@@ -263,7 +263,7 @@ std::vector<double> task_durations(const ImportedTrace& trace, const ScheduleGra
   std::vector<double> out(graph.num_tasks(), std::numeric_limits<double>::quiet_NaN());
   if (trace.format == TraceFormat::Trainsim) {
     for (const TraceSpan& s : trace.spans) {
-      if (!s.args.is_object() || !s.args.contains("task")) continue;
+      if (!s.args.is_object() || !s.args.contains("task") || s.cat == "host_issue") continue;
       const std::int64_t id = as_int(s.args["task"]);
       if (id >= 0 && std::size_t(id) < out.size() && graph.task(TaskId(id)).rank == rank)
         out[std::size_t(id)] = s.dur_s;

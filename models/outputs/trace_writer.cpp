@@ -314,6 +314,35 @@ void write_rank_spans(EventWriter& w, const ScheduleGraph& graph, const Executio
   }
 }
 
+/// The rank's `host` thread when the record has host issue times (a replay records them:
+/// docs/trace.md "host thread"): one span per task issue ("issue LABEL", cat host_issue), with
+/// args task, class (compute, comm, copy, optimizer) and, where counted, eager_ops and
+/// autograd_nodes (what the issue ran through LibTorch's dispatcher).
+void write_host_thread(EventWriter& w, const ScheduleGraph& graph, const ExecutionRecord& record,
+                       const std::vector<TaskId>& tasks, RankId rank) {
+  if (record.host_issue_end_s.empty()) return;
+  constexpr long kHostTid = kLaneTidStride - 1;  // below the extra lanes, above the streams
+  w.metadata(rank, kHostTid, "thread_name", "\"name\":\"host\"");
+  w.metadata(rank, kHostTid, "thread_sort_index", "\"sort_index\":-1");
+  for (TaskId id : tasks) {
+    const double b = record.host_issue_start_s[id], e = record.host_issue_end_s[id];
+    if (!(e > b)) continue;
+    const TaskKind k = graph.task(id).kind;
+    const char* cls = k == TaskKind::Compute                               ? "compute"
+                      : k == TaskKind::CopyH2D || k == TaskKind::CopyD2H   ? "copy"
+                      : k == TaskKind::OptimizerGpu || k == TaskKind::OptimizerCpu ? "optimizer"
+                                                                          : "comm";
+    std::string args = "\"task\":" + std::to_string(id) + ",\"class\":\"" + cls + "\"";
+    if (record.host_eager_ops.size() > id)
+      args += ",\"eager_ops\":" + std::to_string(record.host_eager_ops[id]) +
+              ",\"autograd_nodes\":" + std::to_string(record.host_autograd_nodes[id]);
+    w.event("\"ph\":\"X\",\"pid\":" + std::to_string(rank) + ",\"tid\":" +
+            std::to_string(kHostTid) + ",\"name\":" + json_quote("issue " + graph.label(id)) +
+            ",\"cat\":\"host_issue\",\"ts\":" + us(b) + ",\"dur\":" + us_of_ns(ns(e) - ns(b)) +
+            ",\"args\":{" + args + "}");
+  }
+}
+
 /// The host memory of every node that holds a selected rank.
 void write_hosts(EventWriter& w, const ScheduleGraph& graph, const MemoryTimeline& memory,
                  const TraceSelection& selection, std::int64_t gpn) {
@@ -350,6 +379,7 @@ void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
     const std::vector<int> lanes = assign_lanes(graph, record, tasks);
     write_rank_metadata(w, graph, tasks, lanes, rank, gpn);
     write_rank_spans(w, graph, record, tasks, lanes, rank);
+    write_host_thread(w, graph, record, tasks, rank);
     memory.gpu_of(rank).for_each_step(memory.start_s, [&](double time_s, const MemVector& v) {
       w.counter(rank, "memory", time_s, memory_args(v));
     });

@@ -32,12 +32,13 @@ const std::string kScenario =
     source_path("scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml");
 const std::string kOut = std::string(TRAINSIM_BINARY_DIR) + "/e2e_replay_cli";
 
-/// (task id, label) of the complete events of process `pid` in a Chrome trace.
+/// (task id, label) of the complete task events of process `pid` in a Chrome trace (not the
+/// replay's host thread, whose issue spans name their task too: docs/trace.md).
 std::set<std::pair<std::uint32_t, std::string>> spans(const std::string& path, int pid) {
   const auto trace = nlohmann::json::parse(slurp(path));
   std::set<std::pair<std::uint32_t, std::string>> out;
   for (const auto& e : trace.at("traceEvents"))
-    if (e.at("ph") == "X" && e.at("pid") == pid)
+    if (e.at("ph") == "X" && e.at("pid") == pid && e.value("cat", "") != "host_issue")
       out.emplace(e.at("args").at("task").get<std::uint32_t>(), e.at("name").get<std::string>());
   return out;
 }

@@ -1,0 +1,245 @@
+// Megatron-Core's TransformerLayer as LibTorch calls; see core_layer.h for the kernels of each
+// block.
+#include "hw_backend/core_layer.h"
+
+#include <cmath>
+#include <limits>
+
+#include <torch/version.h>
+
+#include "models/errors.h"
+
+namespace trainsim::hw {
+namespace {
+
+constexpr double kInitStd = 0.02;        // Megatron-Core TransformerConfig.init_method_std
+constexpr double kRotaryBase = 10000.0;  // Megatron-Core RotaryEmbedding rotary_base default
+
+torch::Tensor as_leaf(const torch::Tensor& t) {
+  return t.detach().requires_grad_(torch::GradMode::is_enabled());
+}
+
+torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                   bool rms) {
+  if (rms) return rms_norm(x, w);
+  return torch::layer_norm(x, {x.size(-1)}, w, b, kLayerNormEps, /*cudnn_enable=*/true);
+}
+
+torch::Tensor linear(const CoreWeights& w, const std::string& name, const torch::Tensor& x) {
+  return torch::linear(x, w.at(name + ".weight"), w.get(name + ".bias"));
+}
+
+/// rotate_half(x) = cat(-x2, x1) (Megatron-Core rope_utils._rotate_half, non-interleaved).
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  const auto halves = x.chunk(2, -1);
+  return torch::cat({-halves[1], halves[0]}, -1);
+}
+
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return x * cos + rotate_half(x) * sin;
+}
+
+/// Residual + dropout(x): Megatron-Core's bias-dropout-add (the bias folded into the linear).
+torch::Tensor dropout_add(const torch::Tensor& x, const torch::Tensor& residual, double p) {
+  return residual + (p > 0 ? torch::dropout(x, p, /*train=*/true) : x);
+}
+
+/// Attention of q [b, a, s, d] against k, v [b, a, s, d] with `mask` [s, s] (true = masked);
+/// `window` 0: the mask is the causal one.
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& mask, std::int64_t window, double dropout_p) {
+#if TORCH_VERSION_MAJOR >= 2
+  // Causal: is_causal lets LibTorch pick its flash kernel; a window needs the explicit mask
+  // (true = attend), which the memory-efficient or math backends take.
+  if (window == 0) return at::scaled_dot_product_attention(q, k, v, {}, dropout_p, /*is_causal=*/true);
+  return at::scaled_dot_product_attention(q, k, v, mask.logical_not(), dropout_p, false);
+#else
+  (void)window;
+  // LibTorch 1.13: the explicit math path (what SDPA's math backend runs).
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
+  scores = scores.to(at::promote_types(scores.scalar_type(), torch::kFloat32))
+               .masked_fill(mask, -std::numeric_limits<float>::infinity());
+  torch::Tensor probs = torch::softmax(scores, -1).to(q.scalar_type());
+  if (dropout_p > 0) probs = torch::dropout(probs, dropout_p, /*train=*/true);
+  return torch::matmul(probs, v);
+#endif
+}
+
+/// A gated or plain MLP: fc1 -> SwiGLU (silu(first half) * second half, Megatron-Core's
+/// glu with bias_swiglu_impl) or GeLU -> fc2.
+torch::Tensor mlp(const torch::Tensor& x, const torch::Tensor& fc1_w, const torch::Tensor& fc1_b,
+                  const torch::Tensor& fc2_w, const torch::Tensor& fc2_b, bool swiglu) {
+  torch::Tensor y = torch::linear(x, fc1_w, fc1_b);
+  if (swiglu) {
+    const auto parts = y.chunk(2, -1);
+    y = torch::silu(parts[0]) * parts[1];
+  } else {
+    y = torch::gelu(y, "tanh");
+  }
+  return torch::linear(y, fc2_w, fc2_b);
+}
+
+/// The MoE layer's experts on the norm output `x` [T, h] -> [T, h].
+torch::Tensor moe_experts(const CoreWeights& w, const torch::Tensor& x, const CoreLayerSpec& c,
+                          MoeStats* stats) {
+  const std::int64_t T = x.size(0), k = c.topk, E = c.experts_local;
+  // Router: logits in fp32, top-k, softmax over the k (moe_router_pre_softmax off).
+  const torch::Tensor logits = torch::linear(x, w.at("router.weight"))
+                                  .to(at::promote_types(x.scalar_type(), torch::kFloat32));
+  const auto top = logits.topk(k, -1);
+  const torch::Tensor probs = torch::softmax(std::get<0>(top), -1).to(x.scalar_type());  // [T, k]
+  // The experts of absent expert-parallel ranks fold onto this rank's: global id e runs as local
+  // expert e mod E (same token copies per rank as the dispatch delivers, T k on average).
+  const torch::Tensor local = std::get<1>(top).remainder(E).reshape({-1});  // [T k]
+  // Sort-based permutation (Megatron-Core moe_utils.permute): token copies grouped by expert.
+  const torch::Tensor order = std::get<1>(local.sort(/*stable=*/true, 0, false));
+  const torch::Tensor token_of = order.div(k, "floor");
+  const torch::Tensor permuted = x.index_select(0, token_of);  // [T k, h]
+  // Tokens per expert to the host: the split sizes of the expert GEMMs (a D2H sync on CUDA).
+  const torch::Tensor counts = torch::bincount(local, {}, E).to(torch::kCPU);
+  if (stats) ++stats->d2h_copies;
+  const auto* n = counts.data_ptr<std::int64_t>();
+  std::vector<torch::Tensor> outs;
+  std::int64_t at = 0;
+  const torch::Tensor fc1 = w.at("experts.fc1.weight"), fc2 = w.at("experts.fc2.weight");
+  for (std::int64_t e = 0; e < E; ++e) {
+    if (n[e] == 0) continue;
+    outs.push_back(mlp(permuted.narrow(0, at, n[e]), fc1[e], {}, fc2[e], {}, c.swiglu));
+    at += n[e];
+    if (stats) stats->expert_gemms += 2;
+  }
+  TRAINSIM_CHECK(at == T * k, "replay: MoE permutation lost token copies");
+  torch::Tensor y = torch::cat(outs, 0) * probs.reshape({-1}).index_select(0, order).unsqueeze(1);
+  // Unpermute: sum each token's k weighted copies back in place.
+  torch::Tensor out = torch::zeros({T, x.size(1)}, x.options()).index_add(0, token_of, y);
+  if (c.shared_ffn > 0)
+    out = out + mlp(x, w.at("shared.fc1.weight"), {}, w.at("shared.fc2.weight"), {}, c.swiglu);
+  return out;
+}
+
+}  // namespace
+
+bool have_sdpa() { return TORCH_VERSION_MAJOR >= 2; }
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  const torch::Tensor xf = x.to(at::promote_types(x.scalar_type(), torch::kFloat32));
+  const torch::Tensor y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return y.to(x.scalar_type()) * w;
+}
+
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> core_param_shapes(const CoreLayerSpec& c) {
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
+  const std::int64_t h = c.h, d = c.head_dim, P = c.heads * d, qkv = (c.heads + 2 * c.kv_heads) * d;
+  auto add_norm = [&](const std::string& name, std::int64_t n) {
+    out.push_back({name + ".weight", {n}});
+    if (!c.rmsnorm) out.push_back({name + ".bias", {n}});
+  };
+  auto add_linear = [&](const std::string& name, std::int64_t o, std::int64_t i, bool bias) {
+    out.push_back({name + ".weight", {o, i}});
+    if (bias) out.push_back({name + ".bias", {o}});
+  };
+  add_norm("input_layernorm", h);
+  add_linear("linear_qkv", qkv, h, c.bias);
+  if (c.qk_norm) add_norm("q_layernorm", d), add_norm("k_layernorm", d);
+  add_linear("linear_proj", h, P, c.bias);
+  add_norm("pre_mlp_layernorm", h);
+  const std::int64_t gate = c.swiglu ? 2 : 1;
+  if (!c.moe) {
+    add_linear("linear_fc1", gate * c.ffn, h, c.bias);
+    add_linear("linear_fc2", h, c.ffn, c.bias);
+    return out;
+  }
+  out.push_back({"router.weight", {c.num_experts, h}});
+  out.push_back({"experts.fc1.weight", {c.experts_local, gate * c.expert_ffn, h}});
+  out.push_back({"experts.fc2.weight", {c.experts_local, h, c.expert_ffn}});
+  if (c.shared_ffn > 0) {
+    out.push_back({"shared.fc1.weight", {gate * c.shared_ffn, h}});
+    out.push_back({"shared.fc2.weight", {h, c.shared_ffn}});
+  }
+  return out;
+}
+
+void init_core_weights(CoreWeights& w, const CoreLayerSpec& c, std::int64_t num_layers,
+                       torch::Generator& gen) {
+  torch::NoGradGuard no_grad;
+  const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(num_layers));
+  for (auto& [name, t] : w.t) {
+    const bool is_norm = name.find("layernorm") != std::string::npos;
+    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (is_norm && !bias) {
+      t.fill_(1.0);
+    } else if (bias) {
+      t.zero_();
+    } else {
+      const bool output = name.find("proj") != std::string::npos || name.find("fc2") != std::string::npos;
+      t.copy_(torch::empty(t.sizes(), torch::kFloat32).normal_(0.0, output ? out_std : kInitStd, gen));
+    }
+  }
+  (void)c;
+}
+
+std::pair<torch::Tensor, torch::Tensor> rope_tables(std::int64_t s, std::int64_t head_dim,
+                                                    const torch::TensorOptions& options) {
+  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);  // tables in fp64, then cast
+  const torch::Tensor inv =
+      1.0 / torch::pow(kRotaryBase, torch::arange(0, head_dim, 2, f64) / double(head_dim));
+  const torch::Tensor freqs = torch::outer(torch::arange(s, f64), inv);  // [s, d/2]
+  const torch::Tensor emb = torch::cat({freqs, freqs}, -1).view({s, 1, 1, head_dim});
+  return {emb.cos().to(options), emb.sin().to(options)};
+}
+
+torch::Tensor window_mask(std::int64_t s, std::int64_t window, const torch::TensorOptions& options) {
+  const auto o = options.dtype(torch::kBool);
+  torch::Tensor m = torch::triu(torch::ones({s, s}, o), 1);
+  if (window > 0) m = m.logical_or(torch::tril(torch::ones({s, s}, o), -window - 1));
+  return m;
+}
+
+BlockState core_attn_forward(const CoreWeights& w, const torch::Tensor& input, const CoreLayerSpec& c,
+                             const torch::Tensor& mask, const torch::Tensor& cos,
+                             const torch::Tensor& sin, const Dropout& p) {
+  BlockState st;
+  st.input = as_leaf(input);
+  const std::int64_t s = input.size(0), b = input.size(1), d = c.head_dim, g = c.kv_heads;
+  const std::int64_t per = c.heads / g;
+  const torch::Tensor x =
+      norm(st.input, w.at("input_layernorm.weight"), w.get("input_layernorm.bias"), c.rmsnorm);
+  // [s, b, g, (a/g + 2) d] split into q [s, b, a, d], k, v [s, b, g, d].
+  const auto parts = linear(w, "linear_qkv", x).view({s, b, g, (per + 2) * d}).split({per * d, d, d}, -1);
+  torch::Tensor q = parts[0].reshape({s, b, c.heads, d}), k = parts[1], v = parts[2];
+  if (c.qk_norm) {
+    q = norm(q, w.at("q_layernorm.weight"), w.get("q_layernorm.bias"), c.rmsnorm);
+    k = norm(k, w.at("k_layernorm.weight"), w.get("k_layernorm.bias"), c.rmsnorm);
+  }
+  if (c.rope) q = apply_rope(q, cos, sin), k = apply_rope(k, cos, sin);
+  // [s, b, n, d] -> [b, n, s, d]; keys and values repeated for the a/g queries of each group.
+  auto heads_first = [](const torch::Tensor& t) { return t.permute({1, 2, 0, 3}); };
+  q = heads_first(q);
+  k = heads_first(k).repeat_interleave(per, 1);
+  v = heads_first(v).repeat_interleave(per, 1);
+  const torch::Tensor ctx = attention(q, k, v, mask, c.window, p.attention);  // [b, a, s, d]
+  const torch::Tensor flat = ctx.permute({2, 0, 1, 3}).reshape({s, b, c.heads * d});
+  st.output = dropout_add(linear(w, "linear_proj", flat), st.input, p.hidden);
+  return st;
+}
+
+BlockState core_mlp_forward(const CoreWeights& w, const torch::Tensor& input, const CoreLayerSpec& c,
+                            const Dropout& p, MoeStats* stats) {
+  BlockState st;
+  st.input = as_leaf(input);
+  const torch::Tensor x =
+      norm(st.input, w.at("pre_mlp_layernorm.weight"), w.get("pre_mlp_layernorm.bias"), c.rmsnorm);
+  torch::Tensor y;
+  if (c.moe) {
+    const std::int64_t s = x.size(0), b = x.size(1);
+    y = moe_experts(w, x.reshape({s * b, c.h}), c, stats).view({s, b, c.h});
+  } else {
+    y = mlp(x, w.at("linear_fc1.weight"), w.get("linear_fc1.bias"), w.at("linear_fc2.weight"),
+            w.get("linear_fc2.bias"), c.swiglu);
+  }
+  st.output = dropout_add(y, st.input, p.hidden);
+  return st;
+}
+
+}  // namespace trainsim::hw

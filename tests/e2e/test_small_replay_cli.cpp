@@ -1,0 +1,153 @@
+// The small Megatron-Core scenarios (scenarios/small/llama-tiny_*, qwen3-moe-tiny_*) end to end
+// on the CPU: `validate --device cpu` simulates each with the checked-in CPU profile, replays
+// its rank 0 through the Megatron-Core layers (hw_backend/core_layer.h) and pairs every task of
+// the rank (the count of rank 0's tasks comes from the simulator's own trace); the time and
+// memory errors are printed, not asserted (wall time on a shared machine is not a test). Then a
+// replay trace's host thread feeds `calibrate --from-trace`, which writes the `host` section.
+#include <gtest/gtest.h>
+
+#include "tests/e2e/cli_helpers.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/paths.h"
+
+using trainsim::test_support::source_path;
+using trainsim_e2e::run;
+using trainsim_e2e::slurp;
+
+namespace {
+
+const std::string kOut = std::string(TRAINSIM_BINARY_DIR) + "/e2e_small_replay_cli";
+const std::string kProfile = source_path("tests/golden/cpu_profile.json");
+
+/// Task spans (args.task) of pid 0 in a trace.
+int rank0_tasks(const std::string& trace) {
+  int n = 0;
+  const nlohmann::json t = nlohmann::json::parse(slurp(trace));
+  for (const auto& e : t["traceEvents"])
+    if (e.value("ph", "") == "X" && e.value("pid", -1) == 0 && e.contains("args") &&
+        e["args"].contains("task") && e.value("cat", "") != "host_issue")
+      ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST(SmallReplayCli, ValidateOnTheCpuPairsEveryTask) {
+#ifndef TRAINSIM_HAVE_VALIDATE
+  GTEST_SKIP() << "the validate verb is not in this build (LibTorch or SimGrid missing)";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  for (const char* name : {"llama-tiny_tp1_pp1_dp1", "qwen3-moe-tiny_tp1_pp1_ep2_dp2",
+                           "llama-tiny_tp1_pp2_dp2_distopt"}) {
+    SCOPED_TRACE(name);
+    const std::string sc = source_path(std::string("scenarios/small/") + name + ".yaml");
+    const std::string base = kOut + "/" + name;
+    ASSERT_EQ(run("simulate " + sc + " --calibration " + kProfile + " --trace " + base +
+                      ".sim.json --trace-ranks 0",
+                  base + ".sim.log"),
+              0)
+        << slurp(base + ".sim.log");
+    ASSERT_EQ(run("validate " + sc + " --device cpu --calibration " + kProfile +
+                      " --repeat 1 --json " + base + ".json",
+                  base + ".log"),
+              0)
+        << slurp(base + ".log");
+    const auto r = nlohmann::json::parse(slurp(base + ".json"));
+    EXPECT_EQ(r["rank"], 0);
+    EXPECT_EQ(r["tasks_compared"].get<int>(), rank0_tasks(base + ".sim.json"));
+    std::string notes;
+    for (const auto& n : r["notes"]) notes += n.get<std::string>() + "\n";
+    EXPECT_NE(notes.find("Megatron-Core layers"), std::string::npos) << notes;
+    EXPECT_EQ(notes.find("not replayed"), std::string::npos) << notes;
+    std::cout << "[ NOTE ] " << name << ": iteration_time_error " << r["iteration_time_error"]
+              << ", peak_memory_error " << r["peak_memory_error"] << " (printed, not asserted)\n";
+  }
+}
+
+TEST(SmallReplayCli, CalibrateFitsTheHostSectionFromAReplayTrace) {
+#ifndef TRAINSIM_HAVE_VALIDATE
+  GTEST_SKIP() << "calibrate --from-trace of a replay trace is tested in the LibTorch build";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  // The checked-in CPU replay trace (validation/data/replay_llama-tiny_cpu.trace.json).
+  const std::string trace = source_path("validation/data/replay_llama-tiny_cpu.trace.json");
+  const std::string out = kOut + "/host_profile.json";
+  ASSERT_EQ(run("calibrate --from-trace " + trace + " --base " + kProfile + " --out " + out,
+                kOut + "/calibrate_host.log"),
+            0)
+      << slurp(kOut + "/calibrate_host.log");
+  const auto p = nlohmann::json::parse(slurp(out));
+  ASSERT_TRUE(p.contains("host")) << p.dump(1);
+  for (const char* k : {"eager_op_s", "autograd_node_s", "nccl_call_s", "module_overhead_s"}) {
+    ASSERT_TRUE(p["host"].contains(k)) << k;
+    EXPECT_GE(p["host"][k]["value"].get<double>(), 0.0) << k;
+    EXPECT_NE(p["host"][k]["source"].get<std::string>().find("replay_llama-tiny_cpu"),
+              std::string::npos);
+  }
+  // On the CPU each op runs to completion inside its issue: a positive per-op cost.
+  EXPECT_GT(p["host"]["eager_op_s"]["value"].get<double>() +
+                p["host"]["autograd_node_s"]["value"].get<double>(),
+            0.0);
+}
+
+// Done-when of the replay issue: every scenarios/h100/*.yaml, shrunk to fit the CPU with --set
+// (the same parallel layout; tiny widths, few layers, few microbatches), replays its rank 0
+// with its own layer types: the notes name the Megatron-Core layers and nothing "not replayed".
+TEST(SmallReplayCli, ShrunkH100ScenariosReplayTheirOwnLayersOnTheCpu) {
+#ifndef TRAINSIM_HAVE_REPLAY
+  GTEST_SKIP() << "the replay verb is not in this build (LibTorch was not found)";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  const std::string common =
+      " --set model.hidden_size=128 --set model.num_attention_heads=16 --set "
+      "model.num_query_groups=8 --set model.kv_channels=8 --set model.ffn_hidden_size=256 --set "
+      "model.seq_length=64 --set model.padded_vocab_size=1024";
+  const std::string moe = " --set model.num_experts=32 --set model.moe_ffn_hidden_size=64";
+  // Layers: two virtual chunks per stage (405B and 235B count the embedding and the loss as
+  // a layer each in the split); microbatches: a multiple of the stages.
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"gpt-oss-120b_bf16_tp1_pp4_ep8_dp16_r25.11",
+       moe + " --set model.num_layers=4 --set model.window_size=16 --set parallel.global_batch_size=64"},
+      {"llama3-70b_fp8-cs_tp4_pp8_vp5_dp2_r25.11",
+       " --set model.num_layers=32 --set parallel.global_batch_size=16"},
+      {"llama3-70b_fp8_tp4_pp8_vp5_dp2_r25.09",
+       " --set model.num_layers=32 --set parallel.global_batch_size=16"},
+      {"llama3-8b_fp8-cs_fsdp8_tp1_pp1_dp8_r25.11",
+       " --set model.num_layers=2 --set parallel.global_batch_size=16"},
+      {"llama3-8b_fp8_fsdp8_tp1_pp1_dp8_r25.09",
+       " --set model.num_layers=2 --set parallel.global_batch_size=16"},
+      {"llama3.1-405b_fp8-cs_tp8_pp8_cp2_vp8_dp8_r25.11",
+       " --set model.num_layers=30 --set parallel.global_batch_size=64"},
+      {"llama3.1-405b_fp8_tp8_pp8_cp2_vp8_dp8_r25.09",
+       " --set model.num_layers=30 --set parallel.global_batch_size=64"},
+      {"qwen3-235b-a22b_fp8-cs_tp2_pp8_vp4_ep32_dp16_r25.11",
+       moe + " --set model.num_layers=46 --set parallel.global_batch_size=128"},
+      {"qwen3-30b-a3b_fp8-cs_tp1_pp2_vp24_ep8_dp8_r25.11",
+       moe + " --set model.num_layers=4 --set parallel.global_batch_size=32"},
+  };
+  for (const auto& [name, sets] : runs) {
+    SCOPED_TRACE(name);
+    const std::string base = kOut + "/h100_" + name;
+    ASSERT_EQ(run("replay " + source_path("scenarios/h100/" + name + ".yaml") + common + sets +
+                      " --device cpu --json " + base + ".json",
+                  base + ".log"),
+              0)
+        << slurp(base + ".log");
+    const auto r = nlohmann::json::parse(slurp(base + ".json"));
+    std::string notes;
+    for (const auto& n : r["notes"]) notes += n.get<std::string>() + "\n";
+    EXPECT_NE(notes.find("layers: Megatron-Core layers (RMSNorm"), std::string::npos) << notes;
+    EXPECT_EQ(notes.find("not replayed"), std::string::npos) << notes;
+    EXPECT_EQ(notes.find("2021 GPT layer"), std::string::npos) << notes;
+    if (sets.find("num_experts") != std::string::npos)
+      EXPECT_NE(notes.find("MoE: MlpFwd/MlpBwd ran router"), std::string::npos) << notes;
+  }
+}
