@@ -33,6 +33,17 @@ struct ExecutionRecord {
   /// for a task that ran its own work or did not run. The replay's trace shows it per event.
   std::vector<std::string> replayed_as;
 
+  /// Simulated with the host timeline (sim/host_thread.h) only; empty otherwise. Per task id:
+  /// when the host finished issuing it, when it started issuing it, and how long the task's
+  /// start waited for the issue after its dependencies were done (device idle for the host).
+  std::vector<double> host_issue_end_s;
+  std::vector<double> host_issue_start_s;
+  std::vector<double> host_wait_s;
+  /// Per synchronisation point (graph.host_syncs order): when the host began waiting for the
+  /// device and when it went on.
+  std::vector<double> sync_wait_start_s;
+  std::vector<double> sync_wait_end_s;
+
   double iteration_time_s() const;  ///< latest end over all tasks minus earliest start (0)
   /// Measured: the allocator's peak, the larger of its recorded peak and the samples (-1 when
   /// neither was measured). The summary and the trace both report these.

@@ -171,6 +171,17 @@ RankId ScheduleGraph::representative_of(std::int64_t rank) const {
   return rep;
 }
 
+const char* to_string(SyncCause c) {
+  switch (c) {
+    case SyncCause::MoeTokenCounts: return "moe token counts (before_ep_alltoall)";
+    case SyncCause::LossScaleItem: return "loss scale found_inf .item()";
+    case SyncCause::GradNormItem: return "grad norm .item() (clip_grad)";
+    case SyncCause::PipelineSynchronize: return "torch.cuda.synchronize after p2p";
+    case SyncCause::Timer: return "timer torch.cuda.synchronize (timing_log_level)";
+  }
+  return "?";
+}
+
 std::vector<TaskId> ScheduleGraph::tasks_of_rank(RankId rank) const {
   const std::uint32_t i = rank_index(rank);
   if (i == kNone) return {};

@@ -104,6 +104,10 @@ void add_top_and_model_shape(std::vector<ScenarioKey>& v) {
                        int(Runtime::Megatron2021), "the runtime whose kernels the scenario assumes"));
   v.push_back(custom_key("nccl_version", FieldRef{}, "the NCCL release whose tuning model applies"));
   v.push_back(bool_key(TOP(nccl_nvls_enable), true, "NCCL's NVLS algorithms (NCCL_NVLS_ENABLE)"));
+  v.push_back(bool_key(TOP(host_model), true,
+                       "the host timeline: issue costs, launch queue, synchronisation points"));
+  v.push_back(int_key(TOP(timing_log_level), 0, 0, 2, "",
+                      "Megatron --timing-log-level: timers that synchronise (host_model on)"));
   v.push_back(required_int(M(num_layers), kLayers, "layers", "transformer layers"));
   v.push_back(required_int(M(hidden_size), k2p20, "", "hidden size"));
   v.push_back(required_int(M(num_attention_heads), k2p16, "", "attention heads"));

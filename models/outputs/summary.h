@@ -59,6 +59,10 @@ struct SummaryOptions {
 struct Breakdown {
   double by_activity_s[kNumActivities] = {};
   double pipeline_bubble_s = 0;
+  /// With the host timeline (host_model on) only: the device idle waiting for the host
+  /// (ExposedTime::host_bound_s), reported as the breakdown's `host_bound`.
+  bool has_host = false;
+  double host_bound_s = 0;
 };
 
 /// One world rank (folded representatives are replicated to the ranks they stand for).

@@ -314,6 +314,49 @@ void write_rank_spans(EventWriter& w, const ScheduleGraph& graph, const Executio
   }
 }
 
+/// With the host timeline (host_model on; sim/host_thread.h): the rank's `host` thread, one
+/// span per stretch of back-to-back task issues ("issue LABEL +N": the first task and how many
+/// more) and one per synchronisation wait ("sync wait: CAUSE", from the host reaching the sync
+/// point to its return after sync_s).
+void write_host_thread(EventWriter& w, const ScheduleGraph& graph, const ExecutionRecord& record,
+                       const std::vector<TaskId>& tasks, RankId rank) {
+  if (record.host_issue_end_s.empty()) return;
+  constexpr long kHostTid = kLaneTidStride - 1;  // below the extra lanes, above the streams
+  w.metadata(rank, kHostTid, "thread_name", "\"name\":\"host\"");
+  w.metadata(rank, kHostTid, "thread_sort_index", "\"sort_index\":-1");
+  auto span = [&](const std::string& name, const char* cat, double b, double e,
+                  const std::string& args) {
+    if (!(e > b)) return;
+    w.event("\"ph\":\"X\",\"pid\":" + std::to_string(rank) + ",\"tid\":" +
+            std::to_string(kHostTid) + ",\"name\":" + json_quote(name) + ",\"cat\":\"" + cat +
+            "\",\"ts\":" + us(b) + ",\"dur\":" + us_of_ns(ns(e) - ns(b)) + ",\"args\":{" + args +
+            "}");
+  };
+  // Back-to-back issues (the host running ahead) merge into one span, so the thread costs a
+  // span per busy stretch, not per task: named after its first task, with the task count.
+  std::vector<TaskId> by_issue(tasks);
+  std::stable_sort(by_issue.begin(), by_issue.end(), [&](TaskId a, TaskId b) {
+    return record.host_issue_start_s[a] < record.host_issue_start_s[b];
+  });
+  for (std::size_t i = 0; i < by_issue.size();) {
+    const TaskId first = by_issue[i];
+    std::size_t j = i + 1;
+    while (j < by_issue.size() && ns(record.host_issue_start_s[by_issue[j]]) ==
+                                      ns(record.host_issue_end_s[by_issue[j - 1]]))
+      ++j;
+    span("issue " + graph.label(first) + (j - i > 1 ? " +" + std::to_string(j - i - 1) : ""),
+         "host_issue", record.host_issue_start_s[first], record.host_issue_end_s[by_issue[j - 1]],
+         "\"task\":" + std::to_string(first) + ",\"tasks\":" + std::to_string(j - i));
+    i = j;
+  }
+  for (std::size_t i = 0; i < graph.host_syncs.size(); ++i) {
+    const HostSync& sy = graph.host_syncs[i];
+    if (graph.task(sy.task).rank != rank) continue;
+    span(std::string("sync wait: ") + to_string(sy.cause), "host_sync", record.sync_wait_start_s[i],
+         record.sync_wait_end_s[i], "\"task\":" + std::to_string(sy.task));
+  }
+}
+
 /// The host memory of every node that holds a selected rank.
 void write_hosts(EventWriter& w, const ScheduleGraph& graph, const MemoryTimeline& memory,
                  const TraceSelection& selection, std::int64_t gpn) {
@@ -350,6 +393,7 @@ void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
     const std::vector<int> lanes = assign_lanes(graph, record, tasks);
     write_rank_metadata(w, graph, tasks, lanes, rank, gpn);
     write_rank_spans(w, graph, record, tasks, lanes, rank);
+    write_host_thread(w, graph, record, tasks, rank);
     memory.gpu_of(rank).for_each_step(memory.start_s, [&](double time_s, const MemVector& v) {
       w.counter(rank, "memory", time_s, memory_args(v));
     });
