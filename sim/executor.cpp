@@ -28,6 +28,7 @@
 
 #include "models/errors.h"
 #include "models/system/collective_flows.h"
+#include "sim/host_thread.h"
 #include "sim/isolate.h"
 #include "sim/platform.h"
 
@@ -93,6 +94,7 @@ struct Prepared {
   std::int64_t gpus_per_node = 1;
   /// Consecutive ranks of one NVLink domain (nvlink_domain_ranks): gpus_per_node on a DGX.
   std::int64_t domain_ranks = 1;
+  HostPlan host;  ///< the host timeline (sim/host_thread.h); disabled with host_model off
 };
 
 std::string task_desc(const ScheduleGraph& g, TaskId id) {
@@ -335,6 +337,9 @@ Prepared prepare(const ScheduleGraph& g, const Scenario& scenario, const SystemS
   prepare_durations(P, cost);
   prepare_order(P);
   CommPlanner(P, cost, world).plan_all();
+  std::vector<double> op_time_s(g.ops().size(), kNaN);
+  for (std::size_t i = 0; i < op_time_s.size(); ++i) op_time_s[i] = P.op_amount[i] / kHostSpeed;
+  P.host = prepare_host_plan(g, scenario, cost.profile(), op_time_s, P.slot_of_task, P.slot_tasks);
   return P;
 }
 
@@ -361,10 +366,23 @@ T get(const std::string& in, std::size_t& pos) {
   return v;
 }
 
+/// The host vectors put_host_record wrote, into `rec`'s host_* and sync_wait_* fields.
+void get_host_record(const std::string& bytes, std::size_t& pos, ExecutionRecord& rec) {
+  if (get<std::uint8_t>(bytes, pos) == 0) return;
+  for (auto* v : {&rec.host_issue_end_s, &rec.host_issue_start_s, &rec.host_wait_s,
+                  &rec.sync_wait_start_s, &rec.sync_wait_end_s}) {
+    const auto n = get<std::uint64_t>(bytes, pos);
+    if (pos + n * sizeof(double) > bytes.size()) throw SystemError("simulate: truncated result");
+    v->resize(n);
+    std::memcpy(v->data(), bytes.data() + pos, n * sizeof(double));
+    pos += n * sizeof(double);
+  }
+}
+
 class Run {
  public:
   Run(const Prepared& p, const SimOptions& opt, int progress_fd)
-      : P_(p), g_(*p.g), opt_(opt), progress_fd_(progress_fd) {}
+      : P_(p), g_(*p.g), opt_(opt), progress_fd_(progress_fd), host_(p.host, *p.g, p.slot_tasks) {}
 
   std::string execute() {
     const auto t0 = Clock::now();
@@ -397,6 +415,9 @@ class Run {
       s4u::Actor::create(name, host, [this, slot] { actor_main(slot); });
       ++actor_count;
     }
+    std::vector<s4u::Host*> rank_hosts;
+    for (RankId r : ranks) rank_hosts.push_back(platform_.host(Endpoint::gpu(r)));
+    host_.start(rank_hosts);
     s4u::Engine::on_deadlock_cb([this] { deadlock_ = true; });
     wall0_ = Clock::now();
     last_progress_ = wall0_;
@@ -421,6 +442,7 @@ class Run {
     put(out, std::uint64_t(P_.platform->routes().size()));
     put(out, seconds_since(t0));
     put(out, peak_rss_bytes());
+    put_host_record(out);
     return out;
   }
 
@@ -445,8 +467,10 @@ class Run {
           a.sem->acquire();
           TRAINSIM_CHECK(pending_[t] == 0, "woken before the dependencies were done");
         }
+        host_.await_issue(t);
         start_[t] = s4u::Engine::get_clock();
         run_task(t);
+        host_.on_slot_done(std::uint32_t(slot), std::uint32_t(a.cursor + 1));
       }
     } catch (const std::exception& e) {
       // Keep the first error and end this actor (an exception escaping an actor would abort
@@ -491,6 +515,7 @@ class Run {
 
   void finish(TaskId t) {
     end_[t] = s4u::Engine::get_clock();
+    host_.on_end(t);
     release(t);
   }
 
@@ -524,6 +549,7 @@ class Run {
       case TaskKind::OptimizerGpu:
         ++activities_;
         s4u::this_actor::execute(exec_amount(P_, task));
+        host_.await_last_kernel(t);
         finish(t);
         return;
       case TaskKind::OptimizerCpu: {
@@ -573,6 +599,7 @@ class Run {
       s4u::Comm::sendto(src, dst, bytes);
       sleep(latency);
       end_[t] = s4u::Engine::get_clock();
+      host_.on_end(t);
       release(t, Successors::OtherStreams);
     });
     release(t, Successors::SameStream);
@@ -587,6 +614,7 @@ class Run {
       check_match(sender, t);
       sleep(c.latency_s);
       end_[sender] = s4u::Engine::get_clock();
+      host_.on_end(sender);
       release(sender, Successors::OtherStreams);
     } else {
       s4u::Comm::sendto(platform_.host(c.src), platform_.host(c.dst), c.bytes);
@@ -665,6 +693,17 @@ class Run {
     return comm;
   }
 
+  /// The host timeline's per-task and per-sync vectors (nothing with host_model off).
+  void put_host_record(std::string& out) const {
+    put(out, std::uint8_t(host_.enabled() ? 1 : 0));
+    if (!host_.enabled()) return;
+    for (const auto* v : {&host_.issue_end_s, &host_.issue_start_s, &host_.wait_s,
+                          &host_.sync_start_s, &host_.sync_end_s}) {
+      put(out, std::uint64_t(v->size()));
+      out.append(reinterpret_cast<const char*>(v->data()), v->size() * sizeof(double));
+    }
+  }
+
   std::string deadlock_message(std::size_t not_run) const {
     std::ostringstream os;
     os << "simulate: deadlock: " << not_run << " of " << g_.num_tasks()
@@ -705,6 +744,7 @@ class Run {
   std::vector<std::uint32_t> pending_;
   std::vector<double> start_, end_;
   std::vector<ActorState> actors_;
+  HostThreads host_;
   std::uint64_t activities_ = 0;
   std::uint64_t done_ = 0;
   bool deadlock_ = false;
@@ -750,6 +790,7 @@ ExecutionRecord simulate(const ScheduleGraph& graph, const Scenario& scenario,
   stats.child_peak_rss_bytes = get<std::int64_t>(bytes, pos);
   stats.prepare_wall_s = prepare_s;
   if (options.stats) *options.stats = stats;
+  get_host_record(bytes, pos, rec);
 
   rec.measured = false;
   rec.executor = "simgrid-3.32";

@@ -114,6 +114,27 @@ std::int64_t count_schedule_tasks(const ValidScenario& valid, std::int64_t limit
   return build.counted_tasks;
 }
 
+namespace {
+
+/// Megatron-LM 2021 (commit a8d172b, megatron/p2p_communication.py _communicate) calls
+/// torch.cuda.synchronize() after every batch_isend_irecv: with host_model on, a
+/// synchronisation point after the last task of each run of consecutive sends and receives in
+/// a rank's program (one batch).
+void add_pipeline_synchronize(ScheduleGraph& g, const Scenario& scenario) {
+  if (!scenario.host_model || scenario.runtime != Runtime::Megatron2021) return;
+  auto p2p = [&](TaskId id) {
+    return g.task(id).kind == TaskKind::Send || g.task(id).kind == TaskKind::Recv;
+  };
+  for (RankId r : g.simulated_ranks()) {
+    const std::vector<TaskId> tasks = g.tasks_of_rank(r);
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+      if (p2p(tasks[i]) && (i + 1 == tasks.size() || !p2p(tasks[i + 1])))
+        g.host_syncs.push_back({tasks[i], SyncCause::PipelineSynchronize});
+  }
+}
+
+}  // namespace
+
 ScheduleGraph build_schedule_graph(const ValidScenario& valid, const SystemSpec& system,
                                    const BuildOptions& options) {
   const Scenario& scenario_in = valid.get();
@@ -144,6 +165,7 @@ ScheduleGraph build_schedule_graph(const ValidScenario& valid, const SystemSpec&
   for (const RankCoords& c : plan.ranks) pipeline.emit_rank(c);
   g.finalize();
   apply_unfold_plan(g, plan);
+  add_pipeline_synchronize(g, scenario);
   // finalize() sorts the simulated ranks; initial memory was recorded per rank.
   g.initial_gpu_memory.assign(g.simulated_ranks().size(), MemVector{});
   g.initial_host_memory.assign(g.simulated_ranks().size(), MemVector{});

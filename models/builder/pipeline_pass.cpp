@@ -243,6 +243,7 @@ class RankProgram {
         forward_step(at(steps[i]));
       else
         backward_step(at(steps[i]));
+      if (step_timers_sync()) ctx_.host_sync(ctx_.last_compute, SyncCause::Timer);
       dp_->on_step_end(ctx_, steps[i]);
       exchanges_after(int(i));
     }
@@ -367,8 +368,13 @@ class RankProgram {
   /// With expert tensor parallelism the ETP all-gather follows the first all-to-all and the
   /// reduce-scatter precedes the second (in the backward too: the adjoint of the combine's
   /// reduce-scatter is an all-gather, of the dispatch's all-gather a reduce-scatter).
+  ///
+  /// Before a forward's dispatch (its re-run too) the host reads the token counts:
+  /// moe_token_count_sync().
   void moe_exchange(Phase phase, const StepAt& s, std::int64_t l, bool second) {
     if (!moe_mlp(l)) return;
+    if (!second && phase != Phase::Backward && moe_token_count_sync())
+      ctx_.host_sync(ctx_.last_compute, SyncCause::MoeTokenCounts);
     auto run = [&](std::uint32_t op, std::uint32_t group) {
       ctx_.last_compute = ctx_.collective(op, group, StreamId::TpComm, phase, Part::Mlp, s.mb,
                                           std::uint16_t(l), ctx_.last_compute);
@@ -531,6 +537,10 @@ class RankProgram {
     TaskId last_sync = dp_->reduce_gradients(ctx_, tails_);
     last_sync = non_tensor_parallel_allreduce(final_compute, last_sync);
     last_sync = tied_embedding_allreduce(final_compute, last_sync);
+    // Megatron-Core's forward-backward timer (log level 1, training.py train_step) stops after
+    // the schedule, whose finalize_model_grads ends the gradient synchronisation.
+    if (ctx_.scenario().runtime != Runtime::Megatron2021 && ctx_.scenario().timing_log_level >= 1)
+      ctx_.host_sync(last_sync != kNone ? last_sync : final_compute, SyncCause::Timer);
     const OptimizerStepInputs inputs = dp_->optimizer_step(ctx_);
     last_sync = optimizer_reductions(final_compute, last_sync);
     last_sync = deepspeed_reductions(final_compute, last_sync, inputs);
@@ -552,7 +562,14 @@ class RankProgram {
     const int count =
         (d.precision == Precision::FP16 ? 1 : 0) + (sc.parallel.clip_grad > 0 ? 1 : 0);
     TaskId prev = last_sync;
-    for (int i = 0; i < count; ++i) prev = model_parallel_reduction(4, final_compute, prev);
+    for (int i = 0; i < count; ++i) {
+      prev = model_parallel_reduction(4, final_compute, prev);
+      // The .item() of each scalar (found_inf first with fp16, then the norm): after its
+      // reduction, or after the gradient sync when the group is one rank.
+      const bool found_inf = i == 0 && d.precision == Precision::FP16;
+      ctx_.host_sync(prev != kNone ? prev : final_compute,
+                     found_inf ? SyncCause::LossScaleItem : SyncCause::GradNormItem);
+    }
     return prev;
   }
 
@@ -677,6 +694,27 @@ class RankProgram {
     return out;
   }
   bool moe_mlp(std::int64_t l) const { return ctx_.dims().moe_layer(l); }
+  /// The forward-compute / backward-compute timers of each microbatch step synchronise
+  /// (timers.py Timer.stop: torch.cuda.synchronize()): always in Megatron-LM 2021 (commit
+  /// a8d172b schedules.py forward_step / backward_step time every step; its timers have no
+  /// level), at timing_log_level 2 in Megatron-Core (schedules.py log_level=2).
+  bool step_timers_sync() const {
+    const Scenario& sc = ctx_.scenario();
+    return sc.runtime == Runtime::Megatron2021 || sc.timing_log_level >= 2;
+  }
+  /// Megatron-Core's alltoall dispatcher (token_dispatcher.py MoEAlltoAllTokenDispatcher
+  /// preprocess) copies the token counts to the host and synchronises once per forward of an
+  /// MoE layer (cuda_sync_point "before_ep_alltoall" dropless with EP > 1 or several local
+  /// experts, "before_permutation_1" with a capacity factor and no padding, "before_finish"
+  /// otherwise), except with drop-and-pad, whose split sizes are the static capacity. Its
+  /// backward reuses the host split sizes (no sync). The sync is placed after the task before
+  /// the dispatch (the router runs inside the MLP task here). The allgather dispatcher is
+  /// not given one.
+  bool moe_token_count_sync() const {
+    const ModelConfig& m = ctx_.scenario().model;
+    return m.moe_token_dispatcher_type == MoeDispatcher::AllToAll &&
+           !(m.moe_expert_capacity_factor > 0 && m.moe_pad_expert_input_to_capacity);
+  }
   const LayerBytes& bytes_of(std::int64_t l) const { return bytes_[moe_mlp(l) ? 1 : 0]; }
 
   const LayerBytes bytes_[2];  ///< [0] a dense layer's, [1] an MoE layer's

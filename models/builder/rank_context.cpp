@@ -146,6 +146,13 @@ void RankContext::dep(TaskId from, TaskId to) {
   if (from != kNone && !build_.count_only) graph().add_dependency(from, to);
 }
 
+void RankContext::host_sync(TaskId task, SyncCause cause) {
+  if (task == kNone || build_.count_only || !scenario().host_model) return;
+  auto& syncs = graph().host_syncs;
+  if (!syncs.empty() && syncs.back().task == task) return;  // one wait covers both reads
+  syncs.push_back({task, cause});
+}
+
 std::uint32_t RankContext::add_op(const OpDesc& op) {
   return build_.count_only ? 0 : graph().add_op(op);
 }

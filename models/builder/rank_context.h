@@ -168,6 +168,9 @@ class RankContext {
   void add_effect(TaskId task, const MemEffect& effect);
   /// `to` waits for `from`; nothing when `from` is kNone.
   void dep(TaskId from, TaskId to);
+  /// A synchronisation point after `task` (ScheduleGraph::host_syncs): only with the
+  /// scenario's host_model on; nothing when `task` is kNone or in a counting build.
+  void host_sync(TaskId task, SyncCause cause);
   std::uint32_t add_op(const OpDesc& op);
   std::uint32_t add_group(GroupKind kind, const std::vector<RankId>& ranks);
   /// A communication descriptor in the training precision.

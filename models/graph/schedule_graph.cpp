@@ -182,6 +182,17 @@ std::int64_t ScheduleGraph::ranks_represented(std::uint32_t i) const {
   return std::count(partial_representatives.begin(), partial_representatives.end(), r);
 }
 
+const char* to_string(SyncCause c) {
+  switch (c) {
+    case SyncCause::MoeTokenCounts: return "moe token counts (before_ep_alltoall)";
+    case SyncCause::LossScaleItem: return "loss scale found_inf .item()";
+    case SyncCause::GradNormItem: return "grad norm .item() (clip_grad)";
+    case SyncCause::PipelineSynchronize: return "torch.cuda.synchronize after p2p";
+    case SyncCause::Timer: return "timer torch.cuda.synchronize (timing_log_level)";
+  }
+  return "?";
+}
+
 std::vector<TaskId> ScheduleGraph::tasks_of_rank(RankId rank) const {
   const std::uint32_t i = rank_index(rank);
   if (i == kNone) return {};

@@ -91,6 +91,32 @@ struct Task {
   Part part = Part::None;
 };
 
+/// Why a rank's host thread waits for its device (a synchronisation point; sim/host_thread.h,
+/// docs/scenario.md "host_model"). The builder adds them only when the scenario's host_model
+/// is on.
+enum class SyncCause : std::uint8_t {
+  /// The dropless alltoall dispatcher's device-to-host copy of the token counts (Megatron-Core
+  /// token_dispatcher.py MoEAlltoAllTokenDispatcher, cuda_sync_point "before_ep_alltoall";
+  /// "before_permutation_1" with a capacity factor and no padding).
+  MoeTokenCounts,
+  /// The dynamic loss scaler's found-inf flag read with .item() (fp16).
+  LossScaleItem,
+  /// The gradient norm read with .item() (clip_grad > 0).
+  GradNormItem,
+  /// Megatron-LM 2021's torch.cuda.synchronize() after a batch_isend_irecv exchange.
+  PipelineSynchronize,
+  /// A Megatron timer's stop (timers.py: torch.cuda.synchronize()), scenario timing_log_level.
+  Timer,
+};
+const char* to_string(SyncCause c);
+
+/// A synchronisation point: after issuing `task`, the host waits until the device has finished
+/// it (then pays the profile's host sync_s).
+struct HostSync {
+  TaskId task = 0;
+  SyncCause cause = SyncCause::MoeTokenCounts;
+};
+
 /// A communicator: the ranks of a collective (ring order) or of a point-to-point pair.
 struct CommGroup {
   GroupKind kind = GroupKind::None;
@@ -171,6 +197,9 @@ class ScheduleGraph {
 
   /// Memory held before the iteration's first task (parameters, gradients buffers, optimizer
   /// states, framework overhead), per simulated rank, on the GPU and on the host.
+  /// Synchronisation points of the simulated ranks, in the order the builder added them
+  /// (empty with host_model off).
+  std::vector<HostSync> host_syncs;
   std::vector<MemVector> initial_gpu_memory;   ///< indexed like simulated_ranks()
   std::vector<MemVector> initial_host_memory;  ///< indexed like simulated_ranks()
   /// Host memory is per node; the index of a rank's node is rank / gpus_per_node.

@@ -68,8 +68,26 @@ const std::vector<ParamSpec>& param_specs() {
   return specs;
 }
 
+// The host section (CalibrationProfile::host_*; sim/host_thread.h): issue costs in seconds
+// (at most 10 ms each) and the launch queue depth (an integer >= 1).
+const std::vector<ParamSpec>& host_specs() {
+  using P = CalibrationProfile;
+  static const std::vector<ParamSpec> specs = {
+      {"eager_op_s", &P::host_eager_op_s, 0, false, 1e-2, false},
+      {"te_module_s", &P::host_te_module_s, 0, false, 1e-2, false},
+      {"autograd_node_s", &P::host_autograd_node_s, 0, false, 1e-2, false},
+      {"nccl_call_s", &P::host_nccl_call_s, 0, false, 1e-2, false},
+      {"module_overhead_s", &P::host_module_overhead_s, 0, false, 1e-2, false},
+      {"launch_queue_depth", &P::host_launch_queue_depth, 1, false, 1e6, true},
+      {"graph_launch_s", &P::host_graph_launch_s, 0, false, 1e-2, false},
+      {"sync_s", &P::host_sync_s, 0, false, 1e-2, false},
+  };
+  return specs;
+}
+
 const char* const kTopLevelKeys[] = {"version",      "device",        "source",
                                      "date",         "notes",         "parameters",
+                                     "host",
                                      "precision",    "local_device",  "gemm_efficiency",
                                      "memory_bound_bytes_per_s",      "measurements",
                                      "flash_attention_efficiency",
@@ -130,6 +148,14 @@ std::vector<std::string> calibration_parameter_names() {
   return names;
 }
 
+std::vector<std::string> calibration_host_names() {
+  std::vector<std::string> names;
+  for (const auto& s : host_specs()) names.emplace_back(s.name);
+  return names;
+}
+
+bool has_host_costs(const CalibrationProfile& p) { return p.host_launch_queue_depth >= 1; }
+
 namespace {
 
 /// Top-level keys: only the known ones; then version, device, source, date, notes.
@@ -155,14 +181,20 @@ void read_header(const json& root, const std::string& file, CalibrationProfile& 
   p.notes = read_string(root, "notes", file, false);
 }
 
-/// `parameters`: every spec'd parameter, as a number or {value, source}, within its range.
-void read_parameters(const json& root, const std::string& file, CalibrationProfile& p) {
-  auto params = root.find("parameters");
-  if (params == root.end()) fail(file, "parameters", "(missing)", "required");
-  if (!params->is_object()) fail(file, "parameters", dump(*params), "expected an object");
-  const auto& specs = param_specs();
+/// A section of parameters (`parameters`, `host`): every spec'd entry, as a number or
+/// {value, source}, within its range; sources are kept under `prefix` + name. Absent: an
+/// error when `required`, else nothing is read.
+void read_section(const json& root, const char* section, const std::vector<ParamSpec>& specs,
+                  const std::string& prefix, bool required, const std::string& file,
+                  CalibrationProfile& p) {
+  auto params = root.find(section);
+  if (params == root.end()) {
+    if (required) fail(file, section, "(missing)", "required");
+    return;
+  }
+  if (!params->is_object()) fail(file, section, dump(*params), "expected an object");
   for (auto it = params->begin(); it != params->end(); ++it) {
-    const std::string field = "parameters." + it.key();
+    const std::string field = std::string(section) + "." + it.key();
     const ParamSpec* spec = nullptr;
     for (const auto& s : specs)
       if (it.key() == s.name) spec = &s;
@@ -180,7 +212,7 @@ void read_parameters(const json& root, const std::string& file, CalibrationProfi
       auto src = entry.find("source");
       if (src != entry.end()) {
         if (!src->is_string()) fail(file, field + ".source", dump(*src), "expected a string");
-        p.sources[spec->name] = src->get<std::string>();
+        p.sources[prefix + spec->name] = src->get<std::string>();
       }
     }
     const std::string vfield = entry.is_object() ? field + ".value" : field;
@@ -191,7 +223,12 @@ void read_parameters(const json& root, const std::string& file, CalibrationProfi
   }
   for (const auto& s : specs)
     if (!s.optional && params->find(s.name) == params->end())
-      fail(file, std::string("parameters.") + s.name, "(missing)", "required");
+      fail(file, std::string(section) + "." + s.name, "(missing)", "required");
+}
+
+void read_parameters(const json& root, const std::string& file, CalibrationProfile& p) {
+  read_section(root, "parameters", param_specs(), "", true, file, p);
+  read_section(root, "host", host_specs(), "host.", false, file, p);
 }
 
 /// Measured profiles: precision and the `local_device` figures.
@@ -470,6 +507,17 @@ std::string calibration_to_json(const CalibrationProfile& p) {
       params[s.name] = p.*(s.member);
   }
   root["parameters"] = params;
+  if (has_host_costs(p)) {
+    json host = json::object();
+    for (const auto& s : host_specs()) {
+      auto src = p.sources.find(std::string("host.") + s.name);
+      if (src != p.sources.end())
+        host[s.name] = {{"value", p.*(s.member)}, {"source", src->second}};
+      else
+        host[s.name] = p.*(s.member);
+    }
+    root["host"] = host;
+  }
   if (!p.precision.empty()) root["precision"] = p.precision;
   json local = json::object();
   for (const auto& s : kLocalSpecs)
@@ -533,6 +581,8 @@ bool operator==(const CalibrationProfile& a, const CalibrationProfile& b) {
       a.date != b.date || a.notes != b.notes || a.sources != b.sources)
     return false;
   for (const auto& s : param_specs())
+    if (a.*(s.member) != b.*(s.member)) return false;
+  for (const auto& s : host_specs())
     if (a.*(s.member) != b.*(s.member)) return false;
   for (const auto& s : kLocalSpecs)
     if (a.local_device.*(s.member) != b.local_device.*(s.member)) return false;

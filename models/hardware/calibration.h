@@ -102,6 +102,29 @@ struct CalibrationProfile {
   /// NCCL's internal buffers per communicator a rank belongs to (bytes per GPU).
   double nccl_buffer_bytes_per_communicator = 0;
 
+  // ---- host issue costs (JSON section "host"; sim/host_thread.h, docs/scenario.md
+  // "host_model"). Optional as a section: a profile without it has them all 0, and the host
+  // timeline then issues every task at no cost (it binds only at synchronisation points).
+  // When the section is present every entry is required. Sources: calibration/*.json.
+  /// Host time to issue one forward kernel of a PyTorch eager op (dispatch + autograd record).
+  double host_eager_op_s = 0;
+  /// Host time of one Transformer Engine module call (a Linear: its forward GEMM's issue).
+  double host_te_module_s = 0;
+  /// Host time of one autograd node in the backward (issuing its kernel).
+  double host_autograd_node_s = 0;
+  /// Host time of one NCCL call (collective, send or receive) and of one copy's issue.
+  double host_nccl_call_s = 0;
+  /// Python module overhead per layer block (one compute task): the module's forward/backward
+  /// call beyond its kernels' issue.
+  double host_module_overhead_s = 0;
+  /// Launches one stream may have pending before the host blocks (CUDA's launch queue).
+  double host_launch_queue_depth = 0;
+  /// Host time of one CUDA graph launch (cudaGraphLaunch of a captured region).
+  double host_graph_launch_s = 0;
+  /// Host time of a device-to-host synchronisation once the device has reached it
+  /// (the copy's completion, the wake-up, the .item() / .cpu() return).
+  double host_sync_s = 0;
+
   /// Source / note of each parameter, by parameter name (optional per parameter).
   std::map<std::string, std::string> sources;
 
@@ -217,6 +240,10 @@ double interpolate_moe_gemm_efficiency(
 
 /// Names of all parameters, in file order.
 std::vector<std::string> calibration_parameter_names();
+/// Names of the host section's entries, in file order (CalibrationProfile::host_*).
+std::vector<std::string> calibration_host_names();
+/// True when the profile has its host section (every host_* entry set).
+bool has_host_costs(const CalibrationProfile& profile);
 
 /// Reads a profile file. Throws InputError (file, field, value) on any problem.
 CalibrationProfile load_calibration(const std::string& path);

@@ -110,6 +110,10 @@ void add_top_and_model_shape(std::vector<ScenarioKey>& v) {
                        int(Runtime::Megatron2021), "the runtime whose kernels the scenario assumes"));
   v.push_back(custom_key("nccl_version", FieldRef{}, "the NCCL release whose tuning model applies"));
   v.push_back(bool_key(TOP(nccl_nvls_enable), true, "NCCL's NVLS algorithms (NCCL_NVLS_ENABLE)"));
+  v.push_back(bool_key(TOP(host_model), true,
+                       "the host timeline: issue costs, launch queue, synchronisation points"));
+  v.push_back(int_key(TOP(timing_log_level), 0, 0, 2, "",
+                      "Megatron --timing-log-level: timers that synchronise (host_model on)"));
   v.push_back(required_int(M(num_layers), kLayers, "layers", "transformer layers"));
   v.push_back(required_int(M(hidden_size), k2p20, "", "hidden size"));
   v.push_back(required_int(M(num_attention_heads), k2p16, "", "attention heads"));
@@ -351,7 +355,7 @@ void add_ignored_launch(std::vector<ScenarioKey>& v, const std::string& opt,
                         "use_checkpoint_args", "exit_on_missing_checkpoint", "profile",
                         "profile_step_start", "profile_step_end", "use_pytorch_profiler",
                         "distributed_timeout_minutes", "exit_duration_in_mins", "exit_interval",
-                        "timing_log_level", "rerun_mode"})
+                        "rerun_mode"})
     v.push_back(ignored(std::string("training.") + k, log));
   for (const char* k : {"mock_data", "data_cache_path", "mmap_bin_files",
                         "create_attention_mask_in_dataloader", "tiktoken_pattern",

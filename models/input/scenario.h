@@ -451,6 +451,16 @@ struct Scenario {
   /// Top-level `nccl_nvls_enable` (NCCL_NVLS_ENABLE): false keeps NCCL off NVLS / NVLS-Tree
   /// on an NVLink SHARP system; true (NCCL's default) when absent.
   bool nccl_nvls_enable = true;
+  /// Top-level `host_model` (on|off): the host timeline of each rank (sim/host_thread.h,
+  /// docs/scenario.md "host_model"): tasks issued in program order at the profile's host
+  /// costs, synchronisation points. off: the hardware-only simulation. on when absent.
+  bool host_model = true;
+  /// Top-level `timing_log_level` (Megatron --timing-log-level, 0..2): Megatron-Core's timers
+  /// of that level synchronise the device (timers.py Timer.start/stop call
+  /// torch.cuda.synchronize()): 2 the forward-compute and backward-compute timers of every
+  /// microbatch, 1 the forward-backward timer. Megatron-LM 2021's timers always run (no level).
+  /// Only with host_model on. 0 when absent.
+  std::int64_t timing_log_level = 0;
   std::string source_path;  ///< the file it was read from (for error messages)
   /// How the file was read, for the summary's notes: "ignored: KEY (why)" for each launch-line
   /// argument accepted and not modelled (models/input/keys.h ScenarioKey::ignored).

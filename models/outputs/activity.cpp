@@ -135,13 +135,23 @@ ExposedTime exposed_time(const ScheduleGraph& graph, const ExecutionRecord& reco
     edges.push_back({a, +1, act});
     edges.push_back({e, -1, act});
   }
+  // The host timeline's issue waits [start - wait, start], below every activity.
+  if (!record.host_wait_s.empty())
+    for (TaskId id : tasks) {
+      if (!task_ran(record, id) || !(record.host_wait_s[id] > 0)) continue;
+      const double a = std::max(record.start_s[id] - record.host_wait_s[id], window_begin_s);
+      const double e = std::min(record.start_s[id], window_end_s);
+      if (!(e > a)) continue;
+      edges.push_back({a, +1, std::uint8_t(kNumActivities)});
+      edges.push_back({e, -1, std::uint8_t(kNumActivities)});
+    }
   std::sort(edges.begin(), edges.end(), [](const Edge& x, const Edge& y) {
     if (x.time_s != y.time_s) return x.time_s < y.time_s;
     if (x.activity != y.activity) return x.activity < y.activity;
     return x.delta < y.delta;
   });
   ExposedTime out;
-  int active[kNumActivities] = {};
+  int active[kNumActivities + 1] = {};  // the last: waiting for the host
   auto credit = [&](double dt) {
     if (dt <= 0) return;
     for (int a = 0; a < kNumActivities; ++a)
@@ -149,7 +159,7 @@ ExposedTime exposed_time(const ScheduleGraph& graph, const ExecutionRecord& reco
         out.by_activity_s[a] += dt;
         return;
       }
-    out.idle_s += dt;
+    (active[kNumActivities] > 0 ? out.host_bound_s : out.idle_s) += dt;
   };
   double now = window_begin_s;
   for (std::size_t i = 0; i < edges.size();) {

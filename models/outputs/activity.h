@@ -59,6 +59,10 @@ const char* to_string(Activity a);
 struct ExposedTime {
   double by_activity_s[kNumActivities] = {};
   double idle_s = 0;  ///< no task active: the pipeline bubble (incl. waiting for peers)
+  /// With the host timeline (record.host_wait_s non-empty): idle instants during which a task
+  /// whose dependencies were done waited for its issue (sim/host_thread.h), taken out of
+  /// idle_s: the device idle waiting for the host.
+  double host_bound_s = 0;
 };
 
 /// Sweeps one rank's task intervals [active_start, end] in time order and gives every

@@ -54,12 +54,14 @@ struct RankSweep {
   std::vector<double> finish;
   std::vector<char> ran;
   std::size_t ranks_ran = 0;
+  bool has_host = false;  ///< the record has the host timeline (host_model on)
 };
 
 RankSweep sweep_ranks(const ScheduleGraph& graph, const ExecutionRecord& record, const Window& w) {
   const auto& ranks = graph.simulated_ranks();
   const std::vector<double> active = active_start_s(graph, record);
   RankSweep s;
+  s.has_host = !record.host_wait_s.empty();
   s.exposed.resize(ranks.size());
   s.finish.assign(ranks.size(), w.t0);
   s.ran.assign(ranks.size(), 0);
@@ -80,6 +82,7 @@ Breakdown breakdown_of(const ExposedTime& e) {
   Breakdown b;
   for (int a = 0; a < kNumActivities; ++a) b.by_activity_s[a] = e.by_activity_s[a];
   b.pipeline_bubble_s = e.idle_s;
+  b.host_bound_s = e.host_bound_s;
   return b;
 }
 
@@ -220,7 +223,9 @@ void fill_breakdown(Summary& s, const ScheduleGraph& graph, const RankSweep& sw,
     for (int a = 0; a < kNumActivities; ++a)
       s.breakdown.by_activity_s[a] += sw.exposed[i].by_activity_s[a] * f[i] / sw.ranks_ran;
     s.breakdown.pipeline_bubble_s += sw.exposed[i].idle_s * f[i] / sw.ranks_ran;
+    s.breakdown.host_bound_s += sw.exposed[i].host_bound_s * f[i] / sw.ranks_ran;
   }
+  s.breakdown.has_host = sw.has_host;
   s.breakdown_note =
       std::string(sw.ranks_ran == ranks.size()
                       ? "average over all ranks"
@@ -242,6 +247,7 @@ void fill_breakdown(Summary& s, const ScheduleGraph& graph, const RankSweep& sw,
     s.slowest_rank = ranks[slowest];
     s.slowest_rank_finish_s = sw.finish[slowest] - t0;
     s.slowest_rank_breakdown = breakdown_of(sw.exposed[slowest]);
+    s.slowest_rank_breakdown.has_host = sw.has_host;
   }
 }
 
@@ -306,6 +312,7 @@ json breakdown_json(const Breakdown& b) {
   for (int a = 0; a < kNumActivities; ++a)
     j[to_string(static_cast<Activity>(a))] = b.by_activity_s[a];
   j["pipeline_bubble"] = b.pipeline_bubble_s;
+  if (b.has_host) j["host_bound"] = b.host_bound_s;
   return j;
 }
 
@@ -500,6 +507,7 @@ void text_breakdown(std::ostringstream& o, const Breakdown& b, double it) {
   for (int a = 0; a < kNumActivities; ++a)
     line(to_string(static_cast<Activity>(a)), b.by_activity_s[a]);
   line("pipeline_bubble", b.pipeline_bubble_s);
+  if (b.has_host) line("host_bound", b.host_bound_s);
 }
 
 void text_memory(std::ostringstream& o, const Summary& s) {

@@ -60,6 +60,10 @@ struct SummaryOptions {
 struct Breakdown {
   double by_activity_s[kNumActivities] = {};
   double pipeline_bubble_s = 0;
+  /// With the host timeline (host_model on) only: the device idle waiting for the host
+  /// (ExposedTime::host_bound_s), reported as the breakdown's `host_bound`.
+  bool has_host = false;
+  double host_bound_s = 0;
 };
 
 /// The settings that shaped the run, repeated in the summary so that two summaries can be

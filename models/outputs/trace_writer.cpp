@@ -314,19 +314,25 @@ void write_rank_spans(EventWriter& w, const ScheduleGraph& graph, const Executio
   }
 }
 
-/// The rank's `host` thread when the record has host issue times (a replay records them:
-/// docs/trace.md "host thread"): one span per task issue ("issue LABEL", cat host_issue), with
-/// args task, class (compute, comm, copy, optimizer) and, where counted, eager_ops and
+/// A span on the rank's `host` thread (tid kHostTid).
+constexpr long kHostTid = kLaneTidStride - 1;  // below the extra lanes, above the streams
+
+void host_span(EventWriter& w, RankId rank, const std::string& name, const char* cat, double b,
+               double e, const std::string& args) {
+  if (!(e > b)) return;
+  w.event("\"ph\":\"X\",\"pid\":" + std::to_string(rank) + ",\"tid\":" +
+          std::to_string(kHostTid) + ",\"name\":" + json_quote(name) + ",\"cat\":\"" + cat +
+          "\",\"ts\":" + us(b) + ",\"dur\":" + us_of_ns(ns(e) - ns(b)) + ",\"args\":{" + args +
+          "}");
+}
+
+/// A replay's host thread: one span per task issue ("issue LABEL", cat host_issue), with args
+/// task, class (compute, comm, copy, optimizer) and, where counted, eager_ops and
 /// autograd_nodes (what the issue ran through LibTorch's dispatcher).
-void write_host_thread(EventWriter& w, const ScheduleGraph& graph, const ExecutionRecord& record,
-                       const std::vector<TaskId>& tasks, RankId rank) {
-  if (record.host_issue_end_s.empty()) return;
-  constexpr long kHostTid = kLaneTidStride - 1;  // below the extra lanes, above the streams
-  w.metadata(rank, kHostTid, "thread_name", "\"name\":\"host\"");
-  w.metadata(rank, kHostTid, "thread_sort_index", "\"sort_index\":-1");
+void write_measured_issues(EventWriter& w, const ScheduleGraph& graph,
+                           const ExecutionRecord& record, const std::vector<TaskId>& tasks,
+                           RankId rank) {
   for (TaskId id : tasks) {
-    const double b = record.host_issue_start_s[id], e = record.host_issue_end_s[id];
-    if (!(e > b)) continue;
     const TaskKind k = graph.task(id).kind;
     const char* cls = k == TaskKind::Compute                               ? "compute"
                       : k == TaskKind::CopyH2D || k == TaskKind::CopyD2H   ? "copy"
@@ -336,11 +342,59 @@ void write_host_thread(EventWriter& w, const ScheduleGraph& graph, const Executi
     if (record.host_eager_ops.size() > id)
       args += ",\"eager_ops\":" + std::to_string(record.host_eager_ops[id]) +
               ",\"autograd_nodes\":" + std::to_string(record.host_autograd_nodes[id]);
-    w.event("\"ph\":\"X\",\"pid\":" + std::to_string(rank) + ",\"tid\":" +
-            std::to_string(kHostTid) + ",\"name\":" + json_quote("issue " + graph.label(id)) +
-            ",\"cat\":\"host_issue\",\"ts\":" + us(b) + ",\"dur\":" + us_of_ns(ns(e) - ns(b)) +
-            ",\"args\":{" + args + "}");
+    host_span(w, rank, "issue " + graph.label(id), "host_issue", record.host_issue_start_s[id],
+              record.host_issue_end_s[id], args);
   }
+}
+
+/// The simulated host timeline (host_model on; sim/host_thread.h): one span per stretch of
+/// back-to-back task issues ("issue LABEL +N": the first task and how many more) and one per
+/// synchronisation wait ("sync wait: CAUSE", from the host reaching the sync point to its
+/// return after sync_s).
+void write_simulated_issues(EventWriter& w, const ScheduleGraph& graph,
+                            const ExecutionRecord& record, const std::vector<TaskId>& tasks,
+                            RankId rank) {
+  // Back-to-back issues (the host running ahead) merge into one span, so the thread costs a
+  // span per busy stretch, not per task: named after its first task, with the task count.
+  std::vector<TaskId> by_issue(tasks);
+  std::stable_sort(by_issue.begin(), by_issue.end(), [&](TaskId a, TaskId b) {
+    return record.host_issue_start_s[a] < record.host_issue_start_s[b];
+  });
+  for (std::size_t i = 0; i < by_issue.size();) {
+    const TaskId first = by_issue[i];
+    std::size_t j = i + 1;
+    while (j < by_issue.size() && ns(record.host_issue_start_s[by_issue[j]]) ==
+                                      ns(record.host_issue_end_s[by_issue[j - 1]]))
+      ++j;
+    host_span(w, rank,
+              "issue " + graph.label(first) + (j - i > 1 ? " +" + std::to_string(j - i - 1) : ""),
+              "host_issue", record.host_issue_start_s[first],
+              record.host_issue_end_s[by_issue[j - 1]],
+              "\"task\":" + std::to_string(first) + ",\"tasks\":" + std::to_string(j - i));
+    i = j;
+  }
+  const std::size_t syncs = std::min({graph.host_syncs.size(), record.sync_wait_start_s.size(),
+                                      record.sync_wait_end_s.size()});
+  for (std::size_t i = 0; i < syncs; ++i) {
+    const HostSync& sy = graph.host_syncs[i];
+    if (graph.task(sy.task).rank != rank) continue;
+    host_span(w, rank, std::string("sync wait: ") + to_string(sy.cause), "host_sync",
+              record.sync_wait_start_s[i], record.sync_wait_end_s[i],
+              "\"task\":" + std::to_string(sy.task));
+  }
+}
+
+/// The rank's `host` thread when the record has host issue times (docs/trace.md "host
+/// thread"): a replay's measured issues task by task, or the simulated host timeline.
+void write_host_thread(EventWriter& w, const ScheduleGraph& graph, const ExecutionRecord& record,
+                       const std::vector<TaskId>& tasks, RankId rank) {
+  if (record.host_issue_end_s.empty()) return;
+  w.metadata(rank, kHostTid, "thread_name", "\"name\":\"host\"");
+  w.metadata(rank, kHostTid, "thread_sort_index", "\"sort_index\":-1");
+  if (record.measured)
+    write_measured_issues(w, graph, record, tasks, rank);
+  else
+    write_simulated_issues(w, graph, record, tasks, rank);
 }
 
 /// The host memory of every node that holds a selected rank.

@@ -114,6 +114,9 @@ TEST_F(Cli, SimulateJsonOnStdoutHasTheContractKeys) {
     for (const char* k :
          {"compute", "tp_comm", "pp_comm", "dp_comm", "pipeline_bubble", "optimizer", "offload"})
       sum += s.at("breakdown_s").at(k).get<double>();
+    // With the host timeline (host_model on, the default) the eighth component.
+    ASSERT_TRUE(s.at("breakdown_s").contains("host_bound"));
+    sum += s.at("breakdown_s").at("host_bound").get<double>();
     EXPECT_NEAR(sum, it, 1e-9 * it);
     EXPECT_EQ(s.at("per_rank").size(), s.at("world_size").get<std::size_t>());
     std::int64_t max_peak = 0;

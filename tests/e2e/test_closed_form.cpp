@@ -49,11 +49,13 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 /// Runs `trainsim ARGS --format json` and returns the summary (fails the test on errors).
+/// The closed forms are the hardware's: the host timeline is off (`--set host_model=off`; its
+/// own closed forms are tests/sim/test_host_thread.cpp's).
 json simulate_json(const std::string& args) {
   const test_support::ScratchDir dir("trainsim_closed_form");
   const fs::path out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
   const std::string cmd = std::string("'") + TRAINSIM_CLI + "' simulate " + args +
-                          " --format json > '" + out.string() + "' 2> '" + err.string() +
+                          " --set host_model=off --format json > '" + out.string() + "' 2> '" + err.string() +
                           "' < /dev/null";
   const int status = std::system(cmd.c_str());
   const std::string o = slurp(out), e = slurp(err);

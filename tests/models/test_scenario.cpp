@@ -260,6 +260,21 @@ TEST_F(ScenarioFiles, NcclNvlsEnableIsReadAndBadValuesNamed) {
   expect_error("nccl_nvls_enable: 2\n" + kBase, {":1:", "nccl_nvls_enable", "'2'", "boolean"});
 }
 
+TEST_F(ScenarioFiles, HostModelIsReadAndBadValuesNamed) {
+  EXPECT_TRUE(load_scenario(write(kBase)).host_model);  // on when absent
+  EXPECT_FALSE(load_scenario(write("host_model: off\n" + kBase)).host_model);
+  EXPECT_FALSE(load_scenario(write("host_model: false\n" + kBase)).host_model);
+  EXPECT_TRUE(load_scenario(write("host_model: on\n" + kBase)).host_model);
+  expect_error("host_model: sometimes\n" + kBase, {":1:", "host_model", "'sometimes'", "boolean"});
+}
+
+TEST_F(ScenarioFiles, TimingLogLevelIsReadAndBadValuesNamed) {
+  EXPECT_EQ(load_scenario(write(kBase)).timing_log_level, 0);
+  EXPECT_EQ(load_scenario(write("timing_log_level: 2\n" + kBase)).timing_log_level, 2);
+  expect_error("timing_log_level: 3\n" + kBase, {":1:", "timing_log_level", "3"});
+  expect_error("timing_log_level: high\n" + kBase, {":1:", "timing_log_level", "'high'"});
+}
+
 TEST_F(ScenarioFiles, ExplicitValuesAreRead) {
   std::string text = kBase;
   text = replace(text, "  seq_length: 128\n",

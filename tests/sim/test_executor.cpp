@@ -27,6 +27,8 @@ struct Env {
   explicit Env(std::int64_t nodes = 4) {
     scenario.cluster.system = system.name;
     scenario.cluster.nodes = nodes;
+    // Hardware-only closed forms: the host timeline is tests/sim/test_host_thread.cpp's.
+    scenario.host_model = false;
     scenario.cluster.gpus_per_node = 8;
   }
   // Bandwidths as the platform applies them (nominal x calibration efficiency).
