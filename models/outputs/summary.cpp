@@ -396,6 +396,21 @@ json unfolded_json(const Summary& s) {
   return u;
 }
 
+/// The host memory and ZeRO / offload keys.
+void host_and_offload_json(json& j, const Summary& s) {
+  j["host_peak_memory_bytes"] = s.host_peak_memory_bytes;
+  j["host_peak_memory_node"] = s.host_peak_memory_node;
+  j["host_peak_memory_by_category"] = memvector_json(s.host_peak_memory_by_category);
+  j["host_memory_capacity_bytes"] = s.host_memory_capacity_bytes;
+  j["host_oom"] = s.host_oom;
+  j["zero_stage"] = s.zero_stage;
+  j["offload_optimizer"] = s.offload_optimizer;
+  if (s.offload_optimizer) {
+    j["offload_ratio"] = s.offload_ratio;
+    j["offload_ratio_auto"] = s.offload_ratio_auto;
+  }
+}
+
 }  // namespace
 
 json summary_to_json(const Summary& s) {
@@ -455,17 +470,7 @@ json summary_to_json(const Summary& s) {
     j["measured_peak_allocated_bytes"] = s.record_peak_allocated_bytes;
   if (s.record_peak_reserved_bytes >= 0)
     j["measured_peak_reserved_bytes"] = s.record_peak_reserved_bytes;
-  j["host_peak_memory_bytes"] = s.host_peak_memory_bytes;
-  j["host_peak_memory_node"] = s.host_peak_memory_node;
-  j["host_peak_memory_by_category"] = memvector_json(s.host_peak_memory_by_category);
-  j["host_memory_capacity_bytes"] = s.host_memory_capacity_bytes;
-  j["host_oom"] = s.host_oom;
-  j["zero_stage"] = s.zero_stage;
-  j["offload_optimizer"] = s.offload_optimizer;
-  if (s.offload_optimizer) {
-    j["offload_ratio"] = s.offload_ratio;
-    j["offload_ratio_auto"] = s.offload_ratio_auto;
-  }
+  host_and_offload_json(j, s);
   j["breakdown_s"] = breakdown_json(s.breakdown);
   j["breakdown_note"] = s.breakdown_note;
   if (s.has_slowest_rank)

@@ -65,6 +65,34 @@ TEST(ForecastCli, ForecastsTheRunAndItsFiguresAddUp) {
   EXPECT_EQ(slurp(json_path), slurp(again));
 }
 
+// A per-GPU speed spread: each sample is the run again with its own variability.seed, so the
+// samples differ, p99 >= p90 >= p50, the spread's mean stays near the deterministic run's
+// (lognormal speeds of mean 1), and a fixed --seed gives the same distribution byte for byte;
+// a spread of 0 is the deterministic run.
+TEST(ForecastCli, SpeedSpreadSamplesAreReproducibleAndOrdered) {
+  ScratchDir dir("forecast_cli");
+  const std::string training = "training:\n  train_tokens: 2e8\n  gpu_hour_usd: 2\n";
+  const std::string spread =
+      dir.write("cv.yaml", scenario(training + "variability: {gpu_speed_cv: 0.2}\n"));
+  const std::string none =
+      dir.write("cv0.yaml", scenario(training + "variability: {gpu_speed_cv: 0}\n"));
+  const std::string a = dir.file("a.json").string(), b = dir.file("b.json").string(),
+                    c = dir.file("c.json").string(), log = dir.file("log").string();
+  ASSERT_EQ(run("forecast " + spread + " --samples 9 --seed 11 --json " + a, log), 0) << slurp(log);
+  ASSERT_EQ(run("forecast " + spread + " --samples 9 --seed 11 --json " + b, log), 0) << slurp(log);
+  EXPECT_EQ(slurp(a), slurp(b));
+  const nlohmann::json it = nlohmann::json::parse(slurp(a)).at("iteration_time_s");
+  EXPECT_TRUE(it.at("variable").get<bool>());
+  const double p50 = it.at("p50"), p90 = it.at("p90"), p99 = it.at("p99");
+  EXPECT_LE(p50, p90);
+  EXPECT_LE(p90, p99);
+  EXPECT_LT(p50, p99);  // nine draws of a 20% spread are not all equal
+  ASSERT_EQ(run("forecast " + none + " --samples 9 --seed 11 --json " + c, log), 0) << slurp(log);
+  const nlohmann::json flat = nlohmann::json::parse(slurp(c)).at("iteration_time_s");
+  EXPECT_EQ(flat.at("p50"), flat.at("deterministic"));
+  EXPECT_EQ(flat.at("p99"), flat.at("deterministic"));
+}
+
 TEST(ForecastCli, BadTrainingValuesExitOneNamingFileFieldAndValue) {
   ScratchDir dir("forecast_cli");
   struct Case {

@@ -38,7 +38,7 @@ std::set<std::pair<std::uint32_t, std::string>> spans(const std::string& path, i
   const auto trace = nlohmann::json::parse(slurp(path));
   std::set<std::pair<std::uint32_t, std::string>> out;
   for (const auto& e : trace.at("traceEvents"))
-    if (e.at("ph") == "X" && e.at("pid") == pid && e.value("cat", "") != "host_issue")
+    if (e.at("ph") == "X" && e.at("pid") == pid && e.value("cat", "").rfind("host_", 0) != 0)
       out.emplace(e.at("args").at("task").get<std::uint32_t>(), e.at("name").get<std::string>());
   return out;
 }

@@ -587,7 +587,7 @@ TEST_F(ScenarioFiles, InconsistentInterleaving) {
   // runtime); Megatron-Core runs it.
   expect_error(replace(kBase, "  global_batch_size: 16\n", vp + "1\n"),
                {"parallel.num_layers_per_virtual_pipeline_stage (1)",
-                "parallel.pipeline_model_parallel_size (2)", "> 2", "megatron-2021"});
+                "parallel.pipeline_model_parallel_size (2)", ">= 3", "megatron-2021"});
   // A valid interleaved plan: 4 layers, pp 2, 1 layer per chunk -> 2 chunks; 4 microbatches.
   const Scenario s = load_scenario(
       write("runtime: megatron-core\n" + replace(kBase, "  global_batch_size: 16\n", vp + "1\n"),
