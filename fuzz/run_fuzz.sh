@@ -13,7 +13,7 @@ total=${1:-1920}
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_scenario fuzz_overrides fuzz_calibration fuzz_trace fuzz_measured_trace fuzz_plan_result
-                                    fuzz_hf_config fuzz_system_file fuzz_microbench)
+                                    fuzz_hf_config fuzz_system_file fuzz_microbench fuzz_launch_script)
 build=${TRAINSIM_FUZZ_BUILD:-build-fuzz}
 
 launcher=()
