@@ -56,7 +56,7 @@ def task_spans(trace_path, pid=0):
     spans = {}
     for e in json.load(open(trace_path))["traceEvents"]:
         if (e.get("ph") == "X" and e.get("pid") == pid and "task" in e.get("args", {})
-                and not str(e.get("cat", "")).startswith("host_")):  # the replay's host thread names tasks too
+                and not str(e.get("cat", "")).startswith("host_") and e.get("cat") != "wait"):  # the replay's host thread names tasks too
             spans[e["name"]] = e["dur"] * 1e-6
     return spans
 

@@ -139,7 +139,9 @@ MeasuredTrace measured_record(const MeasuredTraceFile& file, const ScheduleGraph
     }
     if (ph != "X") continue;
     // The host thread's issue spans (docs/trace.md "Replay additions") name their task too.
-    if (str_field(e, "cat").rfind("host_", 0) == 0) continue;  // the host thread (docs/trace.md)
+    // and the nested "waiting for peers" spans (cat wait): annotations, not tasks.
+    const std::string cat = str_field(e, "cat");
+    if (cat.rfind("host_", 0) == 0 || cat == "wait") continue;  // docs/trace.md
     std::int64_t id = -1;
     if (!e.contains("args") || !e["args"].is_object() || !int_field(e["args"], "task", &id))
       fail(path, "traceEvents[" + std::to_string(i) + "]: field 'args.task' is missing or not an "

@@ -54,7 +54,7 @@ def load_trace(path, rank):
         if e.get("pid") != rank:
             continue
         ph = e.get("ph")
-        if ph == "X":
+        if ph == "X" and not str(e.get("cat", "")).startswith("host_") and e.get("cat") != "wait":
             a = e.get("args", {})
             spans.append({"t0": e["ts"] * 1e-6, "t1": (e["ts"] + e["dur"]) * 1e-6,
                           "tid": e.get("tid"), "phase": a.get("phase", ""),

@@ -290,10 +290,29 @@ void write_rank_metadata(EventWriter& w, const ScheduleGraph& graph,
   }
 }
 
+/// A collective or a receive that started before its peers arrived: a nested "waiting for
+/// peers" span (cat `wait`) from its start to the moment all its participants had arrived
+/// (activity.h active_start_s), so the trace shows the wait as a wait and the transfer after it
+/// (docs/trace.md).
+void write_wait_span(EventWriter& w, const ScheduleGraph& graph, const ExecutionRecord& record,
+                     const std::vector<double>& active, TaskId id, RankId rank, int lane) {
+  const Task& t = graph.task(id);
+  if (t.kind != TaskKind::Collective && t.kind != TaskKind::Recv) return;
+  const std::int64_t b = ns(record.start_s[id]);
+  const std::int64_t e = std::min(ns(active[id]), ns(record.end_s[id]));
+  if (!(e > b)) return;
+  w.event("\"ph\":\"X\",\"pid\":" + std::to_string(rank) +
+          ",\"tid\":" + std::to_string(lane_tid(static_cast<int>(t.stream), lane)) +
+          ",\"name\":\"waiting for peers\",\"cat\":\"wait\",\"ts\":" + us_of_ns(b) +
+          ",\"dur\":" + us_of_ns(e - b) + ",\"args\":{\"task\":" + std::to_string(id) +
+          ",\"waits_for\":\"" +
+          (t.kind == TaskKind::Recv ? "the sender" : "every member of the group") + "\"}");
+}
+
 /// One complete event per task of the rank that ran.
 void write_rank_spans(EventWriter& w, const ScheduleGraph& graph, const ExecutionRecord& record,
                       const std::vector<TaskId>& tasks, const std::vector<int>& lanes,
-                      RankId rank) {
+                      const std::vector<double>& active, RankId rank) {
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     const TaskId id = tasks[i];
     if (!task_ran(record, id)) continue;
@@ -311,6 +330,7 @@ void write_rank_spans(EventWriter& w, const ScheduleGraph& graph, const Executio
             ",\"bytes\":" + number(bytes) + ",\"kind\":\"" + to_string(t.kind) +
             "\",\"op\":\"" + to_string(op.kind) + "\",\"phase\":\"" + to_string(t.phase) +
             "\"" + replayed_as_arg(record, id) + "}");
+    write_wait_span(w, graph, record, active, id, rank, lanes[i]);
   }
 }
 
@@ -432,7 +452,7 @@ void write_chrome_trace(std::ostream& out, const ScheduleGraph& graph,
     const std::vector<TaskId> tasks = graph.tasks_of_rank(rank);
     const std::vector<int> lanes = assign_lanes(graph, record, tasks);
     write_rank_metadata(w, graph, tasks, lanes, rank, gpn);
-    write_rank_spans(w, graph, record, tasks, lanes, rank);
+    write_rank_spans(w, graph, record, tasks, lanes, active, rank);
     write_host_thread(w, graph, record, tasks, rank);
     memory.gpu_of(rank).for_each_step(memory.start_s, [&](double time_s, const MemVector& v) {
       w.counter(rank, "memory", time_s, memory_args(v));

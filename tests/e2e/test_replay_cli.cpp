@@ -38,7 +38,8 @@ std::set<std::pair<std::uint32_t, std::string>> spans(const std::string& path, i
   const auto trace = nlohmann::json::parse(slurp(path));
   std::set<std::pair<std::uint32_t, std::string>> out;
   for (const auto& e : trace.at("traceEvents"))
-    if (e.at("ph") == "X" && e.at("pid") == pid && e.value("cat", "").rfind("host_", 0) != 0)
+    if (e.at("ph") == "X" && e.at("pid") == pid && e.value("cat", "").rfind("host_", 0) != 0 &&
+        e.value("cat", "") != "wait")
       out.emplace(e.at("args").at("task").get<std::uint32_t>(), e.at("name").get<std::string>());
   return out;
 }

@@ -33,7 +33,8 @@ int rank0_tasks(const std::string& trace) {
   const nlohmann::json t = nlohmann::json::parse(slurp(trace));
   for (const auto& e : t["traceEvents"])
     if (e.value("ph", "") == "X" && e.value("pid", -1) == 0 && e.contains("args") &&
-        e["args"].contains("task") && e.value("cat", "").rfind("host_", 0) != 0)
+        e["args"].contains("task") && e.value("cat", "").rfind("host_", 0) != 0 &&
+        e.value("cat", "") != "wait")
       ++n;
   return n;
 }

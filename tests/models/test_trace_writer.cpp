@@ -75,9 +75,27 @@ TEST(TraceWriter, CompleteEventsCarryTaskIdsAndWork) {
   const testing::HandBuilt run = testing::two_stage_run();
   const json t = trace_of();
   std::set<std::int64_t> ids;
+  int waits = 0;
   for (std::int64_t pid : {0, 1})
     for (const json& e : events(t, "X", pid)) {
       const std::int64_t id = e.at("args").at("task");
+      if (e.value("cat", "") == "wait") {
+        // A receive posted before its send, or a collective entered before its peers: nested
+        // at its start, until the last participant's start (the send's, or the latest member's).
+        const Task& w = run.graph.task(TaskId(id));
+        ASSERT_TRUE(w.kind == TaskKind::Recv || w.kind == TaskKind::Collective);
+        const bool p2p = w.kind == TaskKind::Recv;
+        double last_start = run.record.start_s[id];
+        for (TaskId s = 0; s < run.graph.num_tasks(); ++s) {
+          const Task& o = run.graph.task(s);
+          const bool same = p2p ? o.kind == TaskKind::Send : o.kind == TaskKind::Collective;
+          if (same && o.match == w.match) last_start = std::max(last_start, run.record.start_s[s]);
+        }
+        EXPECT_DOUBLE_EQ(e.at("ts").get<double>(), run.record.start_s[id] * 1e6);
+        EXPECT_NEAR(e.at("dur").get<double>(), (last_start - run.record.start_s[id]) * 1e6, 1e-3);
+        ++waits;
+        continue;
+      }
       ids.insert(id);
       EXPECT_EQ(e.at("name"), run.graph.label(TaskId(id)));
       EXPECT_EQ(e.at("pid"), run.graph.task(TaskId(id)).rank);
@@ -91,6 +109,7 @@ TEST(TraceWriter, CompleteEventsCarryTaskIdsAndWork) {
       EXPECT_TRUE(e.at("args").contains("op"));
     }
   EXPECT_EQ(ids.size(), run.graph.num_tasks());
+  EXPECT_GT(waits, 0);
   // T4 (backward, 20 FLOPs, 64 bytes accessed); U4 (d2h copy of 2000 bytes).
   for (const json& e : events(t, "X", 0))
     if (e.at("args").at("task") == 4) {
@@ -288,7 +307,7 @@ TEST(TraceWriter, OverlappingSendsGetTracksOfTheirOwn) {
   std::vector<long> tids;
   std::map<long, std::string> names;
   for (const json& e : t.at("traceEvents")) {
-    if (e.at("ph") == "X") tids.push_back(e.at("tid").get<long>());
+    if (e.at("ph") == "X" && e.value("cat", "") != "wait") tids.push_back(e.at("tid").get<long>());
     if (e.at("ph") == "M" && e.at("name") == "thread_name")
       names[e.at("tid").get<long>()] = e.at("args").at("name").get<std::string>();
   }
