@@ -155,6 +155,12 @@ def main():
         prof = json.load(open(path))
         params = {k: (v["value"] if isinstance(v, dict) else v) for k, v in prof["parameters"].items()}
         srcs = {k: v.get("source", "") for k, v in prof["parameters"].items() if isinstance(v, dict)}
+        # The host issue costs (section "host", docs/scenario.md host_model) are listed and
+        # checked for end-to-end sources like the parameters.
+        for k, v in prof.get("host", {}).items():
+            params["host." + k] = v["value"] if isinstance(v, dict) else v
+            if isinstance(v, dict):
+                srcs["host." + k] = v.get("source", "")
         print(f"\n== {os.path.basename(path)}: {prof['device']} ({prof['source']})")
         print(f"{'parameter':24} {'profile':>8} {'hardware.md implies':>20} {'profile/implied':>15}  derivation")
         seen = set()
