@@ -58,10 +58,14 @@ TraceSelection select_trace_ranks(const ScheduleGraph& graph, const std::string&
   std::sort(sel.ranks.begin(), sel.ranks.end());
   sel.ranks.erase(std::unique(sel.ranks.begin(), sel.ranks.end()), sel.ranks.end());
   if (sel.ranks != requested)
-    sel.note += "; the graph is folded (each simulated rank stands for " +
-                std::to_string(graph.fold_factor) +
-                " ranks: its tensor-parallel peers and data-parallel replicas), so the trace "
-                "shows the representatives " + format_rank_list(sel.ranks) +
+    sel.note += (graph.partial_representatives.empty()
+                     ? "; the graph is folded (each simulated rank stands for " +
+                           std::to_string(graph.fold_factor) +
+                           " ranks: its tensor-parallel peers and data-parallel replicas)"
+                     : std::string("; the graph is partially folded (scenario variability: "
+                                   "each simulated rank stands for the ranks the summary's "
+                                   "unfolded_ranks and per_rank represented_by name)")) +
+                ", so the trace shows the representatives " + format_rank_list(sel.ranks) +
                 " of the requested ranks";
   return sel;
 }

@@ -53,6 +53,14 @@ TEST(VariabilityCli, ASlowGpuIsUnfolded) {
       << slurp(dir.path() / "s.log");
   const std::string out = slurp(json);
   EXPECT_NE(out.find("\"unfolded_ranks\""), std::string::npos) << out;
+  // The trace's rank note says the representatives stand for varying numbers of ranks.
+  ASSERT_EQ(run("simulate " + trainsim::test_support::source_path(kScenario) +
+                    " --set simulation.fold=true --set 'variability={slow_gpus: [{rank: 7, "
+                    "speed: 0.5}]}' --trace-ranks all --json " + json,
+                (dir.path() / "s.log").string()),
+            0)
+      << slurp(dir.path() / "s.log");
+  EXPECT_NE(slurp(json).find("the graph is partially folded"), std::string::npos) << slurp(json);
 }
 
 }  // namespace
