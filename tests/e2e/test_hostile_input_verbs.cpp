@@ -6,10 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/e2e/cli_helpers.h"
+#include "tests/support/paths.h"
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,24 +21,25 @@ using trainsim_e2e::slurp;
 
 namespace fs = std::filesystem;
 
+using trainsim::test_support::ScratchDir;
+using trainsim::test_support::source_path;
+
 const std::string kSrc = TRAINSIM_SOURCE_DIR;
-const std::string kScenario = kSrc + "/scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml";
-const std::string kA100 = kSrc + "/calibration/a100-sxm4-80gb.json";
-const std::string kH100Trace = kSrc + "/validation/data/h100_2026-11-26/replay_gpt-1.7b.trace.json";
-const std::string k17b = kSrc + "/scenarios/gpt-1.7b_tp1_pp1_dp32.yaml";
+const std::string kScenario = source_path("scenarios/small/gpt-tiny_tp2_pp2_dp2.yaml");
+const std::string kA100 = source_path("calibration/a100-sxm4-80gb.json");
+const std::string kH100Trace =
+    source_path("validation/data/h100_2026-11-26/replay_gpt-1.7b.trace.json");
+const std::string k17b = source_path("scenarios/gpt-1.7b_tp1_pp1_dp32.yaml");
 
 class HostileVerbs : public ::testing::Test {
  public:
   void SetUp() override {
-    dir_ = fs::path(TRAINSIM_BINARY_DIR) / "e2e_hostile_input_verbs" /
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    scratch_ = std::make_unique<ScratchDir>("e2e_hostile_input_verbs");
+    dir_ = scratch_->path();
   }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return scratch_->file(name).string(); }
   std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path(name), std::ios::binary) << text;
-    return path(name);
+    return scratch_->write(name, text);
   }
   /// Runs `trainsim ARGS`: exit 1 and every needle in its output, which it returns.
   std::string expect_refused(const std::string& args, const std::vector<std::string>& needles) {
@@ -52,6 +54,7 @@ class HostileVerbs : public ::testing::Test {
   std::string plan_scenario(const std::string& plan_section) const {
     return write("plan.yaml", slurp(kScenario) + "\n" + plan_section);
   }
+  std::unique_ptr<ScratchDir> scratch_;
   fs::path dir_;
 };
 
