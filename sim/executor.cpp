@@ -374,7 +374,8 @@ void get_host_record(const std::string& bytes, std::size_t& pos, ExecutionRecord
     const auto n = get<std::uint64_t>(bytes, pos);
     if (pos + n * sizeof(double) > bytes.size()) throw SystemError("simulate: truncated result");
     v->resize(n);
-    std::memcpy(v->data(), bytes.data() + pos, n * sizeof(double));
+    // An empty vector's data() may be null, which memcpy must not be given even for 0 bytes.
+    if (n > 0) std::memcpy(v->data(), bytes.data() + pos, n * sizeof(double));
     pos += n * sizeof(double);
   }
 }
@@ -700,7 +701,8 @@ class Run {
     for (const auto* v : {&host_.issue_end_s, &host_.issue_start_s, &host_.wait_s,
                           &host_.sync_start_s, &host_.sync_end_s}) {
       put(out, std::uint64_t(v->size()));
-      out.append(reinterpret_cast<const char*>(v->data()), v->size() * sizeof(double));
+      if (!v->empty())
+        out.append(reinterpret_cast<const char*>(v->data()), v->size() * sizeof(double));
     }
   }
 
