@@ -64,8 +64,9 @@ TEST(Subprocess, TimeoutThenStop) {
   EXPECT_GE(seconds_since(t0), 0.2);
   EXPECT_TRUE(c.running());
   const ExitStatus s = c.stop(5.0);  // SIGTERM ends sleep at once
+  // Ended by the SIGTERM, not by its 30 s sleep running out (that would be exit 0): no wall
+  // time bound, which a loaded machine could break.
   EXPECT_EQ(s.signal, SIGTERM);
-  EXPECT_LT(seconds_since(t0), 5.0);
 }
 
 TEST(Subprocess, StopKillsAChildThatIgnoresSigterm) {
@@ -132,7 +133,8 @@ TEST(Subprocess, ReadLinesStopsWhenAsked) {
   EXPECT_FALSE(read_lines(
       children, [](std::size_t, const std::string&) {}, [](std::size_t) {},
       [&] { return seconds_since(t0) > 0.1; }, "test"));
-  EXPECT_LT(seconds_since(t0), 5.0);
+  // It returned because it was asked to, not because the child (asleep for 30 s) ended.
+  EXPECT_FALSE(children[0].poll().has_value());
 }
 
 TEST(Subprocess, DestructorStopsAndReapsARunningChild) {
@@ -175,8 +177,8 @@ TEST(Subprocess, WaitAllStopsTheOthersWhenOneFails) {
   ASSERT_EQ(::read(children[2].output_fd(), b, 6), 6);  // SIGTERM is ignored from here on
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(wait_all_stop_on_failure(children, 0.3), 1);
-  EXPECT_GE(seconds_since(t0), 0.3);
-  EXPECT_LT(seconds_since(t0), 10.0);
+  EXPECT_GE(seconds_since(t0), 0.3);  // the grace period before the SIGKILL
+  // The sleeping children were stopped by signals, not waited for to the end of their sleep.
   EXPECT_EQ(children[0].status()->signal, SIGTERM);
   EXPECT_EQ(children[1].status()->exit_code, 4);
   EXPECT_EQ(children[2].status()->signal, SIGKILL);
