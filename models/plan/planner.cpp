@@ -347,8 +347,7 @@ PlanConfig load_plan_config(const std::string& scenario_path, const ValidScenari
   c.context_parallel_size = {bp.context_parallel_size};
   c.expert_model_parallel_size = {bp.expert_model_parallel_size};
   c.expert_tensor_parallel_size = {0};  // the scenario file's own (no override)
-  c.fsdp = {bp.use_megatron_fsdp ? FsdpKind::Megatron
-                                 : bp.use_torch_fsdp2 ? FsdpKind::Torch : FsdpKind::None};
+  c.fsdp = {fsdp_kind(bp)};
   c.fp8 = {bp.fp8};
   // A scenario that offloads its optimizer has offloaded candidates, and the same layouts on
   // the GPU alone.
@@ -537,10 +536,7 @@ void set_recompute(const PlanConfig& plan, const Scenario& base, const GridPoint
 void set_fsdp_and_fp8(const Scenario& base, const GridPoint& x, Overrides& out) {
   auto set = [&](const std::string& k, const std::string& v) { out.emplace_back(k, v); };
   const ParallelConfig& bp = base.parallel;
-  const FsdpKind own = bp.use_megatron_fsdp ? FsdpKind::Megatron
-                       : bp.use_torch_fsdp2 ? FsdpKind::Torch
-                                            : FsdpKind::None;
-  if (x.fsdp != own) {
+  if (x.fsdp != fsdp_kind(bp)) {
     set(key_of(&ParallelConfig::use_megatron_fsdp), x.fsdp == FsdpKind::Megatron ? "true" : "false");
     set(key_of(&ParallelConfig::use_torch_fsdp2), x.fsdp == FsdpKind::Torch ? "true" : "false");
   }
@@ -693,6 +689,12 @@ double count_grid_points(const PlanConfig& plan, const ValidScenario& valid) {
          double(plan.micro_batch_size.size()) * per_rc *
          double(plan.sequence_parallel.size()) * double(sharding_choices(plan).size()) *
          (plan.allow_offload ? 2.0 : 1.0);
+}
+
+FsdpKind fsdp_kind(const ParallelConfig& p) {
+  return p.use_megatron_fsdp ? FsdpKind::Megatron
+         : p.use_torch_fsdp2 ? FsdpKind::Torch
+                             : FsdpKind::None;
 }
 
 const char* to_string(FsdpKind f) {

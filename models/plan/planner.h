@@ -38,6 +38,8 @@ namespace trainsim {
 /// Which FSDP implementation a candidate shards with (docs/plan.md `fsdp`).
 enum class FsdpKind : std::uint8_t { None, Megatron, Torch };
 const char* to_string(FsdpKind f);
+/// The FSDP implementation a scenario's parallel section names.
+FsdpKind fsdp_kind(const ParallelConfig& p);
 
 /// The `plan:` section: values each dimension takes (docs/plan.md lists
 /// defaults).
