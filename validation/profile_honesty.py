@@ -65,16 +65,31 @@ def parse_hardware_md(path):
     return sheet, measured
 
 
+def mamf_relations(measured, bf16_key, bf16_peak, fp8_key, fp8_peak):
+    """GEMM efficiencies bounded by a GPU's best published BF16 / FP8 rates (MAMF finder)."""
+    out = []
+    for param, key, peak in (("gemm_max_efficiency", bf16_key, bf16_peak),
+                             ("gemm_fp8_max_efficiency", fp8_key, fp8_peak)):
+        if key:
+            g = numbers(measured[key])[0]
+            out.append((param, g / peak, g / peak,
+                        f"'{key}' {g:g} TFLOP/s / datasheet {peak:g} TFLOP/s", "max"))
+    return out
+
+
 def relations(device, sheet, measured):
     """(parameter, implied low, implied high, derivation text, kind) for one GPU."""
     a100 = device.startswith("A100")
     cols = {"A100-SXM4-40GB": "A100 SXM 40GB", "A100-SXM4-80GB": "A100 SXM 80GB",
             "H100-SXM5-80GB": "H100 SXM 80GB", "H200-SXM-141GB": "H200 SXM 141GB",
             "B200-SXM-180GB": "H100 SXM 80GB"}
+    if device.startswith("GB200"):
+        # GB200-186GB: no column in hardware.md's GPU table; its GEMM efficiencies are GB200
+        # measurements (section "GB200 NVL72": MAMF finder, Azure's sustained cuBLASLt FP8),
+        # bounded by the best published rates; the rest are the H100's, carried over and checked
+        # in the H100 profile.
+        return mamf_relations(measured, "BF16 MAMF, GB200", 2500.0, "FP8 MAMF, GB200", 5000.0)
     if device not in cols:
-        # GB200-186GB: no column in hardware.md's GPU table and no GB200 microbenchmark there
-        # (its section "GB200 NVL72"): its efficiencies are the H100's, carried over and
-        # checked in the H100 profile; nothing to relate here.
         return []
     col = cols[device]
     # B200: its own BF16 MAMF for the GEMM (below); NVLink, NIC and PCIe efficiencies are carried
@@ -96,6 +111,8 @@ def relations(device, sheet, measured):
     g = numbers(measured[gemm_key])[0]
     out.append(("gemm_max_efficiency", g / peak, g / peak,
                 f"'{gemm_key}' {g:g} TFLOP/s / datasheet {peak:g} TFLOP/s", "max"))
+    if b200:  # its own FP8 MAMF (hardware.md, "DGX B200": dense FP8 4,500)
+        out += mamf_relations(measured, None, 0, "FP8 (float8_e4m3fn) MAMF, B200 SXM", 4500.0)
     ar_key = "NCCL all-reduce bus bandwidth, 8x A100 one node" if a100 else \
         "NCCL all-reduce bus bandwidth, 8x H100 one node (ring)"
     ar = numbers(measured[ar_key])

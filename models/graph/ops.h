@@ -58,7 +58,9 @@ struct ModelFeatures {
   bool attention_dropout = true;  ///< dropout on the attention probabilities (p > 0)
   std::uint8_t attention = 0;     ///< AttentionBackend: 0 unfused, 1 fused, 2 flash
   std::int64_t window = 0;        ///< sliding window (keys back per query); 0 = full causal
-  std::uint8_t fp8 = 0;           ///< 0 none; 1 FP8 with delayed scaling; 2 current scaling
+  /// 0 none; 1 FP8 with delayed scaling; 2 current scaling (and blockwise); 3 MXFP8 (E8M0
+  /// scales per 32 elements, computed inside the cast kernel: no amax pass)
+  std::uint8_t fp8 = 0;
   /// FP8 forward GEMMs with the split accumulator too (the blockwise recipe); the backward
   /// GEMMs of every Transformer Engine FP8 recipe have it (KernelWork::split_accumulator).
   bool fp8_split_fprop = false;

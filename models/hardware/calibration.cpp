@@ -64,6 +64,7 @@ const std::vector<ParamSpec>& param_specs() {
        true},
       {"moe_scatter_add_bytes_per_s", &P::moe_scatter_add_bytes_per_s, 0, false, 1e15, false,
        true},
+      {"mxfp8_quantize_bytes_per_s", &P::mxfp8_quantize_bytes_per_s, 0, false, 1e15, false, true},
   };
   return specs;
 }

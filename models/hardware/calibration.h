@@ -70,6 +70,11 @@ struct CalibrationProfile {
   /// the expert outputs' token copies back into token order: atomic adds of k rows into each
   /// token row), in bytes of the added rows per second. 0 (absent): the HBM rate.
   double moe_scatter_add_bytes_per_s = 0;
+  /// Rate of Transformer Engine's MXFP8 quantize kernel (fp8_recipe mxfp8: one pass reading the
+  /// high-precision tensor and writing its row-wise and column-wise FP8 copies with one E8M0
+  /// scale per 32 elements each; KernelWork::mxfp8_quantize), in bytes read + written per
+  /// second. 0 (absent): the HBM rate.
+  double mxfp8_quantize_bytes_per_s = 0;
 
   // ---- communication (cost_model.cpp: collective_latency_s, *_efficiency)
   /// Achieved / nominal bandwidth: NCCL on NVLink, NCCL on the IB fabric, cudaMemcpy on PCIe.

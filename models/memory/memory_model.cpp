@@ -154,9 +154,11 @@ ModelFeatures model_features(const Scenario& sc) {
   f.attention_dropout = m.attention_dropout > 0;
   f.attention = static_cast<std::uint8_t>(m.attention_backend);
   // Current (tensorwise) and blockwise scaling compute their scales from the tensor itself: one
-  // amax pass before each cast; delayed scaling reuses the amax history.
+  // amax pass before each cast; delayed scaling reuses the amax history; MXFP8 computes its
+  // block scales inside the cast kernel (3).
   f.fp8 = p.fp8 == Fp8Format::None                                                   ? 0
           : p.fp8_recipe == Fp8Recipe::Tensorwise || p.fp8_recipe == Fp8Recipe::Blockwise ? 2
+          : p.fp8_recipe == Fp8Recipe::Mxfp8                                              ? 3
                                                                                        : 1;
   f.fp8_split_fprop = p.fp8 != Fp8Format::None && p.fp8_recipe == Fp8Recipe::Blockwise;
   f.qk_norm = m.qk_layernorm;
@@ -478,9 +480,9 @@ std::int64_t core_moe_mlp_bytes(const Scenario& sc, const CoreDims& c) {
 ///     recomputation) and the projection input e T P; dropout mask Tsp h with hidden dropout.
 ///   MLP: norm input e Tsp h + statistics; fc1 input q Tsp h; fc1 output e T F (2F with
 ///     SwiGLU); fc2 input q T F; dropout mask Tsp h with hidden dropout.
-LayerActivationBytes core_layer_activation_bytes(const Scenario& sc, bool moe_layer) {
+LayerActivationBytes core_layer_activation_bytes_q(const Scenario& sc, bool moe_layer,
+                                                   const CoreDims& c) {
   const ParallelConfig& p = sc.parallel;
-  const CoreDims c = core_dims(sc);
   const Tokens& tk = c.tk;
   const std::int64_t h = c.h, e = c.e, q = c.q, stats = c.stats, mask = c.mask;
   LayerActivationBytes out;
@@ -501,6 +503,26 @@ LayerActivationBytes core_layer_activation_bytes(const Scenario& sc, bool moe_la
     out.mlp_rerun = out.mlp - kept;
     out.mlp = kept;
   }
+  return out;
+}
+
+/// The layer's activations, and under MXFP8 the E8M0 scales of its saved FP8 copies: the
+/// bytes are linear in q, so the FP8 copies' elements are the difference of the counts at
+/// q = 1 and q = 0, each with one scale byte per 32 elements (TE MXFP8Tensor keeps the
+/// column-wise copy the weight gradient reads with its _columnwise_scale_inv).
+LayerActivationBytes core_layer_activation_bytes(const Scenario& sc, bool moe_layer) {
+  const CoreDims c = core_dims(sc);
+  LayerActivationBytes out = core_layer_activation_bytes_q(sc, moe_layer, c);
+  const ParallelConfig& p = sc.parallel;
+  if (p.fp8 == Fp8Format::None || p.fp8_recipe != Fp8Recipe::Mxfp8) return out;
+  CoreDims one = c, zero = c;
+  one.q = 1, zero.q = 0;
+  const LayerActivationBytes a = core_layer_activation_bytes_q(sc, moe_layer, one);
+  const LayerActivationBytes b = core_layer_activation_bytes_q(sc, moe_layer, zero);
+  constexpr std::int64_t kBlock = 32;  // OCP Microscaling Formats v1.0: 32 elements per scale
+  out.attn += (a.attn - b.attn) / kBlock;
+  out.mlp += (a.mlp - b.mlp) / kBlock;
+  out.mlp_rerun += (a.mlp_rerun - b.mlp_rerun) / kBlock;
   return out;
 }
 

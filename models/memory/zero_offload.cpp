@@ -123,6 +123,9 @@ RankStateBytes rank_state_bytes(const Scenario& sc, const CalibrationProfile& pr
     std::int64_t linear = linear_weights_per_rank(sc, pp_stage);
     if (stage >= 3) linear /= sc.parallel.data_parallel_size;
     g[int(MemCategory::Parameters)] += (sc.parallel.fp8_param_gather ? 2 - e : 2) * linear;
+    // MXFP8: each of the two copies carries one E8M0 scale byte per 32 elements (TE
+    // MXFP8Tensor: _rowwise_scale_inv and _columnwise_scale_inv).
+    if (sc.parallel.fp8_recipe == Fp8Recipe::Mxfp8) g[int(MemCategory::Parameters)] += linear / 16;
   }
   if (stage == 0)
     g[int(MemCategory::Gradients)] = params * grad_element_bytes(sc);

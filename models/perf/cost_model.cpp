@@ -226,6 +226,11 @@ double CostModel::kernel_time_s(const KernelWork& k) const {
         return std::max(k.scatter_add_bytes / profile_.moe_scatter_add_bytes_per_s,
                         hbm_time_s(k.bytes)) +
                profile_.kernel_launch_overhead_s;
+      // Transformer Engine's MXFP8 quantize (per-32-element block amax in both directions) at
+      // the profile's measured rate (calibration.h mxfp8_quantize_bytes_per_s).
+      if (k.mxfp8_quantize && profile_.mxfp8_quantize_bytes_per_s > 0)
+        return std::max(k.bytes / profile_.mxfp8_quantize_bytes_per_s, hbm_time_s(k.bytes)) +
+               profile_.kernel_launch_overhead_s;
       const auto& rates = profile_.memory_bound_bytes_per_s;
       if (!rates.empty()) {
         // Measured profile: the rate of this kernel's class (calibration.h).

@@ -81,6 +81,9 @@ struct KernelWork {
   /// atomic adds (the unfused MoE unpermutation): timed at the profile's
   /// moe_scatter_add_bytes_per_s when it has one; 0: a streaming kernel.
   double scatter_add_bytes = 0;
+  /// A memory-bound kernel that is Transformer Engine's MXFP8 quantize (fp8_recipe mxfp8):
+  /// timed at the profile's mxfp8_quantize_bytes_per_s when it has one, else a streaming kernel.
+  bool mxfp8_quantize = false;
 };
 
 /// Bytes of one activation / weight element in `p` (fp16 and bf16: 2).

@@ -12,8 +12,12 @@
 // operands; each GEMM input is quantized by a cast-transpose kernel (read e, write the FP8
 // row-wise and column-wise copies: 2 bytes per element); current scaling ("tensorwise")
 // first reduces the tensor's amax (one more read of e per element), delayed scaling uses the
-// amax history instead. The weights are quantized once per iteration (TE caches them after
-// the first microbatch): each microbatch's op carries 1 / microbatches of that.
+// amax history instead. MXFP8 (TE MXFP8BlockScaling) computes one E8M0 scale per 32
+// consecutive elements, along rows for the row-wise copy and along columns for the
+// column-wise one, inside the same cast kernel (no amax pass): 1/32 byte more per element and
+// copy, and its GEMMs read those scales with their operands. The weights are quantized once
+// per iteration (TE caches them after the first microbatch): each microbatch's op carries
+// 1 / microbatches of that.
 //
 // Runtime megatron-core (models/input/runtime.h KernelLists::TransformerEngine); multi-head
 // latent attention and MoE MLPs are flops_mla.cpp's and flops_moe.cpp's.
@@ -48,6 +52,7 @@ CoreShape core_shape_of(const OpDesc& op) {
   c.mg = f.main_grad_bytes ? double(f.main_grad_bytes) : kFp32Bytes;
   c.fp8 = f.fp8 != 0;
   c.current = f.fp8 == 2;
+  c.mx = f.fp8 == 3;
   c.split_fprop = f.fp8_split_fprop;
   c.swiglu = f.swiglu;
   c.rope = f.rope;
@@ -73,7 +78,8 @@ KernelWork core_gemm(const char* name, GemmPass pass, double m, double n, double
   const bool f8 = linear && c.fp8;
   const bool wgrad = pass == GemmPass::Wgrad;
   KernelWork w = gemm(name, pass, m, n, k, c.e);
-  const double in = f8 ? 1.0 : c.e;
+  // MXFP8 operands carry one E8M0 scale byte per 32 elements along k.
+  const double in = f8 ? (c.mx ? 1.0 + kMxfp8ScaleBytesPerElement : 1.0) : c.e;
   w.bytes = (m * k + k * n) * in + m * n * (wgrad ? 2 * c.mg : c.e);
   w.fp8 = f8;
   // Transformer Engine's FP8 recipes set cuBLASLt's fast accumulation off for the gradient
@@ -86,12 +92,23 @@ KernelWork core_gemm(const char* name, GemmPass pass, double m, double n, double
   return w;
 }
 
+/// Transformer Engine's MXFP8 quantize of `elements` into `copies` FP8 copies (2: row-wise and
+/// column-wise; 1: row-wise only): read e, write per copy 1 byte and 1/32 byte of E8M0 scale
+/// per element (TE common/cast/mxfp8/quantize_mxfp8.cuh: one kernel writes both copies and
+/// their scales), at the profile's measured MXFP8 quantize rate (KernelWork::mxfp8_quantize).
+KernelWork mxfp8_cast(const char* name, double elements, double copies, const CoreShape& c) {
+  KernelWork w = mem(name, elements * (c.e + copies * (1.0 + kMxfp8ScaleBytesPerElement)));
+  w.mxfp8_quantize = true;
+  return w;
+}
+
 /// TE quantization of a GEMM input of `elements` (nothing without FP8): with current
 /// scaling an amax pass first; the cast writes the FP8 data and its transpose (the weight
 /// gradient's operand).
 void quantize(const char* name, const char* amax_name, double elements, const CoreShape& c,
               std::vector<KernelWork>& out) {
   if (!c.fp8) return;
+  if (c.mx) return out.push_back(mxfp8_cast(name, elements, 2, c));
   if (c.current) out.push_back(mem(amax_name, elements * c.e));
   out.push_back(mem(name, elements * (c.e + 2.0)));
 }
@@ -106,6 +123,7 @@ void quantize_column_parallel_input(const char* name, const char* amax_name, dou
                                     const CoreShape& c, std::vector<KernelWork>& out) {
   if (!c.fp8) return;
   if (c.Tsp == c.T) return quantize(name, amax_name, c.T * width, c, out);
+  if (c.mx) return out.push_back(mxfp8_cast(name, c.Tsp * width, 1, c));
   if (c.current) out.push_back(mem(amax_name, c.Tsp * width * c.e));
   out.push_back(mem(name, c.Tsp * width * (c.e + 1.0)));
 }

@@ -21,6 +21,8 @@ namespace trainsim::kernel_lists {
 constexpr double kMaskBytes = 1.0;       // dropout masks are bool tensors (1 byte / element)
 constexpr double kFp32Bytes = 4.0;
 constexpr double kLayerNormStatsBytes = 2 * kFp32Bytes;  // apex saves fp32 mean and invvar per row
+// MXFP8 (OCP Microscaling Formats v1.0): one 1-byte E8M0 scale per block of 32 elements.
+constexpr double kMxfp8ScaleBytesPerElement = 1.0 / 32;
 
 /// A GEMM C[m x n] = A[m x k] B[k x n], `batch` independent products, of the pass `pass`, on
 /// e-byte operands: 2 m n k batch FLOPs; its operands and result moved once (flops.cpp).
@@ -52,6 +54,7 @@ std::vector<KernelWork> megatron2021_op_kernels(const OpDesc& op);
 struct CoreShape {
   double b, s, cp, T, Tsp, H, heads, groups, hd, P, Pkv, F, Vr, e, tp, mk, stats, mg;
   bool fp8, current, split_fprop, swiglu, rope, hdrop, adrop, flash;
+  bool mx;  ///< MXFP8 (fp8_recipe mxfp8): block scales, quantize kernels at their own rate
   double window, microbatches;
   // Multi-head latent attention: latent widths, RoPE key width, value head dimension (dv =
   // hd without MLA), the latent norms.
@@ -63,6 +66,9 @@ CoreShape core_shape_of(const OpDesc& op);
 /// weight-gradient GEMM accumulates into main_grad (gradient-accumulation fusion).
 KernelWork core_gemm(const char* name, GemmPass pass, double m, double n, double k,
                      const CoreShape& c, bool linear);
+/// Transformer Engine's MXFP8 quantize of `elements` into `copies` (1 or 2) FP8 copies with
+/// their E8M0 scales.
+KernelWork mxfp8_cast(const char* name, double elements, double copies, const CoreShape& c);
 /// Transformer Engine's FP8 cast of a GEMM input of `elements` (nothing without FP8).
 void quantize(const char* name, const char* amax_name, double elements, const CoreShape& c,
               std::vector<KernelWork>& out);
