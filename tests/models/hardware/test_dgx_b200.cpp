@@ -49,12 +49,15 @@ TEST(DgxB200, ProfilePublishedOrCarriedOver) {
   EXPECT_EQ(b.sm_count, 148);
   EXPECT_EQ(b.host_memory_bw_bytes_per_s, 2 * 8 * 44.8e9);  // 8 channels DDR5-5600 per socket
   EXPECT_EQ(b.gemm_fp8_promotion_interval_k, 0.0);          // no promotion on Blackwell
+  EXPECT_EQ(b.gemm_fp8_max_efficiency, 0.7627);  // FP8 MAMF 3432.5 / 4500, rounded down
+  EXPECT_EQ(b.mxfp8_quantize_bytes_per_s, 5.21e12);  // TE MXFP8 quantize: 272.6 MB in 52.34 us
   EXPECT_EQ(b.hbm_efficiency, h.hbm_efficiency);
   EXPECT_EQ(b.nvlink_efficiency, h.nvlink_efficiency);
   EXPECT_EQ(b.flash_attention_efficiency, h.flash_attention_efficiency);
   for (const auto& [name, source] : b.sources) {
     if (name == "gemm_max_efficiency" || name == "sm_count" || name == "host_memory_bw_bytes_per_s" ||
-        name == "cpu_flops_per_core_per_s")
+        name == "cpu_flops_per_core_per_s" || name == "gemm_fp8_max_efficiency" ||
+        name == "mxfp8_quantize_bytes_per_s")
       continue;
     EXPECT_EQ(source.rfind("carried over from H100", 0), 0u) << name;
   }
