@@ -74,7 +74,7 @@ const char* to_string(AttentionBackend a) {
   return "";
 }
 const char* to_string(MoeDispatcher d) {
-  return d == MoeDispatcher::AllGather ? "allgather" : "alltoall";
+  return d == MoeDispatcher::AllGather ? "allgather" : d == MoeDispatcher::Flex ? "flex" : "alltoall";
 }
 const char* to_string(Fp8Format f) {
   switch (f) {
