@@ -6,8 +6,11 @@
 // flows they give, and the bad inputs of the new keys (file, field and value in each message).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
+#include <vector>
 
+#include "models/builder/graph_builder.h"
 #include "models/hardware/calibration.h"
 #include "models/hardware/hardware.h"
 #include "models/input/scenario.h"
@@ -111,6 +114,56 @@ TEST(Mtp, TheLayoutsMtpLayerSitsOnTheLastStageWithTheLoss) {
   EXPECT_EQ(layer_params_at(sc, 61) - layer_params_at(sc, 60),
             mtp_extra_params_per_rank(sc.model, 2));
   EXPECT_EQ(mtp_extra_params_per_rank(sc.model, 2), 3 * 7168 + 2 * 7168LL * 7168 / 2);
+}
+
+TEST(Mtp, TheLastStageRunsTheMtpLayerAndItsHeadEachMicrobatch) {
+  // A small MoE model, 4 layers over PP 2, one MTP layer (global index 4), the flex
+  // dispatcher with DeepEP over EP 4, untied embeddings.
+  Scenario sc = core("hidden_size: 1024, num_attention_heads: 16, seq_length: 1024, "
+                     "padded_vocab_size: 4096, num_layers: 4, num_experts: 8, moe_router_topk: 2, "
+                     "moe_grouped_gemm: true, swiglu: true, normalization: RMSNorm, "
+                     "position_embedding_type: rope, add_bias_linear: false, "
+                     "untie_embeddings_and_output_weights: true, attention_backend: flash, "
+                     "mtp_num_layers: 1, moe_token_dispatcher_type: flex, moe_enable_deepep: true",
+                     "pipeline_model_parallel_size: 2, expert_model_parallel_size: 4, "
+                     "micro_batch_size: 1, global_batch_size: 8");
+  BuildOptions opt;
+  opt.fold = true;
+  const ScheduleGraph g = build_schedule_graph(validated(sc), find_system("dgx-h100"), opt);
+  const RankId last = RankId(sc.parallel.layout().rank_of({0, 0, 1}));
+  std::map<Phase, std::vector<OpKind>> mtp;  // the last stage's layer-4 compute, microbatch 0
+  int deepep = 0, first_stage_mtp = 0, embedding_allreduce = 0;
+  for (const Task& t : g.tasks()) {
+    const OpDesc& o = g.ops()[t.op];
+    if (t.layer == 4 && t.rank != last) ++first_stage_mtp;
+    if (t.rank == last && t.layer == 4 && t.microbatch == 0 && t.kind == TaskKind::Compute)
+      mtp[t.phase].push_back(o.kind);
+    if (t.rank == last && t.layer == 4 && t.microbatch == 0 && o.kind == OpKind::AllToAll) {
+      ++deepep;
+      // DeepEP's routing: the rank's b s = 1024 tokens, top-2 of 8 experts, h e bytes each.
+      EXPECT_DOUBLE_EQ(o.deepep.tokens, 1024.0);
+      EXPECT_DOUBLE_EQ(o.deepep.token_bytes, 1024.0 * 2);
+      EXPECT_EQ(o.deepep.topk, 2);
+    }
+    if (o.group == GroupKind::Embedding && t.rank == last) ++embedding_allreduce;
+  }
+  EXPECT_EQ(first_stage_mtp, 0);
+  using K = OpKind;
+  // Forward: the MTP input (embedding, norms, eh_proj), its layer, its pass through the head.
+  EXPECT_EQ(mtp[Phase::Forward],
+            (std::vector<OpKind>{K::EmbedFwd, K::AttnFwd, K::MlpFwd, K::LogitsLossFwd}));
+  EXPECT_EQ(mtp[Phase::Backward],
+            (std::vector<OpKind>{K::LogitsLossBwd, K::MlpBwd, K::AttnBwd, K::EmbedBwd}));
+  EXPECT_EQ(deepep, 4);  // dispatch, combine, and their adjoints
+  EXPECT_EQ(embedding_allreduce, 1);  // the word embedding copy's gradient, untied as it is
+  // The MTP input op's eh_proj: [T x 2h] x [2h x h], 2 T 2h h FLOPs forward.
+  bool found = false;
+  for (const OpDesc& o : g.ops())
+    if (o.kind == OpKind::EmbedFwd && o.features.mtp_input) {
+      found = true;
+      EXPECT_DOUBLE_EQ(o.flops, 2.0 * 1024 * 2048 * 1024);
+    }
+  EXPECT_TRUE(found);
 }
 
 // ---- DeepEP
