@@ -466,8 +466,9 @@ class RankProgram {
   /// eh_proj), its transformer layer (with the MoE layer's token exchanges) and its own pass
   /// through the shared output head and loss; then the main output layer. The backward runs
   /// them in reverse after the main output layer's. Each MTP layer keeps its transformer
-  /// layer's activations (recomputation does not reach it), the eh_proj input (2 h per token)
-  /// and a logits output like the main head's. Not modelled: the tensor-parallel gathers
+  /// layer's activations as selective recomputation leaves them (its checkpointed MLP re-runs as
+  /// any layer's; full recomputation does not reach it: all kept, none re-run), the eh_proj
+  /// input (2 h per token) and a logits output like the main head's. Not modelled: the tensor-parallel gathers
   /// around eh_proj and the MTP head (docs/scenario.md mtp_num_layers).
   std::int64_t mtp_input_bytes() const {
     const ModelDims& d = ctx_.dims();
@@ -502,7 +503,15 @@ class RankProgram {
           {{grad, MemCategory::Activations}, {-logits - grad, MemCategory::Activations, true}});
       dp_->before_unit(ctx_, false, {UnitKind::Layer, l});
       const LayerBytes& lb = bytes_of(l);
-      layer_backward(s, l, {{-lb.kept.mlp, MemCategory::Activations, true}},
+      std::int64_t rerun = 0;
+      if (mlp_checkpointed(ctx_.scenario(), l)) {  // --recompute-modules moe / mlp, as any layer
+        rerun = lb.kept.mlp_rerun;
+        moe_exchange(Phase::Recompute, s, l, false);
+        block(moe_mlp(l) ? ops_.mlp_rerun : ops_.mlp_rerun_dense, Phase::Recompute, Part::Mlp, s,
+              l, false, true, {{rerun, MemCategory::Activations}});
+        moe_exchange(Phase::Recompute, s, l, true);
+      }
+      layer_backward(s, l, {{-(lb.kept.mlp + rerun), MemCategory::Activations, true}},
                      {{-lb.kept.attn, MemCategory::Activations, true}});
       ctx_.last_compute = ctx_.compute(ops_.mtp_input_bwd, Phase::Backward, Part::Embedding, s.mb,
                                        layer, s.chunk, ctx_.last_compute,

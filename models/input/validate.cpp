@@ -565,7 +565,8 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
        "an uneven pipeline split (parallel.decoder_*_pipeline_num_layers / account_for_*)"},
       {!p.pipeline_model_parallel_layout.empty(), "parallel.pipeline_model_parallel_layout"},
       {m.mtp_num_layers > 0, kv(key_of(&ModelConfig::mtp_num_layers), m.mtp_num_layers)},
-      {m.moe_token_dispatcher_type == MoeDispatcher::Flex, "model.moe_token_dispatcher_type (flex)"}};
+      {m.moe_token_dispatcher_type == MoeDispatcher::Flex,
+       "model.moe_token_dispatcher_type (flex)"}};
   if (runtime_spec(s.runtime).megatron_core_features) return;
   for (const auto& [used, what] : uses)
     if (used)
@@ -836,7 +837,8 @@ void check_mtp_and_flex(Scenario& s, const Fail& fail) {
     fail(kv_bool(key_of(&ModelConfig::moe_enable_deepep), true) +
          " needs model.moe_token_dispatcher_type: flex (Megatron-Core: \"DeepEP backend is only "
          "supported with flex token dispatcher\")");
-  if (flex && (!m.is_moe() || p.expert_tensor_parallel_size > 1 || m.moe_expert_capacity_factor > 0))
+  if (flex &&
+      (!m.is_moe() || p.expert_tensor_parallel_size > 1 || m.moe_expert_capacity_factor > 0))
     fail("model.moe_token_dispatcher_type (flex) needs a mixture-of-experts model with "
          "parallel.expert_tensor_parallel_size 1 and no token dropping (the DeepEP model is "
          "dropless, one expert rank per expert)");

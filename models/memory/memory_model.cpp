@@ -233,11 +233,11 @@ std::int64_t mtp_extra_params_per_rank(const ModelConfig& m, std::int64_t tp) {
 }
 
 std::int64_t layer_params_at(const Scenario& sc, std::int64_t layer) {
-  const std::int64_t block = sc.model.moe_layer(layer)
-                                 ? moe_layer_params_per_rank(sc).total()
-                                 : layer_params_per_rank(sc.model, sc.parallel.tensor_model_parallel_size);
+  const std::int64_t tp = sc.parallel.tensor_model_parallel_size;
+  const std::int64_t block = sc.model.moe_layer(layer) ? moe_layer_params_per_rank(sc).total()
+                                                       : layer_params_per_rank(sc.model, tp);
   if (layer < sc.model.num_layers) return block;
-  return block + mtp_extra_params_per_rank(sc.model, sc.parallel.tensor_model_parallel_size);
+  return block + mtp_extra_params_per_rank(sc.model, tp);
 }
 
 bool mlp_checkpointed(const Scenario& sc, std::int64_t layer) {
