@@ -4,6 +4,8 @@
 For each row of validation/data/megatron_bridge_dgx_h100.csv (a copy of the project's ground
 truth: Llama 3 8B/70B, Llama 3.1 405B, Qwen3-30B-A3B, Qwen3-235B-A22B, GPT-OSS-120B, their
 published layouts and tokens/s/GPU; step time = global batch x seq / (tokens/s/GPU x GPUs))
+and of validation/data/megatron_bridge_dgx_h100_extra.csv (published rows the ground truth lacks,
+each with its source: DeepSeek-V3 25.09, 1,024 GPUs)
 this script runs `trainsim simulate scenarios/h100/<row>.yaml --format json` and prints the
 published and simulated step time, the error, the model TFLOP/s per GPU both sides (trainsim
 counts them as Megatron-Core's num_floating_point_operations) and the simulated peak memory.
@@ -26,15 +28,20 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CSV = os.path.join(HERE, "data", "megatron_bridge_dgx_h100.csv")
+# Published rows the ground-truth csv lacks (DeepSeek-V3, 25.09), each with its source in the file.
+EXTRA_CSV = os.path.join(HERE, "data", "megatron_bridge_dgx_h100_extra.csv")
 QUICK = ("llama3-70b", "llama3-8b", "qwen3-30b-a3b")  # seconds each, folded
 DENSE = ("llama3-8b", "llama3-70b", "llama3.1-405b")
 GIB = float(1 << 30)
 
 
 def rows():
-    with open(CSV) as f:
-        lines = [l for l in f if not l.startswith("#")]
-    return list(csv.DictReader(lines))
+    out = []
+    for path in (CSV, EXTRA_CSV):
+        with open(path) as f:
+            lines = [l for l in f if not l.startswith("#")]
+        out += list(csv.DictReader(lines))
+    return out
 
 
 def scenario_of(row):

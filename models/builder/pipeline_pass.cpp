@@ -99,7 +99,10 @@ std::uint32_t cp_exchange_op(GraphBuild& b, bool backward) {
 ///    capacity; with drop_and_pad the dispatcher's splits are capacity per expert,
 ///    token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess, so exactly E x capacity);
 ///  - allgather dispatcher (MoEAllGatherTokenDispatcher): every rank gathers the EP group's
-///    tokens (an all-gather of EP x T tokens) and the combine reduce-scatters the outputs back.
+///    tokens (an all-gather of EP x T tokens) and the combine reduce-scatters the outputs back;
+///  - flex dispatcher with DeepEP (MoEFlexTokenDispatcher, moe_enable_deepep): DeepEP's fused
+///    dispatch / combine kernels, one all-to-all op each way carrying the routing (DeepEpRouting)
+///    from which the system model derives the bytes per node (RDMA) and per rank (NVLink).
 std::uint32_t moe_exchange_op(GraphBuild& b, bool combine) {
   const Scenario& sc = b.scenario;
   const ModelDims& d = b.dims;
@@ -109,7 +112,17 @@ std::uint32_t moe_exchange_op(GraphBuild& b, bool combine) {
   o.precision = d.precision;
   o.group = GroupKind::Expert;
   o.group_size = ep;
-  if (sc.model.moe_token_dispatcher_type == MoeDispatcher::AllGather) {
+  if (sc.model.moe_token_dispatcher_type == MoeDispatcher::Flex) {
+    // DeepEP's normal kernels (the flex dispatcher): the routing they move the copies by; the
+    // system model prices it (collective_flows.h deepep_flows). bytes: the copies, for reports.
+    const ModelConfig& m = sc.model;
+    o.kind = OpKind::AllToAll;
+    o.deepep = {double(tokens) * m.moe_token_imbalance_factor, double(d.h * d.e),
+                m.moe_router_topk, m.num_experts, m.moe_router_num_groups,
+                m.moe_router_group_topk, combine};
+    o.bytes = std::int64_t(double(tokens * m.moe_router_topk * d.h * d.e) *
+                           m.moe_token_imbalance_factor);
+  } else if (sc.model.moe_token_dispatcher_type == MoeDispatcher::AllGather) {
     o.kind = combine ? OpKind::ReduceScatter : OpKind::AllGather;
     o.bytes = ep * tokens * d.h * d.e;
   } else {
@@ -191,6 +204,14 @@ ComputeOps add_compute_ops(GraphBuild& b) {
   if (b.scenario.model.is_moe() && b.scenario.parallel.expert_tensor_parallel_size > 1) {
     ops.etp_gather = etp_exchange_op(b, false);
     ops.etp_scatter = etp_exchange_op(b, true);
+  }
+  if (m.mtp_num_layers > 0) {
+    for (const OpKind kind : {OpKind::EmbedFwd, OpKind::EmbedBwd}) {
+      OpDesc o = compute_op(b.scenario, b.dims, kind);
+      o.features.mtp_input = true;
+      fill_work(o);
+      (kind == OpKind::EmbedFwd ? ops.mtp_input_fwd : ops.mtp_input_bwd) = b.graph.add_op(o);
+    }
   }
   return ops;
 }
@@ -420,6 +441,7 @@ class RankProgram {
     dp_->on_grads_ready(ctx_, {UnitKind::Embedding}, ctx_.last_compute);
   }
   void output_forward(const StepAt& s) {
+    mtp_forward(s);
     tp_.before_block(ctx_, Phase::Forward, Part::Logits, s.mb, kNoIndex);
     unit_block(ops_.logits_fwd, Phase::Forward, Part::Logits, s, UnitKind::Output,
                {{logits_activation_bytes(ctx_.scenario()), MemCategory::Activations}});
@@ -435,6 +457,68 @@ class RankProgram {
     tails_.output = ctx_.last_compute;
     tp_.after_block(ctx_, Phase::Backward, Part::Logits, s.mb, kNoIndex);  // input gradient
     dp_->on_grads_ready(ctx_, {UnitKind::Output}, ctx_.last_compute);
+    mtp_backward(s);
+  }
+
+  /// Multi-token prediction (model.mtp_num_layers; Megatron-Core GPTModel with
+  /// MultiTokenPredictionBlock): after the decoder's layers, per MTP layer k (global layer
+  /// index num_layers + k) its input (mtp_input: embedding of the shifted tokens, norms,
+  /// eh_proj), its transformer layer (with the MoE layer's token exchanges) and its own pass
+  /// through the shared output head and loss; then the main output layer. The backward runs
+  /// them in reverse after the main output layer's. Each MTP layer keeps its transformer
+  /// layer's activations as selective recomputation leaves them (its checkpointed MLP re-runs as
+  /// any layer's; full recomputation does not reach it: all kept, none re-run), the eh_proj
+  /// input (2 h per token) and a logits output like the main head's. Not modelled: the tensor-parallel gathers
+  /// around eh_proj and the MTP head (docs/scenario.md mtp_num_layers).
+  std::int64_t mtp_input_bytes() const {
+    const ModelDims& d = ctx_.dims();
+    return 2 * d.act_bytes;  // [enorm(embedding), hnorm(hidden)] over T tokens
+  }
+  void mtp_forward(const StepAt& s) {
+    const ModelConfig& m = ctx_.scenario().model;
+    for (std::int64_t k = 0; k < m.mtp_num_layers; ++k) {
+      const std::int64_t l = m.num_layers + k;
+      const auto layer = static_cast<std::uint16_t>(l);
+      ctx_.last_compute = ctx_.compute(ops_.mtp_input_fwd, Phase::Forward, Part::Embedding, s.mb,
+                                       layer, s.chunk, ctx_.last_compute,
+                                       {{mtp_input_bytes(), MemCategory::Activations}});
+      dp_->before_unit(ctx_, true, {UnitKind::Layer, l});
+      const LayerBytes& lb = bytes_of(l);
+      layer_forward(Phase::Forward, s, l, {{lb.kept.attn, MemCategory::Activations}},
+                    {{lb.kept.mlp, MemCategory::Activations}});
+      ctx_.last_compute = ctx_.compute(
+          ops_.logits_fwd, Phase::Forward, Part::Logits, s.mb, layer, s.chunk, ctx_.last_compute,
+          {{logits_activation_bytes(ctx_.scenario()), MemCategory::Activations}});
+    }
+  }
+  void mtp_backward(const StepAt& s) {
+    const ModelConfig& m = ctx_.scenario().model;
+    const std::int64_t logits = logits_activation_bytes(ctx_.scenario());
+    const std::int64_t grad = logits_gradient_bytes(ctx_.scenario());
+    for (std::int64_t k = m.mtp_num_layers - 1; k >= 0; --k) {
+      const std::int64_t l = m.num_layers + k;
+      const auto layer = static_cast<std::uint16_t>(l);
+      ctx_.last_compute = ctx_.compute(
+          ops_.logits_bwd, Phase::Backward, Part::Logits, s.mb, layer, s.chunk, ctx_.last_compute,
+          {{grad, MemCategory::Activations}, {-logits - grad, MemCategory::Activations, true}});
+      dp_->before_unit(ctx_, false, {UnitKind::Layer, l});
+      const LayerBytes& lb = bytes_of(l);
+      std::int64_t rerun = 0;
+      if (mlp_checkpointed(ctx_.scenario(), l)) {  // --recompute-modules moe / mlp, as any layer
+        rerun = lb.kept.mlp_rerun;
+        moe_exchange(Phase::Recompute, s, l, false);
+        block(moe_mlp(l) ? ops_.mlp_rerun : ops_.mlp_rerun_dense, Phase::Recompute, Part::Mlp, s,
+              l, false, true, {{rerun, MemCategory::Activations}});
+        moe_exchange(Phase::Recompute, s, l, true);
+      }
+      layer_backward(s, l, {{-(lb.kept.mlp + rerun), MemCategory::Activations, true}},
+                     {{-lb.kept.attn, MemCategory::Activations, true}});
+      ctx_.last_compute = ctx_.compute(ops_.mtp_input_bwd, Phase::Backward, Part::Embedding, s.mb,
+                                       layer, s.chunk, ctx_.last_compute,
+                                       {{-mtp_input_bytes(), MemCategory::Activations, true}});
+      tails_.layers[l] = ctx_.last_compute;
+      dp_->on_grads_ready(ctx_, {UnitKind::Layer, l}, ctx_.last_compute);
+    }
   }
 
   // ---- pipeline messages
@@ -653,14 +737,19 @@ class RankProgram {
     return id;
   }
 
-  /// Tied embeddings: the first and last stage hold copies of the word embedding; their
-  /// gradients are all-reduced after the DP reduction (Megatron _allreduce_embedding_grads).
+  /// Tied embeddings (or multi-token prediction): the first and last stage hold copies of the
+  /// word embedding; their gradients are all-reduced after the DP reduction (Megatron
+  /// _allreduce_embedding_grads).
   TaskId tied_embedding_allreduce(TaskId final_compute, TaskId last_sync) {
     const ModelDims& d = ctx_.dims();
     const RankCoords& c = ctx_.coords;
     const ModelConfig& m = ctx_.scenario().model;
     const bool holds_copy = c.pp_stage == 0 || c.pp_stage == d.pp - 1;
-    if (d.pp <= 1 || m.untie_embeddings_and_output_weights || !holds_copy) return last_sync;
+    // Multi-token prediction looks up the word embedding on the last stage as well: its copy
+    // there is kept in sync the same way, tied or not (Megatron-Core finalize_model_grads.py
+    // _allreduce_word_embedding_grads, mtp_process).
+    const bool shared = !m.untie_embeddings_and_output_weights || m.mtp_num_layers > 0;
+    if (d.pp <= 1 || !shared || !holds_copy) return last_sync;
     const std::uint32_t group = ctx_.add_group(
         GroupKind::Embedding, {RankId(ctx_.layout().rank_of({c.tp_rank, c.dp_rank, 0})),
                                RankId(ctx_.layout().rank_of({c.tp_rank, c.dp_rank, d.pp - 1}))});
@@ -712,6 +801,11 @@ class RankProgram {
   /// not given one.
   bool moe_token_count_sync() const {
     const ModelConfig& m = ctx_.scenario().model;
+    // DeepEP's normal dispatch (the flex dispatcher) waits on the host for the received-token
+    // count too: "the CPU will wait for GPU's signal to arrive" (deepseek-ai/DeepEP
+    // docs/legacy.md, dispatch_forward; csrc/deep_ep.cpp Buffer::internode_dispatch polls
+    // moe_recv_counter); the backward's dispatch reuses the handle without it.
+    if (m.moe_token_dispatcher_type == MoeDispatcher::Flex) return true;
     return m.moe_token_dispatcher_type == MoeDispatcher::AllToAll &&
            !(m.moe_expert_capacity_factor > 0 && m.moe_pad_expert_input_to_capacity);
   }

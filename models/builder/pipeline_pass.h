@@ -35,6 +35,9 @@ struct ComputeOps {
   /// The re-run forward of a checkpointed MoE / dense MLP module (--recompute-modules moe /
   /// mlp; ModelFeatures::checkpoint_rerun).
   std::uint32_t mlp_rerun = 0, mlp_rerun_dense = 0;
+  /// A multi-token prediction layer's input, forward and backward (ModelFeatures::mtp_input;
+  /// model.mtp_num_layers > 0).
+  std::uint32_t mtp_input_fwd = 0, mtp_input_bwd = 0;
 };
 
 class PipelinePass {

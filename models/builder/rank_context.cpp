@@ -28,8 +28,10 @@ ModelDims::ModelDims(const Scenario& sc) {
   fp8_input_gather = sp && runtime.transformer_engine_fp8 && p.fp8 != Fp8Format::None;
   fp8_amax_reduce = fp8_input_gather && p.fp8_recipe == Fp8Recipe::Tensorwise;
   moe = sc.model.is_moe();
-  moe_layers.assign(std::size_t(sc.model.num_layers), false);
-  for (std::int64_t l = 0; l < sc.model.num_layers; ++l) moe_layers[std::size_t(l)] = sc.model.moe_layer(l);
+  // The decoder's layers, then the multi-token prediction layers' (ModelConfig::moe_layer).
+  const std::int64_t all_layers = sc.model.num_layers + sc.model.mtp_num_layers;
+  moe_layers.assign(std::size_t(all_layers), false);
+  for (std::int64_t l = 0; l < all_layers; ++l) moe_layers[std::size_t(l)] = sc.model.moe_layer(l);
   // The routed experts run no tensor-parallel collectives: the token dispatcher moves the
   // tokens (over the EP group, and the ETP group with expert tensor parallelism).
   moe_block_local = moe && sp && sc.model.moe_shared_expert_intermediate_size == 0;

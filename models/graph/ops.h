@@ -119,6 +119,22 @@ struct ModelFeatures {
   /// module's forward only, without what runs outside Megatron-Core's checkpoint (the MoE
   /// layer's separate pre-MLP norm; the bias-dropout-add after either).
   bool checkpoint_rerun = false;
+  /// A multi-token prediction layer's input (an EmbedFwd / EmbedBwd op, model.mtp_num_layers;
+  /// Megatron-Core MultiTokenPredictionLayer): the shifted tokens' embedding lookup, enorm and
+  /// hnorm, and eh_proj (2h -> h / tp) on the gathered tokens.
+  bool mtp_input = false;
+};
+
+/// DeepEP's normal (high-throughput) dispatch or combine (the flex dispatcher,
+/// model.moe_enable_deepep): what the exchange's bytes follow from. `tokens` this rank routes
+/// (0: not a DeepEP op), each to `topk` of `experts` experts spread evenly over the EP ranks,
+/// from `group_topk` of `groups` expert groups (0: no group limit); `token_bytes` per copy.
+/// The system model (models/system/collective_flows.h deepep_flows) turns it into bytes per
+/// node and per rank.
+struct DeepEpRouting {
+  double tokens = 0, token_bytes = 0;
+  std::int64_t topk = 0, experts = 0, groups = 0, group_topk = 0;
+  bool combine = false;
 };
 
 struct OpDesc {
@@ -148,6 +164,7 @@ struct OpDesc {
                                   ///< full tensor for all-reduce, the gathered output for
                                   ///< all-gather, the input for reduce-scatter), or message size
   std::int64_t group_size = 1;    ///< ranks in the collective
+  DeepEpRouting deepep;           ///< an AllToAll run by DeepEP's kernels (tokens > 0)
 
   // ---- work, filled by the builder from models/perf/flops.h
   double flops = 0;               ///< floating-point operations executed (matmul FLOPs = 2mnk)

@@ -50,6 +50,11 @@ std::string op_key(const OpDesc& op) {
   if (f.etp != 1) os << ";etp" << f.etp;
   if (f.recompute_shared) os << ";rs";
   if (f.qk_norm) os << ";qkn";
+  if (f.mtp_input) os << ";mtp";
+  const DeepEpRouting& r = op.deepep;
+  if (r.tokens > 0)
+    os << ";deepep" << r.tokens << ',' << r.token_bytes << ',' << r.topk << ',' << r.experts
+       << ',' << r.groups << ',' << r.group_topk << ',' << r.combine;
   if (f.mla)
     os << ";mla" << f.q_lora << ',' << f.kv_lora << ',' << f.qk_rope << ',' << f.v_dim << ','
        << f.qk_norm << f.recompute_mla_up;

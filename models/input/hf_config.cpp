@@ -205,8 +205,8 @@ void import_windows(const json& c, const std::string& path, const std::string& a
 void import_deepseek(const json& c, const std::string& path, std::int64_t layers, Keys& out) {
   if (c.contains("num_nextn_predict_layers") && c["num_nextn_predict_layers"] != 0)
     bad(path, "num_nextn_predict_layers", c["num_nextn_predict_layers"],
-        "multi-token prediction (Megatron's mtp_num_layers) is not modelled; set it to 0 in a "
-        "copy of the config to simulate the model without its MTP module");
+        "multi-token prediction is not imported from a config; set it to 0 in a copy of the "
+        "config and give Megatron's model.mtp_num_layers in the scenario");
   put(out, &ModelConfig::multi_latent_attention, "true");
   put(out, &ModelConfig::qk_layernorm, "true");
   if (c.contains("q_lora_rank") && !c["q_lora_rank"].is_null())

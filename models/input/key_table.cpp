@@ -157,7 +157,8 @@ void add_model_mla_moe(std::vector<ScenarioKey>& v) {
   v.push_back(int_key(M(qk_pos_emb_head_dim), 64, 1, k2p16, "", "MLA RoPE head dimension"));
   v.push_back(int_key(M(v_head_dim), 128, 1, k2p16, "", "MLA value head dimension"));
   v.push_back(bool_key(M(qk_layernorm), false, "norms on the query and key (or MLA's latents)"));
-  v.push_back(custom_key("model.mtp_num_layers", FieldRef{}, "multi-token prediction: only 0"));
+  v.push_back(int_key(M(mtp_num_layers), 0, 0, kLayers, "layers",
+                      "multi-token prediction layers on the last stage"));
   v.push_back(custom_key("model.moe_shared_expert_overlap", FieldRef{}, "not modelled: only false"));
   v.push_back(custom_key("model.mla_down_proj_fusion", FieldRef{}, "not modelled: only false"));
   v.push_back(int_key(M(num_experts), 0, 0, k2p16, "experts", "experts per MoE layer; 0: dense"));
@@ -172,8 +173,14 @@ void add_model_mla_moe(std::vector<ScenarioKey>& v) {
   v.push_back(freq);
   v.push_back(enum_key(M(moe_token_dispatcher_type),
                        {choice("alltoall", MoeDispatcher::AllToAll),
-                        choice("allgather", MoeDispatcher::AllGather)},
+                        choice("allgather", MoeDispatcher::AllGather),
+                        choice("flex", MoeDispatcher::Flex)},
                        int(MoeDispatcher::AllToAll), "the token exchange"));
+  v.push_back(bool_key(M(moe_enable_deepep), false, "DeepEP kernels (dispatcher flex)"));
+  v.push_back(int_key(M(moe_router_num_groups), 0, 0, k2p16, "groups",
+                      "group-limited routing's expert groups; 0: none"));
+  v.push_back(int_key(M(moe_router_group_topk), 0, 0, k2p16, "groups",
+                      "groups a token's experts come from"));
   v.push_back(bool_key(M(moe_grouped_gemm), false, "grouped expert GEMMs"));
   v.push_back(number_key(M(moe_token_imbalance_factor), 1.0, 1, 1024, false,
                          "tokens of the busiest expert rank / the mean"));

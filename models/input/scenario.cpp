@@ -74,7 +74,8 @@ const char* to_string(AttentionBackend a) {
   return "";
 }
 const char* to_string(MoeDispatcher d) {
-  return d == MoeDispatcher::AllGather ? "allgather" : "alltoall";
+  if (d == MoeDispatcher::AllGather) return "allgather";
+  return d == MoeDispatcher::Flex ? "flex" : "alltoall";
 }
 const char* to_string(Fp8Format f) {
   switch (f) {

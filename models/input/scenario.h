@@ -47,8 +47,9 @@ enum class PositionEmbedding : std::uint8_t { LearnedAbsolute, Rope };
 /// Megatron's --attention-backend: `unfused` is the 2021 baddbmm/softmax/bmm path (SC'21),
 /// `fused` and `flash` one fused kernel each way (cuDNN / FlashAttention); `auto` reads as flash.
 enum class AttentionBackend : std::uint8_t { Unfused, Fused, Flash };
-/// Megatron's --moe-token-dispatcher-type.
-enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather };
+/// Megatron's --moe-token-dispatcher-type. Flex: MoEFlexTokenDispatcher with DeepEP's fused
+/// dispatch and combine kernels (model.moe_enable_deepep; docs/scenario.md).
+enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather, Flex };
 /// Megatron's --moe-token-drop-policy: which token copies an expert over its capacity drops.
 enum class MoeTokenDropPolicy : std::uint8_t { Probs, Position };
 /// Megatron's --fp8-format (None: no FP8).
@@ -117,6 +118,19 @@ struct ModelConfig {
   /// integer form (Megatron-Core gpt_layer_specs.py get_gpt_decoder_layer_specs).
   std::vector<std::uint8_t> moe_layer_pattern;
   MoeDispatcher moe_token_dispatcher_type = MoeDispatcher::AllToAll;
+  /// --moe-enable-deepep: the flex dispatcher's DeepEP backend (needs dispatcher flex).
+  bool moe_enable_deepep = false;
+  /// --moe-router-num-groups / --moe-router-group-topk: group-limited routing (DeepSeek-V3:
+  /// 8 groups, 4 of them per token); 0 = none. Read by the flex dispatcher's model alone: the
+  /// nodes and ranks a token reaches (docs/scenario.md moe_router_num_groups).
+  std::int64_t moe_router_num_groups = 0;
+  std::int64_t moe_router_group_topk = 0;
+  /// --mtp-num-layers: multi-token prediction layers (Megatron-Core
+  /// multi_token_prediction.py), each an embedding of the shifted tokens (the shared word
+  /// embedding), two norms, a projection 2h -> h (eh_proj), one transformer layer (an MoE layer
+  /// when the last decoder layer is one) and the shared output head, on the last pipeline stage.
+  /// Their layer indices follow the decoder's: num_layers .. num_layers + mtp_num_layers - 1.
+  std::int64_t mtp_num_layers = 0;
   bool moe_grouped_gemm = false;
   /// trainsim extension: tokens routed to the busiest expert rank / the mean (>= 1).
   double moe_token_imbalance_factor = 1.0;
@@ -148,6 +162,11 @@ struct ModelConfig {
   /// the other layers of an MoE model run a dense MLP of ffn_hidden_size.
   bool moe_layer(std::int64_t l) const {
     if (!is_moe()) return false;
+    // An MTP layer's MLP is the last decoder layer's kind (Megatron-Core
+    // get_gpt_mtp_block_spec builds it from the decoder's last layer spec; training.py
+    // num_floating_point_operations counts it with last_layer_is_moe).
+    if (l >= num_layers && l < num_layers + mtp_num_layers && num_layers > 0)
+      return moe_layer(num_layers - 1);
     if (!moe_layer_pattern.empty())
       return l >= 0 && std::size_t(l) < moe_layer_pattern.size() && moe_layer_pattern[std::size_t(l)] != 0;
     return l % std::max<std::int64_t>(moe_layer_freq, 1) == 0;
@@ -249,6 +268,10 @@ struct ParallelConfig {
   /// (even, or uneven with decoder_first/last_pipeline_num_layers or account_for_*); filled
   /// by validate_scenario (models/input/scenario.cpp split_layers).
   std::vector<std::int64_t> virtual_stage_layers;
+  /// Multi-token prediction layers (model.mtp_num_layers, copied by validate_scenario): global
+  /// layer indices mtp_first_layer .. + mtp_layers - 1, in the last virtual stage, after its
+  /// decoder layers (stage_layers lists them on the last pipeline stage).
+  std::int64_t mtp_first_layer = 0, mtp_layers = 0;
 
   /// Layers of virtual stage `vstage` and the global index of its first layer.
   std::int64_t layers_of_virtual_stage(std::int64_t vstage) const {
@@ -317,6 +340,8 @@ struct ParallelConfig {
       const std::int64_t first = first_layer_of_virtual_stage(v);
       for (std::int64_t k = 0; k < layers_of_virtual_stage(v); ++k) out.push_back(first + k);
     }
+    if (stage == pipeline_model_parallel_size - 1)
+      for (std::int64_t k = 0; k < mtp_layers; ++k) out.push_back(mtp_first_layer + k);
     return out;
   }
 

@@ -199,11 +199,6 @@ void read_model_mla(const Reader& r, ModelConfig& m) {
 /// Megatron-Core arguments trainsim recognises but does not model: their no-op values (0,
 /// false) are accepted, anything else is refused with what is missing.
 void read_unmodelled(const Reader& r) {
-  if (const auto mtp = r.get_int("model.mtp_num_layers", 0, false); mtp && *mtp > 0)
-    r.fail("model.mtp_num_layers", r.at("model.mtp_num_layers"),
-           "multi-token prediction is not modelled yet (its layers on the last pipeline stage, "
-           "their embedding copy and output heads); use 0 or leave it out to simulate the model "
-           "without it");
   const std::pair<const char*, const char*> flags[] = {
       {"model.moe_shared_expert_overlap",
        "the shared expert on a second stream beside the token dispatch is not modelled yet (it "

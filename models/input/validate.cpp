@@ -404,10 +404,10 @@ void split_layers(Scenario& s, const Fail& fail) {
 /// Megatron-Core's hand-written layout (parallel.pipeline_model_parallel_layout,
 /// pipeline_parallel_layer_layout.py): the virtual stages and their decoder layers, checked as
 /// PipelineParallelLayerLayout.validate_layer_layout checks them (the embedding first and the
-/// loss last, each once; num_layers decoder layers; the stages a multiple of pp). Refused: MTP
-/// layers (m; multi-token prediction is not modelled), an embedding outside the first virtual
-/// stage or a loss outside the last (trainsim builds them there), and the other ways of
-/// splitting (Megatron takes the layout alone).
+/// loss last, each once; num_layers decoder layers; mtp_num_layers MTP layers m; the stages a
+/// multiple of pp). Refused: MTP layers outside the last virtual stage, an embedding outside
+/// the first virtual stage or a loss outside the last (trainsim builds them there), and the
+/// other ways of splitting (Megatron takes the layout alone).
 template <typename Fail>
 void split_by_layout(Scenario& s, const Fail& fail) {
   ParallelConfig& p = s.parallel;
@@ -439,8 +439,13 @@ void split_by_layout(Scenario& s, const Fail& fail) {
   if (count('t') != s.model.num_layers)
     fail(shown + ": " + std::to_string(count('t')) + " decoder layers (t), " +
          kv(key_of(&ModelConfig::num_layers), s.model.num_layers));
-  if (count('m') > 0)
-    fail(shown + ": multi-token prediction layers (m) are not modelled yet");
+  // Megatron-Core's validate_layer_layout: the layout's MTP layers are mtp_num_layers.
+  if (count('m') != s.model.mtp_num_layers)
+    fail(shown + ": " + std::to_string(count('m')) + " multi-token prediction layers (m), " +
+         kv(key_of(&ModelConfig::mtp_num_layers), s.model.mtp_num_layers));
+  if (count('m') > 0 && std::count(stages->back().begin(), stages->back().end(), 'm') != count('m'))
+    fail(shown + ": the multi-token prediction layers (m) must be in the last virtual stage "
+         "(trainsim builds them beside the loss)");
   if (stages->front().find('E') == std::string::npos ||
       stages->back().find('L') == std::string::npos)
     fail(shown + ": the embedding must be in the first virtual stage and the loss in the last "
@@ -558,7 +563,10 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {p.decoder_first_pipeline_num_layers || p.decoder_last_pipeline_num_layers ||
            p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split,
        "an uneven pipeline split (parallel.decoder_*_pipeline_num_layers / account_for_*)"},
-      {!p.pipeline_model_parallel_layout.empty(), "parallel.pipeline_model_parallel_layout"}};
+      {!p.pipeline_model_parallel_layout.empty(), "parallel.pipeline_model_parallel_layout"},
+      {m.mtp_num_layers > 0, kv(key_of(&ModelConfig::mtp_num_layers), m.mtp_num_layers)},
+      {m.moe_token_dispatcher_type == MoeDispatcher::Flex,
+       "model.moe_token_dispatcher_type (flex)"}};
   if (runtime_spec(s.runtime).megatron_core_features) return;
   for (const auto& [used, what] : uses)
     if (used)
@@ -807,6 +815,45 @@ void check_moe_token_dropping(const Scenario& s, const Fail& fail) {
          " (Megatron-Core pads each expert's input to its capacity; absent: dropless)");
 }
 
+/// Multi-token prediction (Megatron-Core multi_token_prediction.py) and the flex dispatcher
+/// (token_dispatcher.py MoEFlexTokenDispatcher; transformer_config.py: DeepEP "is only
+/// supported with flex token dispatcher", and flex needs a backend). The MTP layers' indices
+/// follow the decoder's, in the last virtual stage.
+template <typename Fail>
+void check_mtp_and_flex(Scenario& s, const Fail& fail) {
+  const ModelConfig& m = s.model;
+  ParallelConfig& p = s.parallel;
+  const std::string mtp = kv(key_of(&ModelConfig::mtp_num_layers), m.mtp_num_layers);
+  if (m.mtp_num_layers > 0 && (s.zero.stage == 3 || p.uses_fsdp()))
+    fail(mtp + " with ZeRO-3 / FSDP: the sharded parameter fetches of the MTP layers are not "
+         "modelled; use the distributed optimizer");
+  p.mtp_first_layer = m.num_layers;
+  p.mtp_layers = m.mtp_num_layers;
+  const bool flex = m.moe_token_dispatcher_type == MoeDispatcher::Flex;
+  if (flex && !m.moe_enable_deepep)
+    fail("model.moe_token_dispatcher_type (flex) needs model.moe_enable_deepep: true (its "
+         "DeepEP backend is the one modelled)");
+  if (m.moe_enable_deepep && !flex)
+    fail(kv_bool(key_of(&ModelConfig::moe_enable_deepep), true) +
+         " needs model.moe_token_dispatcher_type: flex (Megatron-Core: \"DeepEP backend is only "
+         "supported with flex token dispatcher\")");
+  if (flex &&
+      (!m.is_moe() || p.expert_tensor_parallel_size > 1 || m.moe_expert_capacity_factor > 0))
+    fail("model.moe_token_dispatcher_type (flex) needs a mixture-of-experts model with "
+         "parallel.expert_tensor_parallel_size 1 and no token dropping (the DeepEP model is "
+         "dropless, one expert rank per expert)");
+  const std::int64_t groups = m.moe_router_num_groups, chosen = m.moe_router_group_topk;
+  bool bad_groups = (groups > 0) != (chosen > 0);
+  if (groups > 0 && chosen > 0)
+    bad_groups = chosen > groups || m.num_experts % groups != 0 ||
+                 m.moe_router_topk > chosen * (m.num_experts / groups);
+  if (bad_groups)
+    fail(kv(key_of(&ModelConfig::moe_router_num_groups), groups) + " and " +
+         kv(key_of(&ModelConfig::moe_router_group_topk), chosen) +
+         ": both or neither, the groups dividing model.num_experts, at most the groups chosen, "
+         "and the chosen groups holding model.moe_router_topk experts");
+}
+
 /// training: a run shorter than one iteration (the forecast counts whole steps).
 template <typename Fail>
 void check_training(const Scenario& s, const Fail& fail) {
@@ -839,6 +886,7 @@ void validate_scenario(Scenario& s) {
   check_megatron_core(s, fail);
   check_moe_token_dropping(s, fail);
   check_zero(s, fail);
+  check_mtp_and_flex(s, fail);
   check_training(s, fail);
 }
 

@@ -230,10 +230,16 @@ std::int64_t word_embedding_params_per_rank(const ModelConfig& m, std::int64_t t
   return (m.padded_vocab_size / tp) * m.hidden_size;
 }
 
+std::int64_t mtp_extra_params_per_rank(const ModelConfig& m, std::int64_t tp) {
+  return 3 * norm_params(m) + 2 * m.hidden_size * m.hidden_size / tp;
+}
+
 std::int64_t layer_params_at(const Scenario& sc, std::int64_t layer) {
-  return sc.model.moe_layer(layer)
-             ? moe_layer_params_per_rank(sc).total()
-             : layer_params_per_rank(sc.model, sc.parallel.tensor_model_parallel_size);
+  const std::int64_t tp = sc.parallel.tensor_model_parallel_size;
+  const std::int64_t block = sc.model.moe_layer(layer) ? moe_layer_params_per_rank(sc).total()
+                                                       : layer_params_per_rank(sc.model, tp);
+  if (layer < sc.model.num_layers) return block;
+  return block + mtp_extra_params_per_rank(sc.model, tp);
 }
 
 bool mlp_checkpointed(const Scenario& sc, std::int64_t layer) {
@@ -268,6 +274,11 @@ std::int64_t params_per_rank(const Scenario& sc, std::int64_t stage) {
     // pp > 1 (kept in sync by the embedding-gradient all-reduce), its own matrix when untied.
     if (pp > 1 || m.untie_embeddings_and_output_weights)
       params += (m.padded_vocab_size / tp) * m.hidden_size;
+    // Multi-token prediction looks up the shifted tokens in the word embedding: an untied
+    // model's last stage holds a copy of it when pp > 1 (Megatron-Core GPTModel builds the
+    // embedding where mtp_process; its gradient is all-reduced with the first stage's).
+    if (m.mtp_num_layers > 0 && pp > 1 && m.untie_embeddings_and_output_weights)
+      params += word_embedding_params_per_rank(m, tp);
   }
   return params;
 }
@@ -283,7 +294,10 @@ std::int64_t linear_weights_per_rank(const Scenario& sc, std::int64_t stage) {
                            moe_layer_params_per_rank(sc).expert +
                            (m.swiglu ? 3 : 2) * h * m.moe_shared_expert_intermediate_size / tp;
   std::int64_t out = 0;
-  for (std::int64_t l : sc.parallel.stage_layers(stage)) out += m.moe_layer(l) ? moe : dense;
+  for (std::int64_t l : sc.parallel.stage_layers(stage)) {
+    out += m.moe_layer(l) ? moe : dense;
+    if (l >= m.num_layers) out += 2 * h * h / tp;  // an MTP layer's eh_proj
+  }
   return out;
 }
 
@@ -315,6 +329,7 @@ std::int64_t tp_reduced_grad_params(const Scenario& sc, std::int64_t stage) {
     const bool fc2 = !m.moe_layer(l) || m.moe_shared_expert_intermediate_size > 0;
     if (bias && fc2) out += h;
     if (m.moe_layer(l)) out += h * m.num_experts;
+    if (l >= m.num_layers) out += 3 * norm_params(m);  // an MTP layer's enorm, hnorm, final norm
   }
   if (p.sequence_parallel && stage == p.pipeline_model_parallel_size - 1) out += norm_params(m);
   return out;
@@ -329,7 +344,9 @@ std::int64_t total_params(const ModelConfig& m) {
           gate * h * (m.num_experts * m.moe_ffn_hidden_size + m.moe_shared_expert_intermediate_size);
   }
   std::int64_t total = embedding_params_per_rank(m, 1) + norm_params(m);
-  for (std::int64_t l = 0; l < m.num_layers; ++l) total += m.moe_layer(l) ? moe : dense;
+  for (std::int64_t l = 0; l < m.num_layers + m.mtp_num_layers; ++l)
+    total += m.moe_layer(l) ? moe : dense;
+  total += m.mtp_num_layers * mtp_extra_params_per_rank(m, 1);
   if (m.untie_embeddings_and_output_weights) total += m.padded_vocab_size * m.hidden_size;
   return total;
 }

@@ -64,8 +64,14 @@ MoeLayerParams moe_layer_params_per_rank(const Scenario& sc);
 /// Word embedding rows on one TP rank alone (V/t x h): the vocab-parallel output layer's
 /// weight (Megatron VocabParallelEmbedding / the tied output projection).
 std::int64_t word_embedding_params_per_rank(const ModelConfig& m, std::int64_t tp);
+/// What a multi-token prediction layer holds besides its transformer layer (Megatron-Core
+/// multi_token_prediction.py MultiTokenPredictionLayer): the enorm, hnorm and final_layernorm
+/// norms (3 norm_params) and eh_proj, a column-parallel 2h -> h linear without bias (2 h^2 / tp).
+/// The embedding and the output head are the model's, shared.
+std::int64_t mtp_extra_params_per_rank(const ModelConfig& m, std::int64_t tp);
 /// Parameters of global layer `layer` on one rank: an MoE layer's (moe_layer_params_per_rank)
-/// or a dense layer's (layer_params_per_rank), as ModelConfig::moe_layer says.
+/// or a dense layer's (layer_params_per_rank), as ModelConfig::moe_layer says; a multi-token
+/// prediction layer (layer >= num_layers) adds mtp_extra_params_per_rank.
 std::int64_t layer_params_at(const Scenario& sc, std::int64_t layer);
 /// The largest layer_params_at of the model's layers (a ZeRO-3 / FSDP unit).
 std::int64_t largest_layer_params(const Scenario& sc);

@@ -150,7 +150,9 @@ namespace {
 ///   per layer: QKV h (a + 2g) d, attention a d s / 2 for Q K^T and again for P V, projection
 ///     a d h, MLP h f (x 1.5 with SwiGLU's gate) for fc1 + fc2, or on MoE layers top-k routed
 ///     experts h f_moe (x 1.5) each plus the shared expert;
-///   once: the output layer h V.
+///   once: the output layer h V;
+///   per multi-token prediction layer: one more layer as above, its norms and eh_proj
+///     3h + 2h^2, and the output layer h V again.
 /// With multi-head latent attention the attention terms are Megatron's MLA branch: q
 ///   Lq (h + a (dn + dr) + 1) (h a (dn + dr) without q_lora_rank), kv Lkv (h + a (dn + dv) + 1)
 ///   + h dr (the +1s are its norms), projection a dv h, core (a (dn + dr) + a dv) s / 2.
@@ -175,10 +177,15 @@ double core_model_flops_per_iteration(const Scenario& sc) {
     moe_mlp = gate * h *
               (double(m.moe_router_topk) * double(m.moe_ffn_hidden_size) +
                double(m.moe_shared_expert_intermediate_size));
+  // Multi-token prediction (training.py: num_layers + mtp_num_layers layers, the MTP ones MoE
+  // when the last decoder layer is; "MTP norms and proj" 3h + 2h^2 each; the logits
+  // (mtp_num_layers + 1) times).
   double layers_fma = 0;
-  for (std::int64_t l = 0; l < m.num_layers; ++l)
+  for (std::int64_t l = 0; l < m.num_layers + m.mtp_num_layers; ++l)
     layers_fma += attn + (m.moe_layer(l) ? moe_mlp : dense_mlp);
-  const double per_token = 6.0 * (layers_fma + h * double(m.padded_vocab_size));
+  const double mtp = double(m.mtp_num_layers);
+  layers_fma += mtp * (3 * h + 2 * h * h);
+  const double per_token = 6.0 * (layers_fma + (mtp + 1) * h * double(m.padded_vocab_size));
   return per_token * double(sc.parallel.global_batch_size) * s;
 }
 

@@ -337,6 +337,31 @@ void core_embed(const CoreShape& c, bool forward, std::vector<KernelWork>& out) 
   }
 }
 
+/// A multi-token prediction layer's input (Megatron-Core multi_token_prediction.py
+/// MultiTokenPredictionLayer.forward): the shifted tokens' embedding (core_embed), enorm over
+/// it and hnorm over the decoder's hidden states, their concatenation, and eh_proj, a
+/// column-parallel 2h -> h / tp linear over all T tokens (the input gathered under sequence
+/// parallelism; that gather and the all-gather of its output are not modelled). Backward in
+/// reverse order.
+void core_mtp_input(const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
+  const double cat = 2 * c.H;  // [enorm(embedding), hnorm(hidden)]
+  if (forward) {
+    core_embed(c, true, out);
+    norm_pass("mtp_enorm_fwd", c.Tsp, c.H, true, c, out);
+    norm_pass("mtp_hnorm_fwd", c.Tsp, c.H, true, c, out);
+    out.push_back(mem("mtp_concat", 2 * c.Tsp * cat * c.e));
+    quantize("mtp_eh_proj_input_cast", "mtp_eh_proj_input_amax", c.T * cat, c, out);
+    out.push_back(core_gemm("mtp_eh_proj", GemmPass::Forward, c.T, c.H / c.tp, cat, c, true));
+    return;
+  }
+  core_linear_bwd("mtp_eh_proj_grad_cast", "mtp_eh_proj_grad_amax", "mtp_eh_proj_dgrad",
+                  "mtp_eh_proj_wgrad", c.T, c.H / c.tp, cat, c, out);
+  out.push_back(mem("mtp_concat_bwd", 2 * c.Tsp * cat * c.e));
+  norm_pass("mtp_hnorm_bwd", c.Tsp, c.H, false, c, out);
+  norm_pass("mtp_enorm_bwd", c.Tsp, c.H, false, c, out);
+  core_embed(c, false, out);
+}
+
 void core_logits(const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
   // Final norm, the output layer (bf16: TE keeps it out of FP8), and Megatron-Core's fused
   // vocab-parallel cross entropy (cross_entropy_loss_fusion): forward reads the bf16 logits
@@ -419,8 +444,11 @@ std::vector<KernelWork> core_op_kernels(const OpDesc& op) {
       if (op.features.experts_local > 0) core_moe(op, c, false, out);
       else core_mlp_backward(c, out);
       break;
-    case OpKind::EmbedFwd: core_embed(c, true, out); break;
-    case OpKind::EmbedBwd: core_embed(c, false, out); break;
+    case OpKind::EmbedFwd:
+    case OpKind::EmbedBwd:
+      if (op.features.mtp_input) core_mtp_input(c, op.kind == OpKind::EmbedFwd, out);
+      else core_embed(c, op.kind == OpKind::EmbedFwd, out);
+      break;
     case OpKind::LogitsLossFwd: core_logits(c, true, out); break;
     case OpKind::LogitsLossBwd: core_logits(c, false, out); break;
     default: break;

@@ -81,7 +81,75 @@ void apply_nccl(CollectiveFlows& f, const CostModel& cost, const OpDesc& op,
   }
 }
 
+/// C(a, k) / C(b, k) for a <= b: the chance that k draws without replacement from b items all
+/// miss b - a given ones.
+double choose_ratio(double a, double b, std::int64_t k) {
+  if (a < double(k)) return 0.0;
+  double r = 1.0;
+  for (std::int64_t i = 0; i < k; ++i) r *= (a - double(i)) / (b - double(i));
+  return r;
+}
+
+/// DeepEP's flows (deepep_flows in collective_flows.h): the NVLink flow carries the rows this
+/// rank receives, bar its own, paced to end when DeepEP's NVLink rate moves all of them; over
+/// several nodes the NIC flow carries the copies to the other nodes, paced to end when DeepEP's
+/// RDMA rate moves its count (every destination node, its own included).
+void deepep_flows(CollectiveFlows& f, const CostModel& cost, const OpDesc& op,
+                  const GroupLayout& layout, std::int64_t size) {
+  const DeepEpRouting& r = op.deepep;
+  const auto nodes = std::int64_t(layout.nodes.size());
+  const double k = double(layout.members_per_node);
+  const double nvl_count = r.tokens * deepep_expected_destinations(r, size) * r.token_bytes;
+  const double own_nvl = nodes > 1 ? (k - 1) / k : double(size - 1) / double(size);
+  f.ring.bytes = round_bytes(nvl_count * own_nvl);
+  f.ring.rate_bytes_per_s = deepep_nvlink_bytes_per_s(r.combine) * own_nvl;
+  f.latency_s = cost.collective_latency_s(op.kind, size, nodes == 1);
+  if (nodes == 1) return;
+  const double rdma_count = r.tokens * deepep_expected_destinations(r, nodes) * r.token_bytes;
+  const double remote = double(nodes - 1) / double(nodes);  // every node alike
+  PeerFlow& nic = f.has_rail ? f.rail : f.ring;  // one member per node: the ring crosses nodes
+  nic.bytes = round_bytes(rdma_count * remote);
+  nic.rate_bytes_per_s = deepep_rdma_bytes_per_s(r.combine, nodes) * remote;
+}
+
 }  // namespace
+
+double deepep_expected_destinations(const DeepEpRouting& r, std::int64_t domains) {
+  const double e = double(r.experts), d = double(domains);
+  const std::int64_t k = r.topk;
+  if (domains <= 1) return 1.0;
+  const std::int64_t g = r.groups, chosen = r.group_topk;
+  if (g > 0 && chosen > 0 && g % domains == 0) {  // groups nest in domains: q per domain
+    const std::int64_t q = g / domains;
+    const double pool = double(chosen) * e / double(g), group = e / double(g);
+    double hit = 0;
+    for (std::int64_t j = 1; j <= std::min(q, chosen); ++j) {
+      // P(j of the domain's q groups among the chosen): hypergeometric.
+      double pj = 1.0;
+      for (std::int64_t i = 0; i < j; ++i) pj *= double(q - i) / double(i + 1);
+      double rest = 1.0;  // C(g - q, chosen - j) / C(g, chosen)
+      for (std::int64_t i = 0; i < chosen - j; ++i) rest *= double(g - q - i) / double(i + 1);
+      double all = 1.0;
+      for (std::int64_t i = 0; i < chosen; ++i) all *= double(g - i) / double(i + 1);
+      pj *= rest / all;
+      hit += pj * (1.0 - choose_ratio(pool - double(j) * group, pool, k));
+    }
+    return d * hit;
+  }
+  if (g > 0 && chosen > 0 && domains % g == 0) {  // domains nest in groups
+    const double pool = double(chosen) * e / double(g);
+    return d * double(chosen) / double(g) * (1.0 - choose_ratio(pool - e / d, pool, k));
+  }
+  return d * (1.0 - choose_ratio(e - e / d, e, k));
+}
+
+double deepep_nvlink_bytes_per_s(bool combine) { return combine ? 158e9 : 153e9; }
+
+double deepep_rdma_bytes_per_s(bool combine, std::int64_t nodes) {
+  if (nodes <= 2) return 43e9;
+  if (nodes <= 4) return combine ? 57e9 : 58e9;
+  return combine ? 50e9 : 51e9;
+}
 
 std::int64_t nvlink_domain_ranks(const Scenario& sc, const SystemSpec& system) {
   const std::int64_t gpn =
@@ -135,6 +203,10 @@ CollectiveFlows collective_flows(const CostModel& cost, const OpDesc& op, const 
   f.ring.bytes = round_bytes(ring_bytes);
   const GroupLayout layout = group_layout(group, gpus_per_node);
   if (layout.hierarchical()) split_rail(f, layout, op, ring_bytes, size, rank, gpus_per_node);
+  if (op.kind == OpKind::AllToAll && op.deepep.tokens > 0) {
+    deepep_flows(f, cost, op, layout, size);
+    return f;
+  }
   if (op.kind == OpKind::AllToAll) {
     // NCCL all-to-all: grouped send/recv to every peer, no algorithm choice.
     f.latency_s = cost.collective_latency_s(op.kind, size, layout.nodes.size() == 1);

@@ -85,6 +85,26 @@ struct CollectiveFlows {
 CollectiveFlows collective_flows(const CostModel& cost, const OpDesc& op, const CommGroup& group,
                                  RankId rank, std::int64_t gpus_per_node);
 
+/// DeepEP's normal (high-throughput) kernels, the flex dispatcher's backend
+/// (deepseek-ai/DeepEP docs/legacy.md, V1): a token is sent once to each node that holds one of
+/// its experts (RDMA, to the same-position GPU there) and forwarded once to each GPU of that node
+/// holding one (NVLink); dispatch and combine are each one fused kernel, no separate permute.
+/// The expected number of distinct `domains` (nodes, or ranks) one token's top-k experts fall
+/// in, the experts spread evenly over the domains: uniform routing (Megatron-Core's
+/// moe_router_force_load_balancing draws random logits), optionally group-limited (top-k from
+/// group_topk of `groups` expert groups, DeepSeek-V3's node-limited routing) when the groups nest
+/// in the domains or the domains in the groups; otherwise the group limit is not applied.
+double deepep_expected_destinations(const DeepEpRouting& r, std::int64_t domains);
+/// DeepEP's published bottleneck bandwidths (docs/legacy.md, normal kernels on H800 with one
+/// CX7 400 Gb/s NIC per GPU, DeepSeek-V3 pretraining shape: 4096 tokens, hidden 7168, top-4
+/// groups, top-8 experts): intranode EP 8 over NVLink 153 GB/s dispatch, 158 combine; internode
+/// over RDMA 43 / 43 (EP 16, 2 nodes), 58 / 57 (EP 32, 4 nodes), 51 / 50 (EP 64, 8 nodes) GB/s
+/// (1e9 bytes). Rates are of DeepEP's byte counts (tests/test_internode.py: RDMA bytes = tokens x
+/// distinct nodes incl. the own x token bytes; NVLink bytes = the rows a rank receives). More
+/// than 8 nodes: the EP 64 row.
+double deepep_nvlink_bytes_per_s(bool combine);
+double deepep_rdma_bytes_per_s(bool combine, std::int64_t nodes);
+
 /// The rate bound of a folded rank's flows: a flow to or from a rank that is not simulated
 /// (`simulated` false) is a flow between two hosts, which SimGrid does not bound (only mailbox
 /// comms take Comm::set_rate), so the collective ends no earlier than the slowest such flow

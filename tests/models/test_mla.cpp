@@ -346,8 +346,8 @@ TEST(Mla, GroupQueryAttentionFalseIsAcceptedBesideIt) {
   EXPECT_TRUE(core(std::string(kSmallMla) + ", group_query_attention: false",
                    "micro_batch_size: 1, global_batch_size: 8")
                   .model.multi_latent_attention);
-  // The no-op values of arguments trainsim does not model (MTP, the fused down projection,
-  // the shared expert's overlap) are accepted and change nothing.
+  // mtp_num_layers 0 and the no-op values of arguments trainsim does not model (the fused down
+  // projection, the shared expert's overlap) are accepted and change nothing.
   const Scenario plain = core(kSmallMla, "micro_batch_size: 1, global_batch_size: 8");
   const Scenario noop = core(std::string(kSmallMla) + ", mtp_num_layers: 0, "
                              "mla_down_proj_fusion: false, moe_shared_expert_overlap: false",
@@ -391,8 +391,7 @@ TEST(Mla, BadInputsNameFileFieldAndValue) {
        "tensor_model_parallel_size: 2, sequence_parallel: true, tp_comm_overlap: true, " + par,
        "parallel.tp_comm_overlap with model.multi_latent_attention is not modelled"},
       {"megatron-2021", mla, par, "model.multi_latent_attention (true) needs `runtime: megatron-core`"},
-      {"megatron-core", mla + ", mtp_num_layers: 1", par,
-       "field 'model.mtp_num_layers' = '1': multi-token prediction is not modelled yet"},
+      {"megatron-core", mla + ", mtp_num_layers: -1", par, "field 'model.mtp_num_layers' = '-1'"},
       {"megatron-core", mla + ", mla_down_proj_fusion: true", par,
        "field 'model.mla_down_proj_fusion' = 'true': the fused q/kv down projection"},
       {"megatron-core", std_attn + ", moe_shared_expert_overlap: true", par,
@@ -440,7 +439,8 @@ TEST(Mla, HuggingFaceDeepSeekV3ImportsTheSameModelAsWrittenByHand) {
   EXPECT_FALSE(sc.model.moe_layer(2));
   EXPECT_TRUE(sc.model.moe_layer(3));
   EXPECT_DOUBLE_EQ(model_flops_per_iteration(sc), model_flops_per_iteration(by_hand));
-  // Its multi-token-prediction module is not modelled: refused, naming file, field and value.
+  // Its multi-token-prediction module is not imported (the scenario's model.mtp_num_layers
+  // sets it): refused, naming file, field and value.
   const std::string mtp = dir.write("mtp.json", deepseek_v3_config(1));
   try {
     import_hf_config(mtp);

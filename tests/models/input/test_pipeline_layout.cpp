@@ -95,7 +95,7 @@ TEST(PipelineLayout, BadLayoutsNameTheFileTheFieldAndTheValue) {
       {"Etttt|tttL", "7 decoder layers (t), model.num_layers (8)"},
       {"tEttt|ttttL", "the first layer must be the embedding E"},
       {"Etttt|ttLtt", "the last layer must be the loss L"},
-      {"Etttt|ttttmL", "multi-token prediction layers (m) are not modelled yet"},
+      {"Etttt|ttttmL", "1 multi-token prediction layers (m), model.mtp_num_layers (0)"},
       {"|Etttt|tttt|L", "the embedding must be in the first virtual stage"},
   };
   for (const auto& [layout, expect] : cases) {
