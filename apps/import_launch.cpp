@@ -2,6 +2,7 @@
 // (models/input/launch_import.h; docs/cli.md). The launch carries no cluster: --system, --nodes
 // and --gpus-per-node (or --set) add it. The output is loaded and validated as simulate would
 // load it before anything is written, so a refused import prints nothing on stdout.
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -80,6 +81,16 @@ int import_megatron_main(const ImportLaunchArgs& args) {
         read_input_file(args.input, "launch script", "a .sh file", kSmallInputMaxBytes), args.input);
   }
   LaunchImport imported = import_megatron(command, source);
+  if (!imported.tp_comm_overlap_cfg.empty()) {
+    // Megatron-LM opens the path from its working directory, the script's checkout; a relative
+    // path is read next to the script here (the argument list: the current directory).
+    std::filesystem::path cfg = imported.tp_comm_overlap_cfg;
+    if (cfg.is_relative() && args.words.empty())
+      cfg = std::filesystem::path(args.input).parent_path() / cfg;
+    const std::string text = read_input_file(cfg.string(), "--tp-comm-overlap-cfg file",
+                                             "a .yaml file", kSmallInputMaxBytes);
+    apply_tp_comm_overlap_cfg(imported, text, cfg.string());
+  }
   std::string extra;
   if (command.line > 0) extra += "# the pretrain_gpt.py command of line " + std::to_string(command.line) + "\n";
   if (command.conditional)

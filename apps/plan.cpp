@@ -29,6 +29,7 @@
 #include "apps/plan_result.h"
 #include "apps/verbs.h"
 #include "models/json_input.h"
+#include "models/outputs/text_format.h"
 #include "models/plan/planner.h"
 #include "models/run.h"
 #include "models/subprocess.h"
@@ -182,11 +183,7 @@ json simulate_candidate(const PlanArgs& args, const PlanCandidate& c) {
 
 /// Bytes in GiB, one decimal: memory is printed in binary units everywhere, as simulate's
 /// report does (models/outputs/summary.cpp; docs/cli.md).
-std::string gib(std::int64_t bytes) {
-  std::ostringstream o;
-  o << std::fixed << std::setprecision(1) << double(bytes) / double(std::int64_t(1) << 30);
-  return o.str();
-}
+std::string gib(std::int64_t bytes) { return gib_text(double(bytes), 1); }
 
 void print_table(std::ostream& os, const std::vector<CandidateResult>& ranked) {
   // The layout column fits the longest printed layout (module sets make long ones).

@@ -4,7 +4,9 @@
 #
 #   fuzz/run_fuzz.sh [TOTAL_SECONDS=1920] [TARGET...]
 #
-# The seed corpus (tests/fuzz_corpus/<target>/) is copied into build-fuzz/corpus/<target>/,
+# The seed corpus (tests/fuzz_corpus/<target>/; for fuzz_launch_script and fuzz_ds_config the
+# launch scripts, userbuffers files and ds_config files of examples/launch/) is copied into
+# build-fuzz/corpus/<target>/,
 # where the runs keep what they find; crashes, hangs (> 10 s) and out-of-memory inputs land in
 # build-fuzz/artifacts/<target>/. Exit status 1 when any target had a finding.
 set -euo pipefail
@@ -13,7 +15,8 @@ total=${1:-1920}
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_scenario fuzz_overrides fuzz_calibration fuzz_trace fuzz_measured_trace fuzz_plan_result
-                                    fuzz_hf_config fuzz_system_file fuzz_microbench fuzz_launch_script)
+                                    fuzz_hf_config fuzz_system_file fuzz_microbench fuzz_launch_script
+                                    fuzz_ds_config)
 build=${TRAINSIM_FUZZ_BUILD:-build-fuzz}
 
 launcher=()
@@ -30,7 +33,12 @@ printf '%-18s %12s %8s %10s %s\n' target execs seconds exec/s findings >"$build/
 for t in "${targets[@]}"; do
   corpus="$build/corpus/$t"; artifacts="$build/artifacts/$t"
   mkdir -p "$corpus" "$artifacts"
-  cp -n tests/fuzz_corpus/"${t#fuzz_}"/* "$corpus"/ 2>/dev/null || true
+  case $t in
+    fuzz_launch_script) seeds=(examples/launch/*.sh examples/launch/*.yaml) ;;
+    fuzz_ds_config) seeds=(examples/launch/*.json) ;;
+    *) seeds=(tests/fuzz_corpus/"${t#fuzz_}"/*) ;;
+  esac
+  cp -n "${seeds[@]}" "$corpus"/ 2>/dev/null || true
   log="$build/$t.log"
   start=$(date +%s)
   "$build/fuzz/$t" "$corpus" -max_total_time="$per" -timeout=10 -rss_limit_mb=2048 \

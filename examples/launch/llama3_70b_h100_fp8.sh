@@ -10,6 +10,9 @@
 # the distributed optimizer with overlapped gradient reduce and parameter gather, bf16 gradient
 # reduction, no dropout), which NVIDIA's performance summary (release 25.09, DGX-H100) reports
 # at 1619 tokens/s/GPU. The Llama 3 70B shape is meta-llama/Meta-Llama-3-70B's config.json.
+# The tokenizer's 128256 entries are padded to 128512 (a multiple of 128 x TP 4), in Megatron-LM
+# as in the recipe. The TP overlap's userbuffers settings are the recipe's, in the file beside
+# this script (userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192.yaml).
 # The same run as scenarios/h100/llama3-70b_fp8_tp4_pp8_vp5_dp2_r25.09.yaml; import it with
 #   trainsim import-megatron examples/launch/llama3_70b_h100_fp8.sh --system dgx-h100
 # (docs/cli.md "import-megatron").
@@ -21,6 +24,8 @@ export NCCL_IB_TIMEOUT=${NCCL_IB_TIMEOUT:-19}
 CHECKPOINT_PATH=${1:-"checkpoints/llama3_70b_fp8"}
 TENSORBOARD_LOGS_PATH=${2:-"tensorboard_logs/llama3_70b_fp8"}
 TOKENIZER_MODEL=${3:-"meta-llama/Meta-Llama-3-70B"}
+# Transformer Engine's userbuffers settings of the TP overlap (the recipe's tp_comm_overlap_cfg)
+TP_COMM_OVERLAP_CFG=${TP_COMM_OVERLAP_CFG:-"userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192.yaml"}
 
 # Distributed training setup
 GPUS_PER_NODE=8
@@ -108,6 +113,7 @@ MODEL_PARALLEL_ARGS=(
     --context-parallel-size $CP_SIZE
     --sequence-parallel
     --tp-comm-overlap
+    --tp-comm-overlap-cfg $TP_COMM_OVERLAP_CFG
 )
 
 DDP_ARGS=(

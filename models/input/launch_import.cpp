@@ -14,6 +14,8 @@
 //  - --transformer-impl transformer_engine (Megatron-Core's default) is what the megatron-core
 //    runtime models; `local` is refused;
 //  - --optimizer adam (the default; states as docs/scenario.md says); other optimizers refused;
+//  - --tp-comm-overlap-cfg FILE: kept for the caller, which reads the file
+//    (apply_tp_comm_overlap_cfg: parallel.tp_comm_overlap_rs_method);
 //  - the launcher's node and GPU counts (torchrun --nnodes / --nproc-per-node, srun -N /
 //    --nodes / --ntasks-per-node / --gpus-per-node): cluster.nodes and cluster.gpus_per_node;
 //  - DeepSpeed fp16.enabled / bf16.enabled: parallel.precision (neither: fp32); train_batch_size
@@ -32,6 +34,7 @@
 
 #include "models/errors.h"
 #include "models/input/keys.h"
+#include "models/input/yaml_guard.h"
 #include "models/json_input.h"
 
 namespace trainsim {
@@ -202,6 +205,7 @@ bool computed_argument(const std::string& name, const std::string& value, Comput
   if (name == "make_vocab_size_divisible_by") return c.divisible_by = value, true;
   if (name == "virtual_pipeline_model_parallel_size") return c.virtual_size = value, true;
   if (name == "use_mcore_models") return c.runtime = "megatron-core", true;
+  if (name == "tp_comm_overlap_cfg") return out.tp_comm_overlap_cfg = value, true;
   if (name == "use_legacy_models") {
     c.runtime = "megatron-2021";
     out.derived.push_back("runtime megatron-2021: --use-legacy-models");
@@ -308,6 +312,49 @@ LaunchImport import_megatron(const LaunchCommand& command, const std::string& so
   }
   finish_computed(computed, out, source);
   return out;
+}
+
+void apply_tp_comm_overlap_cfg(LaunchImport& imported, const std::string& text,
+                               const std::string& source) {
+  input::refuse_yaml_cpp_hangs(text, source);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw InputError(source + ": YAML error: " + e.msg);
+  }
+  if (!root.IsMap())
+    throw InputError(source + ": a userbuffers configuration is a mapping of GEMM names "
+                              "(qkv_fprop, proj_fprop, fc2_fprop, ...) to their settings");
+  // Transformer Engine transformer_engine/pytorch/module/base.py initialize_ub: a GEMM's method
+  // is its ub_cfgs entry's "method", else pipeline for proj_fprop and fc2_fprop.
+  std::string method;
+  for (const char* gemm : {"proj_fprop", "fc2_fprop"}) {
+    std::string m = "pipeline";
+    const YAML::Node cfg = root[gemm];
+    if (cfg.IsDefined() && !cfg.IsNull() && !cfg.IsMap())
+      throw InputError(source + ": field '" + gemm + "': expected a mapping of settings");
+    if (cfg.IsMap() && cfg["method"].IsDefined()) {
+      m = cfg["method"].IsScalar() ? cfg["method"].Scalar() : "(not a scalar)";
+      if (m != "pipeline" && m != "ring_exchange")
+        throw InputError(source + ": field '" + gemm + ".method' = '" + m +
+                         "': the forward reduce-scatter overlap is pipeline or ring_exchange");
+    }
+    if (!method.empty() && m != method)
+      throw InputError(source + ": field 'fc2_fprop.method' = '" + m + "': differs from "
+                       "proj_fprop's '" + method + "'; trainsim models one method for both "
+                       "(parallel.tp_comm_overlap_rs_method)");
+    method = m;
+  }
+  imported.keys["parallel.tp_comm_overlap_rs_method"] = method;
+  imported.derived.push_back("parallel.tp_comm_overlap_rs_method " + method + ": proj_fprop / "
+                             "fc2_fprop method of --tp-comm-overlap-cfg " + source);
+  for (const auto& entry : root) {
+    const std::string gemm = entry.first.IsScalar() ? entry.first.Scalar() : "?";
+    if (gemm != "proj_fprop" && gemm != "fc2_fprop")
+      imported.ignored.push_back("--tp-comm-overlap-cfg " + gemm + ": not modelled (trainsim "
+                                 "models the forward reduce-scatters' method only)");
+  }
 }
 
 namespace {

@@ -27,6 +27,9 @@ struct LaunchImport {
   std::vector<std::string> ignored;
   /// Values trainsim derived (vocabulary padding, ...), one line each, with their formula.
   std::vector<std::string> derived;
+  /// The file `--tp-comm-overlap-cfg` names, as written (empty: none); the caller reads it
+  /// (apply_tp_comm_overlap_cfg).
+  std::string tp_comm_overlap_cfg;
 };
 
 /// The words of the `pretrain_gpt.py` command of a shell launch script (`text`, read from
@@ -51,6 +54,17 @@ LaunchCommand launch_command_from_words(const std::vector<std::string>& words,
 /// Maps a command to scenario keys (see the file comment); `runtime: megatron-core` unless the
 /// arguments say otherwise.
 LaunchImport import_megatron(const LaunchCommand& command, const std::string& source);
+
+/// Megatron-LM's `--tp-comm-overlap-cfg FILE`: Transformer Engine's userbuffers configuration
+/// (Megatron-LM megatron/training/initialize.py _initialize_tp_communicators reads it with
+/// yaml.safe_load and hands it to transformer_engine.pytorch's initialize_ub as ub_cfgs), its
+/// `text` read from `source`. A mapping of GEMM names (qkv_fprop, proj_fprop, fc2_fprop, ...) to
+/// their settings; trainsim models the `method` of the forward reduce-scatter overlaps,
+/// proj_fprop and fc2_fprop, as parallel.tp_comm_overlap_rs_method (absent: TE's default,
+/// pipeline; the two must agree), and lists the other GEMMs' settings as ignored. Throws
+/// InputError naming `source`, the field and its value.
+void apply_tp_comm_overlap_cfg(LaunchImport& imported, const std::string& text,
+                               const std::string& source);
 
 /// Maps a ds_config.json file; `world_size` (0: unknown) is the GPUs of the cluster, needed
 /// only when train_batch_size is absent (DeepSpeed: train_batch_size = micro batch x gradient

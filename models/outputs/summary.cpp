@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/errors.h"
+#include "models/outputs/text_format.h"
 #include "models/perf/flops.h"
 
 namespace trainsim {
@@ -489,20 +490,9 @@ json summary_to_json(const Summary& s) {
 
 namespace {
 
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
-// Bytes in binary units: "49.18 GiB", "12.50 MiB", "3.00 KiB", "512 B".
-std::string gib(double b) {
-  const double a = b < 0 ? -b : b;
-  if (a >= 1024.0 * 1024 * 1024) return fmt("%.2f GiB", b / (1024.0 * 1024 * 1024));
-  if (a >= 1024.0 * 1024) return fmt("%.2f MiB", b / (1024.0 * 1024));
-  if (a >= 1024.0) return fmt("%.2f KiB", b / 1024.0);
-  return fmt("%.0f B", b);
-}
+// models/outputs/text_format.h: the formats and units shared with `diff` and `plan`.
+std::string fmt(const char* format, double v) { return format_number(format, v); }
+std::string gib(double b) { return binary_bytes_text(b); }
 
 void text_breakdown(std::ostringstream& o, const Breakdown& b, double it) {
   auto line = [&](const std::string& k, double v) {

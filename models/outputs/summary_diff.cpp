@@ -9,6 +9,7 @@
 #include "models/errors.h"
 #include "models/json_input.h"
 #include "models/outputs/summary.h"
+#include "models/outputs/text_format.h"
 
 namespace trainsim {
 
@@ -154,15 +155,11 @@ void fill_per_gpu(SummaryDiff& d, const json& a, const json& b) {
   }
 }
 
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
+std::string fmt(const char* format, double v) { return format_number(format, v); }  // text_format.h
 
 std::string value_text(const std::optional<double>& v, const std::string& unit) {
   if (!v) return "-";
-  if (unit == "bytes") return fmt("%.2f GiB", *v / (1024.0 * 1024 * 1024));
+  if (unit == "bytes") return gib_text(*v, 2) + " GiB";
   if (unit == "s") return fmt("%.6f s", *v);
   if (unit.empty()) return fmt("%.4f", *v);
   return fmt("%.1f", *v);

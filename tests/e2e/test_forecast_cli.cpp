@@ -11,6 +11,7 @@
 
 #include "tests/e2e/cli_helpers.h"
 #include "tests/support/paths.h"
+#include "tests/support/scenario_yaml.h"
 
 namespace {
 
@@ -18,13 +19,13 @@ using trainsim::test_support::ScratchDir;
 using trainsim_e2e::run;
 using trainsim_e2e::slurp;
 
+/// A small TP 2 x PP 2 x DP 4 run on two DGX-A100 nodes, with `training` appended.
 std::string scenario(const std::string& training) {
-  return "name: forecast_e2e\n"
-         "model: {num_layers: 4, hidden_size: 256, num_attention_heads: 8, seq_length: 128, "
-         "padded_vocab_size: 1024}\n"
-         "parallel: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2, "
-         "micro_batch_size: 2, global_batch_size: 16, precision: bf16}\n"
-         "cluster: {system: dgx-a100-80gb, nodes: 2, gpus_per_node: 8}\n" +
+  return trainsim::test_support::gpt_cli_scenario_yaml(
+             "forecast_e2e", {4, 256, 8, 128, 1024},
+             "{tensor_model_parallel_size: 2, pipeline_model_parallel_size: 2, "
+             "micro_batch_size: 2, global_batch_size: 16, precision: bf16}",
+             "{system: dgx-a100-80gb, nodes: 2, gpus_per_node: 8}") +
          training;
 }
 

@@ -32,29 +32,75 @@ std::string summary(const fs::path& dir, const std::string& tag, const std::stri
 TEST(ImportMegatron, Llama3_70bLaunchScriptSimulatesAsTheShippedScenario) {
   trainsim::test_support::ScratchDir dir("import_megatron");
   const fs::path out = dir.path() / "llama.yaml", log = dir.path() / "import.log";
-  // The cluster is not in a launch line; TE's userbuffers overlap method comes from a
-  // --tp-comm-overlap-cfg file in Megatron-LM, not from an argument.
+  // Nothing but the cluster (a launch line does not name it) and the scenario's name: the
+  // script carries the rest, its --tp-comm-overlap-cfg file TE's ring exchange.
   ASSERT_EQ(run("import-megatron " + source_path("examples/launch/llama3_70b_h100_fp8.sh") +
-                    " --system dgx-h100 --name llama3-70b_fp8_tp4_pp8_vp5_dp2_r25.09"
-                    " --set parallel.tp_comm_overlap_rs_method=ring_exchange --out " + out.string(),
+                    " --system dgx-h100 --name llama3-70b_fp8_tp4_pp8_vp5_dp2_r25.09 --out " +
+                    out.string(),
                 log.string()),
             0)
       << slurp(log);
   const std::string yaml = slurp(out);
-  // Derived: 80 layers / (PP 8 x 5 virtual stages); 128256 padded to a multiple of 128 x TP 4.
+  // Derived: 80 layers / (PP 8 x 5 virtual stages); 128256 padded to a multiple of 128 x TP 4
+  // (ceil(128256 / 512) = 251, 251 x 512 = 128512), as Megatron-Bridge pads it too.
   EXPECT_NE(yaml.find("num_layers_per_virtual_pipeline_stage: 2"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("padded_vocab_size: 128512"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("tp_comm_overlap_rs_method: ring_exchange"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("nodes: 8"), std::string::npos) << yaml;
   for (const char* ignored : {"#   --lr 1.5e-4: training.lr (", "#   --rotary-base 500000: model.rotary_base (",
                               "#   CUDA_DEVICE_MAX_CONNECTIONS=1: environment.cuda_device_max_connections (",
-                              "#   --fp8-amax-history-len 1024: parallel.fp8_amax_history_len ("})
+                              "#   --fp8-amax-history-len 1024: parallel.fp8_amax_history_len (",
+                              "#   --tp-comm-overlap-cfg qkv_dgrad: not modelled"})
     EXPECT_NE(yaml.find(ignored), std::string::npos) << ignored << "\n" << yaml;
-  // The shipped scenario keeps the tokenizer's 128256; Megatron-LM allocates the padded table.
-  const std::string shipped =
-      summary(dir.path(), "shipped",
-              source_path("scenarios/h100/llama3-70b_fp8_tp4_pp8_vp5_dp2_r25.09.yaml"),
-              "--set model.padded_vocab_size=128512");
+  // The whole summary, byte for byte: time, memory, breakdown, settings.
+  const std::string shipped = summary(
+      dir.path(), "shipped", source_path("scenarios/h100/llama3-70b_fp8_tp4_pp8_vp5_dp2_r25.09.yaml"));
   EXPECT_EQ(summary(dir.path(), "imported", out.string()), shipped);
+}
+
+/// Imports a one-line launch script with `--tp-comm-overlap-cfg ub.yaml` (`cfg` written next
+/// to it); returns the exit status and the output in `text`.
+int import_with_ub_cfg(const fs::path& dir, const std::string& cfg, std::string& text) {
+  std::ofstream(dir / "ub.yaml") << cfg;
+  std::ofstream(dir / "run.sh")
+      << "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
+         "--seq-length 1024 --vocab-size 50257 --micro-batch-size 1 --global-batch-size 16 "
+         "--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap "
+         "--tp-comm-overlap-cfg ub.yaml\n";
+  const fs::path out = dir / "s.yaml", log = dir / "log";
+  fs::remove(out);
+  const int rc = run("import-megatron " + (dir / "run.sh").string() +
+                         " --system dgx-h100 --nodes 1 --out " + out.string(),
+                     log.string());
+  text = rc == 0 ? slurp(out) : slurp(log);
+  return rc;
+}
+
+TEST(ImportMegatron, TpCommOverlapCfgGivesTheReduceScatterMethod) {
+  trainsim::test_support::ScratchDir dir("import_ub_cfg");
+  const std::string ub = (dir.path() / "ub.yaml").string();
+  std::string text;
+  // Transformer Engine's default for proj_fprop / fc2_fprop (initialize_ub): pipeline.
+  ASSERT_EQ(import_with_ub_cfg(dir.path(), "qkv_fprop:\n  method: ring_exchange\n", text), 0) << text;
+  EXPECT_NE(text.find("tp_comm_overlap_rs_method: pipeline"), std::string::npos) << text;
+  EXPECT_NE(text.find("--tp-comm-overlap-cfg qkv_fprop: not modelled"), std::string::npos) << text;
+  ASSERT_EQ(import_with_ub_cfg(dir.path(), "proj_fprop: {method: ring_exchange}\n"
+                                           "fc2_fprop: {method: ring_exchange}\n", text), 0) << text;
+  EXPECT_NE(text.find("tp_comm_overlap_rs_method: ring_exchange"), std::string::npos) << text;
+  // Refusals name the file, the field and the value.
+  EXPECT_EQ(import_with_ub_cfg(dir.path(), "proj_fprop:\n  method: bulk\n", text), 1);
+  EXPECT_NE(text.find(ub + ": field 'proj_fprop.method' = 'bulk'"), std::string::npos) << text;
+  EXPECT_EQ(import_with_ub_cfg(dir.path(), "proj_fprop: {method: ring_exchange}\n", text), 1);
+  EXPECT_NE(text.find(ub + ": field 'fc2_fprop.method' = 'pipeline': differs from proj_fprop's "
+                           "'ring_exchange'"), std::string::npos) << text;
+  EXPECT_EQ(import_with_ub_cfg(dir.path(), "- proj_fprop\n", text), 1);
+  EXPECT_NE(text.find(ub + ": a userbuffers configuration is a mapping"), std::string::npos) << text;
+  fs::remove(ub);
+  std::ofstream(dir.path() / "run.sh") << "torchrun pretrain_gpt.py --tp-comm-overlap-cfg ub.yaml\n";
+  EXPECT_EQ(run("import-megatron " + (dir.path() / "run.sh").string() + " --system dgx-h100",
+                (dir.path() / "log").string()), 1);
+  EXPECT_NE(slurp(dir.path() / "log").find(ub + ": cannot open"), std::string::npos)
+      << slurp(dir.path() / "log");
 }
 
 TEST(ImportDeepSpeed, TwinFlowConfigSimulatesAsTheShippedOffloadScenarios) {

@@ -19,6 +19,7 @@
 
 #include "tests/e2e/cli_helpers.h"
 #include "tests/support/paths.h"
+#include "tests/support/scenario_yaml.h"
 
 namespace {
 
@@ -26,16 +27,13 @@ using trainsim::test_support::ScratchDir;
 using trainsim_e2e::run;
 using trainsim_e2e::slurp;
 
+/// A small model on one DGX-A100 node with the plan section `plan`.
 std::string scenario(const std::string& plan) {
-  return "name: plan_e2e\n"
-         "model: {num_layers: 8, hidden_size: 512, num_attention_heads: 8, "
-         "seq_length: 256, "
-         "padded_vocab_size: 1024}\n"
-         "parallel: {micro_batch_size: 1, global_batch_size: 32, precision: "
-         "fp16}\n"
-         "cluster: {system: dgx-a100-80gb, nodes: 1}\n"
-         "plan: " +
-         plan + "\n";
+  return trainsim::test_support::gpt_cli_scenario_yaml(
+             "plan_e2e", {8, 512, 8, 256, 1024},
+             "{micro_batch_size: 1, global_batch_size: 32, precision: fp16}",
+             "{system: dgx-a100-80gb, nodes: 1}") +
+         "plan: " + plan + "\n";
 }
 
 const std::string kSpace =

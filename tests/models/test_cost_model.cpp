@@ -10,6 +10,7 @@
 #include <string>
 
 #include "models/hardware/calibration.h"
+#include "tests/support/calibration_errors.h"
 #include "models/perf/flops.h"
 #include "models/hardware/hardware.h"
 #include "tests/support/paths.h"
@@ -375,18 +376,7 @@ TEST(Calibration, RoundTrip) {
   std::remove(path.c_str());
 }
 
-void expect_input_error(const std::string& text, const std::string& field,
-                        const std::string& value) {
-  try {
-    parse_calibration(text, "bad.json");
-    FAIL() << "expected InputError for " << field;
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("bad.json"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(field), std::string::npos) << msg;
-    EXPECT_NE(msg.find(value), std::string::npos) << msg;
-  }
-}
+using test_support::expect_profile_refused;
 
 // A valid profile's text with one parameter's entry replaced.
 std::string with_param(const std::string& name, const std::string& entry) {
@@ -399,31 +389,31 @@ std::string with_param(const std::string& name, const std::string& entry) {
 }
 
 TEST(Calibration, ErrorsNameFileFieldAndValue) {
-  expect_input_error(with_param("hbm_efficiency", "-0.5"), "parameters.hbm_efficiency", "-0.5");
-  expect_input_error(with_param("hbm_efficiency", "1.5"), "parameters.hbm_efficiency", "1.5");
-  expect_input_error(with_param("sm_count", "\"many\""), "parameters.sm_count", "\"many\"");
-  expect_input_error(with_param("sm_count", "107.5"), "parameters.sm_count", "107.5");
-  expect_input_error(with_param("kernel_launch_overhead_s", "-1e-06"),
+  expect_profile_refused(with_param("hbm_efficiency", "-0.5"), "parameters.hbm_efficiency", "-0.5");
+  expect_profile_refused(with_param("hbm_efficiency", "1.5"), "parameters.hbm_efficiency", "1.5");
+  expect_profile_refused(with_param("sm_count", "\"many\""), "parameters.sm_count", "\"many\"");
+  expect_profile_refused(with_param("sm_count", "107.5"), "parameters.sm_count", "107.5");
+  expect_profile_refused(with_param("kernel_launch_overhead_s", "-1e-06"),
                      "parameters.kernel_launch_overhead_s", "-1e-06");
-  expect_input_error(with_param("gemm_max_efficiency", "{\"value\": 0.8, \"sorce\": \"x\"}"),
+  expect_profile_refused(with_param("gemm_max_efficiency", "{\"value\": 0.8, \"sorce\": \"x\"}"),
                      "parameters.gemm_max_efficiency.sorce", "\"x\"");
-  expect_input_error(with_param("gemm_max_efficiency", "{\"value\": 0.8, \"source\": 3}"),
+  expect_profile_refused(with_param("gemm_max_efficiency", "{\"value\": 0.8, \"source\": 3}"),
                      "parameters.gemm_max_efficiency.source", "3");
-  expect_input_error(with_param("gemm_max_efficiency", "{\"value\": \"0.8\"}"),
+  expect_profile_refused(with_param("gemm_max_efficiency", "{\"value\": \"0.8\"}"),
                      "parameters.gemm_max_efficiency.value", "\"0.8\"");
   // Unknown parameter and unknown top-level key.
   std::string text = calibration_to_json(round_profile());
   std::string unknown = text;
   unknown.replace(unknown.find("\"parameters\": {") + 15, 0, "\"gemm_magic\": 1, ");
-  expect_input_error(unknown, "parameters.gemm_magic", "1");
+  expect_profile_refused(unknown, "parameters.gemm_magic", "1");
   std::string top = text;
   top.replace(top.find('{') + 1, 0, "\"devise\": \"A100\", ");
-  expect_input_error(top, "devise", "\"A100\"");
+  expect_profile_refused(top, "devise", "\"A100\"");
   // A missing parameter.
   std::string missing = text;
   const auto at = missing.find("\"pcie_efficiency\"");
   missing.erase(at, missing.find('\n', at) - at + 1);
-  expect_input_error(missing, "parameters.pcie_efficiency", "(missing)");
+  expect_profile_refused(missing, "parameters.pcie_efficiency", "(missing)");
   // Not JSON at all, and a missing file.
   EXPECT_THROW(parse_calibration("{ not json", "bad.json"), InputError);
   EXPECT_THROW(load_calibration("/nonexistent/dir/profile.json"), InputError);
@@ -447,22 +437,22 @@ TEST(Calibration, AttentionTableParsesRoundTripsAndNamesBadEntries) {
   EXPECT_EQ(p.flash_attention_efficiency_source, "paper");
   EXPECT_EQ(parse_calibration(calibration_to_json(p), "again.json"), p);
   const std::string f = "flash_attention_efficiency";
-  expect_input_error(with_attention_table("[1]"), f, "[1]");
-  expect_input_error(with_attention_table("{\"points\": [[64, 512, 0.3, 0.2]]}"), f + ".source",
+  expect_profile_refused(with_attention_table("[1]"), f, "[1]");
+  expect_profile_refused(with_attention_table("{\"points\": [[64, 512, 0.3, 0.2]]}"), f + ".source",
                      "(missing)");
-  expect_input_error(with_attention_table("{\"source\": \"s\", \"pts\": []}"), f + ".pts",
+  expect_profile_refused(with_attention_table("{\"source\": \"s\", \"pts\": []}"), f + ".pts",
                      "[]");
-  expect_input_error(with_attention_table("{\"source\": \"s\", \"points\": []}"),
+  expect_profile_refused(with_attention_table("{\"source\": \"s\", \"points\": []}"),
                      f + ".points", "[]");
-  expect_input_error(with_attention_table("{\"source\": \"s\", \"points\": [[64, 512, 0.3]]}"),
+  expect_profile_refused(with_attention_table("{\"source\": \"s\", \"points\": [[64, 512, 0.3]]}"),
                      f + ".points[0]", "[64,512,0.3]");
-  expect_input_error(
+  expect_profile_refused(
       with_attention_table("{\"source\": \"s\", \"points\": [[64, 512, 1.3, 0.2]]}"),
       f + ".points[0]", "1.3");
-  expect_input_error(
+  expect_profile_refused(
       with_attention_table("{\"source\": \"s\", \"points\": [[64, 0, 0.3, 0.2]]}"),
       f + ".points[0]", "[64,0,0.3,0.2]");
-  expect_input_error(with_attention_table("{\"source\": \"s\", \"points\": [[64, 512, 0.3, "
+  expect_profile_refused(with_attention_table("{\"source\": \"s\", \"points\": [[64, 512, 0.3, "
                                           "0.2], [64, 512, 0.4, 0.2]]}"),
                      f + ".points[1]", "0.4");
 }

@@ -7,22 +7,12 @@
 
 #include "models/errors.h"
 #include "models/hardware/calibration.h"
+#include "tests/support/calibration_errors.h"
 
 namespace trainsim {
 namespace {
 
-void expect_input_error(const std::string& text, const std::string& field,
-                        const std::string& value) {
-  try {
-    parse_calibration(text, "bad.json");
-    FAIL() << "expected InputError for " << field;
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("bad.json"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(field), std::string::npos) << msg;
-    EXPECT_NE(msg.find(value), std::string::npos) << msg;
-  }
-}
+using test_support::expect_profile_refused;
 
 /// The H100 profile's text with the host entry `name`'s value replaced by `value`.
 std::string with_host_value(const std::string& name, const std::string& value) {
@@ -63,30 +53,30 @@ TEST(HostCalibration, RoundTripsAndIsOptional) {
 }
 
 TEST(HostCalibration, BadEntriesAreNamed) {
-  expect_input_error(with_host_value("eager_op_s", "-1"), "host.eager_op_s.value", "-1");
-  expect_input_error(with_host_value("sync_s", "0.5"), "host.sync_s.value", "0.5");
-  expect_input_error(with_host_value("launch_queue_depth", "0"), "host.launch_queue_depth.value",
+  expect_profile_refused(with_host_value("eager_op_s", "-1"), "host.eager_op_s.value", "-1");
+  expect_profile_refused(with_host_value("sync_s", "0.5"), "host.sync_s.value", "0.5");
+  expect_profile_refused(with_host_value("launch_queue_depth", "0"), "host.launch_queue_depth.value",
                      "0");
-  expect_input_error(with_host_value("launch_queue_depth", "2.5"),
+  expect_profile_refused(with_host_value("launch_queue_depth", "2.5"),
                      "host.launch_queue_depth.value", "2.5");
-  expect_input_error(with_host_value("graph_launch_s", "\"fast\""), "host.graph_launch_s.value",
+  expect_profile_refused(with_host_value("graph_launch_s", "\"fast\""), "host.graph_launch_s.value",
                      "fast");
   // An unknown entry, and a missing one.
   std::string text = calibration_to_json(default_calibration("H100-SXM5-80GB"));
   std::string unknown = text;
   unknown.insert(unknown.find('{', unknown.find("\"host\"")) + 1, "\"warp_s\": 1e-6, ");
-  expect_input_error(unknown, "host.warp_s", "1e-06");
+  expect_profile_refused(unknown, "host.warp_s", "1e-06");
   std::string missing = text;
   const std::size_t at = missing.find("\"sync_s\"", missing.find("\"host\""));
   const std::size_t close = missing.find('}', at);
   missing.erase(missing.rfind(',', at), close + 1 - missing.rfind(',', at));
-  expect_input_error(missing, "host.sync_s", "(missing)");
+  expect_profile_refused(missing, "host.sync_s", "(missing)");
   // Not an object.
   CalibrationProfile none = default_calibration("H100-SXM5-80GB");
   none.host_launch_queue_depth = 0;  // has_host_costs false: written without the section
   std::string scalar = calibration_to_json(none);
   scalar.insert(scalar.find('{') + 1, "\"host\": 3, ");
-  expect_input_error(scalar, "host", "3");
+  expect_profile_refused(scalar, "host", "3");
 }
 
 }  // namespace

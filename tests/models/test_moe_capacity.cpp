@@ -14,45 +14,21 @@
 #include "models/memory/memory_model.h"
 #include "models/perf/flops.h"
 #include "models/input/scenario.h"
-#include "tests/support/scenario_yaml.h"
+#include "tests/support/moe_scenario.h"
 
 namespace trainsim {
 namespace {
 
-// 8 experts, top-2, 4096 tokens on a rank (micro batch 1, seq 4096, no TP / CP), hidden 512,
-// expert MLP 256 with SwiGLU (fc1 512 wide), grouped GEMMs, bf16. The balanced share of an
-// expert from one rank is 4096 x 2 / 8 = 1024 token copies.
-const char* kModel =
-    "num_layers: 2, hidden_size: 512, num_attention_heads: 8, num_query_groups: 4, "
-    "kv_channels: 64, ffn_hidden_size: 1536, num_experts: 8, moe_router_topk: 2, "
-    "moe_ffn_hidden_size: 256, moe_grouped_gemm: true, swiglu: true, normalization: RMSNorm, "
-    "position_embedding_type: rope, untie_embeddings_and_output_weights: true, "
-    "add_bias_linear: false, hidden_dropout: 0.0, attention_dropout: 0.0, "
-    "attention_backend: flash, seq_length: 4096, padded_vocab_size: 4096";
-
+// test_support::kSmallMoeModel: the balanced share of an expert from one rank is
+// 4096 x 2 / 8 = 1024 token copies.
 Scenario moe(const std::string& extra, int ep) {
-  return parse_scenario(
-      test_support::core_scenario_yaml(
-          std::string(kModel) + extra,
-          "precision: bf16, micro_batch_size: 1, global_batch_size: 8, "
-          "expert_model_parallel_size: " + std::to_string(ep)),
-      "capacity.yaml");
+  return test_support::small_moe_scenario(extra, ep, "capacity.yaml");
 }
 
-/// The graph's first op of rank 0 that `pick` accepts.
-template <typename Pick>
-OpDesc first_op(const Scenario& sc, Pick pick) {
-  BuildOptions opt;
-  opt.fold = false;
-  const ScheduleGraph g = build_schedule_graph(validated(sc), cluster_system(sc.cluster), opt);
-  for (TaskId id = 0; id < g.num_tasks(); ++id)
-    if (g.task(id).rank == g.simulated_ranks().front() && pick(g.op(id))) return g.op(id);
-  ADD_FAILURE() << "no such op";
-  return {};
-}
+using test_support::first_rank_op;
 
 OpDesc moe_forward(const Scenario& sc) {
-  return first_op(sc, [](const OpDesc& o) {
+  return first_rank_op(sc, [](const OpDesc& o) {
     return o.kind == OpKind::MlpFwd && o.features.experts_local > 0;
   });
 }
@@ -127,7 +103,7 @@ TEST(MoeCapacity, TheBusiestExpertIsCappedAtCapacityInTheGroupedGemms) {
   EXPECT_EQ(kernel(padded, "expert_fc1_gemm").m, 1280);
   EXPECT_DOUBLE_EQ(kernel(padded, "expert_fc1_gemm").flops, 2.0 * 1280 * 512 * 512 * 8);
   // The backward's GEMMs take the same count (fc2's wgrad: k = the expert's tokens).
-  const OpDesc padded_bwd = first_op(
+  const OpDesc padded_bwd = first_rank_op(
       moe(", moe_expert_capacity_factor: 1.25, moe_pad_expert_input_to_capacity: true", 1),
       [](const OpDesc& o) { return o.kind == OpKind::MlpBwd && o.features.experts_local > 0; });
   EXPECT_EQ(kernel(padded_bwd, "expert_fc2_wgrad").k, 1280);

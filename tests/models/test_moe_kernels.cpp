@@ -17,40 +17,20 @@
 #include "models/memory/memory_model.h"
 #include "models/perf/cost_model.h"
 #include "models/perf/flops.h"
-#include "tests/support/scenario_yaml.h"
+#include "tests/support/moe_scenario.h"
 
 namespace trainsim {
 namespace {
 
-// 8 experts, top-2, 4096 tokens on a rank (micro batch 1, seq 4096), hidden 512, expert MLP
-// 256 with SwiGLU, grouped GEMMs, bf16: 4096 x 2 = 8192 token copies on EP 1, 1024 per expert.
-const char* kModel =
-    "num_layers: 2, hidden_size: 512, num_attention_heads: 8, num_query_groups: 4, "
-    "kv_channels: 64, ffn_hidden_size: 1536, num_experts: 8, moe_router_topk: 2, "
-    "moe_ffn_hidden_size: 256, moe_grouped_gemm: true, swiglu: true, normalization: RMSNorm, "
-    "position_embedding_type: rope, untie_embeddings_and_output_weights: true, "
-    "add_bias_linear: false, hidden_dropout: 0.0, attention_dropout: 0.0, "
-    "attention_backend: flash, seq_length: 4096, padded_vocab_size: 4096";
-
+// test_support::kSmallMoeModel on EP 1: 8192 token copies on the rank, 1024 per expert.
 Scenario moe(const std::string& extra) {
-  return parse_scenario(
-      test_support::core_scenario_yaml(std::string(kModel) + extra,
-                                       "precision: bf16, micro_batch_size: 1, "
-                                       "global_batch_size: 8"),
-      "kernels.yaml");
+  return test_support::small_moe_scenario(extra, 1, "kernels.yaml");
 }
 
 /// Rank 0's first MoE MLP op of `kind`.
 OpDesc moe_op(const Scenario& sc, OpKind kind) {
-  BuildOptions opt;
-  opt.fold = false;
-  const ScheduleGraph g = build_schedule_graph(validated(sc), cluster_system(sc.cluster), opt);
-  for (TaskId id = 0; id < g.num_tasks(); ++id)
-    if (g.task(id).rank == g.simulated_ranks().front() && g.op(id).kind == kind &&
-        g.op(id).features.experts_local > 0)
-      return g.op(id);
-  ADD_FAILURE() << "no MoE op";
-  return {};
+  return test_support::first_rank_op(
+      sc, [kind](const OpDesc& o) { return o.kind == kind && o.features.experts_local > 0; });
 }
 
 KernelWork kernel(const OpDesc& op, const std::string& name) {
@@ -176,7 +156,7 @@ TEST(MoeKernels, BadInputsNameTheFileTheFieldAndTheValue) {
 // 4096 tokens each on 256 / 2 = 128 columns of the expert MLP.
 TEST(MoeKernels, ExpertTensorParallelCollectivesByHand) {
   const Scenario sc = parse_scenario(
-      test_support::core_scenario_yaml(std::string(kModel),
+      test_support::core_scenario_yaml(std::string(test_support::kSmallMoeModel),
                                        "precision: bf16, micro_batch_size: 1, "
                                        "global_batch_size: 8, expert_model_parallel_size: 2, "
                                        "expert_tensor_parallel_size: 2"),
@@ -224,7 +204,7 @@ TEST(MoeKernels, ExpertTensorParallelActivationsByHand) {
   auto mlp_bytes = [](int etp) {
     const Scenario sc = parse_scenario(
         test_support::core_scenario_yaml(
-            std::string(kModel),
+            std::string(test_support::kSmallMoeModel),
             "precision: bf16, micro_batch_size: 1, global_batch_size: 8, "
             "expert_model_parallel_size: 2, expert_tensor_parallel_size: " + std::to_string(etp)),
         "etp.yaml");
@@ -236,7 +216,7 @@ TEST(MoeKernels, ExpertTensorParallelActivationsByHand) {
 TEST(MoeKernels, ExpertTensorParallelismWithTheAllgatherDispatcherIsRefused) {
   try {
     parse_scenario(test_support::core_scenario_yaml(
-                       std::string(kModel) + ", moe_token_dispatcher_type: allgather",
+                       std::string(test_support::kSmallMoeModel) + ", moe_token_dispatcher_type: allgather",
                        "precision: bf16, micro_batch_size: 1, global_batch_size: 8, "
                        "expert_model_parallel_size: 2, expert_tensor_parallel_size: 2"),
                    "etp.yaml");

@@ -15,28 +15,23 @@
 #include <simgrid/s4u/Engine.hpp>
 
 #include "models/hardware/calibration.h"
+#include "tests/support/platform_fixture.h"
 #include "sim/isolate.h"
 
 namespace trainsim::sim {
 namespace {
 
-struct Fixture {
-  SystemSpec system = find_system("dgx-a100-80gb");
-  CalibrationProfile profile = default_calibration(system.gpu.name);
-  CostModel cost{system, profile};
+struct Fixture : test_support::PlatformFixture {
+  Fixture() : PlatformFixture("dgx-a100-80gb") {}
 };
 
-std::vector<std::string> names(const PlatformModel& p, const Route& r) {
-  std::vector<std::string> out;
-  for (const Hop& h : r.hops) out.push_back(p.links()[h.link].name + (h.up ? ":up" : ":down"));
-  return out;
-}
+using test_support::link_names;
 
 TEST(PlatformModel, IntraNodeRouteIsTwoNvlinkPorts) {
   Fixture f;
   PlatformModel p(f.system, 2, 8, f.cost);
   const Route& r = p.route(Endpoint::gpu(9), Endpoint::gpu(14));  // node 1, GPU 1 -> GPU 6
-  EXPECT_EQ(names(p, r), (std::vector<std::string>{"n1-gpu1-nvlink:up", "n1-gpu6-nvlink:down"}));
+  EXPECT_EQ(link_names(p, r), (std::vector<std::string>{"n1-gpu1-nvlink:up", "n1-gpu6-nvlink:down"}));
   EXPECT_DOUBLE_EQ(r.latency_s, f.system.nvlink_latency_s);
   // A100: 600 GB/s both directions -> 300 GB/s per direction, times NCCL's achieved fraction.
   EXPECT_DOUBLE_EQ(r.bottleneck_bw_bytes_per_s, 300e9 * f.profile.nvlink_efficiency);
@@ -47,9 +42,9 @@ TEST(PlatformModel, HostCopiesCrossGpuLinkAndSwitchUplink) {
   PlatformModel p(f.system, 1, 8, f.cost);
   // GPU 5 sits on PCIe switch 2 (two GPUs per switch).
   const Route& h2d = p.route(Endpoint::cpu(0), Endpoint::gpu(5));
-  EXPECT_EQ(names(p, h2d), (std::vector<std::string>{"n0-pcisw2-uplink:down", "n0-gpu5-pcie:down"}));
+  EXPECT_EQ(link_names(p, h2d), (std::vector<std::string>{"n0-pcisw2-uplink:down", "n0-gpu5-pcie:down"}));
   const Route& d2h = p.route(Endpoint::gpu(5), Endpoint::cpu(0));
-  EXPECT_EQ(names(p, d2h), (std::vector<std::string>{"n0-gpu5-pcie:up", "n0-pcisw2-uplink:up"}));
+  EXPECT_EQ(link_names(p, d2h), (std::vector<std::string>{"n0-gpu5-pcie:up", "n0-pcisw2-uplink:up"}));
   EXPECT_DOUBLE_EQ(h2d.latency_s, f.system.pcie_latency_s);
   EXPECT_DOUBLE_EQ(h2d.bottleneck_bw_bytes_per_s, 32e9 * f.profile.pcie_efficiency);
   EXPECT_THROW(p.route(Endpoint::cpu(0), Endpoint::cpu(0)), trainsim::InvariantError);
@@ -59,7 +54,7 @@ TEST(PlatformModel, SameRailNeighboursMeetAtTheirLeaf) {
   Fixture f;
   PlatformModel p(f.system, 4, 8, f.cost);
   const Route& r = p.route(Endpoint::gpu(2), Endpoint::gpu(26));  // node 0 GPU 2 -> node 3 GPU 2
-  EXPECT_EQ(names(p, r), (std::vector<std::string>{"n0-gpu2-pcie:up", "n0-nic2-pcie:down",
+  EXPECT_EQ(link_names(p, r), (std::vector<std::string>{"n0-gpu2-pcie:up", "n0-nic2-pcie:down",
                                                    "n0-nic2-leaf:up", "n3-nic2-leaf:down",
                                                    "n3-nic2-pcie:up", "n3-gpu2-pcie:down"}));
   // Two PCIe hops per side, one leaf switch.

@@ -20,6 +20,16 @@ struct GptModel {
   std::int64_t padded_vocab_size;
 };
 
+/// {num_layers: L, hidden_size: H, num_attention_heads: A, seq_length: S, padded_vocab_size: V},
+/// the `model:` flow mapping of `m`.
+inline std::string gpt_model_flow(const GptModel& m) {
+  return "{num_layers: " + std::to_string(m.num_layers) +
+         ", hidden_size: " + std::to_string(m.hidden_size) +
+         ", num_attention_heads: " + std::to_string(m.num_attention_heads) +
+         ", seq_length: " + std::to_string(m.seq_length) +
+         ", padded_vocab_size: " + std::to_string(m.padded_vocab_size) + "}";
+}
+
 /// name: NAME, model: {...}, parallel: PARALLEL, deepspeed: {zero_optimization: ZERO},
 /// cluster: {system: SYSTEM, nodes: NODES, gpus_per_node: GPUS_PER_NODE}. PARALLEL and ZERO
 /// are YAML flow mappings, e.g. "{micro_batch_size: 2, global_batch_size: 8}", "{stage: 1}".
@@ -28,14 +38,19 @@ inline std::string gpt_scenario_yaml(const std::string& name, const GptModel& m,
                                      std::int64_t gpus_per_node,
                                      const std::string& system = "dgx-a100-80gb",
                                      std::int64_t nodes = 1) {
-  return "name: " + name + "\nmodel: {num_layers: " + std::to_string(m.num_layers) +
-         ", hidden_size: " + std::to_string(m.hidden_size) +
-         ", num_attention_heads: " + std::to_string(m.num_attention_heads) +
-         ", seq_length: " + std::to_string(m.seq_length) +
-         ", padded_vocab_size: " + std::to_string(m.padded_vocab_size) + "}\nparallel: " +
-         parallel + "\ndeepspeed: {zero_optimization: " + zero + "}\ncluster: {system: " + system +
+  return "name: " + name + "\nmodel: " + gpt_model_flow(m) + "\nparallel: " + parallel +
+         "\ndeepspeed: {zero_optimization: " + zero + "}\ncluster: {system: " + system +
          ", nodes: " + std::to_string(nodes) + ", gpus_per_node: " + std::to_string(gpus_per_node) +
          "}\n";
+}
+
+/// name: NAME, model: {...}, parallel: PARALLEL, cluster: CLUSTER (flow mappings), one line
+/// each and no other section: the small scenarios of the end-to-end tests of the CLI verbs, which
+/// append the section they test (training:, plan:).
+inline std::string gpt_cli_scenario_yaml(const std::string& name, const GptModel& m,
+                                         const std::string& parallel, const std::string& cluster) {
+  return "name: " + name + "\nmodel: " + gpt_model_flow(m) + "\nparallel: " + parallel +
+         "\ncluster: " + cluster + "\n";
 }
 
 /// The scenario of gpt_scenario_yaml, parsed and validated; messages name "NAME.yaml".

@@ -16,6 +16,7 @@
 #include "models/input/scenario.h"
 #include "models/system/collective_flows.h"
 #include "tests/support/paths.h"
+#include "tests/support/system_file_errors.h"
 
 using trainsim::InputError;
 using trainsim::SystemSpec;
@@ -24,40 +25,17 @@ namespace {
 
 constexpr double GiB = 1073741824.0;  // 2^30
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-/// The shipped gb200-nvl72.yaml with the line of `key` replaced by `replacement`.
 std::string gb200_with(const std::string& key, const std::string& replacement) {
-  std::string text = read_text(trainsim::test_support::source_path("systems/gb200-nvl72.yaml"));
-  const std::string pattern = key.find(':') == std::string::npos ? key + ":" : key;
-  const std::regex line("(\n *)" + pattern + "[^\n]*");
-  std::smatch m;
-  EXPECT_TRUE(std::regex_search(text, m, line)) << key;
-  return m.prefix().str() + m[1].str() + replacement + m.suffix().str();
+  return trainsim::test_support::system_file_with("systems/gb200-nvl72.yaml", key, replacement);
 }
 
 std::string error_of(const std::string& text) {
-  try {
-    trainsim::parse_system_file(text, "my_rack.yaml");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
+  return trainsim::test_support::system_file_error(text, "my_rack.yaml");
 }
 
 void expect_error(const std::string& text, const std::string& field, const std::string& value,
                   const std::string& words = "") {
-  const std::string msg = error_of(text);
-  SCOPED_TRACE(msg);
-  EXPECT_NE(msg.find("my_rack.yaml:"), std::string::npos);  // file and line
-  EXPECT_NE(msg.find(field), std::string::npos) << field;
-  EXPECT_NE(msg.find("'" + value + "'"), std::string::npos) << value;
-  if (!words.empty()) EXPECT_NE(msg.find(words), std::string::npos) << words;
+  trainsim::test_support::expect_system_file_error(text, "my_rack.yaml", field, value, words);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "models/hardware/hardware.h"
 #include "models/hardware/system_file.h"
 #include "tests/support/paths.h"
+#include "tests/support/system_file_errors.h"
 
 using trainsim::find_system;
 using trainsim::InputError;
@@ -25,42 +26,19 @@ namespace {
 constexpr double GiB = 1073741824.0;  // 2^30
 constexpr double TiB = 1024 * GiB;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using trainsim::test_support::read_text;
 
-/// The shipped dgx-h100.yaml with the line of `key` (first match, any indentation) replaced by
-/// `replacement` (indented as the original).
 std::string h100_with(const std::string& key, const std::string& replacement) {
-  std::string text = read_text(source_path("systems/dgx-h100.yaml"));
-  const std::string pattern = key.find(':') == std::string::npos ? key + ":" : key;
-  const std::regex line("(\n *)" + pattern + "[^\n]*");
-  std::smatch m;
-  EXPECT_TRUE(std::regex_search(text, m, line)) << key;
-  return m.prefix().str() + m[1].str() + replacement + m.suffix().str();
+  return trainsim::test_support::system_file_with("systems/dgx-h100.yaml", key, replacement);
 }
 
-/// The InputError message of parsing `text` as "my_cluster.yaml" ("" when it parses).
 std::string error_of(const std::string& text) {
-  try {
-    parse_system_file(text, "my_cluster.yaml");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
+  return trainsim::test_support::system_file_error(text, "my_cluster.yaml");
 }
 
 void expect_error(const std::string& text, const std::string& field, const std::string& value,
                   const std::string& words = "") {
-  const std::string msg = error_of(text);
-  SCOPED_TRACE(msg);
-  EXPECT_NE(msg.find("my_cluster.yaml:"), std::string::npos);  // file and line
-  EXPECT_NE(msg.find(field), std::string::npos) << field;
-  EXPECT_NE(msg.find("'" + value + "'"), std::string::npos) << value;
-  if (!words.empty()) EXPECT_NE(msg.find(words), std::string::npos) << words;
+  trainsim::test_support::expect_system_file_error(text, "my_cluster.yaml", field, value, words);
 }
 
 }  // namespace
