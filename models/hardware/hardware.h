@@ -53,6 +53,7 @@ struct SystemSpec {
   int cpu_sockets = 2;
   int cpu_cores = 0;                  ///< physical cores in the node
   bool amd_cpu = false;               ///< host CPU vendor AMD (NCCL tuning: LL caps, overhead)
+  bool arm_cpu = false;               ///< host CPU Arm (Grace): not x86 for NCCL's tuning
   /// NCCL's network post overhead per ring step (tuning.cc getNetOverhead: Intel 1 us, AMD 2 us).
   double nccl_net_overhead_s = 0;
   /// Channels of NCCL's collectives on this system, as NCCL's init log reports them ("N coll

@@ -366,6 +366,7 @@ void read_node_host(const Reader& r, const YAML::Node& n, SystemSpec& s) {
     r.fail(vendor, "node.cpu_vendor",
            "not modelled: NCCL's tuning tables here know 'amd', 'intel' and 'arm', got " + shown(vendor));
   s.amd_cpu = name == "amd";
+  s.arm_cpu = name == "arm";
   s.host_memory_bytes = r.number(v("host_memory_bytes"), "node.host_memory_bytes", 0, true, kMaxBytes);
   read_host_link(r, n, s);
 }

@@ -344,6 +344,7 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   g.nodes = nodes;
   g.compute_capability = system_.gpu.compute_capability;
   g.amd_cpu = system_.amd_cpu;
+  g.arm_cpu = system_.arm_cpu;
   g.net_overhead_s = system_.nccl_net_overhead_s;
   g.channels = nodes > 1 ? system_.nccl_channels_multi_node : system_.nccl_channels;
   // The bus bandwidth the simulated links give a Simple ring (sim/platform.cpp scales the

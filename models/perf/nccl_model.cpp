@@ -392,10 +392,19 @@ double nccl_predicted_time_s(const NcclGroup& g, NcclAlgo algo, NcclProto proto,
   const int p = proto == NcclProto::LL ? kLL : proto == NcclProto::LL128 ? kLL128 : kSimple;
   if (is_nvls(algo)) {
     if (p != kSimple) return -1;  // NVLS runs Simple only
-    double bus = 0;
-    const double t = nvls_time_s(g, algo == NcclAlgo::NvlsTree, bytes, latency_s, &bus);
-    if (t >= 0 && bus_bw) *bus_bw = bus * 1e9;
-    return t;
+    double bus = 0, lat = 0;
+    const double t = nvls_time_s(g, algo == NcclAlgo::NvlsTree, bytes, &lat, &bus);
+    if (t < 0) return t;
+    // v2.29.7 ncclTopoGetAlgoTime (tuning.cc:596): an NVLS-Tree all-reduce on Blackwell with an
+    // x86 host takes the tree's size correction (Simple row) below 64 x 2^24 bytes (1 GiB).
+    const int log_size = log2i(bytes / 64);
+    double factor = 1;
+    if (algo == NcclAlgo::NvlsTree && g.kind == OpKind::AllReduce && sm100(g) && !g.arm_cpu &&
+        log_size >= 0 && log_size < 24)
+      factor = kTreeCorrection[kSimple][log_size];
+    if (latency_s) *latency_s = lat;
+    if (bus_bw) *bus_bw = bus * factor * 1e9;
+    return lat + (t - lat) / factor;
   }
   const int a = algo == NcclAlgo::Ring ? kRing : kTree;
   // The tree serves all-reduce only; NCCL enables it across nodes (inside one node the ring

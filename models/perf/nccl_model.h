@@ -24,8 +24,9 @@
 // v2.29.7 takes that release's Blackwell rows: llMaxBws on one node 2 x 141 GB/s, NVLS at
 // nvlsEfficiency 0.74 (Hopper 0.85) over the sm100 speed arrays (intra 90, 80, 70 ... GB/s
 // per channel) and SM100_NVLINK_BW 40.1 GB/s per link, perChMaxNVLSTreeBws 96 / 43.8 GB/s,
-// and 24 NVLS channels in one node, 32 across nodes. Its latency tables are Hopper's (one
-// table for every generation).
+// and 24 NVLS channels in one node, 32 across nodes; an NVLS-Tree all-reduce on an x86 host
+// takes the tree's size correction below 1 GiB (ncclTopoGetAlgoTime, tuning.cc:596; not on
+// Grace). Its latency tables are Hopper's (one table for every generation).
 //
 // Multi-node NVLink (MNNVL, GB200 NVL72; v2.29.7): NCCL fuses the topologies of the GPUs of one
 // NVLink domain (its "clique") into one system (src/graph/topo.cc:1543-1576) and counts the
@@ -79,6 +80,9 @@ struct NcclGroup {
   /// select NCCL's per-generation constants and the network post overhead.
   int compute_capability = 80;
   bool amd_cpu = false;
+  /// Host CPU not x86 (Arm: Grace). v2.29.7 applies its tree size correction to NVLS-Tree on
+  /// Blackwell only on x86 hosts (tuning.cc:596, cpuArch == NCCL_TOPO_CPU_ARCH_X86).
+  bool arm_cpu = false;
   /// Bus bandwidth of a Simple ring over this group in bytes/s: the GPU's achieved NVLink
   /// bandwidth inside a node, the smaller of it and the GPU's NIC path across nodes.
   double bus_bw_bytes_per_s = 0;

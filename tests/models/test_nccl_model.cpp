@@ -616,6 +616,25 @@ TEST(NcclModel, BlackwellNvlsTreeAndLlCaps) {
   const double per_ch = 48 * 0.74 * 7.0 / 8.0 * 2;
   // Reported as nccl-tests' bus bandwidth: alg = bus x 16 / 30, x 30 / 16 again.
   EXPECT_NEAR(bus, 8 * per_ch * 1e9, 1e-3);
+  // tuning.cc:596 (v2.29.7): on Blackwell with an x86 host NVLS-Tree takes the tree's size
+  // correction (Simple) below 1 GiB: x 0.8 at 64 MiB (log2(2^26 / 64) = 20), x 0.9 at 512 MiB;
+  // none at 1 GiB, none on an Arm host (Grace), none on Hopper.
+  const double mib64 = 64.0 * (1 << 20);
+  double lat = 0;
+  const double t64 = nccl_predicted_time_s(b200(OpKind::AllReduce, 16, 2), NcclAlgo::NvlsTree,
+                                           NcclProto::Simple, mib64, &lat, &bus);
+  EXPECT_NEAR(bus, 8 * per_ch * 0.8 * 1e9, 1e-3);
+  EXPECT_NEAR(t64, lat + mib64 / (8 * per_ch * 0.8 * 1e9 * 16 / 30), 1e-12);
+  nccl_predicted_time_s(b200(OpKind::AllReduce, 16, 2), NcclAlgo::NvlsTree, NcclProto::Simple,
+                        512.0 * (1 << 20), nullptr, &bus);
+  EXPECT_NEAR(bus, 8 * per_ch * 0.9 * 1e9, 1e-3);
+  NcclGroup arm = b200(OpKind::AllReduce, 16, 2);
+  arm.arm_cpu = true;
+  nccl_predicted_time_s(arm, NcclAlgo::NvlsTree, NcclProto::Simple, mib64, nullptr, &bus);
+  EXPECT_NEAR(bus, 8 * per_ch * 1e9, 1e-3);
+  nccl_predicted_time_s(h100(OpKind::AllReduce, 16, 2), NcclAlgo::NvlsTree, NcclProto::Simple,
+                        mib64, nullptr, &bus);
+  EXPECT_NEAR(bus, 8 * 57.7e9, 1e-3);
   // Ring LL on one node: min(llMaxBws[Blackwell][N1] 2 x 141, bus x 0.5) = 282 with a 738 bus.
   nccl_predicted_time_s(b200(OpKind::AllGather, 8, 1), NcclAlgo::Ring, NcclProto::LL,
                         double(1 << 20), nullptr, &bus);
