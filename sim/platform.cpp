@@ -95,8 +95,8 @@ PlatformModel::PlatformModel(const SystemSpec& system, std::int64_t nodes,
 
 int PlatformModel::nic_of_gpu(int local_gpu) const {
   // One compute NIC per GPU (rail-optimized); with fewer NICs than GPUs, consecutive GPUs
-  // share one.
-  return int(std::int64_t(local_gpu) * system_.nics_per_node / gpus_per_node_);
+  // share one, or those the system file pairs (node.gpu_nic: SystemSpec::gpu_nic).
+  return system_.nic_of(local_gpu, gpus_per_node_);
 }
 
 int PlatformModel::pcie_switch_of_gpu(int local_gpu) const {

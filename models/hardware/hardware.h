@@ -43,12 +43,17 @@ struct SystemSpec {
   GpuSpec gpu;
   int gpus_per_node = 8;
   int nics_per_node = 8;              ///< compute NICs; consecutive GPUs share one when fewer
+  /// The compute NIC of each of the node's GPUs, when the system file states which GPUs share
+  /// which NIC (node.gpu_nic, docs/cluster.md); empty: GPU g on NIC g x nics / gpus
+  /// (consecutive GPUs share one). Every NIC serves gpus / nics GPUs either way.
+  std::vector<int> gpu_nic;
   double nic_bw_bytes_per_s = 0;      ///< per NIC, per direction (200 Gb/s HDR = 25 GB/s)
   int gpus_per_pcie_switch = 2;       ///< GPUs (and their NICs) sharing one PCIe switch
   double pcie_uplink_bw_bytes_per_s = 0;  ///< PCIe switch -> CPU socket uplink, per direction
   int cpu_sockets = 2;
   int cpu_cores = 0;                  ///< physical cores in the node
   bool amd_cpu = false;               ///< host CPU vendor AMD (NCCL tuning: LL caps, overhead)
+  bool arm_cpu = false;               ///< host CPU Arm (Grace): not x86 for NCCL's tuning
   /// NCCL's network post overhead per ring step (tuning.cc getNetOverhead: Intel 1 us, AMD 2 us).
   double nccl_net_overhead_s = 0;
   /// Channels of NCCL's collectives on this system, as NCCL's init log reports them ("N coll
@@ -97,6 +102,12 @@ struct SystemSpec {
   int domain_gpus() const { return nvlink_domain_gpus > 0 ? nvlink_domain_gpus : gpus_per_node; }
   /// Compute NICs of one NVLink domain (the NICs of its nodes).
   int domain_nics() const { return nics_per_node * (domain_gpus() / gpus_per_node); }
+  /// The NIC of local GPU `g` of a node of `gpus` GPUs (gpus_per_node unless a scenario narrows
+  /// it): gpu_nic's when stated, else consecutive GPUs share one.
+  int nic_of(int g, int gpus) const {
+    if (g >= 0 && std::size_t(g) < gpu_nic.size()) return gpu_nic[std::size_t(g)];
+    return int(std::int64_t(g) * nics_per_node / gpus);
+  }
 };
 
 /// Ports of a level-`level` switch (1 = leaf ... fat_tree_levels = top) of the system's fat

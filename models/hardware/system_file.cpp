@@ -26,7 +26,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& schema() {
         "hbm_bytes", "hbm_bw_bytes_per_s", "nvlink_bw_bytes_per_s", "nvlinks",
         "compute_capability"}},
       {"node",
-       {"gpus", "nvlink_domain_gpus", "nvlink_sharp", "nvlink_latency_s", "nics",
+       {"gpus", "nvlink_domain_gpus", "nvlink_sharp", "nvlink_latency_s", "nics", "gpu_nic",
         "nic_bw_bytes_per_s", "gpus_per_pcie_switch", "pcie_generation", "pcie_latency_s",
         "cpu_sockets", "cpu_cores", "cpu_vendor", "host_memory_bytes", "host_link",
         "c2c_bw_bytes_per_s"}},
@@ -222,6 +222,50 @@ GpuSpec read_gpu(const Reader& r, const YAML::Node& g) {
   return gpu;
 }
 
+/// node.gpu_nic (optional): the compute NIC of each of the node's GPUs, one NIC index
+/// (0 .. node.nics - 1) per GPU in GPU order, so GPUs with the same index share that NIC. Every
+/// GPU on exactly one NIC, every NIC serving node.gpus / node.nics GPUs (the NCCL model's rails
+/// share evenly: models/perf/cost_model.cpp). Absent: consecutive GPUs share one
+/// (SystemSpec::nic_of).
+void read_gpu_nic(const Reader& r, const YAML::Node& n, SystemSpec& s) {
+  const YAML::Node list = r.value(n, "node", "gpu_nic", /*optional=*/true);
+  if (!list.IsDefined()) return;
+  const std::string field = "node.gpu_nic";
+  if (!list.IsSequence())
+    r.fail(list, field, "expects a list of one NIC index per GPU, got " + shown(list));
+  if (list.size() < std::size_t(s.gpus_per_node))
+    r.fail(list, field,
+           "GPU " + std::to_string(list.size()) + " is on no NIC: one NIC index per GPU (node.gpus: " +
+               std::to_string(s.gpus_per_node) + "), got '" + std::to_string(list.size()) + "' entries");
+  if (list.size() > std::size_t(s.gpus_per_node))
+    r.fail(list, field,
+           "one NIC index per GPU (node.gpus: " + std::to_string(s.gpus_per_node) + "), got '" +
+               std::to_string(list.size()) + "' entries");
+  std::vector<int> served(std::size_t(s.nics_per_node), 0);
+  s.gpu_nic.clear();
+  for (std::size_t g = 0; g < list.size(); ++g) {
+    const std::string at = field + "[" + std::to_string(g) + "]";
+    if (list[g].IsSequence()) {
+      std::string items;
+      for (const YAML::Node& x : list[g])
+        items += (items.empty() ? "" : ", ") + (x.IsScalar() ? x.Scalar() : std::string("..."));
+      r.fail(list[g], at,
+             "GPU " + std::to_string(g) + " is on several NICs: a GPU uses one NIC, got '[" +
+                 items + "]'");
+    }
+    const int nic = r.integer(list[g], at, 0, s.nics_per_node - 1);
+    s.gpu_nic.push_back(nic);
+    ++served[std::size_t(nic)];
+  }
+  const int per_nic = s.gpus_per_node / s.nics_per_node;
+  for (std::size_t nic = 0; nic < served.size(); ++nic)
+    if (served[nic] != per_nic)
+      r.fail(list, field,
+             "every NIC serves node.gpus / node.nics = " + std::to_string(per_nic) +
+                 " GPUs (uneven sharing is not modelled): NIC " + std::to_string(nic) + " serves '" +
+                 std::to_string(served[nic]) + "'");
+}
+
 void read_node_links(const Reader& r, const YAML::Node& n, SystemSpec& s) {
   auto v = [&](const char* key) { return r.value(n, "node", key); };
   s.gpus_per_node = r.integer(v("gpus"), "node.gpus", 1, 1024);
@@ -257,6 +301,7 @@ void read_node_links(const Reader& r, const YAML::Node& n, SystemSpec& s) {
     r.fail(nics, "node.nics",
            "must divide node.gpus (" + std::to_string(s.gpus_per_node) +
                "): consecutive GPUs share one NIC, got " + shown(nics));
+  read_gpu_nic(r, n, s);
   s.nic_bw_bytes_per_s = r.number(v("nic_bw_bytes_per_s"), "node.nic_bw_bytes_per_s", 0, true, kMaxBandwidth);
   const YAML::Node per_switch = v("gpus_per_pcie_switch");
   s.gpus_per_pcie_switch = r.integer(per_switch, "node.gpus_per_pcie_switch", 1, 1024);
@@ -321,6 +366,7 @@ void read_node_host(const Reader& r, const YAML::Node& n, SystemSpec& s) {
     r.fail(vendor, "node.cpu_vendor",
            "not modelled: NCCL's tuning tables here know 'amd', 'intel' and 'arm', got " + shown(vendor));
   s.amd_cpu = name == "amd";
+  s.arm_cpu = name == "arm";
   s.host_memory_bytes = r.number(v("host_memory_bytes"), "node.host_memory_bytes", 0, true, kMaxBytes);
   read_host_link(r, n, s);
 }

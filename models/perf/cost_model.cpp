@@ -349,6 +349,7 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
   g.nodes = nodes;
   g.compute_capability = system_.gpu.compute_capability;
   g.amd_cpu = system_.amd_cpu;
+  g.arm_cpu = system_.arm_cpu;
   g.net_overhead_s = system_.nccl_net_overhead_s;
   g.channels = nodes > 1 ? system_.nccl_channels_multi_node : system_.nccl_channels;
   // The bus bandwidth the simulated links give a Simple ring (sim/platform.cpp scales the
@@ -379,6 +380,8 @@ NcclChoice CostModel::nccl_collective(OpKind kind, double bytes, std::int64_t ra
                                                                                 : 20.0;
   g.topo_nvlink_bw_gbs = system_.gpu.nvlinks * per_link_gbs;
   g.topo_nic_bw_gbs = system_.nic_bw_bytes_per_s / 1e9;
+  // NVLS-Tree heads: one per NIC of the NVLink domain (a NIC shared by GPUs heads one channel).
+  g.nic_heads_per_node = system_.domain_nics();
   NcclChoice c = nccl_choose(g, bytes);
   // NVLS: chosen with NCCL's table, as NCCL chooses; run with the measured NVLS round in place
   // of the table's (profile nccl_nvls_latency_s, when the profile has one).

@@ -51,6 +51,14 @@ struct Release {
   double sm90_speed_inter[17];
   /// The release has Blackwell rows (v2.29.7; v2.18.5 gives compute capability >= 90 Hopper's).
   bool knows_sm100;
+  /// NCCL_MAX_NVLS_ARITY: the most NVLS heads (channels of the NVLS graph) a communicator's
+  /// node can have (v2.18.5 src/include/devcomm.h:153 8; v2.29.7 src/include/device.h:210 32).
+  /// v2.29.7 caps the NVLS search at it (search.cc:1065 maxChannels = min(ARITY, GPUs)) and
+  /// runs all-gather / reduce-scatter on NVLS only up to it (enqueue.cc:1914 localRanks >
+  /// ARITY); v2.18.5 has neither cap and, with one head per local GPU, no NVLS beyond 8 GPUs
+  /// in a node (its channel's up[] holds 8 heads). It predates MNNVL (multi-node NVLink:
+  /// v2.29.7's src/init.cc:988 ncclMnnvlCheck, src/graph/topo.cc:1543 the clique's fused topology).
+  int max_nvls_arity;
 };
 constexpr Release kReleases[] = {
     {"2.18.5",
@@ -59,7 +67,7 @@ constexpr Release kReleases[] = {
      1.0 / 4.0, 1.0 / 3.0, 0.7, true, 32, false,
      {60.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0},
      {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12},
-     false},
+     false, 8},
     {"2.29.7",
      {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}},
      {{39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}},
@@ -67,7 +75,7 @@ constexpr Release kReleases[] = {
      {60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0},
      {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24,
       0.12},
-     true},
+     true, 32},
 };
 
 // Blackwell's rows of v2.29.7-1 (only that release has them):
@@ -200,6 +208,9 @@ double nvls_time_s(const NcclGroup& g, bool tree, double bytes, double* lat_s, d
   if (tree != (g.nodes > 1)) return -1;
   if (tree && !all_reduce) return -1;
   if (!all_reduce && !r.nvls_v2_29) return -1;
+  // enqueue.cc:1914 (v2.29.7): all-gather / reduce-scatter on NVLS only with <= NCCL_MAX_NVLS_ARITY
+  // (32) local ranks: not over a whole GB200 NVL72 domain.
+  if (!all_reduce && g.ranks / g.nodes > r.max_nvls_arity) return -1;
   const NvlsGraph graph = nvls_graph(g);
   if (graph.channels < 2) return -1;  // "NVLS/NVLStree needs at least 2 channels"
   const double n = double(g.ranks), nodes = double(g.nodes), nch = double(graph.channels);
@@ -211,12 +222,13 @@ double nvls_time_s(const NcclGroup& g, bool tree, double bytes, double* lat_s, d
     const double efficiency = sm100(g) ? kNvlsEfficiencySm100 : kNvlsEfficiencySm90;
     double intra = graph.bw_intra_gbs * efficiency * (nch - 1) / nch;
     intra *= all_reduce ? 2.0 : (ppn - 1) / ppn;
-    double bw = intra;
+    // tuning.cc:299-300: min(intraBw, bwInter (x 2 for NVLS-Tree on <= 2 nodes), NVLS-Tree's
+    // perChMaxNVLSTreeBws). On one node too: bwInter is the second pass's (nvls_graph), which
+    // binds where 2 x bwIntra is beyond the speed array (DGX B200: 80 -> 90 < 103.6).
+    double bw = std::min(intra, graph.bw_inter_gbs * (tree && g.nodes <= 2 ? 2.0 : 1.0));
     if (tree) {
-      const double inter = graph.bw_inter_gbs * (g.nodes <= 2 ? 2.0 : 1.0);
       const double* per_ch = sm100(g) ? kPerChMaxNvlsTreeSm100 : kPerChMaxNvlsTreeSm90;
-      const double per_ch_max = per_ch[g.nodes <= 2 ? 0 : 1];  // perChMaxNVLSTreeBws
-      bw = std::min({intra, inter, per_ch_max});
+      bw = std::min(bw, per_ch[g.nodes <= 2 ? 0 : 1]);  // perChMaxNVLSTreeBws
     }
     bus = nch * bw;
     // Bus -> algorithm bandwidth: all-reduce n / nsteps; all-gather / reduce-scatter off the
@@ -250,7 +262,10 @@ std::int64_t nccl_nvls_buffer_bytes(NcclVersion v, std::int64_t local_ranks,
                                     int compute_capability, bool multi_node) {
   const std::int64_t buff = release(v).nvls_v2_29 ? std::int64_t(128 * 1024) * 8
                                                   : (std::int64_t(4) << 20) + (std::int64_t(2) << 20);
-  return nvls_channels(v, compute_capability, multi_node) * 2 * buff * local_ranks;
+  // nHeads: the NVLS graph's channels, one per local GPU up to NCCL_MAX_NVLS_ARITY (nvls.cc:328).
+  const std::int64_t heads =
+      release(v).nvls_v2_29 ? std::min<std::int64_t>(local_ranks, release(v).max_nvls_arity) : local_ranks;
+  return nvls_channels(v, compute_capability, multi_node) * 2 * buff * heads;
 }
 
 NvlsGraph nvls_graph(const NcclGroup& g) {
@@ -259,38 +274,51 @@ NvlsGraph nvls_graph(const NcclGroup& g) {
   const std::int64_t ppn = g.ranks / g.nodes;
   if (ppn < 2 || !(g.topo_nvlink_bw_gbs > 0)) return out;
   const Release& r = release(g);
-  // One channel per local GPU (single node: minChannels = maxChannels = ngpus; across nodes
-  // "the more the better" up to ngpus). Over the ppn channels every GPU heads one: its NVLink
-  // carries 2 x bw for its own channel and bw for each other (ncclTopoSearchTryNvls), (ppn +
-  // 1) x bw in all, both directions. The search runs the intra-node speed array on one node,
-  // the inter-node one across nodes (the NICs are trimmed from a single-node system).
-  // Blackwell (v2.29.7): the sm100 arrays.
+  if (!r.nvls_v2_29 && ppn > r.max_nvls_arity) return out;  // v2.18.5: one head per GPU, <= 8
+  // The speed array: the intra-node one on one node (system->inter 0: every rank of the
+  // communicator in the system, paths.cc:818; on a multi-node NVLink domain the clique's fused
+  // topology), the inter-node one across nodes; Blackwell (v2.29.7) the sm100 arrays
+  // (search.cc:1089-1096).
   const bool b = sm100(g);
   const double* speeds = g.nodes == 1 ? (b ? kSm100SpeedIntra : r.sm90_speed_intra)
                                       : (b ? kSm100SpeedInter : r.sm90_speed_inter);
   const int count = int(g.nodes == 1 ? (b ? std::size(kSm100SpeedIntra) : std::size(r.sm90_speed_intra))
                                      : (b ? std::size(kSm100SpeedInter) : std::size(r.sm90_speed_inter)));
-  // Across nodes each channel's head also sends on its NIC (ncclTopoSearchTryNvls follows the
-  // NET path too), so the speed must fit the NIC as well: no H100 speed NVLink allows (40)
-  // exceeds an NDR NIC's 50, Blackwell's 80 does.
+  // Channels: one per head GPU, at most NCCL_MAX_NVLS_ARITY (v2.29.7 search.cc:1065) and,
+  // across nodes, one per NIC with a GPU of its own (ncclTopoSearchRecNet, search.cc:693-707:
+  // a NIC's localGpu heads its channel, a GPU heads one channel only).
+  std::int64_t max_channels = r.nvls_v2_29 ? std::min<std::int64_t>(ppn, r.max_nvls_arity) : ppn;
+  if (g.nodes > 1 && g.nic_heads_per_node > 0)
+    max_channels = std::min<std::int64_t>(max_channels, g.nic_heads_per_node);
+  // Each channel takes bw on every GPU's NVLink both ways and 2 x bw on its head's
+  // (ncclTopoSearchTryNvls, search.cc:387-417): a head of c channels carries (c + 1) x bw. Across
+  // nodes the head also sends on its NIC (the NET path at bwInter), so bw must fit the NIC too.
+  // One node: minChannels = maxChannels (search.cc:1070-1073), the first speed at which all
+  // channels fit. Across nodes "the more the better" (ncclTopoCompareGraphs, search.cc:424-428):
+  // the search, lowering the speed, keeps the graph with the most channels, then the most
+  // nChannels x bw.
   const bool nic_bound = g.nodes > 1 && g.topo_nic_bw_gbs > 0;
+  int index = -1;
   for (int i = 0; i < count && speeds[i] > 0; ++i) {
     if (nic_bound && speeds[i] > g.topo_nic_bw_gbs + 1e-9) continue;
-    if (double(ppn + 1) * speeds[i] <= g.topo_nvlink_bw_gbs + 1e-9) {
+    const std::int64_t fit =
+        std::int64_t(std::floor(g.topo_nvlink_bw_gbs / speeds[i] + 1e-9)) - 1;
+    const std::int64_t c = std::min(max_channels, fit);
+    if (c < 1 || (g.nodes == 1 && c < max_channels)) continue;
+    if (c > out.channels || (c == out.channels && c * speeds[i] > out.channels * out.bw_intra_gbs)) {
+      out.channels = int(c);
       out.bw_intra_gbs = out.bw_inter_gbs = speeds[i];
-      out.channels = int(ppn);
-      break;
+      index = i;
     }
   }
-  if (out.channels == 0 || g.nodes == 1 || !r.nvls_v2_29) return out;
-  // v2.29.7's second pass raises bwInter alone while it stays under 2 x bwIntra and the NIC
-  // (each channel's head sends on its own NIC) carries it.
-  for (int i = 0; i < count && speeds[i] > 0; ++i) {
-    if (speeds[i] <= out.bw_inter_gbs) break;
-    if (speeds[i] <= g.topo_nic_bw_gbs + 1e-9 && speeds[i] < 2 * out.bw_intra_gbs) {
-      out.bw_inter_gbs = speeds[i];
-      break;
-    }
+  if (out.channels == 0 || !r.nvls_v2_29) return out;
+  // v2.29.7's second pass (search.cc:1193-1205) raises bwInter alone, one speed at a time,
+  // while it is under 2 x bwIntra and the search still succeeds: on one node always (bwInter
+  // rides no path there: ncclTopoFollowPath takes bwIntra between GPUs and NVSwitch); across
+  // nodes while the NIC carries it.
+  while (index > 0 && out.bw_inter_gbs < 2 * out.bw_intra_gbs) {
+    if (nic_bound && speeds[index - 1] > g.topo_nic_bw_gbs + 1e-9) break;
+    out.bw_inter_gbs = speeds[--index];
   }
   return out;
 }
@@ -364,10 +392,19 @@ double nccl_predicted_time_s(const NcclGroup& g, NcclAlgo algo, NcclProto proto,
   const int p = proto == NcclProto::LL ? kLL : proto == NcclProto::LL128 ? kLL128 : kSimple;
   if (is_nvls(algo)) {
     if (p != kSimple) return -1;  // NVLS runs Simple only
-    double bus = 0;
-    const double t = nvls_time_s(g, algo == NcclAlgo::NvlsTree, bytes, latency_s, &bus);
-    if (t >= 0 && bus_bw) *bus_bw = bus * 1e9;
-    return t;
+    double bus = 0, lat = 0;
+    const double t = nvls_time_s(g, algo == NcclAlgo::NvlsTree, bytes, &lat, &bus);
+    if (t < 0) return t;
+    // v2.29.7 ncclTopoGetAlgoTime (tuning.cc:596): an NVLS-Tree all-reduce on Blackwell with an
+    // x86 host takes the tree's size correction (Simple row) below 64 x 2^24 bytes (1 GiB).
+    const int log_size = log2i(bytes / 64);
+    double factor = 1;
+    if (algo == NcclAlgo::NvlsTree && g.kind == OpKind::AllReduce && sm100(g) && !g.arm_cpu &&
+        log_size >= 0 && log_size < 24)
+      factor = kTreeCorrection[kSimple][log_size];
+    if (latency_s) *latency_s = lat;
+    if (bus_bw) *bus_bw = bus * factor * 1e9;
+    return lat + (t - lat) / factor;
   }
   const int a = algo == NcclAlgo::Ring ? kRing : kTree;
   // The tree serves all-reduce only; NCCL enables it across nodes (inside one node the ring
@@ -412,6 +449,7 @@ NcclChoice nccl_choose(const NcclGroup& g, double bytes) {
   }
   if (is_nvls(best.algo)) {
     best.channels = nvls_channels(g);  // enqueue.cc: nc = comm->nvlsChannels
+    best.nvls_heads = nvls_graph(g).channels;
     best.nvls_nvlink_bytes = nccl_traffic(best, g.kind, bytes, g.ranks, g.nodes).nvlink_bytes;
   } else if (g.channels > 0) {
     // enqueue.cc: while (nBytes < nc * nt * threadThreshold) nc-- (down to 1).
@@ -438,8 +476,9 @@ NcclTraffic nccl_traffic(const NcclChoice& c, OpKind kind, double bytes, std::in
   if (is_nvls(c.algo)) {
     // All-gather / reduce-scatter (one node): each GPU multicasts or reduce-reads its own
     // shard and takes in the other k - 1: the ring's (n - 1) / n S.
-    t.nvlink_bytes = kind == OpKind::AllReduce ? bytes * (k + 1) / k : bytes * (n - 1) / n;
-    if (nodes > 1) t.nic_bytes = bytes / k * (nodes == 2 ? 1.0 : 2.0);
+    const double h = c.nvls_heads > 0 ? std::min(k, double(c.nvls_heads)) : k;
+    t.nvlink_bytes = kind == OpKind::AllReduce ? bytes * (h + 1) / h : bytes * (n - 1) / n;
+    if (nodes > 1) t.nic_bytes = bytes / h * (nodes == 2 ? 1.0 : 2.0);
     return t;
   }
   const double ring = kind == OpKind::AllReduce ? 2 * (n - 1) / n * bytes : (n - 1) / n * bytes;

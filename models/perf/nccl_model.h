@@ -24,8 +24,17 @@
 // v2.29.7 takes that release's Blackwell rows: llMaxBws on one node 2 x 141 GB/s, NVLS at
 // nvlsEfficiency 0.74 (Hopper 0.85) over the sm100 speed arrays (intra 90, 80, 70 ... GB/s
 // per channel) and SM100_NVLINK_BW 40.1 GB/s per link, perChMaxNVLSTreeBws 96 / 43.8 GB/s,
-// and 24 NVLS channels in one node, 32 across nodes. Its latency tables are Hopper's (one
-// table for every generation).
+// and 24 NVLS channels in one node, 32 across nodes; an NVLS-Tree all-reduce on an x86 host
+// takes the tree's size correction below 1 GiB (ncclTopoGetAlgoTime, tuning.cc:596; not on
+// Grace). Its latency tables are Hopper's (one table for every generation).
+//
+// Multi-node NVLink (MNNVL, GB200 NVL72; v2.29.7): NCCL fuses the topologies of the GPUs of one
+// NVLink domain (its "clique") into one system (src/graph/topo.cc:1543-1576) and counts the
+// domain as one node (src/init.cc:1174-1188: nodes are the rings' distinct first ranks), so a
+// communicator inside the domain runs the single-node NVLS of up to NCCL_MAX_NVLS_ARITY 32 heads
+// and NVLS_NCHANNELS_SM100_NVL 24 CTAs (transport/nvls.cc:178-190: multiNode only when the
+// clique is smaller than the communicator), and one spanning domains NVLS-Tree between them.
+// trainsim's `nodes` is the number of NVLink domains (models/system/collective_flows.h).
 //
 // Modelled: algorithms Ring (every collective), Tree (all-reduce across nodes), and on an
 // NVSwitch with NVLink SHARP multicast (DGX H100) NVLS (inside one node: all-reduce, and in
@@ -71,6 +80,9 @@ struct NcclGroup {
   /// select NCCL's per-generation constants and the network post overhead.
   int compute_capability = 80;
   bool amd_cpu = false;
+  /// Host CPU not x86 (Arm: Grace). v2.29.7 applies its tree size correction to NVLS-Tree on
+  /// Blackwell only on x86 hosts (tuning.cc:596, cpuArch == NCCL_TOPO_CPU_ARCH_X86).
+  bool arm_cpu = false;
   /// Bus bandwidth of a Simple ring over this group in bytes/s: the GPU's achieved NVLink
   /// bandwidth inside a node, the smaller of it and the GPU's NIC path across nodes.
   double bus_bw_bytes_per_s = 0;
@@ -99,11 +111,19 @@ struct NcclGroup {
   /// 50 for NDR 400 Gb/s). NVLS's search works on these nominal figures, as NCCL's does.
   double topo_nvlink_bw_gbs = 0;
   double topo_nic_bw_gbs = 0;
+  /// NICs of one NCCL node (NVLink domain) that can head an NVLS-Tree channel: those with a
+  /// GPU of their own (NCCL's net.localGpu; a NIC shared by two GPUs heads one channel, a GPU
+  /// heads one channel only: search.cc ncclTopoSearchRecNet). 0: one per GPU.
+  std::int64_t nic_heads_per_node = 0;
 };
 
 /// NCCL's NVLS graph for a group of `ppn` GPUs per node (src/graph/search.cc,
-/// ncclTopoCompute with NCCL_TOPO_PATTERN_NVLS): one channel per local GPU, each headed by
-/// one GPU; the largest speed of the SM90 array whose channels fit every GPU's NVLink.
+/// ncclTopoCompute with NCCL_TOPO_PATTERN_NVLS), in closed form: one channel per head GPU,
+/// min(ppn, NCCL_MAX_NVLS_ARITY 32) heads in v2.29.7 (so 32 of a 72-GPU NVLink domain, which
+/// NCCL's MNNVL support sees as one node), across nodes also at most one per NIC with a GPU of
+/// its own (nic_heads_per_node); the speed of the release's array at which the heads' NVLink
+/// ((channels + 1) x speed) and, across nodes, the NIC fit them; then v2.29.7's second pass
+/// raises bwInter alone towards 2 x bwIntra (nvls_graph in nccl_model.cpp cites the lines).
 struct NvlsGraph {
   int channels = 0;
   double bw_intra_gbs = 0;  ///< graphs[NVLS]->bwIntra
@@ -116,7 +136,8 @@ double nccl_nvls_table_latency_s(NcclVersion v);
 /// GPU memory NCCL allocates for NVLS on a communicator with `local_ranks` GPUs in the node
 /// (src/transport/nvls.cc): nvlsTotalSize = nChannels x 2 x buffSize x nHeads, with the NVLS
 /// channels of the GPU (SM90: 16; Blackwell under v2.29.7: 24 inside one node, 32 for a
-/// communicator spanning nodes) and one head per local GPU. buffSize: v2.29.7 nvlsChunkSize
+/// communicator spanning nodes) and one head per local GPU, at most NCCL_MAX_NVLS_ARITY (32)
+/// in v2.29.7 (nvls.cc nHeads: the NVLS graph's channels; 32 on a 72-GPU NVLink domain). buffSize: v2.29.7 nvlsChunkSize
 /// 128 KiB x NCCL_STEPS 8 (ncclNvlsBufferSetup); v2.18.5 the Simple protocol buffer 4 MiB +
 /// NVLS_MEM_ALIGN_SIZE 2 MiB (ncclNvlsSetup).
 std::int64_t nccl_nvls_buffer_bytes(NcclVersion v, std::int64_t local_ranks,
@@ -136,7 +157,7 @@ std::int64_t nccl_nvls_buffer_bytes(NcclVersion v, std::int64_t local_ranks,
 /// heads = 0 when the group runs no NVLS (nvls_graph() finds no channel).
 struct NvlsLoop {
   double chunk_bytes = 0;       ///< per head and channel
-  std::int64_t heads = 0;       ///< channels[0].nvls.nHeads: one per local GPU
+  std::int64_t heads = 0;       ///< channels[0].nvls.nHeads: nvls_graph().channels
   int channels = 0;             ///< nvlsChannels: NVLS_NCHANNELS_SM90, 16
   /// The buffer one iteration covers: channels x heads x chunk, at most the buffer.
   double iteration_bytes = 0;
@@ -191,6 +212,9 @@ struct NcclChoice {
   double transfer_s(double ring_bytes, double link_bytes_per_s) const;
   /// NVLS / NVLS-Tree: a rank's NVLink bytes for this collective (nccl_traffic).
   double nvls_nvlink_bytes = 0;
+  /// NVLS / NVLS-Tree: the heads of the NVLS graph (nvls_graph().channels; fewer than the
+  /// node's GPUs beyond NCCL_MAX_NVLS_ARITY or with shared NICs); 0 otherwise.
+  std::int64_t nvls_heads = 0;
 };
 
 /// What one rank moves for a collective of `bytes` (nccl-tests' buffer) that `c` runs over
@@ -206,6 +230,9 @@ struct NcclChoice {
 ///   NVLS-Tree across nodes: that inside the node, and the node's reduced buffer over its k
 ///     heads' NICs, up and down the tree: S/k per NIC on 2 nodes (a single up/down exchange,
 ///     NCCL's x2 on bwInter), 2S/k beyond.
+///   With h = c.nvls_heads < k heads (beyond NCCL_MAX_NVLS_ARITY, or shared NICs) a head's
+///     share is S/h: the busiest rank's S (h+1)/h on NVLink and S/h (2S/h) on its NIC, which
+///     every rank's flows carry (the simulator's flows are per rank and symmetric).
 struct NcclTraffic {
   double nvlink_bytes = 0;
   double nic_bytes = 0;

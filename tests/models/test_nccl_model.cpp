@@ -582,15 +582,22 @@ TEST(NcclModel, BlackwellNvlsAllReduceRateLatencyAndChannels) {
   double lat = 0, bus = 0;
   const double bytes = double(1 << 30);
   const double t = nccl_predicted_time_s(g, NcclAlgo::Nvls, NcclProto::Simple, bytes, &lat, &bus);
-  // tuning.cc: 8 channels x 80 x nvlsEfficiency[Blackwell] 0.74 x 7/8 x 2 = 828.8 GB/s bus;
+  // tuning.cc:291-301: 8 channels x min(80 x nvlsEfficiency[Blackwell] 0.74 x 7/8 x 2 = 103.6,
+  // bwInter 90 (search.cc's second pass: 80 -> 90, the top of the array)) = 720 GB/s bus;
   // algorithm bandwidth x 8 / 14; hwLatencies NVLINK NVLS 25 us.
-  const double bus_gbs = 8 * 80 * 0.74 * 7.0 / 8.0 * 2;
+  const double bus_gbs = 8 * 90.0;
+  EXPECT_DOUBLE_EQ(nvls_graph(g).bw_inter_gbs, 90.0);
   EXPECT_NEAR(bus, bus_gbs * 1e9, 1e-3);
   EXPECT_NEAR(lat, 25 * kUs, 1e-15);
   EXPECT_NEAR(t, 25 * kUs + bytes / (bus_gbs * 8.0 / 14.0 * 1e9), 1e-12);
+  // At 1 GiB the ring's 738 GB/s bus (this group's simulated NVLink) beats 720 (NCCL's own ring
+  // estimate is its ring graph's 8 x 90 = 720, a tie NVLS's 25 us latency wins); at 64 MiB
+  // NVLS's latency wins here too: 25 + 64 MiB x 14/8 / 720 < 8.4 + 14 x 3.4 + 64 MiB x 14/8 / 738 us.
+  EXPECT_EQ(nccl_choose(g, bytes).algo, NcclAlgo::Ring);
+  EXPECT_EQ(nccl_choose(g, 64.0 * (1 << 20)).algo, NcclAlgo::Nvls);
   // nvls.cc: NVLS_NCHANNELS_SM100_NVL 24 in one node, NVLS_NCHANNELS_SM100 32 across nodes,
   // SM90's 16 under v2.18.5.
-  EXPECT_EQ(nccl_choose(g, bytes).channels, 24);
+  EXPECT_EQ(nccl_choose(g, 64.0 * (1 << 20)).channels, 24);
   EXPECT_EQ(nvls_all_reduce_loop(b200(OpKind::AllReduce, 16, 2), true, bytes).channels, 32);
   EXPECT_EQ(nvls_all_reduce_loop(b200(OpKind::AllReduce, 8, 1, NcclVersion::V2_18_5), false, bytes)
                 .channels,
@@ -609,10 +616,129 @@ TEST(NcclModel, BlackwellNvlsTreeAndLlCaps) {
   const double per_ch = 48 * 0.74 * 7.0 / 8.0 * 2;
   // Reported as nccl-tests' bus bandwidth: alg = bus x 16 / 30, x 30 / 16 again.
   EXPECT_NEAR(bus, 8 * per_ch * 1e9, 1e-3);
+  // tuning.cc:596 (v2.29.7): on Blackwell with an x86 host NVLS-Tree takes the tree's size
+  // correction (Simple) below 1 GiB: x 0.8 at 64 MiB (log2(2^26 / 64) = 20), x 0.9 at 512 MiB;
+  // none at 1 GiB, none on an Arm host (Grace), none on Hopper.
+  const double mib64 = 64.0 * (1 << 20);
+  double lat = 0;
+  const double t64 = nccl_predicted_time_s(b200(OpKind::AllReduce, 16, 2), NcclAlgo::NvlsTree,
+                                           NcclProto::Simple, mib64, &lat, &bus);
+  EXPECT_NEAR(bus, 8 * per_ch * 0.8 * 1e9, 1e-3);
+  EXPECT_NEAR(t64, lat + mib64 / (8 * per_ch * 0.8 * 1e9 * 16 / 30), 1e-12);
+  nccl_predicted_time_s(b200(OpKind::AllReduce, 16, 2), NcclAlgo::NvlsTree, NcclProto::Simple,
+                        512.0 * (1 << 20), nullptr, &bus);
+  EXPECT_NEAR(bus, 8 * per_ch * 0.9 * 1e9, 1e-3);
+  NcclGroup arm = b200(OpKind::AllReduce, 16, 2);
+  arm.arm_cpu = true;
+  nccl_predicted_time_s(arm, NcclAlgo::NvlsTree, NcclProto::Simple, mib64, nullptr, &bus);
+  EXPECT_NEAR(bus, 8 * per_ch * 1e9, 1e-3);
+  nccl_predicted_time_s(h100(OpKind::AllReduce, 16, 2), NcclAlgo::NvlsTree, NcclProto::Simple,
+                        mib64, nullptr, &bus);
+  EXPECT_NEAR(bus, 8 * 57.7e9, 1e-3);
   // Ring LL on one node: min(llMaxBws[Blackwell][N1] 2 x 141, bus x 0.5) = 282 with a 738 bus.
   nccl_predicted_time_s(b200(OpKind::AllGather, 8, 1), NcclAlgo::Ring, NcclProto::LL,
                         double(1 << 20), nullptr, &bus);
   EXPECT_NEAR(bus, 282e9, 1e-3);
+}
+
+// Multi-node NVLink (GB200 NVL72): NCCL sees one NVLink domain as one node (nodes = domains).
+TEST(NcclModel, NvlsOverASeventyTwoGpuNvlinkDomain) {
+  const NcclGroup g = b200(OpKind::AllReduce, 72, 1);
+  // search.cc:1065-1073: min(NCCL_MAX_NVLS_ARITY 32, 72) channels, all of them on one node; a
+  // head carries 33 x speed: 24 (792) does not fit 721.8, 20 (660) does. Second pass: bwInter
+  // 20 -> 24 -> 30 -> 40 (= 2 x 20).
+  const NvlsGraph graph = nvls_graph(g);
+  EXPECT_EQ(graph.channels, 32);
+  EXPECT_DOUBLE_EQ(graph.bw_intra_gbs, 20.0);
+  EXPECT_DOUBLE_EQ(graph.bw_inter_gbs, 40.0);
+  // tuning.cc: 32 x min(20 x 0.74 x 31/32 x 2 = 28.675, 40) = 917.6 GB/s bus; algorithm x 72/142.
+  const double bytes = double(1 << 30);
+  double lat = 0, bus = 0;
+  const double t = nccl_predicted_time_s(g, NcclAlgo::Nvls, NcclProto::Simple, bytes, &lat, &bus);
+  const double bus_gbs = 32 * 20 * 0.74 * 31.0 / 32.0 * 2;
+  EXPECT_NEAR(bus, bus_gbs * 1e9, 1e-2);
+  EXPECT_NEAR(t, 25 * kUs + bytes / (bus_gbs * 72.0 / 142.0 * 1e9), 1e-12);
+  // NCCL picks it (the ring: 142 steps of latency and at most the 738 GB/s bus); 24 CTAs (one
+  // clique: NVLS_NCHANNELS_SM100_NVL), 32 heads.
+  const NcclChoice c = nccl_choose(g, bytes);
+  EXPECT_EQ(c.algo, NcclAlgo::Nvls);
+  EXPECT_EQ(c.channels, 24);
+  EXPECT_EQ(c.nvls_heads, 32);
+  EXPECT_EQ(nccl_choose(g, 1 << 20).algo, NcclAlgo::Nvls);
+  // A head's NVLink bytes: S x 33 / 32.
+  EXPECT_NEAR(c.nvls_nvlink_bytes, bytes * 33 / 32, 1.0);
+  // Buffers: 24 channels x 2 x 128 KiB x 8 steps x 32 heads.
+  EXPECT_EQ(nccl_nvls_buffer_bytes(NcclVersion::V2_29_7, 72, 100, false),
+            std::int64_t(24) * 2 * 128 * 1024 * 8 * 32);
+  // enqueue.cc:1914: no NVLS all-gather / reduce-scatter beyond 32 local ranks; at 32 there is.
+  EXPECT_LT(nccl_predicted_time_s(b200(OpKind::AllGather, 72, 1), NcclAlgo::Nvls,
+                                  NcclProto::Simple, bytes),
+            0);
+  EXPECT_GT(nccl_predicted_time_s(b200(OpKind::ReduceScatter, 32, 1), NcclAlgo::Nvls,
+                                  NcclProto::Simple, bytes),
+            0);
+  // v2.18.5 (no MNNVL, NCCL_MAX_NVLS_ARITY 8): no NVLS over more than 8 GPUs of a node.
+  EXPECT_EQ(nvls_graph(b200(OpKind::AllReduce, 72, 1, NcclVersion::V2_18_5)).channels, 0);
+  // 16 GPUs (4 trays): 17 x 40 = 680 fits; bwInter 40 -> 80; bus 16 x 40 x 0.74 x 15/16 x 2.
+  const NvlsGraph g16 = nvls_graph(b200(OpKind::AllReduce, 16, 1));
+  EXPECT_EQ(g16.channels, 16);
+  EXPECT_DOUBLE_EQ(g16.bw_intra_gbs, 40.0);
+  EXPECT_DOUBLE_EQ(g16.bw_inter_gbs, 80.0);
+}
+
+TEST(NcclModel, NvlsTreeBetweenNvlinkDomains) {
+  // Two NVL72 domains: 32 heads (NICs: one per GPU, 72 per domain), the inter-node array's
+  // 20 (33 x 22 = 726 > 721.8), bwInter raised to 40 (<= the 50 GB/s NIC); tuning.cc:
+  // min(28.675, 40 x 2, perChMaxNVLSTreeBws[Blackwell][N2] 96) = 28.675; latency 25 + 2 x 20.9.
+  NcclGroup g = b200(OpKind::AllReduce, 144, 2);
+  g.nic_heads_per_node = 72;
+  const NvlsGraph graph = nvls_graph(g);
+  EXPECT_EQ(graph.channels, 32);
+  EXPECT_DOUBLE_EQ(graph.bw_intra_gbs, 20.0);
+  EXPECT_DOUBLE_EQ(graph.bw_inter_gbs, 40.0);
+  const double bytes = double(1 << 30);
+  double lat = 0, bus = 0;
+  const double t = nccl_predicted_time_s(g, NcclAlgo::NvlsTree, NcclProto::Simple, bytes, &lat, &bus);
+  const double bus_gbs = 32 * 20 * 0.74 * 31.0 / 32.0 * 2;
+  EXPECT_NEAR(lat, (25 + 2 * 20.9) * kUs, 1e-12);
+  EXPECT_NEAR(t, lat + bytes / (bus_gbs * 144.0 / 286.0 * 1e9), 1e-12);
+  const NcclChoice c = nccl_choose(g, bytes);
+  EXPECT_EQ(c.algo, NcclAlgo::NvlsTree);
+  EXPECT_EQ(c.channels, 32);  // NVLS_NCHANNELS_SM100: the communicator spans cliques
+}
+
+TEST(NcclModel, SharedNicsHeadFewerNvlsTreeChannels) {
+  // Two H100 nodes with four NICs each, every NIC shared by two GPUs: 4 heads (one per NIC);
+  // 5 x 48 = 240 fits 370.8 and 48 the 50 GB/s NIC; min(48 x 0.85 x 3/4 x 2 = 61.2, 48 x 2,
+  // perChMaxNVLSTreeBws[Hopper][N2] 57.7) = 57.7; bus 4 x 57.7.
+  NcclGroup g = h100(OpKind::AllReduce, 16, 2);
+  g.nic_heads_per_node = 4;
+  const NvlsGraph graph = nvls_graph(g);
+  EXPECT_EQ(graph.channels, 4);
+  EXPECT_DOUBLE_EQ(graph.bw_intra_gbs, 48.0);
+  double bus = 0;
+  nccl_predicted_time_s(g, NcclAlgo::NvlsTree, NcclProto::Simple, double(1 << 30), nullptr, &bus);
+  EXPECT_NEAR(bus, 4 * 57.7e9, 1e-2);
+  // ... below the ring's 369 GB/s bus here, so NCCL runs the ring or the tree.
+  EXPECT_NE(nccl_choose(g, double(1 << 30)).algo, NcclAlgo::NvlsTree);
+  // Run as NVLS-Tree anyway, a head's NIC carries S / 4 on two nodes.
+  NcclChoice c;
+  c.algo = NcclAlgo::NvlsTree;
+  c.nvls_heads = 4;
+  EXPECT_NEAR(nccl_traffic(c, OpKind::AllReduce, double(1 << 30), 16, 2).nic_bytes,
+              double(1 << 30) / 4, 1.0);
+}
+
+TEST(NcclModel, NvlsSingleNodeBwInterBindsAtTheTopOfTheArray) {
+  // H100, 4 GPUs: 5 x 60 = 300 fits at the array's top, so the second pass has nothing to raise
+  // (bwInter 60): min(60 x 0.85 x 3/4 x 2 = 76.5, 60) = 60 per channel.
+  const NcclGroup g = h100(OpKind::AllReduce, 4, 1);
+  EXPECT_DOUBLE_EQ(nvls_graph(g).bw_inter_gbs, 60.0);
+  double bus = 0;
+  nccl_predicted_time_s(g, NcclAlgo::Nvls, NcclProto::Simple, double(1 << 30), nullptr, &bus);
+  EXPECT_NEAR(bus, 4 * 60e9, 1e-2);
+  // H100, 8 GPUs: bwInter 40 -> 60 does not bind 59.5 (NvlsAllReduceFollowsTuningCc).
+  EXPECT_DOUBLE_EQ(nvls_graph(h100(OpKind::AllReduce, 8, 1)).bw_inter_gbs, 60.0);
 }
 
 TEST(NcclModel, NetworkMessageLatencyJoinsEveryNetworkStep) {

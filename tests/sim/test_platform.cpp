@@ -64,6 +64,25 @@ TEST(PlatformModel, SameRailNeighboursMeetAtTheirLeaf) {
   EXPECT_DOUBLE_EQ(r.bottleneck_bw_bytes_per_s, std::min(nic, pcie));
 }
 
+// A system file's node.gpu_nic: four NICs per node, NIC k shared by GPUs k and k + 4, so GPU 4
+// leaves its node on NIC 0 (consecutive sharing would put it on NIC 2), and GPUs 0 and 4 share
+// that NIC's links.
+TEST(PlatformModel, StatedGpuNicSharesTheNicsLinks) {
+  Fixture f;
+  f.system.nics_per_node = 4;
+  f.system.gpu_nic = {0, 1, 2, 3, 0, 1, 2, 3};
+  PlatformModel p(f.system, 2, 8, f.cost);
+  const Route& r = p.route(Endpoint::gpu(4), Endpoint::gpu(12));  // node 0 GPU 4 -> node 1 GPU 4
+  EXPECT_EQ(names(p, r), (std::vector<std::string>{"n0-gpu4-pcie:up", "n0-nic0-pcie:down",
+                                                   "n0-nic0-leaf:up", "n1-nic0-leaf:down",
+                                                   "n1-nic0-pcie:up", "n1-gpu4-pcie:down"}));
+  const Route& r0 = p.route(Endpoint::gpu(0), Endpoint::gpu(8));
+  EXPECT_EQ(r0.hops[2].link, r.hops[2].link);  // the same NIC-leaf cable
+  f.system.gpu_nic.clear();
+  PlatformModel q(f.system, 2, 8, f.cost);
+  EXPECT_EQ(names(q, q.route(Endpoint::gpu(4), Endpoint::gpu(12)))[1], "n0-nic2-pcie:down");
+}
+
 TEST(PlatformModel, FatTreeLevelsAndDModK) {
   Fixture f;  // radix 40: 20 NICs per leaf, 20 leaves per pod, 3 levels
   PlatformModel p(f.system, 384, 8, f.cost);

@@ -11,7 +11,9 @@
 #include <string>
 
 #include "models/errors.h"
+#include "models/hardware/calibration.h"
 #include "models/hardware/hardware.h"
+#include "models/perf/cost_model.h"
 #include "models/hardware/system_file.h"
 #include "models/input/scenario.h"
 #include "models/system/collective_flows.h"
@@ -154,4 +156,27 @@ TEST(Gb200Nvl72, PartialTraysAreRefused) {
     EXPECT_NE(msg.find("2"), std::string::npos) << msg;
     EXPECT_NE(msg.find("whole nodes"), std::string::npos) << msg;
   }
+}
+
+// NCCL on the rack (v2.29.7, multi-node NVLink: the 72-GPU domain is one NCCL node): an
+// all-reduce over the whole domain runs NVLS with 32 heads (NCCL_MAX_NVLS_ARITY) at 20 GB/s
+// (33 x 20 <= 18 x 40.1), 24 CTAs (NVLS_NCHANNELS_SM100_NVL: one clique), at NCCL's
+// 32 x 20 x 0.74 x 31/32 x 2 = 917.6 GB/s bus bandwidth (tuning.cc); two racks run NVLS-Tree
+// with 32 CTAs (NVLS_NCHANNELS_SM100) and the same per-channel rate (min(28.675, 2 x 40, 96)).
+TEST(Gb200Nvl72, DomainAllReduceRunsNvlsWithThirtyTwoHeads) {
+  const SystemSpec& s = trainsim::find_system("gb200-nvl72");
+  const trainsim::CostModel cost(s, trainsim::default_calibration(s.gpu.name),
+                                 trainsim::NcclVersion::V2_29_7);
+  const trainsim::NcclChoice c = cost.nccl_collective(trainsim::OpKind::AllReduce, GiB, 72, 1);
+  EXPECT_EQ(c.algo, trainsim::NcclAlgo::Nvls);
+  EXPECT_EQ(c.channels, 24);
+  EXPECT_EQ(c.nvls_heads, 32);
+  EXPECT_NEAR(c.bus_bw_bytes_per_s, 32 * 20 * 0.74 * 31.0 / 32.0 * 2 * 1e9, 1e-2);
+  const trainsim::NcclChoice t = cost.nccl_collective(trainsim::OpKind::AllReduce, GiB, 144, 2);
+  EXPECT_EQ(t.algo, trainsim::NcclAlgo::NvlsTree);
+  EXPECT_EQ(t.channels, 32);
+  EXPECT_NEAR(t.bus_bw_bytes_per_s, 32 * 20 * 0.74 * 31.0 / 32.0 * 2 * 1e9, 1e-2);
+  // No NVLS all-gather over more than 32 GPUs of a domain (enqueue.cc): the ring.
+  EXPECT_EQ(cost.nccl_collective(trainsim::OpKind::AllGather, GiB, 72, 1).algo,
+            trainsim::NcclAlgo::Ring);
 }

@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "models/errors.h"
 #include "models/hardware/hardware.h"
@@ -160,6 +161,48 @@ TEST(SystemFile, NvlinkDomainThatDoesNotDivideTheGpus) {
 }
 
 TEST(SystemFile, ZeroNics) { expect_error(h100_with("nics", "nics: 0"), "node.nics", "0"); }
+
+/// dgx-h100.yaml with four NICs and node.gpu_nic's entries (one line each).
+std::string h100_gpu_nic(const std::vector<std::string>& entries) {
+  std::string list = "nics: 4\n  gpu_nic:";
+  for (const std::string& e : entries) list += "\n    - " + e;
+  return h100_with("nics", list);
+}
+
+// Which GPUs share which NIC (issue 34: "NICs per node, their speed and which GPUs share them").
+TEST(SystemFile, GpuNicPairsTheGpusThatShareANic) {
+  // Four NICs, each shared by GPUs g and g + 4 (not consecutive ones).
+  const SystemSpec s = parse_system_file(h100_gpu_nic({"0", "1", "2", "3", "0", "1", "2", "3"}),
+                                         "my_cluster.yaml");
+  EXPECT_EQ(s.nics_per_node, 4);
+  EXPECT_EQ(s.gpu_nic, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3}));
+  EXPECT_EQ(s.nic_of(5, 8), 1);
+  // Absent: consecutive GPUs share one (GPU 5 of 8 on NIC 5 x 4 / 8 = 2).
+  const SystemSpec c = parse_system_file(h100_with("nics", "nics: 4"), "my_cluster.yaml");
+  EXPECT_TRUE(c.gpu_nic.empty());
+  EXPECT_EQ(c.nic_of(5, 8), 2);
+}
+
+TEST(SystemFile, GpuNicBadInputs) {
+  // A NIC index out of range (4 NICs: 0 to 3).
+  expect_error(h100_gpu_nic({"0", "0", "1", "1", "2", "2", "3", "4"}), "node.gpu_nic[7]", "4",
+               "must be in [0, 3]");
+  // A GPU on two NICs.
+  expect_error(h100_gpu_nic({"0", "0", "1", "1", "2", "2", "3", "- 3\n      - 2"}), "node.gpu_nic[7]",
+               "[3, 2]", "on several NICs");
+  // A GPU on none: seven entries for eight GPUs.
+  expect_error(h100_gpu_nic({"0", "0", "1", "1", "2", "2", "3"}), "node.gpu_nic", "7",
+               "GPU 7 is on no NIC");
+  // More entries than GPUs.
+  expect_error(h100_gpu_nic({"0", "0", "1", "1", "2", "2", "3", "3", "3"}), "node.gpu_nic", "9");
+  // Uneven sharing: NIC 0 serves three GPUs, NIC 3 one.
+  expect_error(h100_gpu_nic({"0", "0", "0", "1", "1", "2", "2", "3"}), "node.gpu_nic", "3",
+               "uneven sharing is not modelled");
+  // Not a list, not an integer.
+  expect_error(h100_with("nics", "nics: 4\n  gpu_nic: 2"), "node.gpu_nic", "2", "expects a list");
+  expect_error(h100_gpu_nic({"0", "0", "1", "1", "2", "two", "3", "3"}), "node.gpu_nic[5]", "two",
+               "expects an integer");
+}
 
 TEST(SystemFile, NegativeBandwidth) {
   expect_error(h100_with("nic_bw_bytes_per_s", "nic_bw_bytes_per_s: -50e9"),
