@@ -35,6 +35,9 @@ struct ComputeOps {
   /// The re-run forward of a checkpointed MoE / dense MLP module (--recompute-modules moe /
   /// mlp; ModelFeatures::checkpoint_rerun).
   std::uint32_t mlp_rerun = 0, mlp_rerun_dense = 0;
+  /// parallel.delay_wgrad_compute: the MoE MLP backward without the experts' weight-gradient
+  /// GEMMs, and those GEMMs alone (ModelFeatures::expert_wgrad 1 and 2); unset otherwise.
+  std::uint32_t mlp_bwd_dgrad = 0, mlp_bwd_wgrad = 0;
 };
 
 class PipelinePass {

@@ -117,6 +117,10 @@ struct ModelFeatures {
   /// module's forward only, without what runs outside Megatron-Core's checkpoint (the MoE
   /// layer's separate pre-MLP norm; the bias-dropout-add after either).
   bool checkpoint_rerun = false;
+  /// parallel.delay_wgrad_compute: the MoE layer's MLP backward split in two (Megatron-Core
+  /// TransformerLayerSchedulePlan.run: mlp.backward, then mlp.backward_dw). 0: the whole
+  /// backward; 1: without the local experts' weight-gradient GEMMs; 2: only those GEMMs.
+  std::uint8_t expert_wgrad = 0;
 };
 
 struct OpDesc {
