@@ -116,9 +116,11 @@ HostPlan prepare_host_plan(const ScheduleGraph& g, const Scenario& scenario,
   plan.cost_s.resize(n);
   plan.first_s.resize(n);
   plan.tail_s.assign(n, 0);
+  for (TaskId id = 0; id < n; ++id) plan.cost_s[id] = host_cost_s(g, id, profile, kernels, gemms);
+  // Framework hooks' host work around a task (ScheduleGraph::host_work: ZeRO-3's fetch hooks).
+  for (const HostWork& w : g.host_work) plan.cost_s[w.task] += w.eager_ops * profile.host_eager_op_s;
   for (TaskId id = 0; id < n; ++id) {
     const Task& t = g.task(id);
-    plan.cost_s[id] = host_cost_s(g, id, profile, kernels, gemms);
     const bool exec = t.kind == TaskKind::Compute || t.kind == TaskKind::OptimizerGpu;
     const double k = exec ? std::max(1.0, kernels[t.op]) : 1.0;
     plan.first_s[id] = plan.cost_s[id] / k;

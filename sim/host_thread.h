@@ -71,7 +71,9 @@ std::vector<TaskId> host_issue_order(const ScheduleGraph& g, std::size_t ri,
                                      const std::vector<std::uint32_t>& pos_in_slot,
                                      const std::vector<std::uint32_t>& sync_of_task);
 
-/// The plan of `g`: disabled (empty) unless scenario.host_model.
+/// The plan of `g`: disabled (empty) unless scenario.host_model. A task's host cost is
+/// host_cost_s plus, for each of its ScheduleGraph::host_work entries (a framework hook's work
+/// around it, e.g. ZeRO-3's fetch hooks), eager_ops x the profile's eager_op_s.
 HostPlan prepare_host_plan(const ScheduleGraph& g, const Scenario& scenario,
                            const CalibrationProfile& profile, const std::vector<double>& op_time_s,
                            const std::vector<std::uint32_t>& slot_of_task,

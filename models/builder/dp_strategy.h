@@ -88,6 +88,27 @@ class DataParallelStrategy {
   virtual void after_optimizer_step(RankContext&, const OptimizerStepTasks&) {}
 };
 
+/// Host work of DeepSpeed ZeRO-3's hooks per fetched submodule of `tensors` non-persistent
+/// parameter tensors, in eager ops (at the profile's eager_op_s; issue 31; docs/scenario.md
+/// "host_model"). No published per-fetch host figure was found (DeepSpeed PR #6649 reports
+/// only an end-to-end 40% on HPU from coalescing hooks), so it counts the torch calls the hook
+/// path makes per fetched tensor, DeepSpeed master edaa722 (2026-08-22):
+///  - the gather (partition_parameters.py _all_gather_sequential, l. 1345-1376): torch.empty of
+///    the gather buffer, narrow and view of the gathered tensor (the .to() calls on a tensor
+///    already on the device and in its dtype return it unchanged: not counted);
+///  - the wait (partitioned_param_coordinator.py fetch_sub_module, l. 398-415): the work
+///    handle's wait (a stream wait), an accelerator Event and its record, and the compute
+///    stream's wait_stream on the all-gather stream;
+///  - the release (partition_parameters.py free_param, l. 308-323, from release_sub_module):
+///    record_stream and torch.empty(0) replacing param.data.
+/// 8 per tensor. The all_gather_into_tensor call itself is the gather task's nccl_call_s. Not
+/// counted: the Python bookkeeping (trace_prologue, the parameter sets, the prefetch queue walk;
+/// the profile's module_overhead_s is 0, unmeasured), and, for a submodule of several tensors,
+/// the coalesced wait's per-rank narrow and record_stream of each tensor (AllGatherCoalesced
+/// Handle.wait, l. 750-790): so this is a lower bound there. The hook calls of a submodule whose
+/// tensors are all gathered already (no fetch) are not counted either.
+double zero3_fetch_eager_ops(std::int64_t tensors);
+
 /// The strategy for the scenario's ZeRO stage and data-parallel size, for one rank.
 std::unique_ptr<DataParallelStrategy> make_data_parallel_strategy(const RankContext& ctx);
 

@@ -59,10 +59,17 @@ class Zero3 final : public DataParallelStrategy {
     // threshold and stays gathered).
     embed_fetched_ = fetched_of(output_params_) + fetched_of(embed_params_ - output_params_);
     output_fetched_ = fetched_of(output_params_);
+    embed_tensors_ = (fetched_of(output_params_) > 0) + (fetched_of(embed_params_ - output_params_) > 0);
+    output_tensors_ = fetched_of(output_params_) > 0 ? 1 : 0;
     for (const LayerSubmodule& sub : layer_submodules_per_rank(m, ctx.dims().t)) {
-      std::int64_t fetched = 0;  // its tensors that are not persistent
-      for (std::int64_t n : sub.params) fetched += fetched_of(n);
-      if (fetched > 0) (sub.mlp ? mlp_subs_ : attn_subs_).push_back(fetched);
+      std::int64_t fetched = 0, tensors = 0;  // its tensors that are not persistent
+      for (std::int64_t n : sub.params) {
+        fetched += fetched_of(n);
+        tensors += fetched_of(n) > 0 ? 1 : 0;
+      }
+      if (fetched == 0) continue;
+      (sub.mlp ? mlp_subs_ : attn_subs_).push_back(fetched);
+      (sub.mlp ? mlp_tensors_ : attn_tensors_).push_back(tensors);
     }
   }
   const char* name() const override { return "zero3"; }
@@ -174,8 +181,11 @@ class Zero3 final : public DataParallelStrategy {
   void submodule_block(RankContext& ctx, const Block& block);
 
   std::vector<std::int64_t> attn_subs_, mlp_subs_;  ///< fetched elements per layer submodule
+  std::vector<std::int64_t> attn_tensors_, mlp_tensors_;  ///< and its fetched tensors
   std::int64_t embed_fetched_ = 0, output_fetched_ = 0;
+  std::int64_t embed_tensors_ = 0, output_tensors_ = 0;
   std::vector<std::int64_t> numel_;                 ///< per submodule id of the pass
+  std::vector<std::int64_t> tensors_;               ///< per submodule id: fetched tensors
   std::vector<Consumer> consumers_;
   std::map<int, TaskId> live_;  ///< gathered (or in flight) submodules and their gathers
   /// Submodules a prefetch scan skipped (gathered) at a later use: kept until that consumer.
@@ -220,6 +230,7 @@ class Zero3 final : public DataParallelStrategy {
 /// block release it.
 void Zero3::begin_submodule_pass(RankContext& ctx, bool forward) {
   numel_.clear();
+  tensors_.clear();
   consumers_.clear();
   live_.clear();
   protect_.clear();
@@ -259,21 +270,24 @@ void Zero3::begin_submodule_pass(RankContext& ctx, bool forward) {
 void Zero3::add_consumer(UnitKind kind, std::int64_t layer, bool mlp, bool backward) {
   Consumer c{kind, layer, {}};
   // Key space: 0 embedding, 1 output, 2 + 8 l + k layer l submodule k (k < 8).
-  auto ensure = [&](std::size_t id, std::int64_t numel) {
+  auto ensure = [&](std::size_t id, std::int64_t numel, std::int64_t tensors) {
     if (numel_.size() <= id) numel_.resize(id + 1, 0);
+    if (tensors_.size() <= id) tensors_.resize(id + 1, 0);
     numel_[id] = numel;
+    tensors_[id] = tensors;
     c.subs.push_back(int(id));
   };
   if (kind == UnitKind::Embedding) {
-    if (embed_fetched_ > 0) ensure(0, embed_fetched_);
+    if (embed_fetched_ > 0) ensure(0, embed_fetched_, embed_tensors_);
   } else if (kind == UnitKind::Output) {
-    if (output_fetched_ > 0) ensure(1, output_fetched_);
+    if (output_fetched_ > 0) ensure(1, output_fetched_, output_tensors_);
   } else {
     const std::vector<std::int64_t>& subs = mlp ? mlp_subs_ : attn_subs_;
+    const std::vector<std::int64_t>& tensors = mlp ? mlp_tensors_ : attn_tensors_;
     for (std::size_t k = 0; k < subs.size(); ++k) {
       // The backward runs a block's submodules in reverse order.
       const std::size_t i = backward ? subs.size() - 1 - k : k;
-      ensure(2 + 8 * std::size_t(layer) + (mlp ? 4 : 0) + i, subs[i]);
+      ensure(2 + 8 * std::size_t(layer) + (mlp ? 4 : 0) + i, subs[i], tensors[i]);
     }
   }
   consumers_.push_back(std::move(c));
@@ -287,6 +301,9 @@ void Zero3::issue(RankContext& ctx, int sub, TaskId after) {
   live_[sub] = ctx.collective(op, ctx.dp_group, StreamId::DpComm, Phase::ParamSync, part,
                               kNoIndex, kNoIndex, after, kNoIndex,
                               {{bytes - bytes / d.dp, MemCategory::Parameters}});
+  // The hooks' host work for this fetch (its gather, wait and release), with the gather's issue.
+  ctx.host_work(live_[sub], zero3_fetch_eager_ops(tensors_[std::size_t(sub)]),
+                HostWorkCause::Zero3FetchHook);
   live_numel_ += numel_[std::size_t(sub)];
 }
 
@@ -404,6 +421,13 @@ void Zero3::on_block_computed(RankContext& ctx, const Block& block) {
 }
 
 }  // namespace
+
+double zero3_fetch_eager_ops(std::int64_t tensors) {
+  // Per fetched tensor (dp_strategy.h): gather 3 (empty, narrow, view), wait 3 (work wait,
+  // event record, wait_stream), release 2 (record_stream, empty(0)).
+  constexpr double kEagerOpsPerTensor = 3 + 3 + 2;
+  return kEagerOpsPerTensor * double(tensors);
+}
 
 std::unique_ptr<DataParallelStrategy> make_dp_zero3(const RankContext& ctx) {
   return std::make_unique<Zero3>(ctx);

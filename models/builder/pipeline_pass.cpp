@@ -213,6 +213,16 @@ ComputeOps add_compute_ops(GraphBuild& b) {
       (kind == OpKind::EmbedFwd ? ops.mtp_input_fwd : ops.mtp_input_bwd) = b.graph.add_op(o);
     }
   }
+  if (b.scenario.model.is_moe() && b.scenario.parallel.delay_wgrad_compute) {
+    auto part = [&](std::uint8_t which) {
+      OpDesc o = compute_op(b.scenario, b.dims, OpKind::MlpBwd);
+      o.features.expert_wgrad = which;
+      fill_work(o);
+      return b.graph.add_op(o);
+    };
+    ops.mlp_bwd_dgrad = part(1);
+    ops.mlp_bwd_wgrad = part(2);
+  }
   return ops;
 }
 
@@ -234,7 +244,8 @@ class RankProgram {
         units_(build.scenario.parallel.recompute_units(build.scenario.model.num_layers)),
         batched_exchanges_(runtime_spec(build.scenario.runtime).batched_interleaved_p2p &&
                            build.scenario.parallel.pipeline_schedule ==
-                               PipelineSchedule::Interleaved) {}
+                               PipelineSchedule::Interleaved),
+        combined_(build.scenario.parallel.overlap_moe_expert_parallel_comm) {}
 
   void run() {
     const ModelDims& d = ctx_.dims();
@@ -259,6 +270,17 @@ class RankProgram {
     };
     exchanges_after(-1);
     for (std::size_t i = 0; i < steps.size(); ++i) {
+      // The combined 1F1B schedule (pp = 1): microbatch k's backward with k + 1's forward.
+      if (combined_ && i + 1 < steps.size() && !steps[i].forward && steps[i + 1].forward) {
+        dp_->on_step_begin(ctx_, steps[i]);
+        dp_->on_step_begin(ctx_, steps[i + 1]);
+        combined_step(at(steps[i]), at(steps[i + 1]));
+        if (step_timers_sync()) ctx_.host_sync(ctx_.last_compute, SyncCause::Timer);
+        dp_->on_step_end(ctx_, steps[i]);
+        dp_->on_step_end(ctx_, steps[i + 1]);
+        ++i;
+        continue;
+      }
       dp_->on_step_begin(ctx_, steps[i]);
       if (steps[i].forward)
         forward_step(at(steps[i]));
@@ -369,6 +391,7 @@ class RankProgram {
     const TaskId before = ctx_.last_compute;
     ctx_.last_compute =
         ctx_.compute(op, phase, part, s.mb, layer, s.chunk, ctx_.last_compute, effects);
+    node_work(ctx_.last_compute, phase);
     if (ctx_.dims().cp > 1 && part == Part::Attn) {  // ring attention's exchange, alongside
       const TaskId x = ctx_.collective(phase == Phase::Backward ? ops_.cp_bwd : ops_.cp_fwd,
                                        ctx_.cp_group, StreamId::TpComm, phase, part, s.mb, layer,
@@ -396,12 +419,17 @@ class RankProgram {
     if (!moe_mlp(l)) return;
     if (!second && phase != Phase::Backward && moe_token_count_sync())
       ctx_.host_sync(ctx_.last_compute, SyncCause::MoeTokenCounts);
+    // Under the combined schedule the dispatcher's collectives run on their own stream.
+    const StreamId stream = combined_ ? StreamId::EpComm : StreamId::TpComm;
     auto run = [&](std::uint32_t op, std::uint32_t group) {
-      ctx_.last_compute = ctx_.collective(op, group, StreamId::TpComm, phase, Part::Mlp, s.mb,
+      ctx_.last_compute = ctx_.collective(op, group, stream, phase, Part::Mlp, s.mb,
                                           std::uint16_t(l), ctx_.last_compute);
     };
     if (second && ctx_.etp_group != kNone) run(ops_.etp_scatter, ctx_.etp_group);
-    if (ctx_.ep_group != kNone) run(second ? ops_.moe_combine : ops_.moe_dispatch, ctx_.ep_group);
+    if (ctx_.ep_group != kNone) {
+      run(second ? ops_.moe_combine : ops_.moe_dispatch, ctx_.ep_group);
+      node_work(ctx_.last_compute, phase);  // the dispatch or combine schedule node
+    }
     if (!second && ctx_.etp_group != kNone) run(ops_.etp_gather, ctx_.etp_group);
   }
   void layer_forward(Phase phase, const StepAt& s, std::int64_t l,
@@ -422,12 +450,106 @@ class RankProgram {
           l, false, true, attn);
   }
 
+  // ---- the combined 1F1B schedule (parallel.overlap_moe_expert_parallel_comm, pp = 1;
+  // Megatron-Core combined_1f1b.py combined_1f1b_schedule_for_no_pipelining: microbatch 0's
+  // forward alone, then microbatch k's backward beside k + 1's forward, the last backward alone)
+
+  /// The host work of one ScheduleNode call beyond its ops' issue (Megatron-Core
+  /// pipeline_parallel/utils.py ScheduleNode, Megatron-LM d98e8a6): stream_acquire_context's
+  /// event.wait, torch.cuda.stream enter and exit and event.record (4), then in the forward
+  /// the input's detach (5 in all), in the backward a separate autograd engine call
+  /// (run_backward, default_backward_func) and the gradient's record_stream (6 in all); at the
+  /// profile's eager_op_s each (the engine call's own start-up is not measured: a lower bound).
+  /// One node per attention (pre_dispatch_computation), dispatch, MLP and combine of each layer,
+  /// and the embedding and output; only under the combined schedule.
+  void node_work(TaskId task, Phase phase) {
+    if (!combined_) return;
+    constexpr double kForwardNodeOps = 5, kBackwardNodeOps = 6;
+    ctx_.host_work(task, phase == Phase::Backward ? kBackwardNodeOps : kForwardNodeOps,
+                   HostWorkCause::ScheduleNode);
+  }
+  /// TransformerModelChunkSchedulePlan.run (models/common/model_chunk_schedule_plan.py): the
+  /// forward's embedding and the backward's output layer, then forward layer i beside backward
+  /// layer L - 1 - i, then the forward's output layer and the backward's embedding. The two
+  /// microbatches' chains are separate: each task waits for its own chain, the compute tasks
+  /// for the compute stream's order, the all-to-alls for the EP stream's.
+  void combined_step(const StepAt& b, const StepAt& f) {
+    TRAINSIM_CHECK(f.first_vstage && f.last_vstage && b.first_vstage && b.last_vstage,
+                   "combined 1F1B step with pipeline stages (validation refuses pp > 1)");
+    Chains c{ctx_.last_compute, ctx_.last_compute};
+    on_chain(c.f, [&] { embedding_forward(f); });
+    on_chain(c.b, [&] { output_backward(b); });
+    for (std::int64_t i = 0; i < f.layers; ++i)
+      combined_layer(b, f, b.first_layer + b.layers - 1 - i, f.first_layer + i, c);
+    on_chain(c.f, [&] { output_forward(f); });
+    on_chain(c.b, [&] { embedding_backward(b); });
+    ctx_.last_compute = c.b;  // the last compute task issued (the compute stream's order)
+  }
+  struct Chains {
+    TaskId f, b;  ///< the last task of the forward's and of the backward's chain
+  };
+  template <typename Fn>
+  void on_chain(TaskId& chain, Fn fn) {
+    ctx_.last_compute = chain;
+    fn();
+    chain = ctx_.last_compute;
+  }
+  /// TransformerLayerSchedulePlan.run (model_chunk_schedule_plan.py l. 236-300), in its issue
+  /// order: comm stream: combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd; compute
+  /// stream: pre_dispatch_fwd (attention) | mlp_bwd, mlp_bwd_dw, mlp_fwd | pre_dispatch_bwd.
+  /// With delay_wgrad_compute the MoE MLP backward's expert weight-gradient GEMMs are their own
+  /// task (mlp.backward_dw) after the forward's dispatch is issued; the backward's dispatch
+  /// waits only for the data gradient.
+  void combined_layer(const StepAt& b, const StepAt& f, std::int64_t bl, std::int64_t fl,
+                      Chains& c) {
+    const LayerBytes& fb = bytes_of(fl);
+    const LayerBytes& bb = bytes_of(bl);
+    const bool split = moe_mlp(bl) && ctx_.scenario().parallel.delay_wgrad_compute;
+    const MemEffect free_mlp{-bb.kept.mlp, MemCategory::Activations, true};
+    on_chain(c.b, [&] {
+      dp_->before_unit(ctx_, false, {UnitKind::Layer, bl});
+      moe_exchange(Phase::Backward, b, bl, false);  // combine_bwd
+    });
+    on_chain(c.f, [&] {
+      dp_->before_unit(ctx_, true, {UnitKind::Layer, fl});
+      block(full_attention(fl) ? ops_.attn_fwd_full : ops_.attn_fwd, Phase::Forward, Part::Attn, f,
+            fl, true, false, {{fb.kept.attn, MemCategory::Activations}});
+    });
+    on_chain(c.b, [&] {
+      if (split)
+        block(ops_.mlp_bwd_dgrad, Phase::Backward, Part::Mlp, b, bl, true, false, {});
+      else
+        block(moe_mlp(bl) ? ops_.mlp_bwd : ops_.mlp_bwd_dense, Phase::Backward, Part::Mlp, b, bl,
+              true, false, {free_mlp});
+    });
+    on_chain(c.f, [&] { moe_exchange(Phase::Forward, f, fl, false); });  // dispatch_fwd
+    if (split) {  // mlp.backward_dw: off the backward's chain (the compute stream orders it)
+      TaskId dw = c.b;
+      on_chain(dw, [&] {
+        block(ops_.mlp_bwd_wgrad, Phase::Backward, Part::Mlp, b, bl, false, false, {free_mlp});
+      });
+    }
+    on_chain(c.b, [&] { moe_exchange(Phase::Backward, b, bl, true); });  // dispatch_bwd
+    on_chain(c.f, [&] {
+      block(moe_mlp(fl) ? ops_.mlp_fwd : ops_.mlp_fwd_dense, Phase::Forward, Part::Mlp, f, fl,
+            false, true, {{fb.kept.mlp, MemCategory::Activations}});
+      moe_exchange(Phase::Forward, f, fl, true);  // combine_fwd
+    });
+    on_chain(c.b, [&] {
+      block(full_attention(bl) ? ops_.attn_bwd_full : ops_.attn_bwd, Phase::Backward, Part::Attn,
+            b, bl, false, true, {{-bb.kept.attn, MemCategory::Activations, true}});
+      tails_.layers[bl] = ctx_.last_compute;
+      dp_->on_grads_ready(ctx_, {UnitKind::Layer, bl}, ctx_.last_compute);
+    });
+  }
+
   /// A single-block unit (embedding, output layer): the DP strategy's hooks around it.
   void unit_block(std::uint32_t op, Phase phase, Part part, const StepAt& s, UnitKind kind,
                   std::initializer_list<MemEffect> effects) {
     dp_->before_unit(ctx_, phase == Phase::Forward, {kind});
     ctx_.last_compute =
         ctx_.compute(op, phase, part, s.mb, kNoIndex, s.chunk, ctx_.last_compute, effects);
+    node_work(ctx_.last_compute, phase);
     dp_->on_block_computed(ctx_, {{kind}, phase, true, true, ctx_.last_compute});
   }
   void embedding_forward(const StepAt& s) {
@@ -822,6 +944,8 @@ class RankProgram {
   bool unit_end(std::int64_t l) const { return ParallelConfig::recompute_unit_end(units_, l); }
   /// Megatron-LM 2021's interleaved schedule exchanges in batches (exchange()).
   const bool batched_exchanges_;
+  /// parallel.overlap_moe_expert_parallel_comm: the combined 1F1B schedule.
+  const bool combined_;
   /// Batched exchanges, per direction (0: forward activations, 1: backward gradients): the
   /// steps that receive, in order; how many of them an exchange has received and how many
   /// steps have started on theirs; the output of the last step, until its exchange sends it.

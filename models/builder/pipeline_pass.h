@@ -38,6 +38,9 @@ struct ComputeOps {
   /// A multi-token prediction layer's input, forward and backward (ModelFeatures::mtp_input;
   /// model.mtp_num_layers > 0).
   std::uint32_t mtp_input_fwd = 0, mtp_input_bwd = 0;
+  /// parallel.delay_wgrad_compute: the MoE MLP backward without the experts' weight-gradient
+  /// GEMMs, and those GEMMs alone (ModelFeatures::expert_wgrad 1 and 2); unset otherwise.
+  std::uint32_t mlp_bwd_dgrad = 0, mlp_bwd_wgrad = 0;
 };
 
 class PipelinePass {

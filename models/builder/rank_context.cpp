@@ -155,6 +155,11 @@ void RankContext::host_sync(TaskId task, SyncCause cause) {
   syncs.push_back({task, cause});
 }
 
+void RankContext::host_work(TaskId task, double eager_ops, HostWorkCause cause) {
+  if (task == kNone || build_.count_only || !scenario().host_model || eager_ops <= 0) return;
+  graph().host_work.push_back({task, eager_ops, cause});
+}
+
 std::uint32_t RankContext::add_op(const OpDesc& op) {
   return build_.count_only ? 0 : graph().add_op(op);
 }

@@ -171,6 +171,9 @@ class RankContext {
   /// A synchronisation point after `task` (ScheduleGraph::host_syncs): only with the
   /// scenario's host_model on; nothing when `task` is kNone or in a counting build.
   void host_sync(TaskId task, SyncCause cause);
+  /// Host work of a framework hook issued with `task` (ScheduleGraph::host_work), `eager_ops`
+  /// at the profile's eager_op_s: only with host_model on; nothing in a counting build.
+  void host_work(TaskId task, double eager_ops, HostWorkCause cause);
   std::uint32_t add_op(const OpDesc& op);
   std::uint32_t add_group(GroupKind kind, const std::vector<RankId>& ranks);
   /// A communication descriptor in the training precision.

@@ -123,6 +123,10 @@ struct ModelFeatures {
   /// Megatron-Core MultiTokenPredictionLayer): the shifted tokens' embedding lookup, enorm and
   /// hnorm, and eh_proj (2h -> h / tp) on the gathered tokens.
   bool mtp_input = false;
+  /// parallel.delay_wgrad_compute: the MoE layer's MLP backward split in two (Megatron-Core
+  /// TransformerLayerSchedulePlan.run: mlp.backward, then mlp.backward_dw). 0: the whole
+  /// backward; 1: without the local experts' weight-gradient GEMMs; 2: only those GEMMs.
+  std::uint8_t expert_wgrad = 0;
 };
 
 /// DeepEP's normal (high-throughput) dispatch or combine (the flex dispatcher,

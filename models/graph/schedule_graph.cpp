@@ -48,6 +48,7 @@ std::string op_key(const OpDesc& op) {
   if (f.expert_token_cap > 0) os << ";cap" << f.expert_token_cap << ',' << f.pad_to_capacity;
   if (f.permute_fusion) os << ";pf";
   if (f.etp != 1) os << ";etp" << f.etp;
+  if (f.expert_wgrad) os << ";ew" << int(f.expert_wgrad);
   if (f.recompute_shared) os << ";rs";
   if (f.qk_norm) os << ";qkn";
   if (f.mtp_input) os << ";mtp";
@@ -276,6 +277,7 @@ const char* to_string(StreamId s) {
     case StreamId::H2D: return "h2d";
     case StreamId::D2H: return "d2h";
     case StreamId::Cpu: return "cpu";
+    case StreamId::EpComm: return "ep-comm";
     case StreamId::kCount: break;
   }
   return "?";

@@ -43,7 +43,9 @@ enum class TaskKind : std::uint8_t {
 };
 
 /// The stream (queue) a task occupies; tasks of one (rank, stream) run in issue order.
-enum class StreamId : std::uint8_t { Compute, TpComm, PpComm, DpComm, H2D, D2H, Cpu, kCount };
+/// EpComm: the expert-parallel all-to-alls' own stream under the combined 1F1B schedule
+/// (parallel.overlap_moe_expert_parallel_comm; Megatron-Core set_streams' comm stream).
+enum class StreamId : std::uint8_t { Compute, TpComm, PpComm, DpComm, H2D, D2H, Cpu, EpComm, kCount };
 constexpr int kNumStreams = static_cast<int>(StreamId::kCount);
 
 /// Where in the iteration a task belongs (used by labels, trace phases and breakdowns).
@@ -115,6 +117,23 @@ const char* to_string(SyncCause c);
 struct HostSync {
   TaskId task = 0;
   SyncCause cause = SyncCause::MoeTokenCounts;
+};
+
+/// Host work a framework hook does around a task beyond issuing it (its Python bookkeeping and
+/// the torch calls it makes), counted in eager ops at the profile's eager_op_s and added to the
+/// task's host issue cost (sim/host_thread.h). The builder adds them only with host_model on.
+enum class HostWorkCause : std::uint8_t {
+  /// DeepSpeed ZeRO-3's per-submodule fetch hooks (models/builder/dp_zero3.cpp
+  /// zero3_fetch_eager_ops, docs/scenario.md "host_model").
+  Zero3FetchHook,
+  /// Megatron-Core's combined 1F1B schedule's per-node stream and autograd calls
+  /// (parallel.overlap_moe_expert_parallel_comm; models/builder/pipeline_pass.cpp node_work).
+  ScheduleNode,
+};
+struct HostWork {
+  TaskId task = 0;
+  double eager_ops = 0;
+  HostWorkCause cause = HostWorkCause::Zero3FetchHook;
 };
 
 /// A communicator: the ranks of a collective (ring order) or of a point-to-point pair.
@@ -200,6 +219,8 @@ class ScheduleGraph {
   /// Synchronisation points of the simulated ranks, in the order the builder added them
   /// (empty with host_model off).
   std::vector<HostSync> host_syncs;
+  /// Host work of framework hooks beyond the tasks' issue (empty with host_model off).
+  std::vector<HostWork> host_work;
   std::vector<MemVector> initial_gpu_memory;   ///< indexed like simulated_ranks()
   std::vector<MemVector> initial_host_memory;  ///< indexed like simulated_ranks()
   /// Host memory is per node; the index of a rank's node is rank / gpus_per_node.

@@ -258,6 +258,10 @@ void add_parallel_core(std::vector<ScenarioKey>& v) {
   v.push_back(bool_key(P(use_distributed_optimizer), false, "Megatron-Core's distributed optimizer"));
   v.push_back(bool_key(P(overlap_param_gather), false, "parameter all-gather overlapped"));
   v.push_back(bool_key(P(tp_comm_overlap), false, "TP communication inside the GEMMs"));
+  v.push_back(bool_key(P(overlap_moe_expert_parallel_comm), false,
+                       "combined 1F1B: EP all-to-all beside another microbatch's compute"));
+  v.push_back(bool_key(P(delay_wgrad_compute), false,
+                       "expert wgrad GEMMs after the other microbatch's dispatch"));
   v.push_back(custom_key("parallel.tp_comm_overlap_rs_method",
                          field<&Scenario::parallel, &ParallelConfig::tp_comm_overlap_rs_ring>(),
                          "the overlap's forward reduce-scatters", false,
@@ -494,6 +498,8 @@ std::vector<KeyAlias> shipped_scenario_key_aliases() {
        {{"true", "false"}, {"false", ""}}, "--grad-reduce-in-bf16"},
       {"parallel.accumulate_allreduce_grads_in_fp32", "parallel.grad_reduce_in_fp32",
        {{"true", "true"}, {"false", ""}}, "Megatron-LM's --accumulate-allreduce-grads-in-fp32"},
+      {"parallel.moe_a2a_overlap", "parallel.overlap_moe_expert_parallel_comm", {},
+       "Megatron-Bridge's performance-script name"},
       {"deepspeed.train_batch_size", "parallel.global_batch_size", {}, "DeepSpeed's name"},
       {"deepspeed.train_micro_batch_size_per_gpu", "parallel.micro_batch_size", {},
        "DeepSpeed's name"},

@@ -236,6 +236,15 @@ struct ParallelConfig {
   /// (Transformer Engine's default), true = ring exchange (Megatron-Bridge's FP8 H100
   /// configurations). Scenario key tp_comm_overlap_rs_method: pipeline | ring_exchange.
   bool tp_comm_overlap_rs_ring = false;
+  /// Megatron-Core --overlap-moe-expert-parallel-comm (Megatron-Bridge's moe_a2a_overlap): the
+  /// combined 1F1B schedule that runs one microbatch's forward layer beside another's backward
+  /// layer, each one's expert-parallel all-to-alls on a communication stream beside the other's
+  /// compute (megatron/core/pipeline_parallel/combined_1f1b.py; models/builder/a2a_overlap.h).
+  bool overlap_moe_expert_parallel_comm = false;
+  /// Megatron-Core --delay-wgrad-compute: with that overlap, the experts' weight-gradient GEMMs
+  /// run after the other microbatch's dispatch is issued (TransformerLayerSchedulePlan.run
+  /// mlp.backward_dw), beside the backward's dispatch all-to-all.
+  bool delay_wgrad_compute = false;
   bool use_megatron_fsdp = false;
   bool use_torch_fsdp2 = false;
   /// FSDP sharding group (the Megatron-Bridge table's fsdp column); filled with dp x cp.

@@ -854,6 +854,55 @@ void check_mtp_and_flex(Scenario& s, const Fail& fail) {
          "and the chosen groups holding model.moe_router_topk experts");
 }
 
+/// parallel.overlap_moe_expert_parallel_comm and delay_wgrad_compute: Megatron-Core's checks
+/// (megatron/core/transformer/transformer_config.py __post_init__, Megatron-LM d98e8a6,
+/// l. 3002-3082), then what trainsim's combined schedule does not model (pipelines, FSDP and
+/// ZeRO-3's per-step parameter units, checkpointed MLP modules).
+template <typename Fail>
+void check_a2a_overlap(const Scenario& s, const Fail& fail) {
+  const ModelConfig& m = s.model;
+  const ParallelConfig& p = s.parallel;
+  const std::string ov = kv_bool(key_of(&ParallelConfig::overlap_moe_expert_parallel_comm), true);
+  if (p.delay_wgrad_compute && !p.overlap_moe_expert_parallel_comm)
+    fail(kv_bool(key_of(&ParallelConfig::delay_wgrad_compute), true) + " needs " + ov +
+         " (Megatron-Core: 'overlap_moe_expert_parallel_comm must be enabled when enabling "
+         "delay_wgrad_compute')");
+  if (!p.overlap_moe_expert_parallel_comm) return;
+  if (p.expert_model_parallel_size <= 1)
+    fail(ov + " with " + kv(key_of(&ParallelConfig::expert_model_parallel_size),
+                            p.expert_model_parallel_size) +
+         ": Megatron-Core supports it only with expert model parallelism (> 1)");
+  if (m.moe_token_dispatcher_type == MoeDispatcher::AllGather)
+    fail(ov + " with model.moe_token_dispatcher_type allgather: Megatron-Core supports it with "
+         "the alltoall and flex dispatchers only");
+  if (p.recompute_granularity == Recompute::Full)
+    fail(ov + " with parallel.recompute_granularity full: Megatron-Core asks to disable full "
+         "recomputation when enabling overlap_moe_expert_parallel_comm");
+  if (p.recompute_modules & kRecomputeMoe)
+    fail(ov + " with parallel.recompute_modules 'moe': Megatron-Core asks to disable moe in "
+         "recompute_modules when enabling overlap_moe_expert_parallel_comm");
+  if (p.precision == Precision::FP32)
+    fail(ov + " with parallel.precision fp32: Megatron-Core supports it only with bf16 or fp16");
+  if (p.pipeline_model_parallel_size > 1)
+    fail(ov + " with " + kv(key_of(&ParallelConfig::pipeline_model_parallel_size),
+                            p.pipeline_model_parallel_size) +
+         ": the interleaved combined schedule (Megatron-Core needs virtual pipeline stages "
+         "there) is not modelled; trainsim models combined_1f1b_schedule_for_no_pipelining "
+         "(pipeline_model_parallel_size 1)");
+  if (p.pipeline_schedule == PipelineSchedule::GPipe)
+    fail(ov + " with parallel.pipeline_schedule gpipe: Megatron-Core runs the combined schedule "
+         "in place of 1F1B (at pipeline_model_parallel_size 1, forward_backward_no_pipelining's "
+         "one forward and one backward per microbatch); use 1f1b");
+  if (p.uses_fsdp() || s.zero.stage > 0)
+    fail(ov + " with " + (p.uses_fsdp() ? std::string("FSDP") : "deepspeed.zero_optimization") +
+         ": not modelled (use Megatron-Core's distributed optimizer)");
+  if (p.recompute_modules & kRecomputeMlp)
+    fail(ov + " with parallel.recompute_modules 'mlp': the checkpointed dense MLP's re-run "
+         "inside the combined schedule is not modelled");
+  if (s.runtime != Runtime::MegatronCore)
+    fail(ov + " needs `runtime: megatron-core`");
+}
+
 /// training: a run shorter than one iteration (the forecast counts whole steps).
 template <typename Fail>
 void check_training(const Scenario& s, const Fail& fail) {
@@ -885,6 +934,7 @@ void validate_scenario(Scenario& s) {
   check_pipeline(s, fail);
   check_megatron_core(s, fail);
   check_moe_token_dropping(s, fail);
+  check_a2a_overlap(s, fail);
   check_zero(s, fail);
   check_mtp_and_flex(s, fail);
   check_training(s, fail);

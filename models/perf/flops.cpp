@@ -67,7 +67,16 @@ std::vector<KernelWork> op_kernels(const OpDesc& op) {
       need_positive(op, op.head_dim, "head_dim");
     }
     kernel_lists::shape_of(op);  // checks micro_batch, seq, hidden, tp
-    return core_op_kernels(op);
+    std::vector<KernelWork> all = core_op_kernels(op);
+    if (op.features.expert_wgrad == 0) return all;
+    // delay_wgrad_compute's split of the MoE MLP backward (ModelFeatures::expert_wgrad): the
+    // local experts' weight-gradient GEMMs (tokens_per_expert > 0) apart from the rest.
+    std::vector<KernelWork> part;
+    for (const KernelWork& k : all) {
+      const bool expert_wgrad = k.pass == GemmPass::Wgrad && k.tokens_per_expert > 0;
+      if (expert_wgrad == (op.features.expert_wgrad == 2)) part.push_back(k);
+    }
+    return part;
   }
   if (is_compute(op.kind)) return kernel_lists::megatron2021_op_kernels(op);
   std::vector<KernelWork> out;

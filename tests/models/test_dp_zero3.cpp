@@ -3,6 +3,7 @@
 // and sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "models/builder/dp_strategy.h"
@@ -149,4 +150,42 @@ TEST(DpZero3, GradientsAreReduceScatteredLikeStageTwo) {
   for (TaskId id : g.tasks_of_rank(0))
     if (g.task(id).phase == Phase::GradSync && g.op(id).kind == OpKind::ReduceScatter) ++rs;
   EXPECT_EQ(rs, 7 * 2);  // ceil(6,613,504 / 1M) buckets per microbatch
+}
+
+// The hooks' host work per fetch (builder::zero3_fetch_eager_ops, DeepSpeed's torch calls per
+// fetched tensor: gather 3, wait 3, release 2 = 8), on the fetch's all-gather.
+TEST(DpZero3, FetchHooksCostHostWorkPerFetchedTensor) {
+  EXPECT_DOUBLE_EQ(builder::zero3_fetch_eager_ops(1), 8);
+  EXPECT_DOUBLE_EQ(builder::zero3_fetch_eager_ops(3), 24);
+  const ScheduleGraph g = build_graph(zero3());
+  // Every fetched submodule of the tiny model has one non-persistent tensor (QKV, fc1, fc2 and
+  // the word table; see the top of the file): one entry of 8 eager ops per gather. Only the
+  // simulated ranks' gathers: rank 0 and rank 1 (dp 2).
+  std::vector<TaskId> ag = gathers(g, 0);
+  const std::vector<TaskId> ag1 = gathers(g, 1);
+  ag.insert(ag.end(), ag1.begin(), ag1.end());
+  ASSERT_EQ(g.host_work.size(), ag.size());
+  std::vector<TaskId> hooked;
+  for (const HostWork& w : g.host_work) {
+    EXPECT_EQ(w.cause, HostWorkCause::Zero3FetchHook);
+    EXPECT_DOUBLE_EQ(w.eager_ops, 8);
+    hooked.push_back(w.task);
+  }
+  std::sort(hooked.begin(), hooked.end());
+  std::sort(ag.begin(), ag.end());
+  EXPECT_EQ(hooked, ag);
+  // Persistence threshold 0: the QKV submodule fetches its weight and bias (2 tensors, 16 ops),
+  // the embedding its word and position tables (2), fc1 and fc2 weight and bias (2 each), the
+  // projection (2), the norms (weight and bias, 2 each).
+  const ScheduleGraph all = build_graph(zero3("null", ", stage3_param_persistence_threshold: 0"));
+  double max_ops = 0;
+  for (const HostWork& w : all.host_work) max_ops = std::max(max_ops, w.eager_ops);
+  EXPECT_DOUBLE_EQ(max_ops, 16);
+  EXPECT_DOUBLE_EQ(all.host_work.front().eager_ops, 16);  // the embedding's first fetch
+}
+
+TEST(DpZero3, HostModelOffHasNoHookWork) {
+  Scenario sc = zero3();
+  sc.host_model = false;
+  EXPECT_TRUE(build_graph(sc).host_work.empty());
 }

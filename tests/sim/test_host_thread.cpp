@@ -94,6 +94,30 @@ TEST(HostThread, HostBoundLayerTakesNTimesTheHostCost) {
   EXPECT_NEAR(r.host_wait_s[5], (h - d) / k, kTol);
 }
 
+TEST(HostThread, HookHostWorkAddsToTheIssueOfAHostBoundChain) {
+  // Forward tasks of K kernels at eager_op_s e each, plus a hook's w eager ops per task
+  // (ScheduleGraph::host_work, e.g. ZeRO-3's fetch hooks): h = (K + w) e per task, above d.
+  Env env;
+  const OpDesc op = layer_op();
+  const double d = CostModel(env.system, env.profile).compute_time_s(op);
+  const double K = kernels_of(op), w = 8;
+  const double h = 3 * d, e = h / (K + w);
+  env.profile.host_eager_op_s = e;
+  const CostModel cost(env.system, env.profile);
+  const int n = 15;
+  ScheduleGraph g = chain(n, op);
+  for (int i = 0; i < n; ++i) g.host_work.push_back({TaskId(i), w, HostWorkCause::Zero3FetchHook});
+  g.finalize();
+  const ExecutionRecord r = simulate(g, env.scenario, env.system, cost);
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(r.host_issue_end_s[i], (i + 1) * h, kTol) << i;
+  EXPECT_NEAR(r.end_s[n - 1], n * h + d / K, kTol);
+  // Without the hook work the chain issues at K e per task.
+  ScheduleGraph plain = chain(n, op);
+  plain.finalize();
+  const ExecutionRecord p = simulate(plain, env.scenario, env.system, cost);
+  EXPECT_NEAR(p.host_issue_end_s[n - 1], n * K * e, kTol);
+}
+
 TEST(HostThread, HostAheadOfTheDeviceCostsOnlyTheFirstIssue) {
   Env env;
   const OpDesc op = layer_op();
