@@ -312,6 +312,7 @@ const char* to_string(MemCategory c) {
     case MemCategory::CommBuffers: return "comm_buffers";
     case MemCategory::OffloadBuffers: return "offload_buffers";
     case MemCategory::Framework: return "framework";
+    case MemCategory::CudaGraphs: return "cuda_graphs";
     case MemCategory::kCount: break;
   }
   return "?";

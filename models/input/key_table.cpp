@@ -233,6 +233,27 @@ void add_parallel(std::vector<ScenarioKey>& v) {
                           choice("interleaved", PipelineSchedule::Interleaved)}));
 }
 
+/// CUDA graphs (Megatron-Core core_v0.16.0 transformer_config.py "Cuda Graphs" and
+/// arguments.py --cuda-graph-*; docs/scenario.md "CUDA graphs"); the combinations Megatron
+/// refuses are refused by validate_scenario.
+void add_cuda_graphs(std::vector<ScenarioKey>& v) {
+  v.push_back(enum_key(P(cuda_graph_impl),
+                       {choice("none", CudaGraphImpl::None), choice("local", CudaGraphImpl::Local),
+                        choice("transformer_engine", CudaGraphImpl::TransformerEngine)},
+                       int(CudaGraphImpl::None), "CUDA graph capture: one launch per region"));
+  v.push_back(bool_key(P(enable_cuda_graph), false, "deprecated: cuda_graph_impl local"));
+  v.push_back(bool_key(P(external_cuda_graph), false,
+                       "deprecated: cuda_graph_impl transformer_engine"));
+  v.push_back(custom_key(P(cuda_graph_scope), "the captured parts of each layer; absent: full",
+                         true));
+  v.push_back(ignored("parallel.cuda_graph_warmup_steps",
+                      "eager iterations before capture: not in a steady-state iteration"));
+  v.push_back(ignored("parallel.cuda_graph_retain_backward_graph",
+                      "backward captured with retain_graph: same kernels and buffers"));
+  v.push_back(ignored("parallel.cuda_graph_use_single_mempool",
+                      "one memory pool for all graphs: the static buffers counted are the same"));
+}
+
 void add_parallel_core(std::vector<ScenarioKey>& v) {
   v.push_back(int_key(P(context_parallel_size), 1, 1, k2p16, "GPUs", "context-parallel ranks"));
   v.push_back(int_key(P(expert_model_parallel_size), 1, 1, k2p16, "GPUs", "expert-parallel ranks"));
@@ -267,6 +288,7 @@ void add_parallel_core(std::vector<ScenarioKey>& v) {
                           choice("blockwise", Fp8Recipe::Blockwise)}));
   v.push_back(bool_key(P(fp8_param_gather), false, "weights kept and gathered in FP8"));
   v.push_back(bool_key(P(grad_reduce_in_fp32), std::nullopt, "fp32 gradient buffer; absent: by precision"));
+  add_cuda_graphs(v);
 }
 
 void add_deepspeed_cluster(std::vector<ScenarioKey>& v) {

@@ -55,6 +55,19 @@ enum class MoeTokenDropPolicy : std::uint8_t { Probs, Position };
 enum class Fp8Format : std::uint8_t { None, E4M3, Hybrid };
 /// Megatron's --fp8-recipe (Transformer Engine scaling recipes).
 enum class Fp8Recipe : std::uint8_t { Delayed, Tensorwise, Mxfp8, Blockwise };
+/// Megatron-Core --cuda-graph-impl (core_v0.16.0 transformer_config.py cuda_graph_impl): none,
+/// the MCore CudaGraphManager (local) or Transformer Engine's make_graphed_callables.
+enum class CudaGraphImpl : std::uint8_t { None, Local, TransformerEngine };
+/// Megatron-Core --cuda-graph-scope values (core_v0.16.0 enums.py CudaGraphScope), as bits of
+/// ParallelConfig::cuda_graph_scope; no bit set: the whole transformer layer ("full").
+constexpr std::uint8_t kGraphAttn = 1;           ///< attn: TransformerLayer._forward_attention
+constexpr std::uint8_t kGraphMlp = 2;            ///< mlp: a dense layer's _forward_mlp
+constexpr std::uint8_t kGraphMoe = 4;            ///< moe: an MoE layer's _forward_mlp (drop-pad)
+constexpr std::uint8_t kGraphMoeRouter = 8;      ///< moe_router: _forward_mlp up to the router
+constexpr std::uint8_t kGraphMoePreprocess = 16; ///< moe_preprocess: MoELayer.preprocess
+constexpr std::uint8_t kGraphMamba = 32;         ///< mamba: Mamba layers (trainsim has none)
+constexpr std::uint8_t kGraphFullIteration = 64; ///< full_iteration: forward-backward of all
+                                                 ///< microbatches (local impl)
 
 /// Transformer shape, Megatron-LM argument names.
 struct ModelConfig {
@@ -217,6 +230,13 @@ struct ParallelConfig {
   /// (Transformer Engine's default), true = ring exchange (Megatron-Bridge's FP8 H100
   /// configurations). Scenario key tp_comm_overlap_rs_method: pipeline | ring_exchange.
   bool tp_comm_overlap_rs_ring = false;
+  /// CUDA graphs (docs/scenario.md "CUDA graphs"): Megatron-Core --cuda-graph-impl, set too
+  /// by the deprecated --enable-cuda-graph (local) and --external-cuda-graph
+  /// (transformer_engine), and --cuda-graph-scope as kGraph* bits (0: the whole layer).
+  CudaGraphImpl cuda_graph_impl = CudaGraphImpl::None;
+  bool enable_cuda_graph = false;
+  bool external_cuda_graph = false;
+  std::uint8_t cuda_graph_scope = 0;
   bool use_megatron_fsdp = false;
   bool use_torch_fsdp2 = false;
   /// FSDP sharding group (the Megatron-Bridge table's fsdp column); filled with dp x cp.
@@ -580,6 +600,9 @@ const char* to_string(AttentionBackend a);
 const char* to_string(MoeDispatcher d);
 const char* to_string(Fp8Format f);
 const char* to_string(Fp8Recipe r);
+const char* to_string(CudaGraphImpl i);
+/// The --cuda-graph-scope names of `bits`, comma-separated ("full" for none).
+std::string cuda_graph_scope_names(std::uint8_t bits);
 const char* to_string(PipelineSchedule s);
 
 }  // namespace trainsim
