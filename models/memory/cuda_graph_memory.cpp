@@ -52,7 +52,7 @@ std::int64_t cuda_graph_static_bytes(const Scenario& sc, std::int64_t stage) {
     for (std::int64_t l = first; l < first + p.layers_of_virtual_stage(vstage); ++l)
       callables += graphed_callables_of_layer(sc, l);
     if (callables == 0) continue;
-    bytes += callables * chunk_microbatches_in_flight(sc, stage, c) * 4 * hidden_bytes;
+    bytes += callables * chunk_microbatches_in_flight(sc, stage, c) * 2 * hidden_bytes;
   }
   return bytes;
 }

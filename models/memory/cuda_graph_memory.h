@@ -13,10 +13,12 @@
 //    TECudaGraphHelper._get_sample_arguments: fwd_sample_queues / consumed_sample_queue; the
 //    local CudaGraphManager reuses runners and buffers the same way, TensorReusePool). So a
 //    callable holds as many as its model chunk has microbatches in flight (forwards whose
-//    backward has not run, the pipeline schedule's maximum). Counted per such slot: four
-//    hidden-state tensors, the forward graph's static input and output and the backward
-//    graph's static output gradient and input gradient (cuda_graphs.py create_fwd_graph /
-//    create_bwd_graph: static_grad_outputs, static_grad_inputs);
+//    backward has not run, the pipeline schedule's maximum). Counted per such slot: two
+//    hidden-state tensors, the copies a replay makes: the forward graph's static input (the
+//    eager input is copied into it) and the backward graph's static output gradient (the
+//    incoming gradient is copied into it) (cuda_graphs.py create_fwd_graph / create_bwd_graph,
+//    static_grad_outputs). The static outputs and input gradients are the tensors the next op
+//    consumes, which the activations (and the transient gradients) already are;
 //  - full_iteration (the local FullCudaGraphWrapper, megatron/core/full_cuda_graph.py
 //    StaticBufferLoader): one static copy of every microbatch's batch, tokens, labels and
 //    position ids (int64) and the loss mask (fp32): 28 bytes per token.

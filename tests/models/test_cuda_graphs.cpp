@@ -193,16 +193,17 @@ TEST(CudaGraphMemory, StaticBuffersMatchAHandCount) {
   const std::int64_t hidden = 2048 * 1 * 1024 * 2;
   // 1F1B with pp 2 and 4 microbatches: stage 0 runs 1 warm-up forward then one more before its
   // first backward (2 in flight); stage 1 alternates (1 in flight). 2 layers per stage, one
-  // attention graph each, 4 buffers per (graph, microbatch in flight).
+  // attention graph each, 2 buffers per (graph, microbatch in flight): the static input and
+  // the static output gradient.
   EXPECT_EQ(chunk_microbatches_in_flight(s, 0, 0), 2);
   EXPECT_EQ(chunk_microbatches_in_flight(s, 1, 0), 1);
-  EXPECT_EQ(cuda_graph_static_bytes(s, 0), 2 * 2 * 4 * hidden);
-  EXPECT_EQ(cuda_graph_static_bytes(s, 1), 2 * 1 * 4 * hidden);
+  EXPECT_EQ(cuda_graph_static_bytes(s, 0), 2 * 2 * 2 * hidden);
+  EXPECT_EQ(cuda_graph_static_bytes(s, 1), 2 * 1 * 2 * hidden);
   const ScheduleGraph g = graph_of(s);
   for (std::size_t i = 0; i < g.simulated_ranks().size(); ++i) {
     const std::int64_t stage = g.layout.coords(g.simulated_ranks()[i]).pp_stage;
     EXPECT_EQ(g.initial_gpu_memory[i][int(MemCategory::CudaGraphs)],
-              (stage == 0 ? 2 : 1) * 2 * 4 * hidden);
+              (stage == 0 ? 2 : 1) * 2 * 2 * hidden);
   }
   // full_iteration: one static batch per microbatch, 28 bytes per token.
   const Scenario f =
