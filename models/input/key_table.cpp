@@ -193,6 +193,16 @@ void add_model_mla_moe(std::vector<ScenarioKey>& v) {
                        "which copies drop, not how many: same time and memory"));
   v.push_back(bool_key(M(moe_permute_fusion), false,
                        "TE's fused permute / unpermute; false: index_select and scatter_add_"));
+  v.push_back(enum_key(M(moe_router_score_function),
+                       {choice("softmax", RouterScore::Softmax), choice("sigmoid", RouterScore::Sigmoid)},
+                       int(RouterScore::Softmax), "the router's score function"));
+  v.push_back(bool_key(M(moe_router_enable_expert_bias), false,
+                       "aux-loss-free expert bias (sigmoid): its kernels"));
+  v.push_back(bool_key(M(moe_router_fusion), false, "TE's fused router kernels"));
+  v.push_back(number_key(M(moe_aux_loss_coeff), 0, 0, 1e9, false,
+                         "load-balancing loss weight; > 0: its kernels"));
+  v.push_back(number_key(M(moe_z_loss_coeff), 0, 0, 1e9, false,
+                         "router z-loss weight; > 0: its kernels"));
   ScenarioKey hf = base(M(hf_config), KeyType::String, "", "a Hugging Face config.json to import");
   v.push_back(hf);
 }
@@ -451,8 +461,6 @@ void add_ignored(std::vector<ScenarioKey>& v) {
   for (const char* k : {"tokenizer_type", "tokenizer_model", "vocab_file", "merge_file",
                         "data_path", "split", "num_workers"})
     v.push_back(ignored(std::string("training.") + k, data));
-  v.push_back(ignored("model.moe_aux_loss_coeff", "load-balancing loss weight: no time or memory"));
-  v.push_back(ignored("model.moe_z_loss_coeff", "router z-loss weight: no time or memory"));
   v.push_back(ignored("model.moe_router_load_balancing_type",
                       "how the router's loss balances: tokens per expert are "
                       "moe_token_imbalance_factor's"));

@@ -49,6 +49,8 @@ enum class PositionEmbedding : std::uint8_t { LearnedAbsolute, Rope };
 enum class AttentionBackend : std::uint8_t { Unfused, Fused, Flash };
 /// Megatron's --moe-token-dispatcher-type.
 enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather };
+/// Megatron-Core --moe-router-score-function (transformer_config.py): the router's scores.
+enum class RouterScore : std::uint8_t { Softmax, Sigmoid };
 /// Megatron's --moe-token-drop-policy: which token copies an expert over its capacity drops.
 enum class MoeTokenDropPolicy : std::uint8_t { Probs, Position };
 /// Megatron's --fp8-format (None: no FP8).
@@ -142,6 +144,16 @@ struct ModelConfig {
   /// --moe-permute-fusion: Transformer Engine's fused permute and unpermute kernels; false:
   /// Megatron-Core's unfused index_select / scatter_add_ (moe_utils.py permute, unpermute).
   bool moe_permute_fusion = false;
+  /// The router's kernels beyond its GEMM and top-k (Megatron-Core core_v0.16.0 router.py,
+  /// moe_utils.py; models/perf/flops_moe.cpp): --moe-router-score-function,
+  /// --moe-router-enable-expert-bias (sigmoid only), --moe-router-fusion (TE's fused
+  /// router kernels), --moe-aux-loss-coeff (> 0: the load-balancing loss's kernels),
+  /// --moe-z-loss-coeff (> 0: the z-loss's).
+  RouterScore moe_router_score_function = RouterScore::Softmax;
+  bool moe_router_enable_expert_bias = false;
+  bool moe_router_fusion = false;
+  double moe_aux_loss_coeff = 0;
+  double moe_z_loss_coeff = 0;
   /// Hugging Face config.json the model section was imported from ("" = none).
   std::string hf_config;
 

@@ -801,6 +801,13 @@ void check_moe_token_dropping(const Scenario& s, const Fail& fail) {
        << ") needs a mixture-of-experts model (model.num_experts > 0)";
     fail(os.str());
   }
+  // transformer_config.py: "Expert bias for aux-loss-free routing only supports sigmoid score
+  // function."
+  if (m.moe_router_enable_expert_bias && m.moe_router_score_function != RouterScore::Sigmoid)
+    fail(kv_bool(key_of(&ModelConfig::moe_router_enable_expert_bias), true) + " needs " +
+         key_of(&ModelConfig::moe_router_score_function) +
+         " sigmoid (Megatron-Core: \"Expert bias for aux-loss-free routing only supports "
+         "sigmoid score function\"); it is softmax");
   if (m.moe_pad_expert_input_to_capacity && m.moe_expert_capacity_factor <= 0)
     fail(kv_bool(key_of(&ModelConfig::moe_pad_expert_input_to_capacity), true) +
          " needs " + key_of(&ModelConfig::moe_expert_capacity_factor) +
