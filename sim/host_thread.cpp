@@ -46,6 +46,56 @@ double host_cost_s(const ScheduleGraph& g, TaskId id, const CalibrationProfile& 
   }
 }
 
+double captured_kernels_cost_s(const ScheduleGraph& g, TaskId id, const CalibrationProfile& pr) {
+  if (g.cuda_graph_of_task.empty() || g.cuda_graph_of_task[id] == kNone) return 0;
+  const GraphCapture cap = g.cuda_graphs[g.cuda_graph_of_task[id]].capture;
+  if (cap == GraphCapture::Whole) return 0;
+  auto starts = [](const char* name, const char* prefix) {
+    return std::string(name).rfind(prefix, 0) == 0;
+  };
+  const Task& t = g.task(id);
+  const OpDesc& op = g.op(id);
+  double cost = 0;
+  for (const KernelWork& k : op_kernels(op)) {
+    const bool captured = starts(k.name, "pre_mlp_norm") || starts(k.name, "router_") ||
+                          starts(k.name, "shared_") ||
+                          (cap == GraphCapture::RouterPreprocess && starts(k.name, "moe_permute"));
+    if (!captured) continue;
+    if (!forward_phase(t.phase))
+      cost += pr.host_autograd_node_s;
+    else
+      cost += op.features.core && k.cls == KernelClass::Gemm ? pr.host_te_module_s
+                                                              : pr.host_eager_op_s;
+  }
+  return cost;
+}
+
+void apply_cuda_graphs(HostPlan& plan, const ScheduleGraph& g, const CalibrationProfile& pr,
+                       const std::vector<double>& kernels_of_op) {
+  if (g.cuda_graphs.empty()) return;
+  plan.in_graph.assign(g.num_tasks(), 0);
+  std::vector<char> launched(g.cuda_graphs.size(), 0);
+  for (const std::vector<TaskId>& order : plan.rank_order)
+    for (TaskId t : order) {
+      const std::uint32_t r = g.cuda_graph_of_task[t];
+      if (r == kNone) continue;
+      const Task& task = g.task(t);
+      const bool exec = task.kind == TaskKind::Compute || task.kind == TaskKind::OptimizerGpu;
+      const double k = exec ? std::max(1.0, kernels_of_op[task.op]) : 1.0;
+      if (g.cuda_graphs[r].capture != GraphCapture::Whole) {
+        plan.cost_s[t] += pr.host_graph_launch_s - captured_kernels_cost_s(g, t, pr);
+        plan.cost_s[t] = std::max(plan.cost_s[t], pr.host_graph_launch_s);
+        plan.first_s[t] = plan.cost_s[t] / k;
+      } else if (!launched[r]) {
+        launched[r] = 1;
+        plan.cost_s[t] = plan.first_s[t] = pr.host_graph_launch_s;
+      } else {
+        plan.cost_s[t] = plan.first_s[t] = 0;
+        plan.in_graph[t] = 1;
+      }
+    }
+}
+
 std::vector<TaskId> host_issue_order(const ScheduleGraph& g, std::size_t ri,
                                      const std::vector<std::uint32_t>& slot_of_task,
                                      const std::vector<std::vector<TaskId>>& slot_tasks,
@@ -142,6 +192,7 @@ HostPlan prepare_host_plan(const ScheduleGraph& g, const Scenario& scenario,
                          ? std::uint32_t(profile.host_launch_queue_depth)
                          : std::uint32_t(std::min<std::size_t>(n + 1, 0xFFFFFFFFu));
   plan.sync_s = profile.host_sync_s;
+  apply_cuda_graphs(plan, g, profile, kernels);
   return plan;
 }
 
@@ -196,7 +247,7 @@ void HostThreads::host_main(std::size_t ri) {
   double clock_s = s4u::Engine::get_clock();
   for (TaskId t : plan_.rank_order[ri]) {
     const std::uint32_t k = plan_.pos_in_slot[t];
-    if (k >= depth) {
+    if (k >= depth && (plan_.in_graph.empty() || !plan_.in_graph[t])) {
       const std::uint32_t slot = std::uint32_t(ri * kNumStreams + int(g_.task(t).stream));
       if (slot_done_[slot] < k - depth + 1) {
         h.wait_slot = slot;

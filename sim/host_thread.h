@@ -19,7 +19,13 @@
 //    saturated queue does not cost one wake-up per task; the device still has at least
 //    7 / 8 of the queue ahead of it);
 //  - a synchronisation point (ScheduleGraph::host_syncs) blocks the host after issuing its task
-//    until the device has finished it, then costs the profile's sync_s.
+//    until the device has finished it, then costs the profile's sync_s;
+//  - a CUDA graph region (ScheduleGraph::cuda_graphs, scenario parallel.cuda_graph_impl) is
+//    issued by one graph launch: the first of its tasks the host reaches costs the profile's
+//    graph_launch_s and makes its kernels available at once, the others cost nothing and do
+//    not wait for the launch queue (the graph is one entry in it). A partial capture (the
+//    router part of an MoE MLP task) replaces its captured kernels' issue costs by one launch
+//    (apply_cuda_graphs).
 // The host runs ahead of simulated time on its own clock and touches SimGrid only when it
 // must block, so a rank whose host stays ahead costs no extra activity.
 #pragma once
@@ -45,6 +51,7 @@ struct HostPlan {
   std::vector<std::uint32_t> sync_of_task;  ///< per task: index into graph.host_syncs or kNone
   std::vector<std::uint32_t> pos_in_slot;   ///< per task: its index in its (rank, stream) list
   std::vector<std::vector<TaskId>> rank_order;  ///< per simulated rank: the issue order
+  std::vector<char> in_graph;  ///< per task: issued by a launch it did not pay (empty: none)
   std::uint32_t queue_depth = 1024;
   double sync_s = 0;
 };
@@ -58,6 +65,19 @@ struct HostPlan {
 ///  - a collective, send, receive or copy: nccl_call_s.
 double host_cost_s(const ScheduleGraph& g, TaskId id, const CalibrationProfile& profile,
                    const std::vector<double>& kernels_of_op, const std::vector<double>& gemms_of_op);
+
+/// The host cost of the kernels of task `id` that its CUDA graph region captures when the
+/// region is a partial one (GraphCapture Router / RouterPreprocess: the kernels named
+/// pre_mlp_norm*, router_*, shared_* and with the preprocess moe_permute*), at the rates of
+/// host_cost_s; 0 for a task outside such a region.
+double captured_kernels_cost_s(const ScheduleGraph& g, TaskId id, const CalibrationProfile& profile);
+
+/// Applies the graph's CUDA graph regions to `plan` (its costs and rank orders filled): in each
+/// rank's issue order, the first task of a whole region costs graph_launch_s (its first kernel
+/// at the launch's end), its other tasks nothing (in_graph); a partial region's task costs its
+/// host_cost_s minus captured_kernels_cost_s plus graph_launch_s.
+void apply_cuda_graphs(HostPlan& plan, const ScheduleGraph& g, const CalibrationProfile& profile,
+                       const std::vector<double>& kernels_of_op);
 
 /// The order in which the host of simulated rank index `ri` issues its tasks: task id order,
 /// with each GradSync / ParamSync task moved to just after its anchor (the latest, by id, of

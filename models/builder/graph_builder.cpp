@@ -15,10 +15,12 @@
 #include <utility>
 
 #include "models/errors.h"
+#include "models/builder/cuda_graphs.h"
 #include "models/builder/pipeline_pass.h"
 #include "models/builder/unfold.h"
 #include "models/builder/rank_context.h"
 #include "models/perf/cost_model.h"
+#include "models/memory/cuda_graph_memory.h"
 #include "models/memory/memory_model.h"
 #include "models/memory/zero_offload.h"
 #include "models/system/collective_flows.h"
@@ -175,6 +177,11 @@ ScheduleGraph build_schedule_graph(const ValidScenario& valid, const SystemSpec&
     g.initial_host_memory[index] = mem.host;
   }
   add_nvls_buffers(g, scenario, system, profile);
+  // CUDA graphs: the regions the host launches at once, and their static buffers.
+  builder::add_cuda_graph_regions(g, scenario);
+  for (std::size_t i = 0; i < g.simulated_ranks().size(); ++i)
+    g.initial_gpu_memory[i][int(MemCategory::CudaGraphs)] += cuda_graph_static_bytes(
+        scenario, layout.coords(g.simulated_ranks()[i]).pp_stage);
   // What the replay (hw_backend/) reads besides the tasks: it needs no Scenario.
   ReplayModel& rm = g.replay_model;
   rm.num_layers = scenario.model.num_layers;

@@ -56,6 +56,10 @@ OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full
     o.features.expert_token_cap = double(m.num_experts * m.moe_expert_capacity(rank_tokens));
     o.features.pad_to_capacity = m.moe_pad_expert_input_to_capacity;
     o.features.permute_fusion = m.moe_permute_fusion;
+    o.features.router = std::uint8_t((m.moe_aux_loss_coeff > 0 ? kRouterAuxLoss : 0) |
+                                     (m.moe_z_loss_coeff > 0 ? kRouterZLoss : 0) |
+                                     (m.moe_router_enable_expert_bias ? kRouterExpertBias : 0) |
+                                     (m.moe_router_fusion ? kRouterFusion : 0));
     o.features.etp = p.expert_tensor_parallel_size;
   }
   // Flash attention keeps no score matrix: selective recomputation recomputes nothing there

@@ -44,6 +44,12 @@ enum class GroupKind : std::uint8_t {
   None, Tensor, Pipeline, Data, Embedding, Context, Expert, ModelParallel
 };
 
+/// ModelFeatures::router bits.
+constexpr std::uint8_t kRouterAuxLoss = 1;     ///< moe_aux_loss_coeff > 0
+constexpr std::uint8_t kRouterZLoss = 2;       ///< moe_z_loss_coeff > 0
+constexpr std::uint8_t kRouterExpertBias = 4;  ///< moe_router_enable_expert_bias
+constexpr std::uint8_t kRouterFusion = 8;      ///< moe_router_fusion
+
 /// How a transformer's compute ops run beyond their shapes: the runtime's kernel list and the
 /// Megatron-Core model features (models/perf/flops_core.cpp reads them). The defaults are the
 /// 2021 GPT of SC'21 on Megatron-LM 2021, whose kernel list does not look at the other fields.
@@ -99,6 +105,10 @@ struct ModelFeatures {
   /// model.moe_permute_fusion: fused permute / unpermute kernels; false: the unfused
   /// scatter-adds (the unpermute, and the permute's backward) at the profile's scatter rate.
   bool permute_fusion = false;
+  /// The router's optional kernels (models/perf/flops_moe.cpp), kRouter* bits of
+  /// model.moe_aux_loss_coeff, moe_z_loss_coeff, moe_router_enable_expert_bias,
+  /// moe_router_fusion; 0: the router GEMM and one top-k pass.
+  std::uint8_t router = 0;
   /// Expert tensor parallelism (parallel.expert_tensor_parallel_size): the dispatcher
   /// all-gathers the received token copies over the ETP group, so the local experts process
   /// etp x the copies, each with expert_ffn = moe_ffn / etp.

@@ -47,6 +47,7 @@ std::string op_key(const OpDesc& op) {
        << f.recompute_layernorm << f.recompute_moe_act << f.checkpoint_rerun;
   if (f.expert_token_cap > 0) os << ";cap" << f.expert_token_cap << ',' << f.pad_to_capacity;
   if (f.permute_fusion) os << ";pf";
+  if (f.router) os << ";rt" << int(f.router);
   if (f.etp != 1) os << ";etp" << f.etp;
   if (f.expert_wgrad) os << ";ew" << int(f.expert_wgrad);
   if (f.recompute_shared) os << ";rs";
@@ -319,6 +320,7 @@ const char* to_string(MemCategory c) {
     case MemCategory::CommBuffers: return "comm_buffers";
     case MemCategory::OffloadBuffers: return "offload_buffers";
     case MemCategory::Framework: return "framework";
+    case MemCategory::CudaGraphs: return "cuda_graphs";
     case MemCategory::kCount: break;
   }
   return "?";

@@ -62,6 +62,9 @@ enum class MemCategory : std::uint8_t {
   CommBuffers,
   OffloadBuffers,
   Framework,
+  /// CUDA graphs' static input and output buffers (models/memory/cuda_graph_memory.h); the
+  /// outputs leave it out where it is 0 (a run without CUDA graphs prints as before).
+  CudaGraphs,
   kCount
 };
 constexpr int kNumMemCategories = static_cast<int>(MemCategory::kCount);
@@ -134,6 +137,21 @@ struct HostWork {
   TaskId task = 0;
   double eager_ops = 0;
   HostWorkCause cause = HostWorkCause::Zero3FetchHook;
+};
+
+/// What of its tasks a CUDA graph region holds: all their kernels, or (moe_router scope, on an
+/// MoE layer's MLP task) the kernels of the pre-MLP norm, the router and the shared expert, and
+/// with moe_preprocess also the token permutation (docs/scenario.md "CUDA graphs").
+enum class GraphCapture : std::uint8_t { Whole, Router, RouterPreprocess };
+
+/// A CUDA graph region of one simulated rank (scenario parallel.cuda_graph_impl;
+/// models/builder/cuda_graphs.h): the host issues its tasks with one graph launch (the
+/// profile's host graph_launch_s) instead of their kernels' issue costs; the device work is
+/// unchanged. Its tasks are those whose ScheduleGraph::cuda_graph_of_task is the region's index.
+struct CudaGraphRegion {
+  TaskId first = 0;  ///< the region's first task in the rank's program order (the launch)
+  TaskId last = 0;   ///< its last
+  GraphCapture capture = GraphCapture::Whole;
 };
 
 /// A communicator: the ranks of a collective (ring order) or of a point-to-point pair.
@@ -221,6 +239,10 @@ class ScheduleGraph {
   std::vector<HostSync> host_syncs;
   /// Host work of framework hooks beyond the tasks' issue (empty with host_model off).
   std::vector<HostWork> host_work;
+  /// CUDA graph regions, and per task the index of its region or kNone (both empty without
+  /// CUDA graphs).
+  std::vector<CudaGraphRegion> cuda_graphs;
+  std::vector<std::uint32_t> cuda_graph_of_task;
   std::vector<MemVector> initial_gpu_memory;   ///< indexed like simulated_ranks()
   std::vector<MemVector> initial_host_memory;  ///< indexed like simulated_ranks()
   /// Host memory is per node; the index of a rank's node is rank / gpus_per_node.

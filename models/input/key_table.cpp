@@ -200,6 +200,16 @@ void add_model_mla_moe(std::vector<ScenarioKey>& v) {
                        "which copies drop, not how many: same time and memory"));
   v.push_back(bool_key(M(moe_permute_fusion), false,
                        "TE's fused permute / unpermute; false: index_select and scatter_add_"));
+  v.push_back(enum_key(M(moe_router_score_function),
+                       {choice("softmax", RouterScore::Softmax), choice("sigmoid", RouterScore::Sigmoid)},
+                       int(RouterScore::Softmax), "the router's score function"));
+  v.push_back(bool_key(M(moe_router_enable_expert_bias), false,
+                       "aux-loss-free expert bias (sigmoid): its kernels"));
+  v.push_back(bool_key(M(moe_router_fusion), false, "TE's fused router kernels"));
+  v.push_back(number_key(M(moe_aux_loss_coeff), 0, 0, 1e9, false,
+                         "load-balancing loss weight; > 0: its kernels"));
+  v.push_back(number_key(M(moe_z_loss_coeff), 0, 0, 1e9, false,
+                         "router z-loss weight; > 0: its kernels"));
   ScenarioKey hf = base(M(hf_config), KeyType::String, "", "a Hugging Face config.json to import");
   v.push_back(hf);
 }
@@ -240,6 +250,27 @@ void add_parallel(std::vector<ScenarioKey>& v) {
                           choice("interleaved", PipelineSchedule::Interleaved)}));
 }
 
+/// CUDA graphs (Megatron-Core core_v0.16.0 transformer_config.py "Cuda Graphs" and
+/// arguments.py --cuda-graph-*; docs/scenario.md "CUDA graphs"); the combinations Megatron
+/// refuses are refused by validate_scenario.
+void add_cuda_graphs(std::vector<ScenarioKey>& v) {
+  v.push_back(enum_key(P(cuda_graph_impl),
+                       {choice("none", CudaGraphImpl::None), choice("local", CudaGraphImpl::Local),
+                        choice("transformer_engine", CudaGraphImpl::TransformerEngine)},
+                       int(CudaGraphImpl::None), "CUDA graph capture: one launch per region"));
+  v.push_back(bool_key(P(enable_cuda_graph), false, "deprecated: cuda_graph_impl local"));
+  v.push_back(bool_key(P(external_cuda_graph), false,
+                       "deprecated: cuda_graph_impl transformer_engine"));
+  v.push_back(custom_key(P(cuda_graph_scope), "the captured parts of each layer; absent: full",
+                         true));
+  v.push_back(ignored("parallel.cuda_graph_warmup_steps",
+                      "eager iterations before capture: not in a steady-state iteration"));
+  v.push_back(ignored("parallel.cuda_graph_retain_backward_graph",
+                      "backward captured with retain_graph: same kernels and buffers"));
+  v.push_back(ignored("parallel.cuda_graph_use_single_mempool",
+                      "one memory pool for all graphs: the static buffers counted are the same"));
+}
+
 void add_parallel_core(std::vector<ScenarioKey>& v) {
   v.push_back(int_key(P(context_parallel_size), 1, 1, k2p16, "GPUs", "context-parallel ranks"));
   v.push_back(int_key(P(expert_model_parallel_size), 1, 1, k2p16, "GPUs", "expert-parallel ranks"));
@@ -278,6 +309,7 @@ void add_parallel_core(std::vector<ScenarioKey>& v) {
                           choice("blockwise", Fp8Recipe::Blockwise)}));
   v.push_back(bool_key(P(fp8_param_gather), false, "weights kept and gathered in FP8"));
   v.push_back(bool_key(P(grad_reduce_in_fp32), std::nullopt, "fp32 gradient buffer; absent: by precision"));
+  add_cuda_graphs(v);
 }
 
 void add_deepspeed_cluster(std::vector<ScenarioKey>& v) {
@@ -440,8 +472,6 @@ void add_ignored(std::vector<ScenarioKey>& v) {
   for (const char* k : {"tokenizer_type", "tokenizer_model", "vocab_file", "merge_file",
                         "data_path", "split", "num_workers"})
     v.push_back(ignored(std::string("training.") + k, data));
-  v.push_back(ignored("model.moe_aux_loss_coeff", "load-balancing loss weight: no time or memory"));
-  v.push_back(ignored("model.moe_z_loss_coeff", "router z-loss weight: no time or memory"));
   v.push_back(ignored("model.moe_router_load_balancing_type",
                       "how the router's loss balances: tokens per expert are "
                       "moe_token_imbalance_factor's"));

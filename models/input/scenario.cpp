@@ -97,6 +97,28 @@ const char* to_string(Fp8Recipe r) {
   return "";
 }
 
+const char* to_string(CudaGraphImpl i) {
+  switch (i) {
+    case CudaGraphImpl::None: return "none";
+    case CudaGraphImpl::Local: return "local";
+    case CudaGraphImpl::TransformerEngine: return "transformer_engine";
+  }
+  TRAINSIM_CHECK(false, "to_string: CudaGraphImpl out of range");
+  return "";
+}
+
+std::string cuda_graph_scope_names(std::uint8_t bits) {
+  static const std::pair<std::uint8_t, const char*> names[] = {
+      {kGraphAttn, "attn"},         {kGraphMlp, "mlp"},
+      {kGraphMoe, "moe"},           {kGraphMoeRouter, "moe_router"},
+      {kGraphMoePreprocess, "moe_preprocess"}, {kGraphMamba, "mamba"},
+      {kGraphFullIteration, "full_iteration"}};
+  std::string out;
+  for (const auto& [bit, name] : names)
+    if (bits & bit) out += (out.empty() ? "" : ",") + std::string(name);
+  return out.empty() ? "full" : out;
+}
+
 const char* to_string(PipelineSchedule s) {
   switch (s) {
     case PipelineSchedule::GPipe: return "gpipe";

@@ -50,12 +50,27 @@ enum class AttentionBackend : std::uint8_t { Unfused, Fused, Flash };
 /// Megatron's --moe-token-dispatcher-type. Flex: MoEFlexTokenDispatcher with DeepEP's fused
 /// dispatch and combine kernels (model.moe_enable_deepep; docs/scenario.md).
 enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather, Flex };
+/// Megatron-Core --moe-router-score-function (transformer_config.py): the router's scores.
+enum class RouterScore : std::uint8_t { Softmax, Sigmoid };
 /// Megatron's --moe-token-drop-policy: which token copies an expert over its capacity drops.
 enum class MoeTokenDropPolicy : std::uint8_t { Probs, Position };
 /// Megatron's --fp8-format (None: no FP8).
 enum class Fp8Format : std::uint8_t { None, E4M3, Hybrid };
 /// Megatron's --fp8-recipe (Transformer Engine scaling recipes).
 enum class Fp8Recipe : std::uint8_t { Delayed, Tensorwise, Mxfp8, Blockwise };
+/// Megatron-Core --cuda-graph-impl (core_v0.16.0 transformer_config.py cuda_graph_impl): none,
+/// the MCore CudaGraphManager (local) or Transformer Engine's make_graphed_callables.
+enum class CudaGraphImpl : std::uint8_t { None, Local, TransformerEngine };
+/// Megatron-Core --cuda-graph-scope values (core_v0.16.0 enums.py CudaGraphScope), as bits of
+/// ParallelConfig::cuda_graph_scope; no bit set: the whole transformer layer ("full").
+constexpr std::uint8_t kGraphAttn = 1;           ///< attn: TransformerLayer._forward_attention
+constexpr std::uint8_t kGraphMlp = 2;            ///< mlp: a dense layer's _forward_mlp
+constexpr std::uint8_t kGraphMoe = 4;            ///< moe: an MoE layer's _forward_mlp (drop-pad)
+constexpr std::uint8_t kGraphMoeRouter = 8;      ///< moe_router: _forward_mlp up to the router
+constexpr std::uint8_t kGraphMoePreprocess = 16; ///< moe_preprocess: MoELayer.preprocess
+constexpr std::uint8_t kGraphMamba = 32;         ///< mamba: Mamba layers (trainsim has none)
+constexpr std::uint8_t kGraphFullIteration = 64; ///< full_iteration: forward-backward of all
+                                                 ///< microbatches (local impl)
 
 /// Transformer shape, Megatron-LM argument names.
 struct ModelConfig {
@@ -143,6 +158,16 @@ struct ModelConfig {
   /// --moe-permute-fusion: Transformer Engine's fused permute and unpermute kernels; false:
   /// Megatron-Core's unfused index_select / scatter_add_ (moe_utils.py permute, unpermute).
   bool moe_permute_fusion = false;
+  /// The router's kernels beyond its GEMM and top-k (Megatron-Core core_v0.16.0 router.py,
+  /// moe_utils.py; models/perf/flops_moe.cpp): --moe-router-score-function,
+  /// --moe-router-enable-expert-bias (sigmoid only), --moe-router-fusion (TE's fused
+  /// router kernels), --moe-aux-loss-coeff (> 0: the load-balancing loss's kernels),
+  /// --moe-z-loss-coeff (> 0: the z-loss's).
+  RouterScore moe_router_score_function = RouterScore::Softmax;
+  bool moe_router_enable_expert_bias = false;
+  bool moe_router_fusion = false;
+  double moe_aux_loss_coeff = 0;
+  double moe_z_loss_coeff = 0;
   /// Hugging Face config.json the model section was imported from ("" = none).
   std::string hf_config;
 
@@ -245,6 +270,13 @@ struct ParallelConfig {
   /// run after the other microbatch's dispatch is issued (TransformerLayerSchedulePlan.run
   /// mlp.backward_dw), beside the backward's dispatch all-to-all.
   bool delay_wgrad_compute = false;
+  /// CUDA graphs (docs/scenario.md "CUDA graphs"): Megatron-Core --cuda-graph-impl, set too
+  /// by the deprecated --enable-cuda-graph (local) and --external-cuda-graph
+  /// (transformer_engine), and --cuda-graph-scope as kGraph* bits (0: the whole layer).
+  CudaGraphImpl cuda_graph_impl = CudaGraphImpl::None;
+  bool enable_cuda_graph = false;
+  bool external_cuda_graph = false;
+  std::uint8_t cuda_graph_scope = 0;
   bool use_megatron_fsdp = false;
   bool use_torch_fsdp2 = false;
   /// FSDP sharding group (the Megatron-Bridge table's fsdp column); filled with dp x cp.
@@ -614,6 +646,9 @@ const char* to_string(AttentionBackend a);
 const char* to_string(MoeDispatcher d);
 const char* to_string(Fp8Format f);
 const char* to_string(Fp8Recipe r);
+const char* to_string(CudaGraphImpl i);
+/// The --cuda-graph-scope names of `bits`, comma-separated ("full" for none).
+std::string cuda_graph_scope_names(std::uint8_t bits);
 const char* to_string(PipelineSchedule s);
 
 }  // namespace trainsim

@@ -1,6 +1,7 @@
 // The section readers (models/input/sections.h).
 #include "models/input/sections.h"
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <utility>
@@ -279,6 +280,69 @@ void read_recompute_modules(const Reader& r, ParallelConfig& p) {
   }
 }
 
+/// Megatron-Core --cuda-graph-scope (core_v0.16.0 arguments.py, nargs='+'; transformer_config.py
+/// also splits a comma-separated string): a name or a list of names of CudaGraphScope, or
+/// "full" alone (the whole layer, the same as none). --enable-cuda-graph and
+/// --external-cuda-graph set the implementation, and neither goes with --cuda-graph-impl
+/// (arguments.py: "Do not use --enable-cuda-graph or --external-cuda-graph with
+/// --cuda-graph-impl").
+void read_cuda_graphs(const Reader& r, ParallelConfig& p) {
+  const std::string fi = key_of(&ParallelConfig::cuda_graph_impl);
+  const std::string fe = key_of(&ParallelConfig::enable_cuda_graph);
+  const std::string fx = key_of(&ParallelConfig::external_cuda_graph);
+  if (p.enable_cuda_graph || p.external_cuda_graph) {
+    const std::string& f = p.enable_cuda_graph ? fe : fx;
+    if (p.enable_cuda_graph && p.external_cuda_graph)
+      r.fail(fx, r.at(fx), "and " + fe + " cannot both be true (Megatron-Core arguments.py)");
+    if (p.cuda_graph_impl != CudaGraphImpl::None)
+      r.fail(f, r.at(f), "is set together with " + fi +
+                             " (Megatron-Core arguments.py: \"Do not use --enable-cuda-graph or "
+                             "--external-cuda-graph with --cuda-graph-impl\")");
+    p.cuda_graph_impl =
+        p.enable_cuda_graph ? CudaGraphImpl::Local : CudaGraphImpl::TransformerEngine;
+  }
+  const std::string f = key_of(&ParallelConfig::cuda_graph_scope);
+  const YAML::Node n = r.at(f);
+  p.cuda_graph_scope = 0;
+  if (!n || n.IsNull()) return;
+  std::vector<YAML::Node> items;
+  std::vector<std::string> names;
+  if (n.IsSequence()) {
+    for (const YAML::Node& m : n) {
+      items.push_back(m);
+      names.push_back(m.IsScalar() ? m.Scalar() : "");
+    }
+  } else if (n.IsScalar()) {
+    std::string rest = n.Scalar();
+    for (std::size_t c; (c = rest.find(',')) != std::string::npos; rest = rest.substr(c + 1)) {
+      items.push_back(n);
+      names.push_back(rest.substr(0, c));
+    }
+    items.push_back(n);
+    names.push_back(rest);
+  } else {
+    r.fail(f, n, "expected a scope name or a list of them, e.g. [attn, moe_router]");
+  }
+  static const std::pair<const char*, std::uint8_t> kScopes[] = {
+      {"attn", kGraphAttn},           {"mlp", kGraphMlp},
+      {"moe", kGraphMoe},             {"moe_router", kGraphMoeRouter},
+      {"moe_preprocess", kGraphMoePreprocess}, {"mamba", kGraphMamba},
+      {"full_iteration", kGraphFullIteration}};
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == "full") {
+      if (names.size() != 1) r.fail(f, items[i], "full scope cannot be used with other scopes "
+                                                 "(Megatron-Core transformer_config.py)");
+      continue;
+    }
+    const auto* it = std::find_if(std::begin(kScopes), std::end(kScopes),
+                                  [&](const auto& e) { return names[i] == e.first; });
+    if (it == std::end(kScopes))
+      r.fail(f, items[i], "expected full, attn, mlp, moe, moe_router, moe_preprocess, mamba or "
+                          "full_iteration (Megatron-Core CudaGraphScope names)");
+    p.cuda_graph_scope |= it->second;
+  }
+}
+
 /// Megatron's --recompute-method / --recompute-num-layers (transformer_config.py: both with
 /// full recomputation only; selective refuses a method).
 void read_recompute_method(const Reader& r, ParallelConfig& p) {
@@ -304,6 +368,7 @@ void read_parallel(const Reader& r, Scenario& s) {
   ParallelConfig& p = s.parallel;
   read_recompute_modules(r, p);
   read_recompute_method(r, p);
+  read_cuda_graphs(r, p);
   const std::string& f = key_of(&ParallelConfig::pipeline_schedule);
   if (auto sch = r.get_enum(f, names_of(f))) {
     const bool vp = p.num_layers_per_virtual_pipeline_stage.has_value();

@@ -809,6 +809,13 @@ void check_moe_token_dropping(const Scenario& s, const Fail& fail) {
        << ") needs a mixture-of-experts model (model.num_experts > 0)";
     fail(os.str());
   }
+  // transformer_config.py: "Expert bias for aux-loss-free routing only supports sigmoid score
+  // function."
+  if (m.moe_router_enable_expert_bias && m.moe_router_score_function != RouterScore::Sigmoid)
+    fail(kv_bool(key_of(&ModelConfig::moe_router_enable_expert_bias), true) + " needs " +
+         key_of(&ModelConfig::moe_router_score_function) +
+         " sigmoid (Megatron-Core: \"Expert bias for aux-loss-free routing only supports "
+         "sigmoid score function\"); it is softmax");
   if (m.moe_pad_expert_input_to_capacity && m.moe_expert_capacity_factor <= 0)
     fail(kv_bool(key_of(&ModelConfig::moe_pad_expert_input_to_capacity), true) +
          " needs " + key_of(&ModelConfig::moe_expert_capacity_factor) +
@@ -903,6 +910,91 @@ void check_a2a_overlap(const Scenario& s, const Fail& fail) {
     fail(ov + " needs `runtime: megatron-core`");
 }
 
+/// CUDA graphs (docs/scenario.md "CUDA graphs"): Megatron-Core core_v0.16.0
+/// TransformerConfig.__post_init__ "Check cuda graph scopes" refusals, quoted; and what a
+/// capture cannot hold: a device-to-host synchronisation (the dropless alltoall dispatcher's
+/// token counts, token_dispatcher.py cuda_sync_point; the step timers' synchronize) inside the
+/// captured region fails the capture, so the whole layer or iteration is refused there.
+template <typename Fail>
+void check_cuda_graph_scopes(Scenario& s, const Fail& fail) {
+  const ModelConfig& m = s.model;
+  ParallelConfig& p = s.parallel;
+  const std::string fs = key_of(&ParallelConfig::cuda_graph_scope);
+  const std::string fi = key_of(&ParallelConfig::cuda_graph_impl);
+  const std::string scope = fs + " (" + cuda_graph_scope_names(p.cuda_graph_scope) + ")";
+  const std::string impl = fi + " (" + to_string(p.cuda_graph_impl) + ")";
+  if (p.cuda_graph_impl == CudaGraphImpl::None) {
+    if (p.cuda_graph_scope != 0) fail(scope + " needs " + fi + " local or transformer_engine");
+    return;
+  }
+  if (s.runtime != Runtime::MegatronCore)
+    fail(impl + " needs `runtime: megatron-core` (the Megatron-LM of 2021 had no CUDA graphs)");
+  const std::uint8_t sc = p.cuda_graph_scope;
+  // "local impl doesn't currently distinguish between moe_preprocess or moe_router".
+  if (p.cuda_graph_impl == CudaGraphImpl::Local && (sc & (kGraphMoeRouter | kGraphMoePreprocess)))
+    p.cuda_graph_scope |= kGraphMoeRouter | kGraphMoePreprocess;
+  auto has = [&](std::uint8_t bit) { return (p.cuda_graph_scope & bit) != 0; };
+  if (p.cuda_graph_impl == CudaGraphImpl::TransformerEngine && has(kGraphFullIteration))
+    fail(scope + " with " + impl + ": \"To use full iteration cuda graph, please use "
+         "cuda_graph_impl=local\"");
+  if (has(kGraphFullIteration) && (p.cuda_graph_scope & ~kGraphFullIteration))
+    fail(scope + ": full_iteration captures the whole forward-backward; list it alone");
+  if (has(kGraphMoe) && has(kGraphMoeRouter))
+    fail(scope + ": \"cuda_graph_scope must not contain both moe and moe_router\"");
+  if (has(kGraphMoePreprocess) && !has(kGraphMoeRouter))
+    fail(scope + ": \"moe_preprocess cuda graph is only supported with moe_router cuda graph\"");
+  if (!m.is_moe() && (has(kGraphMoe) || has(kGraphMoeRouter)))
+    fail(scope + ": \"moe cuda graph is only supported for MoE\" (model.num_experts is 0)");
+  if (m.is_moe() && !m.has_dense_layers() && has(kGraphMlp))
+    fail(scope + ": \"mlp cuda graph is only supported for dense layers\" (every layer is MoE)");
+  const bool drop_pad = m.moe_expert_capacity_factor > 0 && m.moe_pad_expert_input_to_capacity;
+  if (m.is_moe() && !drop_pad && has(kGraphMoe))
+    fail(scope + ": \"moe cuda graph is only supported with drop-padding MoE\" (set "
+         "model.moe_expert_capacity_factor and model.moe_pad_expert_input_to_capacity)");
+  if (m.is_moe() && !drop_pad && m.moe_token_dispatcher_type == MoeDispatcher::AllToAll &&
+      m.moe_expert_capacity_factor > 0 && has(kGraphMoePreprocess))
+    fail(scope + ": \"moe_preprocess cuda graph is not supported when there are DtoH copies "
+         "and synchronizations in the preprocess step\" (a capacity factor without padding)");
+  const bool whole = p.cuda_graph_scope == 0 || has(kGraphFullIteration);
+  if (m.is_moe() && !drop_pad && m.moe_token_dispatcher_type == MoeDispatcher::AllToAll && whole)
+    fail(scope + " captures the MoE layers' token dispatch, whose alltoall dispatcher copies "
+         "the token counts to the host and synchronises (token_dispatcher.py cuda_sync_point): "
+         "the capture fails; capture attn / moe_router, or drop and pad the tokens");
+  if (has(kGraphFullIteration) && s.timing_log_level >= 2)
+    fail(scope + " with " + kv("timing_log_level", s.timing_log_level) +
+         ": the step timers synchronise inside the captured forward-backward");
+  if (p.recompute_granularity == Recompute::Full && p.cuda_graph_scope != kGraphFullIteration)
+    fail(scope + " with parallel.recompute_granularity full: \"full recompute is only "
+         "supported with full iteration CUDA graph\"");
+}
+
+/// Selective recomputation beside graphed modules (core_v0.16.0 transformer_config.py: "The
+/// recompute module should be inside or outside of the graph scope").
+template <typename Fail>
+void check_cuda_graph_recompute(const Scenario& s, const Fail& fail) {
+  const ModelConfig& m = s.model;
+  const ParallelConfig& p = s.parallel;
+  if (p.cuda_graph_impl == CudaGraphImpl::None ||
+      p.recompute_granularity != Recompute::Selective)
+    return;
+  const std::string scope = key_of(&ParallelConfig::cuda_graph_scope) + " (" +
+                            cuda_graph_scope_names(p.cuda_graph_scope) + ")";
+  auto has = [&](std::uint8_t bit) { return (p.cuda_graph_scope & bit) != 0; };
+  auto rec = [&](std::uint8_t bit) { return (p.recompute_modules & bit) != 0; };
+  const bool full = p.cuda_graph_scope == 0 || has(kGraphFullIteration);
+  if (p.cuda_graph_impl == CudaGraphImpl::TransformerEngine && rec(kRecomputeMoe) &&
+      has(kGraphMoeRouter))
+    fail(scope + " with parallel.recompute_modules moe: \"moe recompute is not supported "
+         "with moe_router CUDA graph\" (transformer_engine)");
+  if (m.attention_dropout != 0 && (full || has(kGraphAttn)) && rec(kRecomputeCoreAttn))
+    fail(scope + " with parallel.recompute_modules core_attn and model.attention_dropout > 0: "
+         "\"attention dropout is not supported with graphed attention recomputation\"");
+  if (m.hidden_dropout != 0 && (((full || has(kGraphMlp)) && rec(kRecomputeMlp)) ||
+                                ((full || has(kGraphMoe)) && rec(kRecomputeMoe))))
+    fail(scope + " with parallel.recompute_modules mlp / moe and model.hidden_dropout > 0: "
+         "\"hidden dropout is not supported with graphed MLP/MoE recomputation\"");
+}
+
 /// training: a run shorter than one iteration (the forecast counts whole steps).
 template <typename Fail>
 void check_training(const Scenario& s, const Fail& fail) {
@@ -935,6 +1027,8 @@ void validate_scenario(Scenario& s) {
   check_megatron_core(s, fail);
   check_moe_token_dropping(s, fail);
   check_a2a_overlap(s, fail);
+  check_cuda_graph_scopes(s, fail);
+  check_cuda_graph_recompute(s, fail);
   check_zero(s, fail);
   check_mtp_and_flex(s, fail);
   check_training(s, fail);

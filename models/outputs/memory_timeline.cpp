@@ -158,15 +158,22 @@ MemoryTimeline build_memory_timeline(const ScheduleGraph& graph, const Execution
 
 void write_memory_csv(std::ostream& out, const MemoryTimeline& timeline,
                       const std::vector<RankId>& ranks) {
+  // The cuda_graphs column only where a rank holds CUDA graph buffers (static: in the initial
+  // state), so that a run without CUDA graphs writes the columns it always had.
+  constexpr int kGraphs = int(MemCategory::CudaGraphs);
+  bool graphs = false;
+  for (const MemorySeries& s : timeline.gpu) graphs = graphs || s.initial[kGraphs] != 0;
   out << "time_s,device,id";
-  for (int c = 0; c < kNumMemCategories; ++c) out << ',' << to_string(static_cast<MemCategory>(c));
+  for (int c = 0; c < kNumMemCategories; ++c)
+    if (c != kGraphs || graphs) out << ',' << to_string(static_cast<MemCategory>(c));
   out << ",total\n";
   char buf[64];
   auto rows = [&](const char* device, std::int64_t id, const MemorySeries& s) {
     s.for_each_step(timeline.start_s, [&](double t, const MemVector& v) {
       std::snprintf(buf, sizeof buf, "%.9f", t);
       out << buf << ',' << device << ',' << id;
-      for (std::int64_t b : v) out << ',' << b;
+      for (int c = 0; c < kNumMemCategories; ++c)
+        if (c != kGraphs || graphs) out << ',' << v[c];
       out << ',' << total_bytes(v) << '\n';
     });
   };

@@ -304,7 +304,9 @@ namespace {
 
 json memvector_json(const MemVector& v) {
   json j = json::object();
-  for (int c = 0; c < kNumMemCategories; ++c) j[to_string(static_cast<MemCategory>(c))] = v[c];
+  for (int c = 0; c < kNumMemCategories; ++c)
+    if (c != int(MemCategory::CudaGraphs) || v[c] != 0)  // only where CUDA graphs are captured
+      j[to_string(static_cast<MemCategory>(c))] = v[c];
   return j;
 }
 

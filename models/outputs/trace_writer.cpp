@@ -123,6 +123,7 @@ class EventWriter {
 std::string memory_args(const MemVector& v) {
   std::string a;
   for (int c = 0; c < kNumMemCategories; ++c) {
+    if (c == int(MemCategory::CudaGraphs) && v[c] == 0) continue;  // only with CUDA graphs
     if (c) a += ',';
     a += std::string("\"") + to_string(static_cast<MemCategory>(c)) + "\":" + std::to_string(v[c]);
   }

@@ -64,6 +64,48 @@ void shared_expert_forward(const CoreShape& c, double Fs, bool rerun,
                           GemmPass::Forward, c.T, c.H, Fs, c, true));
 }
 
+/// The router's optional kernels (ModelFeatures::router; Megatron-Core core_v0.16.0
+/// megatron/core/transformer/moe/router.py TopKRouter.routing and moe_utils.py), each a
+/// memory-bound pass over the rank's Tsp x E router scores (fp32, 4 bytes), timed at the
+/// profile's HBM efficiency like every elementwise kernel:
+///  - expert bias (aux-loss-free routing, unfused): the bias added to the scores for the top-k
+///    choice (read and write, 8 B per score) and tokens_per_expert, the routing map's column
+///    sums for the bias update (1 B); with moe_router_fusion TE's fused_topk_with_score_function
+///    takes the bias inside the top-k kernel already counted (router_topk);
+///  - aux loss: compute_routing_scores_for_aux_loss, the scores again over the full expert set
+///    (read logits, write scores and the routing map: 9 B; unfused a softmax / sigmoid pass of 8 B
+///    and a top-k scatter into the map of 5 B) and switch_load_balancing_loss_func's sums of the
+///    map and the scores (5 B) (fused: TE's fused_compute_score_for_moe_aux_loss and
+///    fused_moe_aux_loss, one kernel each); backward: the scores' gradient (read the scores,
+///    write the gradient: 8 B, plus the loss gradient read: 4 B);
+///  - z-loss: z_loss_func, mean(logsumexp(logits)^2), one read of the logits (4 B); backward:
+///    softmax(logits) scaled into the logits' gradient (read 4 B, write 4 B).
+void router_extras(const CoreShape& c, const ModelFeatures& f, bool forward,
+                   std::vector<KernelWork>& out) {
+  const double se = c.Tsp * double(f.num_experts);  // router scores on this rank
+  const bool fused = (f.router & kRouterFusion) != 0;
+  if (forward) {
+    if ((f.router & kRouterExpertBias) && !fused) {
+      out.push_back(mem("router_expert_bias_add", se * 2 * kFp32Bytes));
+      out.push_back(mem("router_tokens_per_expert", se * 1));
+    }
+    if (f.router & kRouterAuxLoss) {
+      if (fused) {
+        out.push_back(mem("router_aux_scores", se * (2 * kFp32Bytes + 1)));
+      } else {
+        out.push_back(mem("router_aux_scores", se * 2 * kFp32Bytes));
+        out.push_back(mem("router_aux_topk", se * (kFp32Bytes + 1)));
+      }
+      out.push_back(mem("router_aux_loss", se * (kFp32Bytes + 1)));
+    }
+    if (f.router & kRouterZLoss) out.push_back(mem("router_z_loss", se * kFp32Bytes));
+    return;
+  }
+  if (f.router & kRouterZLoss) out.push_back(mem("router_z_loss_bwd", se * 2 * kFp32Bytes));
+  if (f.router & kRouterAuxLoss)
+    out.push_back(mem("router_aux_loss_bwd", se * 3 * kFp32Bytes));
+}
+
 }  // namespace
 
 void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
@@ -89,6 +131,7 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
     if (!rerun) core_norm_fwd("pre_mlp_norm_fwd", c, out);
     out.push_back(core_gemm("router_gemm", GemmPass::Forward, c.Tsp, E, c.H, c, false));
     out.push_back(mem("router_topk", c.Tsp * E * 2 * kFp32Bytes));
+    router_extras(c, f, true, out);
     out.push_back(permutation("moe_permute", false, tokens, c, f));
     quantize("expert_fc1_input_cast", "expert_fc1_input_amax", xt * c.H, c, out);
     expert_gemms("expert_fc1_gemm", GemmPass::Forward, te, F1, c.H, te, c, f, out);
@@ -132,6 +175,7 @@ void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<Ke
   expert_gemms("expert_fc1_dgrad", GemmPass::Dgrad, te, c.H, F1, te, c, f, out);
   expert_gemms("expert_fc1_wgrad", GemmPass::Wgrad, c.H, F1, te, te, c, f, out);
   out.push_back(permutation("moe_permute_bwd", true, tokens, c, f));
+  router_extras(c, f, false, out);
   out.push_back(mem("router_topk_bwd", c.Tsp * E * 2 * kFp32Bytes));
   out.push_back(core_gemm("router_dgrad", GemmPass::Dgrad, c.Tsp, c.H, E, c, false));
   out.push_back(core_gemm("router_wgrad", GemmPass::Wgrad, E, c.H, c.Tsp, c, false));

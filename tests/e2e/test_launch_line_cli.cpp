@@ -31,7 +31,7 @@ TEST(LaunchLineCli, IgnoredArgumentsSimulateAndAreListedAsIgnored) {
   const auto model = text.find("\nmodel:\n");
   ASSERT_NE(model, std::string::npos);
   text.insert(model + std::string("\nmodel:\n").size(),
-              "  moe_aux_loss_coeff: 0.01\n  moe_router_load_balancing_type: aux_loss\n");
+              "  moe_router_load_balancing_type: aux_loss\n");
   text += "training:\n  lr: 3.0e-4\n  min_lr: 3.0e-5\n  lr_decay_style: cosine\n"
           "  lr_warmup_iters: 2000\n  seed: 1234\n  log_interval: 1\n  eval_interval: 1000\n"
           "  eval_iters: 10\n  save_interval: 5000\n  tokenizer_type: HuggingFaceTokenizer\n"
@@ -53,8 +53,7 @@ TEST(LaunchLineCli, IgnoredArgumentsSimulateAndAreListedAsIgnored) {
                           "training.lr_warmup_iters", "training.seed", "training.log_interval",
                           "training.eval_interval", "training.eval_iters",
                           "training.tokenizer_type",
-                          "training.data_path", "model.moe_aux_loss_coeff",
-                          "model.moe_router_load_balancing_type"})
+                          "training.data_path", "model.moe_router_load_balancing_type"})
     EXPECT_NE(line.find(std::string("\"ignored: ") + key + " ("), std::string::npos) << key;
   // --save-interval is the checkpoint interval of `trainsim forecast` (docs/forecast.md): read,
   // not ignored, and it changes no iteration (the comparison below).

@@ -160,8 +160,9 @@ TEST(KeyTable, ARegisteredKeyIsReadBoundedDocumentedAndSuggested) {
             std::string::npos);
 }
 
-// A Megatron-LM launch line copied into a scenario: logging, learning-rate and MoE aux-loss
-// flags are accepted and listed as ignored; --bf16 and --fp8-format spell their keys.
+// A Megatron-LM launch line copied into a scenario: logging, learning-rate and MoE
+// load-balancing-type flags are accepted and listed as ignored (the aux-loss coefficient is
+// read: its kernels, models/perf/flops_moe.cpp); --bf16 and --fp8-format spell their keys.
 TEST(KeyTable, MegatronLaunchLineFlagsAreAcceptedAndNoted) {
   const std::string yaml =
       "runtime: megatron-core\n"
@@ -176,7 +177,7 @@ TEST(KeyTable, MegatronLaunchLineFlagsAreAcceptedAndNoted) {
   EXPECT_EQ(s.parallel.precision, Precision::BF16);
   EXPECT_EQ(s.parallel.fp8, Fp8Format::Hybrid);
   std::set<std::string> notes(s.notes.begin(), s.notes.end());
-  for (const char* k : {"model.moe_aux_loss_coeff", "model.moe_router_load_balancing_type",
+  for (const char* k : {"model.moe_router_load_balancing_type",
                         "training.lr", "training.min_lr", "training.lr_decay_style",
                         "training.lr_warmup_iters", "training.log_interval",
                         "training.eval_interval", "training.eval_iters", "training.seed",
@@ -185,7 +186,8 @@ TEST(KeyTable, MegatronLaunchLineFlagsAreAcceptedAndNoted) {
     for (const std::string& n : s.notes) found = found || n.rfind(std::string("ignored: ") + k + " (", 0) == 0;
     EXPECT_TRUE(found) << k;
   }
-  EXPECT_EQ(s.notes.size(), 12u);
+  EXPECT_EQ(s.notes.size(), 11u);
+  EXPECT_EQ(s.model.moe_aux_loss_coeff, 0.01);
   // The same model without the flags: the same plan, no notes.
   const Scenario plain = parse_scenario(
       "runtime: megatron-core\nmodel: {" + kModel + ", num_experts: 4, moe_router_topk: 2, "
@@ -211,14 +213,14 @@ TEST(KeyTable, MegatronLaunchLineFlagsAreAcceptedAndNoted) {
 TEST(KeyTable, IgnoredKeysReachTheRunsNotes) {
   test_support::ScratchDir dir("key_table");
   RunRequest req;
-  req.scenario_path = dir.write("launch.yaml", "model: {" + kModel + ", moe_z_loss_coeff: 0.001}\n"
+  req.scenario_path = dir.write("launch.yaml", "model: {" + kModel + ", moe_router_load_balancing_type: aux_loss}\n"
                                 "parallel: {micro_batch_size: 1, global_batch_size: 8}\n"
                                 "cluster: {system: dgx-a100-80gb, nodes: 1}\n");
   req.overrides = {{"training.log_interval", "10"}};
   const PreparedRun run = prepare_platform(req);
   ASSERT_EQ(run.notes.size(), 2u);
   EXPECT_EQ(run.notes[0].rfind("ignored: training.log_interval (", 0), 0u) << run.notes[0];
-  EXPECT_EQ(run.notes[1].rfind("ignored: model.moe_z_loss_coeff (", 0), 0u) << run.notes[1];
+  EXPECT_EQ(run.notes[1].rfind("ignored: model.moe_router_load_balancing_type (", 0), 0u) << run.notes[1];
 }
 
 TEST(KeyTable, ExpertTensorParallelOneOnADenseModelIsAccepted) {
