@@ -114,11 +114,8 @@ class Executor {
     dropout_.attention = o.attention_dropout;
     dropout_.hidden = o.hidden_dropout;
     if (o.nprocs > 1) {
-      if (!dev_.cuda)
-        throw InputError("replay: --nprocs " + std::to_string(o.nprocs) +
-                         " (one process per GPU, NCCL) needs --device cuda");
-      std::string why;
-      if (!multiprocess_available(&why))
+      std::string why;  // CUDA: NCCL; CPU: the host backend (comm_host.cpp), always built
+      if (dev_.cuda && !multiprocess_available(&why))
         throw InputError("replay: --nprocs " + std::to_string(o.nprocs) + ": " + why);
       if (o.nccl_dir.empty())
         throw InputError("replay: --nprocs " + std::to_string(o.nprocs) +
@@ -319,7 +316,9 @@ class Executor {
     cc.dtype = kernel_dtype(dtype_);
     cc.dtype_name = dtype_name(dtype_);
     cc.message_shape = {d_.s, d_.b, d_.h};
-    comm_ = opts_.nprocs > 1 ? make_nccl_comm(cc) : make_local_comm(cc);
+    comm_ = opts_.nprocs <= 1 ? make_local_comm(cc)
+            : dev_.cuda       ? make_nccl_comm(cc)
+                              : make_host_comm(cc);
     comm_->prepare(order_, gen);
     if (copy_bytes_ > 0) {
       copy_dev_ = torch::zeros({copy_bytes_}, fopts_.dtype(torch::kUInt8));
