@@ -3,6 +3,7 @@
 // through host_comm.h (files in the job's rendezvous directory), the others through the
 // device-local backend. The CPU twin of comm_nccl.cpp: the same plan, the same scratch buffers
 // (op.bytes per stream, as NCCL moves them), the same in-place pipeline all-gather.
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -41,26 +42,27 @@ class HostComm final : public CommBackend {
       buf_[stream] = torch::zeros({bytes}, c_.tensor_options.dtype(torch::kUInt8));
   }
 
-  /// The groups of the plan (each process builds the same list), then a world all-reduce of
-  /// ones as the barrier that starts the ranks' iteration clocks together.
+  /// The groups of the plan (each process builds the same list; once: the sequence numbers
+  /// of their exchanges go on across iterations), then a world all-reduce of ones as the
+  /// barrier that starts the ranks' iteration clocks together.
   void connect(StreamHandle) override {
     const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<std::vector<int>> members = plan_.members(*c_.graph);
     const int me = static_cast<int>(c_.rank);
-    for (std::size_t k = 0; k < plan_.groups.size(); ++k) {
-      const std::string name = "g" + std::to_string(plan_.groups[k]);
-      const bool member = std::find(members[k].begin(), members[k].end(), me) != members[k].end();
-      if (!member) {
-        groups_.emplace_back(nullptr);
-        continue;
+    if (!world_) {
+      const std::vector<std::vector<int>> members = plan_.members(*c_.graph);
+      for (std::size_t k = 0; k < plan_.groups.size(); ++k) {
+        const bool member =
+            std::find(members[k].begin(), members[k].end(), me) != members[k].end();
+        groups_.push_back(member ? std::make_unique<HostGroup>(
+                                       rv_, "g" + std::to_string(plan_.groups[k]), members[k], me)
+                                 : nullptr);
       }
-      groups_.push_back(std::make_unique<HostGroup>(rv_, name, members[k], me));
+      std::vector<int> world;
+      for (std::int64_t r = 0; r < c_.options->nprocs; ++r) world.push_back(static_cast<int>(r));
+      world_ = std::make_unique<HostGroup>(rv_, "world", world, me);
     }
-    std::vector<int> world;
-    for (std::int64_t r = 0; r < c_.options->nprocs; ++r) world.push_back(static_cast<int>(r));
-    HostGroup barrier(rv_, "world", world, me);
     float one = 1.0f;
-    barrier.all_reduce(&one, 1, kernels::DType::F32);
+    world_->all_reduce(&one, 1, kernels::DType::F32);
     if (one != static_cast<float>(c_.options->nprocs))
       throw SystemError("replay: the barrier all-reduce of ones gave " + std::to_string(one) +
                         ", expected " + std::to_string(c_.options->nprocs));
@@ -180,6 +182,7 @@ class HostComm final : public CommBackend {
   std::unique_ptr<CommBackend> local_;  // operations with absent peers
   kernels::FileRendezvous rv_;
   std::vector<std::unique_ptr<HostGroup>> groups_;  // indexed like plan_.groups
+  std::unique_ptr<HostGroup> world_;                // the barrier
   std::map<std::uint32_t, std::unique_ptr<HostChannel>> channels_;  // per graph group
   std::map<int, std::int64_t> bytes_;   // per StreamId: largest op.bytes of its collectives
   std::map<int, torch::Tensor> buf_;    // per StreamId: scratch of bytes_
