@@ -92,6 +92,7 @@ class HostComm final : public CommBackend {
                                   to_string(op.kind));
     }
     ++collectives_[int(op.group)];
+    ++ops_[to_string(op.kind)];
     return "host processes";
   }
 
@@ -104,6 +105,7 @@ class HostComm final : public CommBackend {
     char* base = static_cast<char*>(dst.data_ptr());
     grp.all_gather(base + off * dst.element_size(), base, static_cast<std::size_t>(n), c_.dtype);
     ++collectives_[int(c_.graph->op(id).group)];
+    ++ops_["pipeline all-gather"];
     return "host processes";
   }
 
@@ -147,11 +149,13 @@ class HostComm final : public CommBackend {
                     "contribution as a file in the rendezvous directory and reduces the members' "
                     "in member order); set up in " + std::to_string(setup_s_) +
                     " s, then a barrier aligned the ranks' iteration clocks");
+    std::string ops;
+    for (const auto& [op, n] : ops_) ops += (ops.empty() ? "" : ", ") + std::to_string(n) + " " + op;
     if (through > 0)
-      notes.push_back(std::to_string(through) + " collectives (" + kinds + ") ran between the "
-                      "processes (all-reduce, reduce-scatter, all-gather and the MoE all-to-all "
-                      "dispatch / combine), op.bytes of " + c_.dtype_name + " in per-stream "
-                      "scratch buffers, as the NCCL backend moves them");
+      notes.push_back(std::to_string(through) + " collectives (" + kinds + "; " + ops +
+                      ") ran between the processes, op.bytes of " + c_.dtype_name +
+                      " in per-stream scratch buffers as the NCCL backend moves them (a pipeline "
+                      "all-gather in place in the received tensor)");
     if (sends_ + recvs_ > 0)
       notes.push_back(std::to_string(sends_) + " pipeline sends and " + std::to_string(recvs_) +
                       " receives moved the activation / gradient slices between the processes "
@@ -187,6 +191,7 @@ class HostComm final : public CommBackend {
   std::map<int, std::int64_t> bytes_;   // per StreamId: largest op.bytes of its collectives
   std::map<int, torch::Tensor> buf_;    // per StreamId: scratch of bytes_
   std::map<int, std::int64_t> collectives_;  // per GroupKind
+  std::map<std::string, std::int64_t> ops_;  // per op kind
   std::int64_t sends_ = 0, recvs_ = 0;
   double setup_s_ = 0;
 };

@@ -377,6 +377,7 @@ class Executor {
       return;
     }
     c.ffn = op.ffn, c.swiglu = f.swiglu, c.moe = f.experts_local > 0;
+    c.quick_geglu = f.quick_geglu, c.glu_clamp = f.glu_clamp, c.glu_offset = f.glu_offset;
     c.experts_local = f.experts_local, c.num_experts = f.num_experts, c.topk = f.topk;
     c.expert_ffn = f.expert_ffn, c.shared_ffn = f.shared_ffn;
     if (f.fp8 != 0) fp8_ = true;
@@ -726,7 +727,8 @@ class Executor {
     o << "layers: Megatron-Core layers (" << (c.rmsnorm ? "RMSNorm" : "LayerNorm") << ", "
       << c.heads << " query heads in " << c.kv_heads << " groups x " << c.head_dim
       << (c.rope ? ", RoPE" : "") << (c.qk_norm ? ", q/k norms" : "")
-      << (c.swiglu ? ", SwiGLU" : ", GeLU") << (c.bias ? "" : ", no biases");
+      << (!c.swiglu ? ", GeLU" : !c.quick_geglu ? ", SwiGLU" : ", clamped quick-GeGLU (GPT-OSS)")
+      << (c.bias ? "" : ", no biases");
     std::set<std::int64_t> windows;
     for (const auto& [layer, sp] : specs_) windows.insert(sp.window);
     for (std::int64_t w : windows) o << (w > 0 ? ", sliding window " + std::to_string(w) : ", causal");

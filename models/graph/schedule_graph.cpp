@@ -50,6 +50,8 @@ std::string op_key(const OpDesc& op) {
   if (f.etp != 1) os << ";etp" << f.etp;
   if (f.recompute_shared) os << ";rs";
   if (f.qk_norm) os << ";qkn";
+  if (f.quick_geglu || f.glu_offset != 0)
+    os << ";qg" << f.quick_geglu << ',' << f.glu_clamp << ',' << f.glu_offset;
   if (f.mla)
     os << ";mla" << f.q_lora << ',' << f.kv_lora << ',' << f.qk_rope << ',' << f.v_dim << ','
        << f.qk_norm << f.recompute_mla_up;

@@ -15,9 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/builder/graph_builder.h"
-#include "models/hardware/hardware.h"
-#include "models/input/scenario.h"
+#include "models/run.h"
 #include "tests/support/paths.h"
 
 using trainsim::test_support::source_path;
@@ -65,9 +63,14 @@ std::map<OpKind, int> replay_and_check(const std::string& scenario, int nprocs,
   EXPECT_EQ(rc, 0) << slurp(log);
   if (rc != 0) return {};
 
-  const Scenario sc = load_scenario(scenario);
-  const ScheduleGraph g =
-      build_schedule_graph(validated(sc), find_system(sc.cluster.system), BuildOptions{});
+  // The graph the replay runs (apps/replay.cpp): prepared for a replay on the CPU, unfolded.
+  RunRequest req;
+  req.purpose = RunPurpose::Replay;
+  req.scenario_path = scenario;
+  req.device = "cpu";
+  req.unfolded = true;
+  const PreparedRun prepared = prepare_run(req);
+  const ScheduleGraph& g = prepared.graph;
   std::map<OpKind, int> between;
   for (int r = 0; r < nprocs; ++r) {
     const std::string path =
