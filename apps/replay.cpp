@@ -89,13 +89,16 @@ int replay_main(const ReplayArgs& args) {
                        " processes");
     nprocs = env.world_size;
   } else if (args.nprocs > 1) {
-    if (!args.device.empty() && args.device != "cuda")
+    if (!args.device.empty() && args.device != "cuda" && args.device != "cpu")
       throw InputError("replay: --nprocs " + std::to_string(args.nprocs) +
-                       " (one process per GPU, NCCL) needs --device cuda");
+                       " needs --device cuda (one process per GPU, NCCL) or --device cpu (one "
+                       "process per rank, the host backend), got " + args.device);
     const std::int64_t world = load_scenario(args.scenario, args.overrides).world_size();
     if (args.nprocs > world)
       throw InputError("replay: --nprocs " + std::to_string(args.nprocs) + " is more than the " +
                        std::to_string(world) + " ranks of " + args.scenario);
+    // CPU processes communicate through the rendezvous directory (hw_backend/host_comm.h).
+    if (args.device == "cpu") return hw::launch_local_workers(static_cast<int>(args.nprocs));
     std::string why;
     if (!hw::multiprocess_available(&why) || !hw::cuda_available(&why))
       throw InputError("replay: --nprocs " + std::to_string(args.nprocs) + ": " + why);
@@ -110,13 +113,15 @@ int replay_main(const ReplayArgs& args) {
   const std::int64_t me = multi ? env.rank : 0;
   hw::ReplayOptions opts;
   if (multi) {
-    if (!args.device.empty() && args.device != "cuda")
-      throw InputError("replay: a multi-process replay needs --device cuda (got " + args.device + ")");
+    if (!args.device.empty() && args.device != "cuda" && args.device != "cpu")
+      throw InputError("replay: a multi-process replay needs --device cuda or cpu (got " +
+                       args.device + ")");
     if (args.rank != 0)
       throw InputError("replay: --rank with several processes: each process replays its own "
                        "RANK (" + std::to_string(env.rank) + ")");
-    const int device = worker_device(env), gpus = hw::cuda_device_count();
-    opts.device = "cuda:" + std::to_string(device);
+    const bool cpu = args.device == "cpu";
+    const int device = cpu ? 0 : worker_device(env), gpus = cpu ? 1 : hw::cuda_device_count();
+    opts.device = cpu ? "cpu" : "cuda:" + std::to_string(device);
     if (device >= gpus)
       throw InputError("replay: rank " + std::to_string(env.rank) + " (" + env.launcher +
                        ") would run on " + opts.device + ", and " + std::to_string(gpus) +
@@ -194,10 +199,11 @@ int replay_main(const ReplayArgs& args) {
     m.peak_reserved_bytes = record.peak_reserved_bytes;
     m.iteration_time_note =
         "iteration_time_s and the figures derived from it are rank 0's; measured_per_rank has "
-        "every process's (their clocks start together, after an NCCL barrier)";
+        "every process's (their clocks start together, after a barrier of the communication "
+        "backend)";
     m.peak_memory_note =
         "peak_memory_bytes is the largest allocator peak over the " + std::to_string(nprocs) +
-        " processes' GPUs (measured_per_rank); modelled_peak_memory_bytes is models/'s "
+        " processes' devices (measured_per_rank); modelled_peak_memory_bytes is models/'s "
         "estimate for rank 0";
   }
   out.summary.measured = m;

@@ -177,8 +177,9 @@ int run(int argc, char** argv) {
   replay->add_option("--rank", rep.rank, "world rank to replay (default 0)")
       ->check(integer_at_least(0));
   replay->add_option("--nprocs", rep.nprocs,
-                     "processes, one per GPU, replaying ranks 0..N-1 with NCCL (default 1; "
-                     "under torchrun/srun their WORLD_SIZE)")
+                     "processes replaying ranks 0..N-1: one per GPU with NCCL, or with "
+                     "--device cpu one per rank through the host backend (default 1; under "
+                     "torchrun/srun their WORLD_SIZE)")
       ->check(integer_at_least(1));
   replay->add_option("--trace", rep.trace, "write the measured Chrome/Perfetto trace JSON");
   replay->add_option("--json", rep.json, "write the measured summary JSON");

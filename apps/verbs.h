@@ -55,7 +55,8 @@ struct ReplayArgs {
   Overrides overrides;
   std::string device;  ///< "cuda" or "cpu"; empty: cuda when a GPU is usable, else cpu
   std::int64_t rank = 0;
-  /// Processes, one per GPU, replaying ranks 0..nprocs-1 with NCCL (hw_backend/launch.h);
+  /// Processes replaying ranks 0..nprocs-1 (hw_backend/launch.h): one per GPU with NCCL, or
+  /// with device "cpu" one per rank through the host backend (hw_backend/host_comm.h);
   /// 0: one process, or the WORLD_SIZE of a launcher (torchrun, srun).
   std::int64_t nprocs = 0;
   std::string trace;

@@ -12,6 +12,9 @@
 //                   ranks are all present (comm_plan.h) through NCCL (kernels/nccl_comm.h),
 //                   the others through the local backend. Compiled when kernels' trainsim_nccl
 //                   is built; otherwise comm_nccl_unavailable.cpp refuses nprocs > 1.
+//   comm_host.cpp   multi-process CPU replay (--device cpu --nprocs N): the same plan, the
+//                   operations between the processes through host_comm.h (files in the
+//                   rendezvous directory), the others through the local backend.
 //
 // The executor keeps the model's tensors and decides what a message is (which tensor, which
 // slice); a backend moves the bytes and says how (ExecutionRecord::replayed_as).
@@ -93,5 +96,9 @@ std::unique_ptr<CommBackend> make_local_comm(const CommContext& context,
 /// The NCCL backend for ReplayOptions::nprocs > 1 (comm_nccl.cpp); the plan is computed from
 /// the graph. In a build without NCCL (comm_nccl_unavailable.cpp) it throws InputError.
 std::unique_ptr<CommBackend> make_nccl_comm(const CommContext& context);
+
+/// The host backend for a CPU replay with ReplayOptions::nprocs > 1 (comm_host.cpp): always
+/// built; needs ReplayOptions::nccl_dir (the rendezvous directory).
+std::unique_ptr<CommBackend> make_host_comm(const CommContext& context);
 
 }  // namespace trainsim::hw

@@ -43,13 +43,18 @@ class NcclComm final : public CommBackend {
       const Task& t = g.task(id);
       const OpDesc& op = g.op(id);
       if (t.kind == TaskKind::Collective && op.group_size > 1 && t.part != Part::Pipeline &&
-          plan_.uses_nccl(g, id))
+          plan_.uses_nccl(g, id)) {
         bytes_[int(t.stream)] = std::max(bytes_[int(t.stream)], op.bytes);
+        if (op.kind == OpKind::AllToAll)  // its output: a buffer of its own (as Megatron's)
+          a2a_bytes_[int(t.stream)] = std::max(a2a_bytes_[int(t.stream)], op.bytes);
+      }
     }
     // One zeroed scratch buffer per stream (collectives of two streams may run at once), as
     // large as the largest op.bytes on it.
     for (const auto& [stream, bytes] : bytes_)
       buf_[stream] = torch::zeros({bytes}, c_.tensor_options.dtype(torch::kUInt8));
+    for (const auto& [stream, bytes] : a2a_bytes_)
+      a2a_out_[stream] = torch::zeros({bytes}, c_.tensor_options.dtype(torch::kUInt8));
   }
 
   /// The world and group communicators (collective over the job's processes, same plan on
@@ -92,6 +97,18 @@ class NcclComm final : public CommBackend {
       case OpKind::ReduceScatter:
         comm.reduce_scatter(base, base + me * part * es, part, c_.dtype, stream);
         break;
+      case OpKind::AllToAll: {
+        // size() - 1 shifts, each a fused send / receive pair (NCCL's own alltoall is grouped
+        // sends and receives to every peer): block `to` goes to rank `to`, block `from` arrives.
+        char* out = static_cast<char*>(a2a_out_.at(int(g.task(id).stream)).data_ptr());
+        const int n = comm.size(), r = comm.rank();
+        for (int k = 1; k < n; ++k) {
+          const int to = (r + k) % n, from = (r - k + n) % n;
+          comm.send_recv(base + std::size_t(to) * part * es, part, to,
+                         out + std::size_t(from) * part * es, part, from, c_.dtype, stream);
+        }
+        break;
+      }
       default:
         TRAINSIM_CHECK(false, "replay: collective task " + g.label(id) + " has op " +
                                   to_string(op.kind));
@@ -229,6 +246,8 @@ class NcclComm final : public CommBackend {
   std::unique_ptr<CommBackend> local_;  // operations with absent peers
   std::map<int, std::int64_t> bytes_;   // per StreamId: largest op.bytes of its collectives
   std::map<int, torch::Tensor> buf_;    // per StreamId: scratch of bytes_
+  std::map<int, std::int64_t> a2a_bytes_;   // per StreamId: largest all-to-all op.bytes
+  std::map<int, torch::Tensor> a2a_out_;    // per StreamId: all-to-all output of a2a_bytes_
   std::map<int, std::int64_t> collectives_;  // per GroupKind
   std::int64_t sends_ = 0, recvs_ = 0;
   double setup_s_ = 0;

@@ -67,13 +67,23 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 }
 
 /// A gated or plain MLP: fc1 -> SwiGLU (silu(first half) * second half, Megatron-Core's
-/// glu with bias_swiglu_impl) or GeLU -> fc2.
+/// glu with bias_swiglu_impl), GPT-OSS's clamped quick-GeGLU (Megatron-Core mlp.py glu with
+/// activation_func_clamp_value and glu_linear_offset; activations.py quick_gelu
+/// x * sigmoid(1.702 x)) or GeLU -> fc2.
 torch::Tensor mlp(const torch::Tensor& x, const torch::Tensor& fc1_w, const torch::Tensor& fc1_b,
-                  const torch::Tensor& fc2_w, const torch::Tensor& fc2_b, bool swiglu) {
+                  const torch::Tensor& fc2_w, const torch::Tensor& fc2_b, const CoreLayerSpec& c) {
   torch::Tensor y = torch::linear(x, fc1_w, fc1_b);
-  if (swiglu) {
+  if (c.swiglu && c.quick_geglu) {
     const auto parts = y.chunk(2, -1);
-    y = torch::silu(parts[0]) * parts[1];
+    torch::Tensor gate = parts[0], lin = parts[1];
+    if (c.glu_clamp > 0) {
+      gate = gate.clamp_max(c.glu_clamp);
+      lin = lin.clamp(-c.glu_clamp, c.glu_clamp);
+    }
+    y = gate * torch::sigmoid(1.702 * gate) * (lin + c.glu_offset);
+  } else if (c.swiglu) {
+    const auto parts = y.chunk(2, -1);
+    y = torch::silu(parts[0]) * (c.glu_offset != 0 ? parts[1] + c.glu_offset : parts[1]);
   } else {
     y = torch::gelu(y, "tanh");
   }
@@ -105,7 +115,7 @@ torch::Tensor moe_experts(const CoreWeights& w, const torch::Tensor& x, const Co
   const torch::Tensor fc1 = w.at("experts.fc1.weight"), fc2 = w.at("experts.fc2.weight");
   for (std::int64_t e = 0; e < E; ++e) {
     if (n[e] == 0) continue;
-    outs.push_back(mlp(permuted.narrow(0, at, n[e]), fc1[e], {}, fc2[e], {}, c.swiglu));
+    outs.push_back(mlp(permuted.narrow(0, at, n[e]), fc1[e], {}, fc2[e], {}, c));
     at += n[e];
     if (stats) stats->expert_gemms += 2;
   }
@@ -114,7 +124,7 @@ torch::Tensor moe_experts(const CoreWeights& w, const torch::Tensor& x, const Co
   // Unpermute: sum each token's k weighted copies back in place.
   torch::Tensor out = torch::zeros({T, x.size(1)}, x.options()).index_add(0, token_of, y);
   if (c.shared_ffn > 0)
-    out = out + mlp(x, w.at("shared.fc1.weight"), {}, w.at("shared.fc2.weight"), {}, c.swiglu);
+    out = out + mlp(x, w.at("shared.fc1.weight"), {}, w.at("shared.fc2.weight"), {}, c);
   return out;
 }
 
@@ -236,7 +246,7 @@ BlockState core_mlp_forward(const CoreWeights& w, const torch::Tensor& input, co
     y = moe_experts(w, x.reshape({s * b, c.h}), c, stats).view({s, b, c.h});
   } else {
     y = mlp(x, w.at("linear_fc1.weight"), w.get("linear_fc1.bias"), w.at("linear_fc2.weight"),
-            w.get("linear_fc2.bias"), c.swiglu);
+            w.get("linear_fc2.bias"), c);
   }
   st.output = dropout_add(y, st.input, p.hidden);
   return st;

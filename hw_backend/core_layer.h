@@ -42,6 +42,10 @@ struct CoreLayerSpec {
   std::int64_t heads = 1, kv_heads = 1, head_dim = 1;
   std::int64_t ffn = 1;  ///< dense MLP width on this rank
   bool rmsnorm = false, rope = false, qk_norm = false, swiglu = false, bias = true;
+  /// With swiglu (a gated MLP): GPT-OSS's quick-GELU gate, clamp (0: none) and linear offset
+  /// (Megatron-Core mlp.py glu: quick_gelu(min(g, v)) * (clamp(l, -v, v) + offset)).
+  bool quick_geglu = false;
+  float glu_clamp = 0, glu_offset = 0;
   std::int64_t window = 0;  ///< keys back per query; 0 = full causal
   // Mixture of experts (moe = the layer's MLP is an MoE layer)
   bool moe = false;

@@ -114,11 +114,8 @@ class Executor {
     dropout_.attention = o.attention_dropout;
     dropout_.hidden = o.hidden_dropout;
     if (o.nprocs > 1) {
-      if (!dev_.cuda)
-        throw InputError("replay: --nprocs " + std::to_string(o.nprocs) +
-                         " (one process per GPU, NCCL) needs --device cuda");
-      std::string why;
-      if (!multiprocess_available(&why))
+      std::string why;  // CUDA: NCCL; CPU: the host backend (comm_host.cpp), always built
+      if (dev_.cuda && !multiprocess_available(&why))
         throw InputError("replay: --nprocs " + std::to_string(o.nprocs) + ": " + why);
       if (o.nccl_dir.empty())
         throw InputError("replay: --nprocs " + std::to_string(o.nprocs) +
@@ -319,7 +316,9 @@ class Executor {
     cc.dtype = kernel_dtype(dtype_);
     cc.dtype_name = dtype_name(dtype_);
     cc.message_shape = {d_.s, d_.b, d_.h};
-    comm_ = opts_.nprocs > 1 ? make_nccl_comm(cc) : make_local_comm(cc);
+    comm_ = opts_.nprocs <= 1 ? make_local_comm(cc)
+            : dev_.cuda       ? make_nccl_comm(cc)
+                              : make_host_comm(cc);
     comm_->prepare(order_, gen);
     if (copy_bytes_ > 0) {
       copy_dev_ = torch::zeros({copy_bytes_}, fopts_.dtype(torch::kUInt8));
@@ -378,6 +377,7 @@ class Executor {
       return;
     }
     c.ffn = op.ffn, c.swiglu = f.swiglu, c.moe = f.experts_local > 0;
+    c.quick_geglu = f.quick_geglu, c.glu_clamp = f.glu_clamp, c.glu_offset = f.glu_offset;
     c.experts_local = f.experts_local, c.num_experts = f.num_experts, c.topk = f.topk;
     c.expert_ffn = f.expert_ffn, c.shared_ffn = f.shared_ffn;
     if (f.fp8 != 0) fp8_ = true;
@@ -727,7 +727,8 @@ class Executor {
     o << "layers: Megatron-Core layers (" << (c.rmsnorm ? "RMSNorm" : "LayerNorm") << ", "
       << c.heads << " query heads in " << c.kv_heads << " groups x " << c.head_dim
       << (c.rope ? ", RoPE" : "") << (c.qk_norm ? ", q/k norms" : "")
-      << (c.swiglu ? ", SwiGLU" : ", GeLU") << (c.bias ? "" : ", no biases");
+      << (!c.swiglu ? ", GeLU" : !c.quick_geglu ? ", SwiGLU" : ", clamped quick-GeGLU (GPT-OSS)")
+      << (c.bias ? "" : ", no biases");
     std::set<std::int64_t> windows;
     for (const auto& [layer, sp] : specs_) windows.insert(sp.window);
     for (std::int64_t w : windows) o << (w > 0 ? ", sliding window " + std::to_string(w) : ", causal");

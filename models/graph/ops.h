@@ -56,7 +56,12 @@ constexpr std::uint8_t kRouterFusion = 8;      ///< moe_router_fusion
 struct ModelFeatures {
   bool core = false;          ///< runtime megatron-core: the Transformer Engine kernel list
   std::int64_t kv_heads = 0;  ///< query groups on this rank (GQA); 0 = heads (MHA)
-  bool swiglu = false;        ///< gated MLP: fc1 writes 2 x ffn
+  bool swiglu = false;        ///< gated MLP: fc1 writes 2 x ffn (SwiGLU or quick-GeGLU)
+  /// The gated MLP's activation is GPT-OSS's quick-GELU (model.quick_geglu) with its clamp
+  /// (0: none) and linear offset: the same fused elementwise kernel as SwiGLU's in the cost
+  /// model, the replay's arithmetic (hw_backend/core_layer.h).
+  bool quick_geglu = false;
+  float glu_clamp = 0, glu_offset = 0;
   bool rmsnorm = false;       ///< RMSNorm instead of LayerNorm
   bool rope = false;          ///< rotary positions (no position table)
   bool bias = true;           ///< linear layers with biases

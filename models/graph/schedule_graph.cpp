@@ -57,6 +57,8 @@ std::string op_key(const OpDesc& op) {
   if (r.tokens > 0)
     os << ";deepep" << r.tokens << ',' << r.token_bytes << ',' << r.topk << ',' << r.experts
        << ',' << r.groups << ',' << r.group_topk << ',' << r.combine;
+  if (f.quick_geglu || f.glu_offset != 0)
+    os << ";qg" << f.quick_geglu << ',' << f.glu_clamp << ',' << f.glu_offset;
   if (f.mla)
     os << ";mla" << f.q_lora << ',' << f.kv_lora << ',' << f.qk_rope << ',' << f.v_dim << ','
        << f.qk_norm << f.recompute_mla_up;

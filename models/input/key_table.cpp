@@ -125,6 +125,11 @@ void add_top_and_model_shape(std::vector<ScenarioKey>& v) {
   v.push_back(int_key(M(num_query_groups), std::nullopt, 1, k2p16, "groups", "GQA key/value groups"));
   v.push_back(custom_key(M(group_query_attention), "GQA; absent: whether num_query_groups is given"));
   v.push_back(bool_key(M(swiglu), false, "gated SiLU MLP"));
+  v.push_back(bool_key(M(quick_geglu), false, "gated quick-GELU MLP (GPT-OSS)"));
+  v.push_back(number_key(M(activation_func_clamp_value), 0, 0, 1e6, false,
+                         "quick_geglu's clamp of fc1's output; 0 = none"));
+  v.push_back(number_key(M(glu_linear_offset), 0, -1e6, 1e6, false,
+                         "offset added to a gated MLP's linear half"));
   v.push_back(enum_key(M(normalization), {choice("LayerNorm", Normalization::LayerNorm),
                                           choice("RMSNorm", Normalization::RMSNorm)},
                        int(Normalization::LayerNorm), "the norm layers"));

@@ -92,6 +92,18 @@ struct ModelConfig {
   /// --group-query-attention; true when num_query_groups is given.
   bool group_query_attention = false;
   bool swiglu = false;  ///< --swiglu: gated MLP, fc1 produces 2 x ffn_hidden_size
+  /// --quick-geglu (GPT-OSS): gated MLP with quick-GELU, x * sigmoid(1.702 x), on the gate
+  /// half; fc1 produces 2 x ffn_hidden_size as with swiglu (Megatron-LM arguments.py sets
+  /// gated_linear_unit and activation_func quick_gelu). Exclusive with swiglu.
+  bool quick_geglu = false;
+  /// --activation-func-clamp-value (quick_geglu only): the gate half is clamped above at v and
+  /// the linear half to [-v, v] before the product (Megatron-Core mlp.py glu); 0 = no clamp.
+  double activation_func_clamp_value = 0;
+  /// --glu-linear-offset: the product is activation(gate) * (linear + offset) (gated MLPs).
+  double glu_linear_offset = 0;
+  /// Whether the MLP is gated (swiglu or quick_geglu): fc1 produces 2 x ffn_hidden_size, and
+  /// one fused elementwise kernel applies the activation (clamp and offset inside it).
+  bool gated_linear_unit() const { return swiglu || quick_geglu; }
   Normalization normalization = Normalization::LayerNorm;
   PositionEmbedding position_embedding_type = PositionEmbedding::LearnedAbsolute;
   bool add_bias_linear = true;  ///< --disable-bias-linear sets false

@@ -3,6 +3,7 @@
 // defaults, the tensor/pipeline/context/expert plan, the runtime's features, ZeRO and offload.
 // Every refusal is an InputError naming the file, the fields and their values.
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -536,6 +537,7 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {m.num_query_groups != m.num_attention_heads,
        kv(key_of(&ModelConfig::num_query_groups), m.num_query_groups)},
       {m.swiglu, "model.swiglu (true)"},
+      {m.quick_geglu, "model.quick_geglu (true)"},
       {m.normalization != Normalization::LayerNorm, "model.normalization (RMSNorm)"},
       {m.position_embedding_type != PositionEmbedding::LearnedAbsolute,
        "model.position_embedding_type (rope)"},
@@ -573,6 +575,29 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       fail(what +
            " needs `runtime: megatron-core` (the scenario's runtime is megatron-2021, "
            "whose Megatron-LM has no such feature; set runtime: megatron-core)");
+}
+
+/// The gated MLP's activation (Megatron-LM arguments.py: --quick-geglu asserts not --swiglu;
+/// --activation-func-clamp-value is "only used when activation_func is quick_gelu";
+/// --glu-linear-offset "only used when gated_linear_unit is True").
+template <typename Fail>
+void check_glu(const Scenario& s, const Fail& fail) {
+  const ModelConfig& m = s.model;
+  const auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  if (m.swiglu && m.quick_geglu)
+    fail("model.quick_geglu (true) with model.swiglu (true): a gated MLP has one activation "
+         "(Megatron-LM asserts not args.swiglu with --quick-geglu); set one of them");
+  if (m.activation_func_clamp_value != 0 && !m.quick_geglu)
+    fail("field 'model.activation_func_clamp_value' = " + num(m.activation_func_clamp_value) +
+         ": the clamp applies to quick_geglu's activation only; set model.quick_geglu: true or "
+         "remove it");
+  if (m.glu_linear_offset != 0 && !m.gated_linear_unit())
+    fail("field 'model.glu_linear_offset' = " + num(m.glu_linear_offset) +
+         ": the offset applies to a gated MLP only (model.swiglu or model.quick_geglu)");
 }
 
 /// Context parallelism, attention kernels, expert TP and FP8 recipes (Megatron-Core
@@ -752,6 +777,7 @@ void check_core_precision(const Scenario& s, const Fail& fail) {
 /// arguments.py and parallel_state.py checks), and the features the runtime must have.
 template <typename Fail>
 void check_megatron_core(Scenario& s, const Fail& fail) {
+  check_glu(s, fail);
   check_context_and_kernels(s, fail);
   check_experts(s, fail);
   check_sharding(s, fail);

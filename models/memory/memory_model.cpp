@@ -146,7 +146,10 @@ ModelFeatures model_features(const Scenario& sc) {
   f.core = true;
   const std::int64_t groups = m.num_query_groups > 0 ? m.num_query_groups : m.num_attention_heads;
   f.kv_heads = groups / p.tensor_model_parallel_size;
-  f.swiglu = m.swiglu;
+  f.swiglu = m.gated_linear_unit();
+  f.quick_geglu = m.quick_geglu;
+  f.glu_clamp = float(m.activation_func_clamp_value);
+  f.glu_offset = float(m.glu_linear_offset);
   f.rmsnorm = m.normalization == Normalization::RMSNorm;
   f.rope = m.position_embedding_type == PositionEmbedding::Rope;
   f.bias = m.add_bias_linear;
@@ -190,7 +193,8 @@ std::int64_t layer_params_per_rank(const ModelConfig& m, std::int64_t tp) {
 }
 
 std::vector<LayerSubmodule> layer_submodules_per_rank(const ModelConfig& m, std::int64_t tp) {
-  const std::int64_t h = m.hidden_size, f = m.ffn_hidden_size, f1 = m.swiglu ? 2 * f : f;
+  const std::int64_t h = m.hidden_size, f = m.ffn_hidden_size;
+  const std::int64_t f1 = m.gated_linear_unit() ? 2 * f : f;
   const bool bias = m.add_bias_linear;
   std::vector<LayerSubmodule> out = attention_submodules_per_rank(m, tp);
   out.push_back({"post_attention_norm", true, norm_tensors(m)});
@@ -210,7 +214,8 @@ MoeLayerParams moe_layer_params_per_rank(const Scenario& sc) {
   const ModelConfig& m = sc.model;
   const ParallelConfig& p = sc.parallel;
   const std::int64_t h = m.hidden_size, tp = p.tensor_model_parallel_size;
-  const std::int64_t gate = m.swiglu ? 3 : 2;  // fc1 (x2 gated) + fc2 columns per unit
+  // fc1 (x2 gated) + fc2 columns per unit
+  const std::int64_t gate = m.gated_linear_unit() ? 3 : 2;
   MoeLayerParams out;
   // Router h x E (replicated), the shared expert split by TP like a dense MLP.
   out.dense = attention_params_per_rank(m, tp) + h * m.num_experts +
@@ -288,11 +293,11 @@ std::int64_t linear_weights_per_rank(const Scenario& sc, std::int64_t stage) {
   const std::int64_t tp = sc.parallel.tensor_model_parallel_size;
   const std::int64_t h = m.hidden_size, f = m.ffn_hidden_size;
   const std::int64_t attn = attention_linear_weights_per_rank(m, tp);
-  const std::int64_t dense = attn + (h * (m.swiglu ? 2 * f : f) + f * h) / tp;
+  const std::int64_t dense = attn + (h * (m.gated_linear_unit() ? 2 * f : f) + f * h) / tp;
   // An MoE layer's attention, local experts and shared expert run in FP8.
-  const std::int64_t moe = attn +
-                           moe_layer_params_per_rank(sc).expert +
-                           (m.swiglu ? 3 : 2) * h * m.moe_shared_expert_intermediate_size / tp;
+  const std::int64_t moe = attn + moe_layer_params_per_rank(sc).expert +
+                           (m.gated_linear_unit() ? 3 : 2) * h *
+                               m.moe_shared_expert_intermediate_size / tp;
   std::int64_t out = 0;
   for (std::int64_t l : sc.parallel.stage_layers(stage)) {
     out += m.moe_layer(l) ? moe : dense;
@@ -339,7 +344,7 @@ std::int64_t total_params(const ModelConfig& m) {
   const std::int64_t dense = layer_params_per_rank(m, 1);
   std::int64_t moe = dense;
   if (m.is_moe()) {
-    const std::int64_t gate = m.swiglu ? 3 : 2, h = m.hidden_size;
+    const std::int64_t gate = m.gated_linear_unit() ? 3 : 2, h = m.hidden_size;
     moe = attention_params_per_rank(m, 1) + h * m.num_experts +
           gate * h * (m.num_experts * m.moe_ffn_hidden_size + m.moe_shared_expert_intermediate_size);
   }
@@ -379,7 +384,7 @@ CoreDims core_dims(const Scenario& sc) {
   c.tk = tokens_of(sc);
   c.t = p.tensor_model_parallel_size, c.h = m.hidden_size, c.d = m.kv_channels;
   c.P = m.num_attention_heads / c.t * c.d, c.Pkv = m.num_query_groups / c.t * c.d;
-  c.F = m.ffn_hidden_size / c.t, c.F1 = m.swiglu ? 2 * c.F : c.F;
+  c.F = m.ffn_hidden_size / c.t, c.F1 = m.gated_linear_unit() ? 2 * c.F : c.F;
   c.e = precision_bytes(p.precision);
   c.q = p.fp8 != Fp8Format::None ? 1 : c.e;
   c.stats = (m.normalization == Normalization::RMSNorm ? 4 : 8) * c.tk.Tsp;
@@ -475,12 +480,13 @@ std::int64_t core_moe_mlp_bytes(const Scenario& sc, const CoreDims& c) {
   const bool ln = (p.recompute_modules & kRecomputeLayernorm) != 0;
   const bool act = (p.recompute_modules & kRecomputeMoeAct) != 0;
   std::int64_t mlp = e * tk.Tsp * h + c.stats + (ln ? 0 : e * tk.Tsp * h) +
-                     4 * tk.Tsp * m.num_experts + q * Tk * h + e * Tk * (m.swiglu ? 2 * Fe : Fe) +
+                     4 * tk.Tsp * m.num_experts + q * Tk * h +
+                     e * Tk * (m.gated_linear_unit() ? 2 * Fe : Fe) +
                      4 * Tk + (act ? 0 : q * Tk * Fe) + c.mask;
   // --recompute-modules shared_experts: a checkpoint on the MoE layer's input (kept for the
   // router already) instead of the shared expert's activations.
   if (Fs > 0 && !(p.recompute_modules & kRecomputeSharedExperts))
-    mlp += e * tk.T * (m.swiglu ? 2 * Fs : Fs) + q * tk.T * Fs;
+    mlp += e * tk.T * (m.gated_linear_unit() ? 2 * Fs : Fs) + q * tk.T * Fs;
   return mlp;
 }
 

@@ -170,7 +170,7 @@ double core_model_flops_per_iteration(const Scenario& sc) {
   const ModelConfig& m = sc.model;
   const double h = double(m.hidden_size), s = double(m.seq_length), d = double(m.kv_channels);
   const double a = double(m.num_attention_heads), g = double(m.num_query_groups);
-  const double gate = m.swiglu ? 3.0 : 2.0;  // fc1 (gated: 2 columns per unit) + fc2
+  const double gate = m.gated_linear_unit() ? 3.0 : 2.0;  // fc1 (gated: 2 columns per unit) + fc2
   double attn = h * (a + 2 * g) * d + a * d * s + a * d * h;
   if (m.multi_latent_attention) {
     const double dn = double(m.qk_head_dim), dr = double(m.qk_pos_emb_head_dim);

@@ -133,6 +133,39 @@ TEST(CoreLayer, MoeBlockMatchesTokenByTokenExperts) {
     }
 }
 
+// GPT-OSS's clamped quick-GeGLU (model.quick_geglu, activation_func_clamp_value 7,
+// glu_linear_offset 1) against a token-by-token computation of Megatron-Core's glu:
+// g' = min(g, 7), l' = clamp(l, -7, 7), out = g' sigmoid(1.702 g') (l' + 1). The weights are
+// scaled so that some of fc1's outputs pass the clamp.
+TEST(CoreLayer, QuickGegluClampsAndOffsetsAsMegatronCore) {
+  hw::CoreLayerSpec c = llama_tiny();
+  c.quick_geglu = true, c.glu_clamp = 7, c.glu_offset = 1;
+  hw::CoreWeights w = make_weights(c, 11);
+  {
+    torch::NoGradGuard no_grad;
+    w.t.at("linear_fc1.weight").mul_(20.0);
+  }
+  const torch::Tensor x = torch::randn({c.s, c.b, c.h}, torch::kFloat64);
+  const hw::BlockState st = hw::core_mlp_forward(w, x, c, hw::Dropout{0, 0}, nullptr);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor xn = x / (x.pow(2).mean(-1, true) + 1e-5).sqrt() * w.at("pre_mlp_layernorm.weight");
+  int clamped = 0;
+  for (std::int64_t i = 0; i < c.s; ++i)
+    for (std::int64_t j = 0; j < c.b; ++j) {
+      const torch::Tensor h1 = torch::mv(w.at("linear_fc1.weight"), xn[i][j]);
+      torch::Tensor act = torch::empty({c.ffn}, torch::kFloat64);
+      for (std::int64_t f = 0; f < c.ffn; ++f) {
+        const double g = h1[f].item<double>(), l = h1[c.ffn + f].item<double>();
+        clamped += g > 7 || std::abs(l) > 7;
+        const double gc = std::min(g, 7.0), lc = std::max(-7.0, std::min(l, 7.0));
+        act[f] = gc / (1 + std::exp(-1.702 * gc)) * (lc + 1);
+      }
+      const torch::Tensor want = x[i][j] + torch::mv(w.at("linear_fc2.weight"), act);
+      EXPECT_TRUE(torch::allclose(st.output[i][j], want, 1e-9, 1e-10)) << i << "," << j;
+    }
+  EXPECT_GT(clamped, 0);  // the clamp was exercised
+}
+
 // GQA with RoPE and a sliding window against an independent per-head computation.
 TEST(CoreLayer, AttentionMatchesPerHeadComputation) {
   hw::CoreLayerSpec c = llama_tiny();

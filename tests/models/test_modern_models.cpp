@@ -976,6 +976,57 @@ TEST(ModernModels, BadInputsNameFileFieldAndValue) {
   }
 }
 
+// GPT-OSS's gated MLP (model.quick_geglu with activation_func_clamp_value and
+// glu_linear_offset): each key's misuse names the file, the field and the value; a valid one
+// has SwiGLU's shapes (fc1 2 x ffn, fc2 ffn: 3 h ffn weights per layer's MLP).
+TEST(ModernModels, GptOssGluKeysAndTheirBadInputs) {
+  ScratchDir dir("modern_glu");
+  const std::string base = "hidden_size: 1024, num_attention_heads: 16, seq_length: 1024, "
+                           "padded_vocab_size: 1024, num_layers: 4, ffn_hidden_size: 2048, "
+                           "add_bias_linear: false";
+  const std::string par = "\nparallel: {micro_batch_size: 1, global_batch_size: 8}\n"
+                          "cluster: {system: dgx-h100, nodes: 1}\n";
+  const std::pair<std::string, std::string> bad[] = {
+      {"runtime: megatron-core\nmodel: {" + base + ", swiglu: true, quick_geglu: true}",
+       "model.quick_geglu (true) with model.swiglu (true)"},
+      {"runtime: megatron-core\nmodel: {" + base + ", activation_func_clamp_value: 7}",
+       "field 'model.activation_func_clamp_value' = 7: the clamp applies to quick_geglu"},
+      {"runtime: megatron-core\nmodel: {" + base + ", swiglu: true, activation_func_clamp_value: 7}",
+       "field 'model.activation_func_clamp_value' = 7"},
+      {"runtime: megatron-core\nmodel: {" + base + ", glu_linear_offset: 1.5}",
+       "field 'model.glu_linear_offset' = 1.5: the offset applies to a gated MLP only"},
+      {"runtime: megatron-core\nmodel: {" + base +
+           ", quick_geglu: true, activation_func_clamp_value: -1}",
+       "model.activation_func_clamp_value"},
+      {"runtime: megatron-core\nmodel: {" + base + ", quick_geglu: maybe}", "model.quick_geglu"},
+      {"model: {" + base + ", quick_geglu: true}", "model.quick_geglu (true) needs `runtime: megatron-core`"}};
+  for (const auto& [yaml, expect] : bad) {
+    const std::string path = dir.write("s.yaml", yaml + par);
+    try {
+      load_scenario(path);
+      ADD_FAILURE() << "accepted: " << yaml;
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(path), std::string::npos) << msg;
+      EXPECT_NE(msg.find(expect), std::string::npos) << msg;
+    }
+  }
+  const Scenario s = load_scenario(dir.write(
+      "ok.yaml", "runtime: megatron-core\nmodel: {" + base +
+                     ", quick_geglu: true, activation_func_clamp_value: 7, glu_linear_offset: 1}" + par));
+  EXPECT_TRUE(s.model.gated_linear_unit());
+  EXPECT_DOUBLE_EQ(s.model.activation_func_clamp_value, 7.0);
+  EXPECT_DOUBLE_EQ(s.model.glu_linear_offset, 1.0);
+  // The same model with swiglu: equal parameter counts (the gated shapes); against GeLU's,
+  // by hand 4 layers x (3 - 2) x 1024 x 2048 more MLP weights (no biases).
+  const Scenario sw = load_scenario(dir.write(
+      "sw.yaml", "runtime: megatron-core\nmodel: {" + base + ", swiglu: true}" + par));
+  const Scenario plain = load_scenario(dir.write(
+      "plain.yaml", "runtime: megatron-core\nmodel: {" + base + "}" + par));
+  EXPECT_EQ(total_params(s.model), total_params(sw.model));
+  EXPECT_EQ(total_params(s.model) - total_params(plain.model), 4LL * 1024 * 2048);
+}
+
 TEST(ModernModels, HuggingFaceConfigImportFillsTheModelSection) {
   ScratchDir dir("hf");
   const std::string cfg = test_support::source_path("scenarios/h100/hf/llama3-8b.config.json");
