@@ -217,6 +217,19 @@ struct ParallelConfig {
   /// (Transformer Engine's default), true = ring exchange (Megatron-Bridge's FP8 H100
   /// configurations). Scenario key tp_comm_overlap_rs_method: pipeline | ring_exchange.
   bool tp_comm_overlap_rs_ring = false;
+  /// Megatron-Core activation CPU offloading (TransformerConfig cpu_offloading,
+  /// cpu_offloading_num_layers, cpu_offloading_activations, cpu_offloading_weights; Transformer
+  /// Engine's get_cpu_offload_context, models/builder/offload.h ActivationOffload): the saved
+  /// activations of the rank's first cpu_offloading_num_layers layers go to pinned host memory
+  /// after their forward and come back before their backward. Off by default.
+  bool cpu_offloading = false;
+  std::int64_t cpu_offloading_num_layers = 0;
+  bool cpu_offloading_activations = true;
+  bool cpu_offloading_weights = false;
+  /// Layers whose activations are offloaded (0 when cpu_offloading is off).
+  std::int64_t offloaded_activation_layers() const {
+    return cpu_offloading && cpu_offloading_activations ? cpu_offloading_num_layers : 0;
+  }
   bool use_megatron_fsdp = false;
   bool use_torch_fsdp2 = false;
   /// FSDP sharding group (the Megatron-Bridge table's fsdp column); filled with dp x cp.
