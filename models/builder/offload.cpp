@@ -92,4 +92,81 @@ TaskId emit_cpu_adam(RankContext& ctx, std::int64_t cpu_params, std::initializer
   return last_h2d;
 }
 
+ActivationOffload::ActivationOffload(const Scenario& sc,
+                                     std::function<std::int64_t(std::int64_t)> layer_bytes)
+    : layer_bytes_(std::move(layer_bytes)), k_(sc.parallel.offloaded_activation_layers()) {
+  if (k_ > 0) window_ = offload_windows(sc.model.num_layers, k_);
+}
+
+// transformer_engine/pytorch/cpu_offload.py AsyncDoubleBufferGroupOffloadHandler.__init__:
+// window[i] = (L // k) * (i + 1) - 1, plus i + 1 for the first L % k groups, plus L % k after.
+std::vector<std::int64_t> ActivationOffload::offload_windows(std::int64_t layers,
+                                                             std::int64_t k) {
+  std::vector<std::int64_t> w(std::size_t(std::max<std::int64_t>(k, 0)));
+  std::int64_t constant = 0;
+  for (std::int64_t i = 0; i < k; ++i) {
+    w[std::size_t(i)] = (layers / k) * (i + 1) - 1;
+    if (i < layers % k) {
+      w[std::size_t(i)] += i + 1;
+      constant = i + 1;
+    } else {
+      w[std::size_t(i)] += constant;
+    }
+  }
+  return w;
+}
+
+TaskId ActivationOffload::copy(RankContext& ctx, bool to_host, std::uint16_t mb,
+                               std::int64_t group, std::initializer_list<TaskId> after) {
+  const std::int64_t bytes = layer_bytes_(group);
+  Task t;
+  t.op = ctx.add_op(
+      ctx.comm_op(to_host ? OpKind::CopyD2H : OpKind::CopyH2D, GroupKind::None, bytes, 1));
+  t.kind = to_host ? TaskKind::CopyD2H : TaskKind::CopyH2D;
+  t.stream = to_host ? StreamId::D2H : StreamId::H2D;
+  t.phase = Phase::Offload;
+  t.part = Part::None;
+  t.microbatch = mb;
+  t.layer = static_cast<std::uint16_t>(group);
+  // The copy must not take the compute path's pending joins (RankContext::join_next).
+  std::vector<TaskId> joins;
+  joins.swap(ctx.join_next);
+  const TaskId id =
+      to_host ? ctx.add(t, {{bytes, MemCategory::Activations, false, true},
+                            {-bytes, MemCategory::Activations, true, false}})
+              : ctx.add(t, {{bytes, MemCategory::Activations, false, false},
+                            {-bytes, MemCategory::Activations, true, true}});
+  joins.swap(ctx.join_next);
+  for (TaskId a : after) ctx.dep(a, id);
+  return id;
+}
+
+void ActivationOffload::after_forward(RankContext& ctx, std::uint16_t mb, std::int64_t l) {
+  if (k_ == 0) return;
+  if (l == 0) {
+    count_ = 0;
+    last_d2h_ = copy(ctx, true, mb, 0, {ctx.last_compute, last_d2h_});
+  }
+  if (count_ < k_ && window_[std::size_t(count_)] == l) {
+    const TaskId done = last_d2h_;  // the offloads so far: the compute waits for them
+    if (count_ < k_ - 1) last_d2h_ = copy(ctx, true, mb, count_ + 1, {ctx.last_compute, done});
+    ctx.join_next.push_back(done);
+    ++count_;
+  }
+}
+
+void ActivationOffload::before_backward(RankContext& ctx, std::uint16_t mb, std::int64_t l) {
+  if (k_ == 0) return;
+  if (count_ > 0 && window_[std::size_t(count_ - 1)] == l) {
+    const TaskId done = last_h2d_;  // the reloads so far: the compute waits for them
+    last_h2d_ = copy(ctx, false, mb, count_ - 1, {ctx.last_compute, done});
+    if (done != kNone) ctx.join_next.push_back(done);
+    if (count_ > 1) --count_;
+  }
+  if (l == 0) {
+    ctx.join_next.push_back(last_h2d_);
+    count_ = 0;
+  }
+}
+
 }  // namespace trainsim::builder

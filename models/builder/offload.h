@@ -55,4 +55,50 @@ class GradientOffload {
 TaskId emit_cpu_adam(RankContext& ctx, std::int64_t cpu_params, std::initializer_list<TaskId> after,
                      std::vector<MemEffect>& buffers_freed);
 
+/// Megatron-Core's activation CPU offloading (TransformerConfig cpu_offloading,
+/// cpu_offloading_num_layers = k): megatron/core/transformer/transformer_block.py (core_r0.14.0,
+/// core_r0.15.0, the Megatron-Core of Megatron-Bridge 25.09 / 25.11) runs each layer's forward
+/// inside Transformer Engine's get_cpu_offload_context(enabled, k, num_layers, ...) and commits
+/// the layer's output through group_prefetch_offload_commit afterwards. TE's handler
+/// (transformer_engine/pytorch/cpu_offload.py AsyncDoubleBufferGroupOffloadHandler, the v1 code
+/// path of TE 2.x) treats each layer as a group, the first k of them offloaded, and paces the
+/// copies by its layer_window_map (offload_windows below):
+///  - forward: layer 0's activations go to the host (d2h stream) right after its forward; at
+///    the commit of layer window[c] the d2h stream waits for the compute stream, the compute
+///    stream waits for the d2h stream (a late copy stalls the next layer), group c's device
+///    buffers are released and the offload of group c+1 is issued;
+///  - backward: before the backward of layer window[c-1] the h2d stream waits for the compute,
+///    the compute waits for the previous reloads, and group c-1 is reloaded (prefetched ahead
+///    of its own backward); before layer 0's backward the compute waits for every reload.
+/// Memory: a copy to the host adds its bytes to pinned host memory when it starts and frees
+/// the device copy when it ends (TE releases it at the window's synchronisation, on or after
+/// the copy's end); a reload allocates on the device when it starts and frees the host copy
+/// when it ends; the layer's backward frees the reloaded bytes as it frees any activation.
+/// Every saved activation of an offloaded layer is moved (TE marks the tensors its modules
+/// save; docs/scenario.md "cpu_offloading" lists what is assumed).
+class ActivationOffload {
+ public:
+  /// `layer_bytes(l)`: the activation bytes layer l keeps for its backward.
+  ActivationOffload(const Scenario& sc, std::function<std::int64_t(std::int64_t)> layer_bytes);
+  bool enabled() const { return k_ > 0; }
+  /// After the forward of layer l (its commit) of microbatch mb.
+  void after_forward(RankContext& ctx, std::uint16_t mb, std::int64_t l);
+  /// Before the backward of layer l of microbatch mb.
+  void before_backward(RankContext& ctx, std::uint16_t mb, std::int64_t l);
+
+  /// TE's layer_window_map for k offloaded groups of `layers`: group i's offload must be done
+  /// (and group i+1's starts) at the commit of layer window[i]; in the backward group i is
+  /// reloaded before the backward of layer window[i].
+  static std::vector<std::int64_t> offload_windows(std::int64_t layers, std::int64_t k);
+
+ private:
+  TaskId copy(RankContext& ctx, bool to_host, std::uint16_t mb, std::int64_t group,
+              std::initializer_list<TaskId> after);
+  std::function<std::int64_t(std::int64_t)> layer_bytes_;
+  std::int64_t k_ = 0;
+  std::vector<std::int64_t> window_;
+  std::int64_t count_ = 0;  ///< TE's offloaded_group_count
+  TaskId last_d2h_ = kNone, last_h2d_ = kNone;
+};
+
 }  // namespace trainsim::builder

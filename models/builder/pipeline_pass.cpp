@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/builder/dp_strategy.h"
+#include "models/builder/offload.h"
 #include "models/builder/optimizer_step.h"
 #include "models/errors.h"
 #include "models/perf/flops.h"
@@ -249,7 +250,11 @@ class RankProgram {
         batched_exchanges_(runtime_spec(build.scenario.runtime).batched_interleaved_p2p &&
                            build.scenario.parallel.pipeline_schedule ==
                                PipelineSchedule::Interleaved),
-        combined_(build.scenario.parallel.overlap_moe_expert_parallel_comm) {}
+        combined_(build.scenario.parallel.overlap_moe_expert_parallel_comm),
+        act_offload_(build.scenario, [this](std::int64_t l) {
+          const LayerBytes& lb = bytes_of(l);
+          return lb.kept.attn + lb.kept.mlp;
+        }) {}
 
   void run() {
     const ModelDims& d = ctx_.dims();
@@ -333,6 +338,7 @@ class RankProgram {
       else
         layer_forward(Phase::Forward, s, l, {{lb.kept.attn, MemCategory::Activations}},
                       {{lb.kept.mlp, MemCategory::Activations}});
+      act_offload_.after_forward(ctx_, s.mb, l);  // activation CPU offloading (offload.h)
     }
     if (s.last_vstage)
       output_forward(s);
@@ -374,6 +380,7 @@ class RankProgram {
         layer_backward(s, l, {{-(lb.kept.mlp + lb.kept.mlp_rerun), MemCategory::Activations, true}},
                        {{-lb.kept.attn, MemCategory::Activations, true}});
       } else {
+        act_offload_.before_backward(ctx_, s.mb, l);  // the reloads (offload.h)
         layer_backward(s, l, {{-lb.kept.mlp, MemCategory::Activations, true}},
                        {{-lb.kept.attn, MemCategory::Activations, true}});
       }
@@ -950,6 +957,7 @@ class RankProgram {
   const bool batched_exchanges_;
   /// parallel.overlap_moe_expert_parallel_comm: the combined 1F1B schedule.
   const bool combined_;
+  ActivationOffload act_offload_;  ///< activation CPU offloading (off: does nothing)
   /// Batched exchanges, per direction (0: forward activations, 1: backward gradients): the
   /// steps that receive, in order; how many of them an exchange has received and how many
   /// steps have started on theirs; the output of the last step, until its exchange sends it.

@@ -302,6 +302,11 @@ void add_parallel_core(std::vector<ScenarioKey>& v) {
                          field<&Scenario::parallel, &ParallelConfig::tp_comm_overlap_rs_ring>(),
                          "the overlap's forward reduce-scatters", false,
                          {{"pipeline", 0}, {"ring_exchange", 1}}));
+  v.push_back(bool_key(P(cpu_offloading), false, "Megatron-Core activation CPU offloading"));
+  v.push_back(int_key(P(cpu_offloading_num_layers), 0, 0, kLayers, "layers",
+                      "layers whose activations are offloaded (cpu_offloading)"));
+  v.push_back(bool_key(P(cpu_offloading_activations), true, "offload the layers' activations"));
+  v.push_back(bool_key(P(cpu_offloading_weights), false, "offload the layers' weights (refused)"));
   v.push_back(bool_key(P(use_megatron_fsdp), false, "Megatron FSDP"));
   v.push_back(bool_key(P(use_torch_fsdp2), false, "PyTorch FSDP2"));
   v.push_back(int_key(P(fsdp_sharding_group_size), std::nullopt, 1, k2p20, "GPUs", "FSDP group; absent: DP x CP"));

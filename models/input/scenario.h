@@ -289,6 +289,19 @@ struct ParallelConfig {
   bool enable_cuda_graph = false;
   bool external_cuda_graph = false;
   std::uint8_t cuda_graph_scope = 0;
+  /// Megatron-Core activation CPU offloading (TransformerConfig cpu_offloading,
+  /// cpu_offloading_num_layers, cpu_offloading_activations, cpu_offloading_weights; Transformer
+  /// Engine's get_cpu_offload_context, models/builder/offload.h ActivationOffload): the saved
+  /// activations of the rank's first cpu_offloading_num_layers layers go to pinned host memory
+  /// after their forward and come back before their backward. Off by default.
+  bool cpu_offloading = false;
+  std::int64_t cpu_offloading_num_layers = 0;
+  bool cpu_offloading_activations = true;
+  bool cpu_offloading_weights = false;
+  /// Layers whose activations are offloaded (0 when cpu_offloading is off).
+  std::int64_t offloaded_activation_layers() const {
+    return cpu_offloading && cpu_offloading_activations ? cpu_offloading_num_layers : 0;
+  }
   bool use_megatron_fsdp = false;
   bool use_torch_fsdp2 = false;
   /// FSDP sharding group (the Megatron-Bridge table's fsdp column); filled with dp x cp.

@@ -557,6 +557,7 @@ void check_runtime_features(const Scenario& s, const Fail& fail) {
       {p.use_distributed_optimizer, "parallel.use_distributed_optimizer (true)"},
       {p.tp_comm_overlap, "parallel.tp_comm_overlap (true)"},
       {p.uses_fsdp(), "FSDP (parallel.use_megatron_fsdp / use_torch_fsdp2)"},
+      {p.cpu_offloading, "parallel.cpu_offloading (true)"},
       {p.recompute_modules != 0 && p.recompute_modules != kRecomputeCoreAttn,
        "parallel.recompute_modules (layernorm / moe_act / mlp / moe / mla_up_proj / "
        "shared_experts)"},
@@ -773,6 +774,41 @@ void check_core_precision(const Scenario& s, const Fail& fail) {
         "GEMMs inside a mixed-precision model)");
 }
 
+/// Activation CPU offloading: Megatron-Core TransformerConfig.__post_init__ (core_r0.14.0 /
+/// core_r0.15.0, megatron/core/transformer/transformer_config.py) refuses num_layers outside
+/// [0, num_layers), pipeline parallelism and any recomputation; Transformer Engine's
+/// get_cpu_offload_context (transformer_engine/pytorch/cpu_offload.py) refuses offloading
+/// neither activations nor weights. Weight offloading is not modelled (docs/scenario.md).
+template <typename Fail>
+void check_cpu_offloading(const Scenario& s, const Fail& fail) {
+  const ParallelConfig& p = s.parallel;
+  if (!p.cpu_offloading) return;
+  const std::string why = " with " + kv_bool(key_of(&ParallelConfig::cpu_offloading), true);
+  const std::int64_t layers = s.model.num_layers;
+  if (p.cpu_offloading_num_layers >= layers)
+    fail(kv(key_of(&ParallelConfig::cpu_offloading_num_layers), p.cpu_offloading_num_layers) +
+         " must be below " + kv(key_of(&ModelConfig::num_layers), layers) +
+         " (Megatron-Core: \"CPU offloading can be done only for layers less than num_layers\")");
+  if (p.pipeline_model_parallel_size > 1)
+    fail(kv(key_of(&ParallelConfig::pipeline_model_parallel_size),
+            p.pipeline_model_parallel_size) + why +
+         " (Megatron-Core: \"Currently there is no support for Pipeline parallelism with CPU "
+         "offloading\")");
+  if (p.recompute_granularity != Recompute::None)
+    fail(std::string("parallel.recompute_granularity (") + to_string(p.recompute_granularity) +
+         ")" + why +
+         " (Megatron-Core: \"CPU offloading does not work when activation recomputation is "
+         "enabled\")");
+  if (!p.cpu_offloading_activations && !p.cpu_offloading_weights)
+    fail(kv_bool(key_of(&ParallelConfig::cpu_offloading_activations), false) + " and " +
+         kv_bool(key_of(&ParallelConfig::cpu_offloading_weights), false) + why +
+         " (Transformer Engine: \"CPU Offloading is enabled while it is not mentioned what to "
+         "offload\")");
+  if (p.cpu_offloading_weights)
+    fail(kv_bool(key_of(&ParallelConfig::cpu_offloading_weights), true) +
+         ": weight offloading is not modelled (trainsim models the activations only)");
+}
+
 /// Context and expert parallelism, FSDP, the distributed optimizer and FP8 (Megatron-Core
 /// arguments.py and parallel_state.py checks), and the features the runtime must have.
 template <typename Fail>
@@ -783,6 +819,7 @@ void check_megatron_core(Scenario& s, const Fail& fail) {
   check_sharding(s, fail);
   check_runtime_features(s, fail);
   check_core_precision(s, fail);
+  check_cpu_offloading(s, fail);
 }
 
 /// ZeRO stages and offload (DeepSpeed semantics).
