@@ -206,7 +206,8 @@ void add_model_mla_moe(std::vector<ScenarioKey>& v) {
   v.push_back(bool_key(M(moe_permute_fusion), false,
                        "TE's fused permute / unpermute; false: index_select and scatter_add_"));
   v.push_back(enum_key(M(moe_router_score_function),
-                       {choice("softmax", RouterScore::Softmax), choice("sigmoid", RouterScore::Sigmoid)},
+                       {choice("softmax", RouterScore::Softmax),
+                        choice("sigmoid", RouterScore::Sigmoid)},
                        int(RouterScore::Softmax), "the router's score function"));
   v.push_back(bool_key(M(moe_router_enable_expert_bias), false,
                        "aux-loss-free expert bias (sigmoid): its kernels"));

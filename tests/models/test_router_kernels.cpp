@@ -35,7 +35,8 @@ Scenario scenario(const std::string& extra) {
 std::map<std::string, double> router_kernels(const std::string& extra, bool forward) {
   BuildOptions opt;
   opt.fold = true;
-  const ScheduleGraph g = build_schedule_graph(validated(scenario(extra)), find_system("dgx-h100"), opt);
+  const ScheduleGraph g =
+      build_schedule_graph(validated(scenario(extra)), find_system("dgx-h100"), opt);
   std::map<std::string, double> out;
   for (const OpDesc& op : g.ops()) {
     if (op.features.experts_local == 0) continue;
@@ -55,8 +56,9 @@ TEST(RouterKernels, DefaultRouterIsTheGemmAndOneTopkPass) {
 }
 
 TEST(RouterKernels, AuxLossZLossAndExpertBiasAddTheirPasses) {
-  const std::string extra = ", moe_aux_loss_coeff: 0.001, moe_z_loss_coeff: 0.001, "
-                            "moe_router_score_function: sigmoid, moe_router_enable_expert_bias: true";
+  const std::string extra =
+      ", moe_aux_loss_coeff: 0.001, moe_z_loss_coeff: 0.001, "
+      "moe_router_score_function: sigmoid, moe_router_enable_expert_bias: true";
   const auto fwd = router_kernels(extra, true);
   // Unfused: bias add (read + write fp32), tokens per expert (1 B map), aux scores (8 B), aux
   // top-k into the map (4 + 1 B), aux loss sums (4 + 1 B), z-loss logsumexp (4 B).

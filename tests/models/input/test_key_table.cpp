@@ -213,14 +213,16 @@ TEST(KeyTable, MegatronLaunchLineFlagsAreAcceptedAndNoted) {
 TEST(KeyTable, IgnoredKeysReachTheRunsNotes) {
   test_support::ScratchDir dir("key_table");
   RunRequest req;
-  req.scenario_path = dir.write("launch.yaml", "model: {" + kModel + ", moe_router_load_balancing_type: aux_loss}\n"
+  req.scenario_path = dir.write("launch.yaml", "model: {" + kModel +
+                                                   ", moe_router_load_balancing_type: aux_loss}\n"
                                 "parallel: {micro_batch_size: 1, global_batch_size: 8}\n"
                                 "cluster: {system: dgx-a100-80gb, nodes: 1}\n");
   req.overrides = {{"training.log_interval", "10"}};
   const PreparedRun run = prepare_platform(req);
   ASSERT_EQ(run.notes.size(), 2u);
   EXPECT_EQ(run.notes[0].rfind("ignored: training.log_interval (", 0), 0u) << run.notes[0];
-  EXPECT_EQ(run.notes[1].rfind("ignored: model.moe_router_load_balancing_type (", 0), 0u) << run.notes[1];
+  EXPECT_EQ(run.notes[1].rfind("ignored: model.moe_router_load_balancing_type (", 0), 0u)
+      << run.notes[1];
 }
 
 TEST(KeyTable, ExpertTensorParallelOneOnADenseModelIsAccepted) {
