@@ -953,6 +953,10 @@ void check_a2a_overlap(const Scenario& s, const Fail& fail) {
          "recompute_modules when enabling overlap_moe_expert_parallel_comm");
   if (p.precision == Precision::FP32)
     fail(ov + " with parallel.precision fp32: Megatron-Core supports it only with bf16 or fp16");
+  if (m.mtp_num_layers > 1)
+    fail(ov + " with " + kv(key_of(&ModelConfig::mtp_num_layers), m.mtp_num_layers) +
+         ": \"MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm\" "
+         "(Megatron-Core transformer_config.py)");
   if (p.pipeline_model_parallel_size > 1)
     fail(ov + " with " + kv(key_of(&ParallelConfig::pipeline_model_parallel_size),
                             p.pipeline_model_parallel_size) +

@@ -200,6 +200,9 @@ TEST(A2aOverlap, RefusalsNameTheFileTheFieldAndTheValue) {
   Scenario fp32 = moe(on);
   fp32.parallel.precision = Precision::FP32;
   refused(fp32, "parallel.precision", "fp32");
+  Scenario mtp = moe(on);
+  mtp.model.mtp_num_layers = 2;
+  refused(mtp, "model.mtp_num_layers", "2");
   Scenario pp = moe(on);
   pp.parallel.pipeline_model_parallel_size = 2;
   pp.cluster.gpus_per_node = 4;
