@@ -108,7 +108,7 @@ TEST(ImportDeepSpeed, TwinFlowConfigSimulatesAsTheShippedOffloadScenarios) {
   const fs::path out = dir.path() / "opt.yaml", log = dir.path() / "import.log";
   // The model is not in a ds_config: OPT-13B's shape from the shipped scenario.
   ASSERT_EQ(run("import-deepspeed " + source_path("examples/launch/ds_config_twinflow.json") +
-                    " --system dgx-a100-40gb --nodes 1 --name opt-13b_zero3_dp8_offload-r1"
+                    " --system dgx-a100-40gb --nodes 1 --name opt-13b_zero3_dp8_offload-r0.3"
                     " --set model.num_layers=40 --set model.hidden_size=5120"
                     " --set model.num_attention_heads=40 --set model.seq_length=2048"
                     " --set model.padded_vocab_size=50304"
@@ -123,10 +123,12 @@ TEST(ImportDeepSpeed, TwinFlowConfigSimulatesAsTheShippedOffloadScenarios) {
   EXPECT_NE(yaml.find("#   fp16.loss_scale_window 500: loss scaling"), std::string::npos) << yaml;
   const std::string r1 = source_path("scenarios/offload/opt-13b_zero3_dp8_offload-r1.yaml");
   const std::string ratio = "deepspeed.zero_optimization.offload_optimizer.ratio";
-  // The tutorial's ratio 0.3; the shipped pair's 1.0 and auto.
+  // The tutorial's ratio 0.3 is its own shipped scenario; the pair's 1.0 and auto.
   EXPECT_EQ(summary(dir.path(), "imp03", out.string()),
-            summary(dir.path(), "r1_03", r1, "--set " + ratio + "=0.3"));
-  EXPECT_EQ(summary(dir.path(), "imp1", out.string(), "--set " + ratio + "=1.0"),
+            summary(dir.path(), "r03",
+                    source_path("scenarios/offload/opt-13b_zero3_dp8_offload-r0.3.yaml")));
+  EXPECT_EQ(summary(dir.path(), "imp1", out.string(),
+                    "--set " + ratio + "=1.0 --set name=opt-13b_zero3_dp8_offload-r1"),
             summary(dir.path(), "r1", r1));
   EXPECT_EQ(summary(dir.path(), "impauto", out.string(),
                     "--set " + ratio + "=auto --set name=opt-13b_zero3_dp8_offload-auto"),
