@@ -78,6 +78,24 @@ class FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
 /// output [.., 2 f]): y = silu(a) u for [a, u] = input; backward with s = sigmoid(a):
 /// da = dy u s (1 + a (1 - s)), du = dy silu(a). The composite silu(a) * u would keep silu(a)
 /// as well (s b f more per MLP).
+///
+/// With routing probabilities `probs` [rows, 1] (an MoE expert's token copies), the weighted
+/// form y = silu(a) u p of Megatron-Core's weighted_bias_swiglu_impl (the experts apply the
+/// probabilities in the activation, activation_func_with_probs): it saves the input and p;
+/// dp = rowsum(dy silu(a) u), and dy p flows into da, du.
+/// The SwiGLU backward of both forms: d[a, u] (and dp where `probs` is defined).
+torch::autograd::variable_list swiglu_backward(const torch::Tensor& y, const torch::Tensor& probs,
+                                               const torch::Tensor& grad) {
+  const auto parts = y.chunk(2, -1);
+  const torch::Tensor &a = parts[0], &u = parts[1];
+  const torch::Tensor dy = probs.defined() ? grad * probs : grad;
+  const torch::Tensor sig = torch::sigmoid(a);
+  const torch::Tensor da = dy * u * sig * (1 + a * (1 - sig));
+  const torch::Tensor du = dy * (a * sig);
+  if (!probs.defined()) return {torch::cat({da, du}, -1)};
+  return {torch::cat({da, du}, -1), (grad * (a * sig) * u).sum(-1, /*keepdim=*/true)};
+}
+
 class FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& y) {
@@ -85,16 +103,24 @@ class FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
     const auto parts = y.chunk(2, -1);
     return torch::silu(parts[0]) * parts[1];
   }
-
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const torch::Tensor y = ctx->get_saved_variables()[0];
+    return swiglu_backward(ctx->get_saved_variables()[0], torch::Tensor(), grads[0]);
+  }
+};
+
+class FusedWeightedSwiglu : public torch::autograd::Function<FusedWeightedSwiglu> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& y,
+                               const torch::Tensor& probs) {
+    ctx->save_for_backward({y, probs});
     const auto parts = y.chunk(2, -1);
-    const torch::Tensor &a = parts[0], &u = parts[1], &dy = grads[0];
-    const torch::Tensor sig = torch::sigmoid(a);
-    const torch::Tensor da = dy * u * sig * (1 + a * (1 - sig));
-    const torch::Tensor du = dy * (a * sig);
-    return {torch::cat({da, du}, -1)};
+    return torch::silu(parts[0]) * parts[1] * probs;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    return swiglu_backward(saved[0], saved[1], grads[0]);
   }
 };
 
@@ -218,12 +244,14 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 /// A gated or plain MLP: fc1 -> SwiGLU (silu(first half) * second half, Megatron-Core's
 /// glu with bias_swiglu_impl) or GeLU -> fc2.
 torch::Tensor mlp(const torch::Tensor& x, const torch::Tensor& fc1_w, const torch::Tensor& fc1_b,
-                  const torch::Tensor& fc2_w, const torch::Tensor& fc2_b, bool swiglu) {
+                  const torch::Tensor& fc2_w, const torch::Tensor& fc2_b, bool swiglu,
+                  const torch::Tensor& probs = torch::Tensor()) {
   torch::Tensor y = torch::linear(x, fc1_w, fc1_b);
   if (swiglu) {
-    y = FusedSwiglu::apply(y);
+    y = probs.defined() ? FusedWeightedSwiglu::apply(y, probs) : FusedSwiglu::apply(y);
   } else {
     y = torch::gelu(y, "tanh");
+    if (probs.defined()) y = y * probs;
   }
   return torch::linear(y, fc2_w, fc2_b);
 }
@@ -244,6 +272,9 @@ torch::Tensor moe_experts(const CoreWeights& w, const torch::Tensor& x, const Co
   const torch::Tensor order = std::get<1>(local.sort(/*stable=*/true, 0, false));
   const torch::Tensor token_of = order.div(k, "floor");
   const torch::Tensor permuted = x.index_select(0, token_of);  // [T k, h]
+  // The probability of each token copy, applied in the experts' activation (Megatron-Core
+  // experts.py activation_func_with_probs): [T k, 1] in expert order.
+  const torch::Tensor permuted_probs = probs.reshape({-1}).index_select(0, order).unsqueeze(1);
   // Tokens per expert to the host: the split sizes of the expert GEMMs (a D2H sync on CUDA).
   const torch::Tensor counts = torch::bincount(local, {}, E).to(torch::kCPU);
   if (stats) ++stats->d2h_copies;
@@ -253,14 +284,18 @@ torch::Tensor moe_experts(const CoreWeights& w, const torch::Tensor& x, const Co
   const torch::Tensor fc1 = w.at("experts.fc1.weight"), fc2 = w.at("experts.fc2.weight");
   for (std::int64_t e = 0; e < E; ++e) {
     if (n[e] == 0) continue;
-    outs.push_back(mlp(permuted.narrow(0, at, n[e]), fc1[e], {}, fc2[e], {}, c.swiglu));
+    outs.push_back(mlp(permuted.narrow(0, at, n[e]), fc1[e], {}, fc2[e], {}, c.swiglu,
+                       permuted_probs.narrow(0, at, n[e])));
     at += n[e];
     if (stats) stats->expert_gemms += 2;
   }
   TRAINSIM_CHECK(at == T * k, "replay: MoE permutation lost token copies");
-  torch::Tensor y = torch::cat(outs, 0) * probs.reshape({-1}).index_select(0, order).unsqueeze(1);
-  // Unpermute: sum each token's k weighted copies back in place.
-  torch::Tensor out = torch::zeros({T, x.size(1)}, x.options()).index_add(0, token_of, y);
+  const torch::Tensor y = torch::cat(outs, 0);
+  // Unpermute: sum each token's k copies (weighted in the activation) back in place.
+  // scatter_add keeps only its index map for the backward (Megatron-Core moe_utils.unpermute;
+  // index_add would keep `y` too).
+  torch::Tensor out = torch::zeros({T, x.size(1)}, x.options())
+                          .scatter_add(0, token_of.unsqueeze(1).expand({-1, x.size(1)}), y);
   if (c.shared_ffn > 0)
     out = out + mlp(x, w.at("shared.fc1.weight"), {}, w.at("shared.fc2.weight"), {}, c.swiglu);
   return out;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "hw_backend/core_layer.h"
+#include "hw_backend/transformer_layer.h"
 
 using namespace trainsim;
 
@@ -121,7 +122,10 @@ TEST(CoreLayerGrads, AttentionBlockBackwardIsTheMathPathOne) {
     hw::BlockState st = hw::core_attn_forward(w, x, c, mask, cos, sin, hw::Dropout{0, 0});
     st.output.backward(g);
     std::vector<torch::Tensor> fused{st.input.grad().clone()};
-    for (auto& [name, t] : w.t) fused.push_back(t.grad().clone()), t.mutable_grad() = torch::Tensor();
+    for (auto& [name, t] : w.t) {  // the other block's weights have no gradient
+    fused.push_back(t.grad().defined() ? t.grad().clone() : torch::zeros_like(t));
+    t.mutable_grad() = torch::Tensor();
+  }
     const torch::Tensor ref = attn_reference(w, x, c, mask, cos, sin);
     EXPECT_TRUE(torch::allclose(st.output, ref, 1e-10, 1e-12));
     expect_same(fused, grads_of(ref, g, x, w));
@@ -139,10 +143,75 @@ TEST(CoreLayerGrads, SwigluMlpBlockBackwardIsTheCompositeOne) {
   hw::BlockState st = hw::core_mlp_forward(w, x, c, hw::Dropout{0, 0}, nullptr);
   st.output.backward(g);
   std::vector<torch::Tensor> fused{st.input.grad().clone()};
-  for (auto& [name, t] : w.t) fused.push_back(t.grad().clone()), t.mutable_grad() = torch::Tensor();
+  for (auto& [name, t] : w.t) {  // the other block's weights have no gradient
+    fused.push_back(t.grad().defined() ? t.grad().clone() : torch::zeros_like(t));
+    t.mutable_grad() = torch::Tensor();
+  }
   const auto h = torch::linear(rms(x, w.at("pre_mlp_layernorm.weight")), w.at("linear_fc1.weight"))
                      .chunk(2, -1);
   const torch::Tensor ref = x + torch::linear(torch::silu(h[0]) * h[1], w.at("linear_fc2.weight"));
   EXPECT_TRUE(torch::allclose(st.output, ref, 1e-12, 1e-14));
+  expect_same(fused, grads_of(ref, g, x, w));
+}
+
+// The output layer's fused cross entropy (Megatron's: the softmax kept, turned into the
+// gradient in place) gives LibTorch's log_softmax + nll_loss loss and gradients.
+TEST(CoreLayerGrads, CrossEntropyBackwardIsLogSoftmaxNllOne) {
+  torch::manual_seed(9);
+  const auto opt = torch::TensorOptions().dtype(torch::kFloat64);
+  const std::int64_t s = 5, b = 2, h = 8, vocab = 11;
+  torch::Tensor x = torch::randn({s, b, h}, opt).requires_grad_(true);
+  torch::Tensor ln_w = (torch::randn({h}, opt) + 1).requires_grad_(true);
+  torch::Tensor word = torch::randn({vocab, h}, opt).requires_grad_(true);
+  const torch::Tensor labels = torch::randint(0, vocab, {b, s}, torch::kInt64);
+  auto run = [&](const torch::Tensor& loss) {
+    loss.backward();
+    std::vector<torch::Tensor> g{loss.detach().clone(), x.grad().clone(), ln_w.grad().clone(),
+                                 word.grad().clone()};
+    for (torch::Tensor* t : {&x, &ln_w, &word}) t->mutable_grad() = torch::Tensor();
+    return g;
+  };
+  const auto fused = run(hw::logits_loss_forward(x, ln_w, torch::Tensor(), word, labels, 0.5));
+  const torch::Tensor logits = torch::linear(rms(x, ln_w).transpose(0, 1), word);
+  const auto ref = run(
+      torch::nll_loss(torch::log_softmax(logits, -1).view({-1, vocab}), labels.view(-1)) * 0.5);
+  expect_same(fused, ref);
+}
+
+// The MoE block with the routing probabilities applied in the experts' weighted SwiGLU and a
+// scatter-add unpermute: output and gradients (input, router, experts, norm) are those of a
+// token-by-token composite computation y = x + sum_k p_k fc2(silu(g) u) with autograd.
+TEST(CoreLayerGrads, MoeBlockBackwardIsTheTokenByTokenOne) {
+  hw::CoreLayerSpec c = tiny();
+  c.s = 4, c.moe = true, c.num_experts = 4, c.experts_local = 4, c.topk = 2, c.expert_ffn = 6;
+  hw::CoreWeights w = make_weights(c, 13);
+  const auto opt = torch::TensorOptions().dtype(torch::kFloat64);
+  torch::Tensor x = torch::randn({c.s, c.b, c.h}, opt).requires_grad_(true);
+  const torch::Tensor g = torch::randn({c.s, c.b, c.h}, opt);
+  hw::BlockState st = hw::core_mlp_forward(w, x, c, hw::Dropout{0, 0}, nullptr);
+  st.output.backward(g);
+  std::vector<torch::Tensor> fused{st.input.grad().clone()};
+  for (auto& [name, t] : w.t) {  // the other block's weights have no gradient
+    fused.push_back(t.grad().defined() ? t.grad().clone() : torch::zeros_like(t));
+    t.mutable_grad() = torch::Tensor();
+  }
+  const torch::Tensor xn = rms(x, w.at("pre_mlp_layernorm.weight"));
+  std::vector<torch::Tensor> rows;
+  for (std::int64_t i = 0; i < c.s; ++i)
+    for (std::int64_t j = 0; j < c.b; ++j) {
+      const torch::Tensor t = xn[i][j];
+      const auto top = torch::mv(w.at("router.weight"), t).topk(2);
+      const torch::Tensor p = torch::softmax(std::get<0>(top), 0);
+      torch::Tensor y = x[i][j];
+      for (int k = 0; k < 2; ++k) {
+        const std::int64_t e = std::get<1>(top)[k].item<std::int64_t>();
+        const torch::Tensor h1 = torch::mv(w.at("experts.fc1.weight")[e], t);
+        const torch::Tensor act = torch::silu(h1.narrow(0, 0, 6)) * h1.narrow(0, 6, 6);
+        y = y + p[k] * torch::mv(w.at("experts.fc2.weight")[e], act);
+      }
+      rows.push_back(y);
+    }
+  const torch::Tensor ref = torch::stack(rows).view({c.s, c.b, c.h});
+  EXPECT_TRUE(torch::allclose(st.output, ref, 1e-10, 1e-12));
   expect_same(fused, grads_of(ref, g, x, w));
 }
