@@ -86,14 +86,25 @@ class FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
 /// The SwiGLU backward of both forms: d[a, u] (and dp where `probs` is defined).
 torch::autograd::variable_list swiglu_backward(const torch::Tensor& y, const torch::Tensor& probs,
                                                const torch::Tensor& grad) {
+  // Written into one [.., 2 f] output in place, with sigmoid(a) the only other buffer, as a
+  // fused kernel writes its output alone (the composite expression would hold several s b f
+  // intermediates at once).
   const auto parts = y.chunk(2, -1);
   const torch::Tensor &a = parts[0], &u = parts[1];
-  const torch::Tensor dy = probs.defined() ? grad * probs : grad;
+  const std::int64_t f = a.size(-1);
   const torch::Tensor sig = torch::sigmoid(a);
-  const torch::Tensor da = dy * u * sig * (1 + a * (1 - sig));
-  const torch::Tensor du = dy * (a * sig);
-  if (!probs.defined()) return {torch::cat({da, du}, -1)};
-  return {torch::cat({da, du}, -1), (grad * (a * sig) * u).sum(-1, /*keepdim=*/true)};
+  torch::Tensor out = torch::empty_like(y);
+  torch::Tensor da = out.narrow(-1, 0, f), du = out.narrow(-1, f, f);
+  torch::mul_out(du, a, sig);  // silu(a)
+  torch::Tensor dprobs;
+  if (probs.defined()) dprobs = (grad * du * u).sum(-1, /*keepdim=*/true);
+  torch::mul_out(da, grad, u);
+  if (probs.defined()) da.mul_(probs), du.mul_(grad).mul_(probs);
+  else du.mul_(grad);
+  // da = dy u s (1 + a (1 - s)), with dy = grad p
+  da.mul_(sig).mul_(torch::ones_like(sig).sub_(sig).mul_(a).add_(1));
+  if (!probs.defined()) return {out};
+  return {out, dprobs};
 }
 
 class FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
