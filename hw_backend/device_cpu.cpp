@@ -14,6 +14,9 @@
 namespace trainsim::hw {
 namespace {
 
+/// Set while the CPU loop allocates buffers it must not count (DeviceLoop::allocate_uncounted).
+thread_local bool t_uncounted = false;
+
 /// A counting wrapper around LibTorch's default CPU allocator: bytes of live CPU tensors and
 /// their peak. Installed once per process (SetCPUAllocator); it forwards every allocation.
 class CountingCpuAllocator final : public c10::Allocator {
@@ -36,6 +39,7 @@ class CountingCpuAllocator final : public c10::Allocator {
 
  private:
   c10::DataPtr allocate_counted(std::size_t n) const {
+    if (t_uncounted) return base_->allocate(n);  // freed by the base allocator's own deleter
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
     const c10::Device device = inner.device();
@@ -131,9 +135,23 @@ class CpuLoop final : public DeviceLoop {
   void record_stream(const torch::Tensor&, StreamHandle) override {}
   void synchronize() override {}
 
+  void allocate_uncounted(const std::function<void()>& allocate) override {
+    t_uncounted = true;
+    try {
+      allocate();
+    } catch (...) {
+      t_uncounted = false;
+      throw;
+    }
+    t_uncounted = false;
+  }
+
   std::string memory_note() const override {
     return "memory: bytes of live LibTorch CPU tensors (a counting wrapper around the CPU "
-           "allocator), sampled after each task; on the CPU reserved = allocated";
+           "allocator), sampled after each task; on the CPU reserved = allocated; not counted: "
+           "the communication backend's own buffers (staging of what absent pipeline "
+           "neighbours send, scratch of device-local collectives), which a run with its peers "
+           "does not hold";
   }
 };
 

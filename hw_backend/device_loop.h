@@ -78,6 +78,12 @@ class DeviceLoop {
   /// Waits for all work on the device.
   virtual void synchronize() = 0;
 
+  /// Runs `allocate` (which creates buffers that live for the whole replay) with its
+  /// allocations left out of the memory samples and peaks where the loop can tell them apart:
+  /// the CPU loop's counting allocator skips them (device_cpu.cpp); the CUDA loop reads the
+  /// caching allocator's totals, which include them (the default runs `allocate` as is).
+  virtual void allocate_uncounted(const std::function<void()>& allocate) { allocate(); }
+
   /// The record's note on what the memory samples measure.
   virtual std::string memory_note() const = 0;
 };

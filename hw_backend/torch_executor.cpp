@@ -319,7 +319,9 @@ class Executor {
     comm_ = opts_.nprocs <= 1 ? make_local_comm(cc)
             : dev_.cuda       ? make_nccl_comm(cc)
                               : make_host_comm(cc);
-    comm_->prepare(order_, gen);
+    // Its buffers stand in for absent peers (staging, device-local collective scratch): a run
+    // with every peer present holds none, so the CPU loop does not count them (device_loop.h).
+    loop_->allocate_uncounted([&] { comm_->prepare(order_, gen); });
     if (copy_bytes_ > 0) {
       copy_dev_ = torch::zeros({copy_bytes_}, fopts_.dtype(torch::kUInt8));
       copy_host_ = torch::zeros({copy_bytes_},

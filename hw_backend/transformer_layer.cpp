@@ -11,6 +11,40 @@
 namespace trainsim::hw {
 namespace {
 
+/// Cross entropy of logits [N, V] against labels [N] per token, as Megatron's
+/// _VocabParallelCrossEntropy (megatron/core/tensor_parallel/cross_entropy.py) at one TP rank:
+/// the forward keeps only the softmax (exp(logits - max) normalized in place), the loss is
+/// log(sum exp) - (logit of the label - max); the backward turns the saved softmax into the
+/// gradient in place (softmax - one-hot, times the incoming gradient). LibTorch's log_softmax +
+/// nll_loss would keep log-probabilities and allocate a zero-filled gradient, the softmax and
+/// the logits' gradient on top of them in the backward (three [N, V] buffers where Megatron
+/// allocates none; docs/validation.md "CPU validation of the small scenarios").
+class FusedCrossEntropy : public torch::autograd::Function<FusedCrossEntropy> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
+                               const torch::Tensor& labels) {
+    const torch::Tensor max = std::get<0>(logits.max(-1, /*keepdim=*/true));
+    torch::Tensor softmax = logits - max;
+    const torch::Tensor label_logit = softmax.gather(-1, labels.unsqueeze(-1)).squeeze(-1);
+    softmax.exp_();
+    const torch::Tensor sum = softmax.sum(-1, /*keepdim=*/true);
+    softmax.div_(sum);
+    ctx->save_for_backward({softmax, labels});
+    return sum.squeeze(-1).log() - label_logit;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    torch::Tensor grad = saved[0];  // the softmax, turned into the gradient in place
+    const torch::Tensor& labels = saved[1];
+    grad.scatter_add_(-1, labels.unsqueeze(-1),
+                      torch::full({labels.size(0), 1}, -1.0, grad.options()));
+    grad.mul_(grads[0].unsqueeze(-1));
+    return {grad, torch::Tensor()};
+  }
+};
+
 // Megatron's FusedScaleMaskSoftmax fills masked scores with -10000 before the softmax.
 constexpr double kMaskValue = -10000.0;
 // init_method_normal(sigma) with Megatron's --init-method-std default.
@@ -183,10 +217,12 @@ torch::Tensor logits_loss_forward(const torch::Tensor& input, const torch::Tenso
                                ? torch::layer_norm(input, {h}, ln_w, ln_b, kLayerNormEps, true)
                                : rms_norm(input, ln_w);  // RMSNorm: no bias
   const torch::Tensor x = ln.transpose(0, 1).contiguous();  // [b, s, h]
-  const torch::Tensor logits = torch::linear(x, word);      // [b, s, vocab]
-  const torch::Tensor logp = torch::log_softmax(logits.to(torch::kFloat32), -1);
-  const torch::Tensor loss = torch::nll_loss(logp.view({-1, logits.size(2)}), labels.view(-1));
-  return loss * loss_scale;
+  const std::int64_t vocab = word.size(0);
+  // Logits in fp32 (or wider) for the loss, as Megatron casts them before the cross entropy.
+  const torch::Tensor logits = torch::linear(x, word).view({-1, vocab});
+  const torch::Tensor loss = FusedCrossEntropy::apply(
+      logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)), labels.reshape(-1));
+  return loss.mean() * loss_scale;
 }
 
 }  // namespace trainsim::hw

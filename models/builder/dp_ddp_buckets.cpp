@@ -38,14 +38,7 @@ class DdpBuckets final : public DataParallelStrategy {
   RankStateBytes initial_memory(const RankContext& ctx) const override {
     RankStateBytes m = DataParallelStrategy::initial_memory(ctx);
     if (!distributed_) return m;
-    const Scenario& sc = ctx.scenario();
-    // Expert weights shard over the expert data-parallel group.
-    const std::int64_t expert = expert_params_per_rank(sc, ctx.coords.pp_stage);
-    const std::int64_t edp = sc.world_size() / (sc.parallel.pipeline_model_parallel_size *
-                                                sc.parallel.expert_model_parallel_size *
-                                                sc.parallel.expert_tensor_parallel_size);
-    m.gpu[int(MemCategory::OptimizerStates)] =
-        12 * (shard(ctx, stage_params(ctx) - expert) + (expert + edp - 1) / edp);
+    m.gpu[int(MemCategory::OptimizerStates)] = 12 * optimizer_shard_params(ctx);
     return m;
   }
 
@@ -118,7 +111,7 @@ class DdpBuckets final : public DataParallelStrategy {
   OptimizerStepInputs optimizer_step(const RankContext& ctx) const override {
     OptimizerStepInputs in = replicated_optimizer_step(ctx.scenario(), ctx.coords.pp_stage);
     if (distributed_) {
-      in.gpu_params = shard(ctx, in.gpu_params);
+      in.gpu_params = optimizer_shard_params(ctx);
       // The shard's fp32 main grads are read in place; a narrower main_grad is cast to a
       // temporary fp32 copy of the shard (distrib_optimizer.py _copy_model_grads_to_main_grads).
       in.fp32_grad_bytes = grad_element_bytes(ctx.scenario()) < 4 ? 4 * in.gpu_params : 0;
@@ -133,6 +126,19 @@ class DdpBuckets final : public DataParallelStrategy {
   static std::int64_t shard(const RankContext& ctx, std::int64_t params) {
     const std::int64_t dp = ctx.dims().dp;
     return (params + dp - 1) / dp;
+  }
+  /// Parameters the rank's distributed-optimizer step updates (and holds the 12 B of fp32
+  /// master weight and Adam moments for): its 1/dp shard of the dense parameters, and its shard
+  /// of the local experts' over the expert data-parallel group, world / (pp ep etp)
+  /// (Megatron-Core keeps expert parameters in their own buffers, distributed over
+  /// expert_data_parallel_group: distributed_data_parallel.py, distrib_optimizer.py).
+  static std::int64_t optimizer_shard_params(const RankContext& ctx) {
+    const Scenario& sc = ctx.scenario();
+    const std::int64_t expert = expert_params_per_rank(sc, ctx.coords.pp_stage);
+    const std::int64_t edp = sc.world_size() / (sc.parallel.pipeline_model_parallel_size *
+                                                sc.parallel.expert_model_parallel_size *
+                                                sc.parallel.expert_tensor_parallel_size);
+    return shard(ctx, stage_params(ctx) - expert) + (expert + edp - 1) / edp;
   }
   /// Position of a layer's parameters in forward order on this rank (embedding first).
   static std::int64_t unit_position(const RankContext& ctx, std::int64_t layer) {

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "models/builder/dp_strategy.h"
+#include "models/input/scenario.h"
+#include "tests/support/paths.h"
 #include "tests/support/tiny_scenario.h"
 
 using namespace trainsim;
@@ -245,4 +247,23 @@ TEST(DeepSpeedReductions, OverflowFlagWithFp16ThenOneNormPerGroup) {
   // The default sub-group (1e9 elements) holds the whole partition: one norm.
   EXPECT_EQ(deepspeed_reductions("micro_batch_size: 1, global_batch_size: 8, precision: fp16", 3),
             (std::vector<std::string>{"dp1", "dp4"}));
+}
+
+// The distributed optimizer's step on an MoE rank updates the 1/dp shard of the dense
+// parameters and the expert data-parallel shard of the local experts (the same count the
+// optimizer states are held for). scenarios/small/qwen3-moe-tiny_tp1_pp1_ep2_dp2 by hand, per
+// layer: norms 2 x 128, QKV (4 + 2 x 2) x 32 x 128, q/k norms 2 x 32, projection 128 x 128,
+// router 8 x 128 = 50,496 dense; 8 / ep 2 = 4 local experts of fc1 2 x 96 x 128 and fc2
+// 128 x 96 = 147,456 expert. Two layers, embedding and output 512 x 128 each, final norm 128:
+// dense 232,192, experts 294,912. dp 2, expert dp = 2 / (pp 1 x ep 2 x etp 1) = 1:
+// 116,096 + 294,912 = 411,008 parameters, 12 B each of optimizer state.
+TEST(DpDdpBuckets, DistributedOptimizerShardsExpertsOverTheExpertDataParallelGroup) {
+  Scenario sc = load_scenario(trainsim::test_support::source_path(
+      "scenarios/small/qwen3-moe-tiny_tp1_pp1_ep2_dp2.yaml"));
+  sc.cluster.system = "dgx-h100";  // the graph's shapes do not depend on the system
+  const ScheduleGraph g = build_graph(sc);
+  std::int64_t step_params = -1;
+  for (TaskId id : g.tasks_of_rank(0))
+    if (g.task(id).kind == TaskKind::OptimizerGpu) step_params = g.op(id).params;
+  EXPECT_EQ(step_params, 116096 + 294912);
 }
