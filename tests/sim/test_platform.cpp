@@ -73,14 +73,14 @@ TEST(PlatformModel, StatedGpuNicSharesTheNicsLinks) {
   f.system.gpu_nic = {0, 1, 2, 3, 0, 1, 2, 3};
   PlatformModel p(f.system, 2, 8, f.cost);
   const Route& r = p.route(Endpoint::gpu(4), Endpoint::gpu(12));  // node 0 GPU 4 -> node 1 GPU 4
-  EXPECT_EQ(names(p, r), (std::vector<std::string>{"n0-gpu4-pcie:up", "n0-nic0-pcie:down",
+  EXPECT_EQ(link_names(p, r), (std::vector<std::string>{"n0-gpu4-pcie:up", "n0-nic0-pcie:down",
                                                    "n0-nic0-leaf:up", "n1-nic0-leaf:down",
                                                    "n1-nic0-pcie:up", "n1-gpu4-pcie:down"}));
   const Route& r0 = p.route(Endpoint::gpu(0), Endpoint::gpu(8));
   EXPECT_EQ(r0.hops[2].link, r.hops[2].link);  // the same NIC-leaf cable
   f.system.gpu_nic.clear();
   PlatformModel q(f.system, 2, 8, f.cost);
-  EXPECT_EQ(names(q, q.route(Endpoint::gpu(4), Endpoint::gpu(12)))[1], "n0-nic2-pcie:down");
+  EXPECT_EQ(link_names(q, q.route(Endpoint::gpu(4), Endpoint::gpu(12)))[1], "n0-nic2-pcie:down");
 }
 
 TEST(PlatformModel, FatTreeLevelsAndDModK) {
