@@ -55,8 +55,18 @@ struct GroupLayout {
   std::vector<std::vector<RankId>> members;  ///< per node (as `nodes`), in group order
   std::size_t members_per_node = 0;          ///< k: the members of the first node
   bool uniform = true;                       ///< every node holds k members
-  /// The ring is hierarchical: several nodes, k > 1 members on each, all alike.
+  /// c: the fewest members any node holds. NCCL's rings cross nodes on c channels, one per
+  /// member NIC: every node searches its own ring graph and the communicator keeps the
+  /// smallest channel count of all ranks (NVIDIA/nccl src/init.cc, the graphs' nChannels =
+  /// min over the allgathered graph info), so a node holding more members still has c rails.
+  std::size_t rail_channels = 0;
+  /// The ring is hierarchical: several nodes, k > 1 members on each, all alike (the layout
+  /// all-to-all's split assumes).
   bool hierarchical() const { return nodes.size() > 1 && members_per_node > 1 && uniform; }
+  /// The ring of an all-reduce / reduce-scatter / all-gather is hierarchical: several nodes,
+  /// at least 2 members on each, alike or not (a 64-rank group split 36 + 28 over two 72-GPU
+  /// NVLink domains: 28 rails, not one NIC carrying the whole ring; docs/validation.md GB200).
+  bool rail_ring() const { return nodes.size() > 1 && rail_channels > 1; }
 };
 GroupLayout group_layout(const CommGroup& group, std::int64_t gpus_per_node);
 
