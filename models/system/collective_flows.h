@@ -9,11 +9,12 @@
 //    format on the links (LL and LL128 carry flags with the data) and its bus bandwidth as the
 //    flows' rate bound. All-to-all has no NCCL choice: CostModel::collective_latency_s.
 //  - the ring: every rank sends ring_bytes_per_rank to its successor while its predecessor
-//    sends as much to it. On several nodes with k > 1 members on each (all nodes alike) the
-//    ring is hierarchical, as NCCL runs one ring channel per NIC: (k-1)/k of the ring bytes go
-//    round the node's ring over NVLink and 1/k to the same-position member of the next node
-//    over the rank's own NIC (the rail). All-to-all: (k-1)/n of the buffer to the node's peers
-//    over NVLink and (n-k)/n over the rail.
+//    sends as much to it. On several nodes with k > 1 members on each the ring is
+//    hierarchical, as NCCL runs one ring channel per NIC (c channels, the fewest members of
+//    any node; GroupLayout::rail_channels): (k-1)/k of the ring bytes go
+//    round the node's ring over NVLink and, from members j < c, 1/c to member j of the next
+//    node over the rank's own NIC (the rail; all nodes alike, c = k). All-to-all (uniform
+//    layouts only): (k-1)/n of the buffer to the node's peers over NVLink, (n-k)/n over the rail.
 //  - NVLS / NVLS-Tree (NVLink SHARP): a rank moves its NVLS traffic (nccl_traffic) on NVLink
 //    and on its NIC instead of the ring's, each flow paced to end when NCCL's algorithm
 //    bandwidth would.
