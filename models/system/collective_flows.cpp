@@ -17,32 +17,47 @@ std::uint32_t node_of(RankId r, std::int64_t gpus_per_node) {
 
 std::uint64_t round_bytes(double bytes) { return std::uint64_t(std::llround(bytes)); }
 
-/// The hierarchical ring (several nodes, k > 1 members on each): (k-1)/k of the ring bytes
-/// round the node's ring over NVLink, 1/k over the rank's own NIC to the same-position member
-/// of the next node (NCCL's multi-channel rings, one per NIC; nccl-tests PERFORMANCE.md bus
-/// bandwidth).
-void split_rail(CollectiveFlows& f, const GroupLayout& layout, const OpDesc& op, double ring_bytes,
-                std::int64_t size, RankId rank, std::int64_t gpus_per_node) {
-  const std::size_t k = layout.members_per_node;
+/// How split_rail divided a rank's ring: `on` when hierarchical, k the members of the rank's
+/// node, c the channels that cross nodes (layout.rail_channels).
+struct RailSplit {
+  bool on = false;
+  double k = 1;
+  double c = 1;
+};
+
+/// The hierarchical ring (several nodes, at least 2 members on each; layout.rail_ring): (k-1)/k
+/// of the ring bytes round the node's ring of k members over NVLink; across nodes the ring runs
+/// c = rail_channels channels (NCCL's multi-channel rings, one per NIC; nccl-tests
+/// PERFORMANCE.md bus bandwidth), each entering and leaving a node through its own member's
+/// NIC: member j < c sends 1/c of the ring bytes over its NIC to member j of the next node,
+/// members j >= c send none. All alike (k = c) this is 1/k over every member's NIC.
+/// All-to-all splits only uniform layouts (layout.hierarchical).
+RailSplit split_rail(CollectiveFlows& f, const GroupLayout& layout, const OpDesc& op,
+                     double ring_bytes, std::int64_t size, RankId rank,
+                     std::int64_t gpus_per_node) {
   const std::size_t ni = std::size_t(
       std::find(layout.nodes.begin(), layout.nodes.end(), node_of(rank, gpus_per_node)) -
       layout.nodes.begin());
   const auto& local = layout.members[ni];
+  const std::size_t k = local.size(), c = layout.rail_channels;
   const std::size_t j = std::size_t(std::find(local.begin(), local.end(), rank) - local.begin());
   f.ring.dst = local[(j + 1) % k];
   f.ring.pred = local[(j + k - 1) % k];
   f.ring.bytes = round_bytes(ring_bytes * double(k - 1) / double(k));
   if (op.kind == OpKind::AllToAll)  // (k-1)/n to the node's peers over NVLink
     f.ring.bytes = round_bytes(double(op.bytes) * double(k - 1) / double(size));
+  const RailSplit split{true, double(k), double(c)};
+  if (j >= c) return split;  // no channel leaves the node through this member's NIC
   const std::size_t nn = layout.nodes.size();
   f.has_rail = true;
   f.rail.dst = layout.members[(ni + 1) % nn][j];
   f.rail.pred = layout.members[(ni + nn - 1) % nn][j];
-  f.rail.bytes = round_bytes(ring_bytes / double(k));
+  f.rail.bytes = round_bytes(ring_bytes / double(c));
   // All-to-all: (n-k)/n of the buffer goes to other nodes, each GPU over its own NIC
   // (rail-optimized; the fat tree carries it to every node at full bisection).
   if (op.kind == OpKind::AllToAll)
     f.rail.bytes = round_bytes(double(op.bytes) * double(size - std::int64_t(k)) / double(size));
+  return split;
 }
 
 /// NCCL's algorithm and protocol for this size and group (models/perf/nccl_model.h): its
@@ -50,7 +65,8 @@ void split_rail(CollectiveFlows& f, const GroupLayout& layout, const OpDesc& op,
 /// data). A tree all-reduce moves as many bytes per NIC as the ring (2S per node, up and down
 /// the two binary trees), so the ring's flows carry it too.
 void apply_nccl(CollectiveFlows& f, const CostModel& cost, const OpDesc& op,
-                const GroupLayout& layout, double ring_bytes, std::int64_t size) {
+                const GroupLayout& layout, double ring_bytes, std::int64_t size,
+                const RailSplit& split) {
   const NcclChoice nccl = cost.nccl_collective(op.kind, double(op.bytes), size,
                                                std::int64_t(layout.nodes.size()));
   f.nccl = nccl;
@@ -58,11 +74,10 @@ void apply_nccl(CollectiveFlows& f, const CostModel& cost, const OpDesc& op,
   f.sm_share = cost.nccl_sm_share(nccl);
   // No faster than NCCL's bus bandwidth for the pair: the ring bytes of this rank in
   // ring_bytes / bus seconds, the ring and the rail flows each carrying their share.
-  const std::size_t k = layout.members_per_node;
   const double wire_rate = nccl.bus_bw_bytes_per_s * nccl.wire_factor;
-  const double share = f.has_rail ? double(k - 1) / double(k) : 1.0;
+  const double share = split.on ? (split.k - 1) / split.k : 1.0;
   f.ring.rate_bytes_per_s = wire_rate * share;
-  if (f.has_rail) f.rail.rate_bytes_per_s = wire_rate / double(k);
+  if (f.has_rail) f.rail.rate_bytes_per_s = wire_rate / split.c;
   f.ring.bytes = round_bytes(double(f.ring.bytes) * nccl.wire_factor);
   f.rail.bytes = round_bytes(double(f.rail.bytes) * nccl.wire_factor);
   if (!is_nvls(nccl.algo)) return;
@@ -72,7 +87,7 @@ void apply_nccl(CollectiveFlows& f, const CostModel& cost, const OpDesc& op,
   const NcclTraffic tr = nccl_traffic(nccl, op.kind, double(op.bytes), size,
                                       std::int64_t(layout.nodes.size()));
   const double bw_s = ring_bytes / nccl.bus_bw_bytes_per_s;
-  const double nvlink_bytes = f.has_rail ? tr.nvlink_bytes : tr.nvlink_bytes + tr.nic_bytes;
+  const double nvlink_bytes = split.on ? tr.nvlink_bytes : tr.nvlink_bytes + tr.nic_bytes;
   f.ring.bytes = round_bytes(nvlink_bytes);
   f.ring.rate_bytes_per_s = nvlink_bytes / bw_s;
   if (f.has_rail) {
@@ -177,8 +192,11 @@ GroupLayout group_layout(const CommGroup& group, std::int64_t gpus_per_node) {
   }
   if (out.members.empty()) return out;
   out.members_per_node = out.members.front().size();
-  for (const auto& members : out.members)
+  out.rail_channels = out.members_per_node;
+  for (const auto& members : out.members) {
     out.uniform = out.uniform && members.size() == out.members_per_node;
+    out.rail_channels = std::min(out.rail_channels, members.size());
+  }
   return out;
 }
 
@@ -202,7 +220,9 @@ CollectiveFlows collective_flows(const CostModel& cost, const OpDesc& op, const 
   const double ring_bytes = CostModel::ring_bytes_per_rank(op.kind, double(op.bytes), size);
   f.ring.bytes = round_bytes(ring_bytes);
   const GroupLayout layout = group_layout(group, gpus_per_node);
-  if (layout.hierarchical()) split_rail(f, layout, op, ring_bytes, size, rank, gpus_per_node);
+  RailSplit split;
+  if (op.kind == OpKind::AllToAll ? layout.hierarchical() : layout.rail_ring())
+    split = split_rail(f, layout, op, ring_bytes, size, rank, gpus_per_node);
   if (op.kind == OpKind::AllToAll && op.deepep.tokens > 0) {
     deepep_flows(f, cost, op, layout, size);
     return f;
@@ -212,7 +232,7 @@ CollectiveFlows collective_flows(const CostModel& cost, const OpDesc& op, const 
     f.latency_s = cost.collective_latency_s(op.kind, size, layout.nodes.size() == 1);
     return f;
   }
-  apply_nccl(f, cost, op, layout, ring_bytes, size);
+  apply_nccl(f, cost, op, layout, ring_bytes, size, split);
   return f;
 }
 

@@ -9,11 +9,12 @@
 //    format on the links (LL and LL128 carry flags with the data) and its bus bandwidth as the
 //    flows' rate bound. All-to-all has no NCCL choice: CostModel::collective_latency_s.
 //  - the ring: every rank sends ring_bytes_per_rank to its successor while its predecessor
-//    sends as much to it. On several nodes with k > 1 members on each (all nodes alike) the
-//    ring is hierarchical, as NCCL runs one ring channel per NIC: (k-1)/k of the ring bytes go
-//    round the node's ring over NVLink and 1/k to the same-position member of the next node
-//    over the rank's own NIC (the rail). All-to-all: (k-1)/n of the buffer to the node's peers
-//    over NVLink and (n-k)/n over the rail.
+//    sends as much to it. On several nodes with k > 1 members on each the ring is
+//    hierarchical, as NCCL runs one ring channel per NIC (c channels, the fewest members of
+//    any node; GroupLayout::rail_channels): (k-1)/k of the ring bytes go
+//    round the node's ring over NVLink and, from members j < c, 1/c to member j of the next
+//    node over the rank's own NIC (the rail; all nodes alike, c = k). All-to-all (uniform
+//    layouts only): (k-1)/n of the buffer to the node's peers over NVLink, (n-k)/n over the rail.
 //  - NVLS / NVLS-Tree (NVLink SHARP): a rank moves its NVLS traffic (nccl_traffic) on NVLink
 //    and on its NIC instead of the ring's, each flow paced to end when NCCL's algorithm
 //    bandwidth would.
@@ -55,8 +56,18 @@ struct GroupLayout {
   std::vector<std::vector<RankId>> members;  ///< per node (as `nodes`), in group order
   std::size_t members_per_node = 0;          ///< k: the members of the first node
   bool uniform = true;                       ///< every node holds k members
-  /// The ring is hierarchical: several nodes, k > 1 members on each, all alike.
+  /// c: the fewest members any node holds. NCCL's rings cross nodes on c channels, one per
+  /// member NIC: every node searches its own ring graph and the communicator keeps the
+  /// smallest channel count of all ranks (NVIDIA/nccl src/init.cc, the graphs' nChannels =
+  /// min over the allgathered graph info), so a node holding more members still has c rails.
+  std::size_t rail_channels = 0;
+  /// The ring is hierarchical: several nodes, k > 1 members on each, all alike (the layout
+  /// all-to-all's split assumes).
   bool hierarchical() const { return nodes.size() > 1 && members_per_node > 1 && uniform; }
+  /// The ring of an all-reduce / reduce-scatter / all-gather is hierarchical: several nodes,
+  /// at least 2 members on each, alike or not (a 64-rank group split 36 + 28 over two 72-GPU
+  /// NVLink domains: 28 rails, not one NIC carrying the whole ring; docs/validation.md GB200).
+  bool rail_ring() const { return nodes.size() > 1 && rail_channels > 1; }
 };
 GroupLayout group_layout(const CommGroup& group, std::int64_t gpus_per_node);
 

@@ -103,7 +103,7 @@ TEST(CollectiveFlows, InterNodeRingSplitsOverTheEightNicRails) {
   EXPECT_EQ(last.ring.dst, 24u);
 }
 
-TEST(CollectiveFlows, OneMemberPerNodeOrUnevenNodesKeepTheFlatRing) {
+TEST(CollectiveFlows, OneMemberPerNodeKeepsTheFlatRingUnevenNodesRunTheFewestMembersRails) {
   Env env;
   // Data parallel across TP=8 nodes: one member per node, the ring crosses nodes directly.
   const CommGroup dp = group_of(iota_ranks(0, 4, 8));
@@ -112,12 +112,29 @@ TEST(CollectiveFlows, OneMemberPerNodeOrUnevenNodesKeepTheFlatRing) {
   EXPECT_EQ(f.ring.dst, 16u);
   EXPECT_EQ(f.ring.pred, 0u);
   EXPECT_EQ(f.ring.bytes, std::uint64_t(3 * (kLarge / 4)));
-  // 6 members on node 0, 2 on node 1: not uniform.
+  // 6 members on node 0, 2 on node 1: not uniform. NCCL keeps the fewest channels of any
+  // node's ring graph (c = 2): node 0's ring goes round its 6 members on NVLink, members 0
+  // and 1 of each node send 1/c of the ring bytes over their NIC; members 2..5 send none.
   const CommGroup uneven = group_of(iota_ranks(2, 8));
-  const CollectiveFlows u =
-      collective_flows(env.cost, collective(OpKind::AllGather, kLarge, 8), uneven, 7, kGpn);
+  const OpDesc ag = collective(OpKind::AllGather, kLarge, 8);
+  const double ring_bytes = 7.0 / 8.0 * double(kLarge);
+  const CollectiveFlows u = collective_flows(env.cost, ag, uneven, 7, kGpn);  // member 5
   EXPECT_FALSE(u.has_rail);
-  EXPECT_EQ(u.ring.dst, 8u);
+  EXPECT_EQ(u.ring.dst, 2u);  // round node 0, not across to node 1
+  EXPECT_EQ(u.ring.bytes, std::uint64_t(std::llround(ring_bytes * 5 / 6)));
+  const CollectiveFlows m0 = collective_flows(env.cost, ag, uneven, 2, kGpn);  // member 0
+  ASSERT_TRUE(m0.has_rail);
+  EXPECT_EQ(m0.rail.dst, 8u);
+  EXPECT_EQ(m0.rail.pred, 8u);
+  EXPECT_EQ(m0.rail.bytes, std::uint64_t(std::llround(ring_bytes / 2)));
+  ASSERT_TRUE(m0.nccl);
+  EXPECT_DOUBLE_EQ(m0.rail.rate_bytes_per_s, m0.nccl->bus_bw_bytes_per_s / 2);
+  EXPECT_DOUBLE_EQ(m0.ring.rate_bytes_per_s, m0.nccl->bus_bw_bytes_per_s * 5 / 6);
+  const CollectiveFlows n1 = collective_flows(env.cost, ag, uneven, 9, kGpn);  // node 1, member 1
+  ASSERT_TRUE(n1.has_rail);
+  EXPECT_EQ(n1.ring.dst, 8u);
+  EXPECT_EQ(n1.rail.dst, 3u);
+  EXPECT_EQ(n1.ring.bytes, std::uint64_t(std::llround(ring_bytes / 2)));
 }
 
 TEST(CollectiveFlows, SmallMessagesUseLlWithItsFlagsLargeOnesSimple) {
@@ -232,6 +249,50 @@ TEST(GroupLayout, MembersPerNodeInGroupOrder) {
   EXPECT_EQ(l.members_per_node, 2u);
   EXPECT_TRUE(l.hierarchical());
   EXPECT_FALSE(group_layout(group_of({0, 1, 2, 8}), kGpn).hierarchical());
+  EXPECT_FALSE(group_layout(group_of({0, 1, 2, 8}), kGpn).rail_ring());  // 1 member on node 1
+  const GroupLayout uneven = group_layout(group_of({0, 1, 2, 8, 9}), kGpn);
+  EXPECT_FALSE(uneven.hierarchical());
+  EXPECT_TRUE(uneven.rail_ring());
+  EXPECT_EQ(uneven.rail_channels, 2u);
+}
+
+// Megatron-Bridge's GB200 Llama 3.1 405B row (TP 2, FSDP 64, 128 GPUs = 32 trays): rack 0
+// holds ranks 0..71, rack 1 ranks 72..127, so the DP group of TP rank 0 (ranks 0, 2, .., 126)
+// has 36 members in one domain and 28 in the other. NCCL runs 28 channels across (one per
+// member NIC of the smaller side), so by hand a 1,593,868,288-byte FP8 all-gather of one
+// layer moves 63/64 of it at the ring's bus bandwidth (NVLink-bound: 28 NICs x 50 GB/s =
+// 1.4 TB/s > 900 GB/s), about 2 ms; the flat ring it used to fall back to sent the whole
+// 63/64 S through one 50 GB/s NIC (32.9 ms in the trace), 11.9 s of exposed FSDP time.
+TEST(CollectiveFlows, Gb200FsdpGroupSplit36And28OverTwoDomainsRuns28Rails) {
+  Env env("gb200-nvl72");
+  const std::int64_t domain = 72;
+  const std::int64_t bytes = 1593868288;
+  const OpDesc op = collective(OpKind::AllGather, bytes, 64);
+  const CommGroup g = group_of(iota_ranks(0, 64, 2));
+  const double ring_bytes = 63.0 / 64.0 * double(bytes);
+  const CollectiveFlows f = collective_flows(env.cost, op, g, 0, domain);
+  ASSERT_TRUE(f.has_rail);
+  ASSERT_TRUE(f.nccl);
+  const double w = f.nccl->wire_factor, bus = f.nccl->bus_bw_bytes_per_s;
+  EXPECT_EQ(f.ring.dst, 2u);
+  EXPECT_EQ(f.ring.pred, 70u);
+  EXPECT_EQ(f.rail.dst, 72u);
+  EXPECT_EQ(f.rail.bytes, std::uint64_t(std::llround(double(std::llround(ring_bytes / 28)) * w)));
+  // Each flow ends when the ring's bytes would at the bus bandwidth; no NIC asked for more
+  // than its own rate.
+  EXPECT_NEAR(double(f.rail.bytes) / f.rail.rate_bytes_per_s, ring_bytes / bus, 1e-6);
+  EXPECT_NEAR(double(f.ring.bytes) / f.ring.rate_bytes_per_s, ring_bytes / bus, 1e-6);
+  EXPECT_LE(f.rail.rate_bytes_per_s, env.system.nic_bw_bytes_per_s);
+  EXPECT_LT(ring_bytes / bus, 0.005);  // vs 63/64 S / 50 GB/s = 31 ms on one NIC
+  // Member 35 of rack 0 (rank 70): no channel leaves through its NIC.
+  const CollectiveFlows last = collective_flows(env.cost, op, g, 70, domain);
+  EXPECT_FALSE(last.has_rail);
+  EXPECT_EQ(last.ring.dst, 0u);
+  // Rack 1's last member (rank 126, member 27) still has a rail, to rank 54 of rack 0.
+  const CollectiveFlows r1 = collective_flows(env.cost, op, g, 126, domain);
+  ASSERT_TRUE(r1.has_rail);
+  EXPECT_EQ(r1.rail.dst, 54u);
+  EXPECT_EQ(r1.ring.dst, 72u);
 }
 
 // GB200 NVL72: the NVLink domain (72 GPUs over 18 trays of 4) is the "node" of the ring. A
