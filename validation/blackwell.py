@@ -58,15 +58,24 @@ def model_key(text):
 
 
 def uncovered(found):
-    """CSV rows of the two systems whose (system, release, model) no scenario names."""
+    """CSV rows of the two systems whose (system, release, model, precision) no scenario names (a scenario's
+    precision is the second field of its file name; a 25.09 row, without a precision column, matches any;
+    a row with two, "FP8-CS (FP8-MX)", matches either)."""
     have = set()
     for folder, system, path, _ in found:
         name = os.path.basename(path)
         m = RELEASE.search(name)
-        have.add((system, m.group(1) if m else "", model_key(name.split("_")[0])))
+        parts = name.split("_")
+        have.add((system, m.group(1) if m else "", model_key(parts[0]), parts[1].lower()))
+
+    def covered(r):
+        key = (r["system"], r["release"], model_key(r["model"]))
+        precs = set(re.findall(r"[a-z0-9-]+", r["precision"].lower()))  # "FP8-CS (FP8-MX)": either
+        return any(h[:3] == key and (not precs or h[3] in precs) for h in have)
+
     with open(CSV) as f:
         rows = list(csv.DictReader(l for l in f if not l.startswith("#")))
-    return [r for r in rows if (r["system"], r["release"], model_key(r["model"])) not in have]
+    return [r for r in rows if not covered(r)]
 
 
 def main():
