@@ -74,8 +74,8 @@ void check_mtp_and_flex(Scenario& s, const FailFn& fail) {
 
 /// model.moe_shared_expert_overlap (Megatron-Core transformer_config.py __post_init__): the
 /// shared expert's fc1 / fc2 are issued from the alltoall (or flex) dispatcher's dispatch and
-/// combine (token_dispatcher.py set_shared_experts), so it needs one of them and a shared
-/// expert (moe_shared_expert_intermediate_size > 0).
+/// combine (token_dispatcher.py set_shared_experts), so it needs one of them; without a shared
+/// expert (moe_shared_expert_intermediate_size 0) Megatron-Core ignores it, trainsim refuses it.
 void check_shared_expert_overlap(const Scenario& s, const FailFn& fail) {
   const ModelConfig& m = s.model;
   if (!m.moe_shared_expert_overlap) return;
@@ -83,11 +83,12 @@ void check_shared_expert_overlap(const Scenario& s, const FailFn& fail) {
   if (m.moe_shared_expert_intermediate_size <= 0)
     fail(key + " with " + kv(key_of(&ModelConfig::moe_shared_expert_intermediate_size),
                              m.moe_shared_expert_intermediate_size) +
-         ": there is no shared expert to overlap (Megatron-Core needs a shared expert size > 0)");
+         ": there is no shared expert to overlap (Megatron-Core's MoELayer ignores the flag "
+         "then; trainsim refuses it as a likely mistake)");
   if (m.moe_token_dispatcher_type == MoeDispatcher::AllGather)
     fail(key + " with " + key_of(&ModelConfig::moe_token_dispatcher_type) +
          " (allgather): Megatron-Core: \"moe_shared_expert_overlap only works with alltoall "
-         "token dispatcher\" (or flex)");
+         "or flex token dispatcher\"");
 }
 
 /// parallel.overlap_moe_expert_parallel_comm and delay_wgrad_compute: Megatron-Core's checks

@@ -127,6 +127,28 @@ TEST(SharedExpertOverlap, SplitOpsHoldTheSharedExpertsFlops) {
   EXPECT_NEAR(fwd_main_on + fwd_shared, fwd_off, 1e-9 * fwd_off);
 }
 
+// --recompute-modules moe: the re-run MoE forward runs the shared expert's two forward ops
+// beside its exchanges too: 6 shared ops per layer and microbatch (2 forward, 2 re-run, 2
+// backward), and the MLP ops' FLOPs summed are those of the in-line shared expert.
+TEST(SharedExpertOverlap, ReRunForwardRunsTheSharedOpsToo) {
+  BuildOptions o;
+  const SystemSpec& sys = find_system("dgx-h100");
+  const std::string rerun = ", recompute_granularity: selective, recompute_modules: [moe]";
+  const ScheduleGraph off = build_schedule_graph(validated(moe("", rerun)), sys, o);
+  const ScheduleGraph on =
+      build_schedule_graph(validated(moe(", moe_shared_expert_overlap: true", rerun)), sys, o);
+  int shared = 0;
+  double flops_on = 0, flops_off = 0;
+  for (TaskId id : on.tasks_of_rank(0)) {
+    shared += is_shared(on, id) ? 1 : 0;
+    if (is_moe_mlp(on, id)) flops_on += on.op(id).flops;
+  }
+  for (TaskId id : off.tasks_of_rank(0))
+    if (is_moe_mlp(off, id)) flops_off += off.op(id).flops;
+  EXPECT_EQ(shared, 6 * kLayers * kMicrobatches);
+  EXPECT_NEAR(flops_on, flops_off, 1e-9 * flops_off);
+}
+
 TEST(SharedExpertOverlap, OffIsTheGraphWithoutIt) {
   BuildOptions o;
   const SystemSpec& sys = find_system("dgx-h100");
