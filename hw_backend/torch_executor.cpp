@@ -378,6 +378,11 @@ class Executor {
       if (f.mla) mla_ = true;
       return;
     }
+    // model.moe_shared_expert_overlap splits the shared expert out of the MoE MLP op
+    // (ModelFeatures::shared_part); the replay runs the MoE layer whole and does not split it.
+    if (f.shared_part != 0)
+      throw InputError("replay: model.moe_shared_expert_overlap (true) is not replayed; set it "
+                       "false to replay the layer with its shared expert in line");
     c.ffn = op.ffn, c.swiglu = f.swiglu, c.moe = f.experts_local > 0;
     c.quick_geglu = f.quick_geglu, c.glu_clamp = f.glu_clamp, c.glu_offset = f.glu_offset;
     c.experts_local = f.experts_local, c.num_experts = f.num_experts, c.topk = f.topk;

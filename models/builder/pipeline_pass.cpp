@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/builder/dp_strategy.h"
+#include "models/builder/moe_ops.h"
 #include "models/builder/offload.h"
 #include "models/builder/optimizer_step.h"
 #include "models/errors.h"
@@ -62,6 +63,9 @@ OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full
                                      (m.moe_router_enable_expert_bias ? kRouterExpertBias : 0) |
                                      (m.moe_router_fusion ? kRouterFusion : 0));
     o.features.etp = p.expert_tensor_parallel_size;
+    // moe_shared_expert_overlap: the shared expert runs in ops of its own (add_compute_ops).
+    if (m.moe_shared_expert_overlap) o.features.shared_ffn = 0;
+    if (m.moe_shared_expert_overlap) o.features.shared_part = kSharedApart;
   }
   // Flash attention keeps no score matrix: selective recomputation recomputes nothing there
   // (Megatron-Core checkpoints core attention only for the unfused kernel's s^2 tensors).
@@ -93,75 +97,6 @@ std::uint32_t cp_exchange_op(GraphBuild& b, bool backward) {
   o.group = GroupKind::Context;
   o.bytes = chunk * d.cp;
   o.group_size = d.cp;
-  return b.graph.add_op(o);
-}
-
-/// The MoE token dispatch or combine over the expert-parallel group (T = b s / (cp t) tokens
-/// per rank with sequence parallelism, h elements each):
-///  - alltoall dispatcher (MoEAlltoAllTokenDispatcher): an all-to-all of the T k token copies
-///    each rank sends (times the imbalance factor), both ways; with token dropping the copies
-///    the busiest rank's experts keep (ModelConfig::moe_expert_token_copies: at most E x
-///    capacity; with drop_and_pad the dispatcher's splits are capacity per expert,
-///    token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess, so exactly E x capacity);
-///  - allgather dispatcher (MoEAllGatherTokenDispatcher): every rank gathers the EP group's
-///    tokens (an all-gather of EP x T tokens) and the combine reduce-scatters the outputs back;
-///  - flex dispatcher with DeepEP (MoEFlexTokenDispatcher, moe_enable_deepep): DeepEP's fused
-///    dispatch / combine kernels, one all-to-all op each way carrying the routing (DeepEpRouting)
-///    from which the system model derives the bytes per node (RDMA) and per rank (NVLink).
-std::uint32_t moe_exchange_op(GraphBuild& b, bool combine) {
-  const Scenario& sc = b.scenario;
-  const ModelDims& d = b.dims;
-  const std::int64_t tokens = d.b * d.s / d.cp / (d.sp ? d.t : 1);
-  const std::int64_t ep = sc.parallel.expert_model_parallel_size;
-  OpDesc o;
-  o.precision = d.precision;
-  o.group = GroupKind::Expert;
-  o.group_size = ep;
-  if (sc.model.moe_token_dispatcher_type == MoeDispatcher::Flex) {
-    // DeepEP's normal kernels (the flex dispatcher): the routing they move the copies by; the
-    // system model prices it (collective_flows.h deepep_flows). bytes: the copies, for reports.
-    const ModelConfig& m = sc.model;
-    o.kind = OpKind::AllToAll;
-    o.deepep = {double(tokens) * m.moe_token_imbalance_factor, double(d.h * d.e),
-                m.moe_router_topk, m.num_experts, m.moe_router_num_groups,
-                m.moe_router_group_topk, combine};
-    o.bytes = std::int64_t(double(tokens * m.moe_router_topk * d.h * d.e) *
-                           m.moe_token_imbalance_factor);
-  } else if (sc.model.moe_token_dispatcher_type == MoeDispatcher::AllGather) {
-    o.kind = combine ? OpKind::ReduceScatter : OpKind::AllGather;
-    o.bytes = ep * tokens * d.h * d.e;
-  } else {
-    o.kind = OpKind::AllToAll;
-    o.bytes = sc.model.moe_expert_capacity_factor > 0
-                  ? std::int64_t(sc.model.moe_expert_token_copies(tokens) * double(d.h * d.e))
-                  : std::int64_t(double(tokens * sc.model.moe_router_topk * d.h * d.e) *
-                                 sc.model.moe_token_imbalance_factor);
-  }
-  return b.graph.add_op(o);
-}
-
-/// Expert tensor parallelism (MoEAlltoAllTokenDispatcher with expt_tp of ETP > 1,
-/// token_dispatcher.py dispatch_postprocess / combine_preprocess): after the EP all-to-all the
-/// received copies and their fp32 routing probabilities are all-gathered over the ETP group
-/// (gather_from_sequence_parallel_region), and before the combine's all-to-all the experts'
-/// outputs are reduce-scattered back (reduce_scatter_to_sequence_parallel_region). Both
-/// carry the gathered size: ETP x the copies this rank receives (as the dispatch all-to-all
-/// counts them) x (h e bytes of hidden state + 4 bytes of probability).
-std::uint32_t etp_exchange_op(GraphBuild& b, bool combine) {
-  const Scenario& sc = b.scenario;
-  const ModelDims& d = b.dims;
-  const std::int64_t tokens = d.b * d.s / d.cp / (d.sp ? d.t : 1);
-  const std::int64_t etp = sc.parallel.expert_tensor_parallel_size;
-  const double copies = sc.model.moe_expert_capacity_factor > 0
-                            ? sc.model.moe_expert_token_copies(tokens)
-                            : double(tokens * sc.model.moe_router_topk) *
-                                  sc.model.moe_token_imbalance_factor;
-  OpDesc o;
-  o.precision = d.precision;
-  o.group = GroupKind::Expert;
-  o.group_size = etp;
-  o.kind = combine ? OpKind::ReduceScatter : OpKind::AllGather;
-  o.bytes = std::int64_t(double(etp) * copies * double(d.h * d.e + (combine ? 0 : 4)));
   return b.graph.add_op(o);
 }
 
@@ -209,6 +144,19 @@ ComputeOps add_compute_ops(GraphBuild& b) {
   if (b.scenario.model.is_moe() && b.scenario.parallel.expert_tensor_parallel_size > 1) {
     ops.etp_gather = etp_exchange_op(b, false);
     ops.etp_scatter = etp_exchange_op(b, true);
+  }
+  if (m.is_moe() && m.moe_shared_expert_overlap) {  // the shared expert's own ops
+    auto shared = [&](OpKind kind, std::uint8_t part) {
+      OpDesc o = compute_op(b.scenario, b.dims, kind);
+      o.features.shared_ffn = m.moe_shared_expert_intermediate_size / b.dims.t;
+      o.features.shared_part = part;
+      fill_work(o);
+      return b.graph.add_op(o);
+    };
+    ops.shared_fc1_fwd = shared(OpKind::MlpFwd, kSharedFc1);
+    ops.shared_fc2_fwd = shared(OpKind::MlpFwd, kSharedFc2);
+    ops.shared_fc1_bwd = shared(OpKind::MlpBwd, kSharedFc1);
+    ops.shared_fc2_bwd = shared(OpKind::MlpBwd, kSharedFc2);
   }
   if (m.mtp_num_layers > 0) {
     for (const OpKind kind : {OpKind::EmbedFwd, OpKind::EmbedBwd}) {
@@ -426,8 +374,16 @@ class RankProgram {
   ///
   /// Before a forward's dispatch (its re-run too) the host reads the token counts:
   /// moe_token_count_sync().
+  ///
+  /// model.moe_shared_expert_overlap: the shared expert's op of this side (kSharedFc1 beside
+  /// the dispatch or its adjoint, kSharedFc2 beside the combine or its adjoint; a re-run
+  /// forward's too) starts with the exchange, on the compute stream, behind the last compute
+  /// (the pre-MLP norm's output, or the output gradient); the next compute waits for both
+  /// (Megatron-Core shared_experts.py: its side stream waits on the main stream before fc1,
+  /// the main stream on it after fc2). The MoE MLP op then holds no shared expert.
   void moe_exchange(Phase phase, const StepAt& s, std::int64_t l, bool second) {
     if (!moe_mlp(l)) return;
+    const TaskId before = ctx_.last_compute;
     if (!second && phase != Phase::Backward && moe_token_count_sync())
       ctx_.host_sync(ctx_.last_compute, SyncCause::MoeTokenCounts);
     // Under the combined schedule the dispatcher's collectives run on their own stream.
@@ -442,6 +398,13 @@ class RankProgram {
       node_work(ctx_.last_compute, phase);  // the dispatch or combine schedule node
     }
     if (!second && ctx_.etp_group != kNone) run(ops_.etp_gather, ctx_.etp_group);
+    if (!ctx_.scenario().model.moe_shared_expert_overlap) return;
+    const bool fc1 = second == (phase == Phase::Backward);  // forward: dispatch; bwd: 2nd
+    const std::uint32_t op = phase == Phase::Backward
+                                 ? (fc1 ? ops_.shared_fc1_bwd : ops_.shared_fc2_bwd)
+                                 : (fc1 ? ops_.shared_fc1_fwd : ops_.shared_fc2_fwd);
+    ctx_.join_next.push_back(
+        ctx_.compute(op, phase, Part::Mlp, s.mb, std::uint16_t(l), s.chunk, before));
   }
   void layer_forward(Phase phase, const StepAt& s, std::int64_t l,
                      std::initializer_list<MemEffect> attn, std::initializer_list<MemEffect> mlp) {

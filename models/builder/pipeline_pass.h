@@ -41,6 +41,9 @@ struct ComputeOps {
   /// parallel.delay_wgrad_compute: the MoE MLP backward without the experts' weight-gradient
   /// GEMMs, and those GEMMs alone (ModelFeatures::expert_wgrad 1 and 2); unset otherwise.
   std::uint32_t mlp_bwd_dgrad = 0, mlp_bwd_wgrad = 0;
+  /// model.moe_shared_expert_overlap: the shared expert's fc1 and fc2 sides, forward and
+  /// backward (ModelFeatures::shared_part); unset otherwise.
+  std::uint32_t shared_fc1_fwd = 0, shared_fc2_fwd = 0, shared_fc1_bwd = 0, shared_fc2_bwd = 0;
 };
 
 class PipelinePass {

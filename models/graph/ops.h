@@ -49,6 +49,10 @@ constexpr std::uint8_t kRouterAuxLoss = 1;     ///< moe_aux_loss_coeff > 0
 constexpr std::uint8_t kRouterZLoss = 2;       ///< moe_z_loss_coeff > 0
 constexpr std::uint8_t kRouterExpertBias = 4;  ///< moe_router_enable_expert_bias
 constexpr std::uint8_t kRouterFusion = 8;      ///< moe_router_fusion
+/// ModelFeatures::shared_part values (model.moe_shared_expert_overlap).
+constexpr std::uint8_t kSharedApart = 1;  ///< the MoE MLP op, its shared expert run apart
+constexpr std::uint8_t kSharedFc1 = 2;    ///< the shared expert's fc1 side
+constexpr std::uint8_t kSharedFc2 = 3;    ///< the shared expert's fc2 side
 
 /// How a transformer's compute ops run beyond their shapes: the runtime's kernel list and the
 /// Megatron-Core model features (models/perf/flops_core.cpp reads them). The defaults are the
@@ -130,6 +134,13 @@ struct ModelFeatures {
   /// --recompute-modules shared_experts: the shared expert's forward (Megatron-Core MoELayer
   /// shared_experts_compute under tensor_parallel.checkpoint) re-runs before its backward.
   bool recompute_shared = false;
+  /// model.moe_shared_expert_overlap: the MoE MLP op without the shared expert (kSharedApart),
+  /// or one of the shared expert's own ops beside the token exchanges: kSharedFc1 (forward:
+  /// fc1 and the activation, beside the dispatch; backward: the activation's and fc1's
+  /// gradients, beside the dispatch's adjoint) or kSharedFc2 (forward: fc2, beside the
+  /// combine; backward: fc2's gradients, after the re-run with recompute_shared, beside the
+  /// combine's adjoint). 0: the shared expert inside the MoE MLP op.
+  std::uint8_t shared_part = 0;
   /// The backward's re-run of a checkpointed MLP module (--recompute-modules mlp / moe): the
   /// module's forward only, without what runs outside Megatron-Core's checkpoint (the MoE
   /// layer's separate pre-MLP norm; the bias-dropout-add after either).

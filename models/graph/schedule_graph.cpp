@@ -51,6 +51,7 @@ std::string op_key(const OpDesc& op) {
   if (f.etp != 1) os << ";etp" << f.etp;
   if (f.expert_wgrad) os << ";ew" << int(f.expert_wgrad);
   if (f.recompute_shared) os << ";rs";
+  if (f.shared_part) os << ";sh" << int(f.shared_part);
   if (f.qk_norm) os << ";qkn";
   if (f.mtp_input) os << ";mtp";
   const DeepEpRouting& r = op.deepep;

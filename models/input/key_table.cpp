@@ -164,12 +164,13 @@ void add_model_mla_moe(std::vector<ScenarioKey>& v) {
   v.push_back(bool_key(M(qk_layernorm), false, "norms on the query and key (or MLA's latents)"));
   v.push_back(int_key(M(mtp_num_layers), 0, 0, kLayers, "layers",
                       "multi-token prediction layers on the last stage"));
-  v.push_back(custom_key("model.moe_shared_expert_overlap", FieldRef{}, "not modelled: only false"));
   v.push_back(custom_key("model.mla_down_proj_fusion", FieldRef{}, "not modelled: only false"));
   v.push_back(int_key(M(num_experts), 0, 0, k2p16, "experts", "experts per MoE layer; 0: dense"));
   v.push_back(int_key(M(moe_router_topk), 2, 1, k2p16, "experts", "experts per token"));
   v.push_back(int_key(M(moe_ffn_hidden_size), std::nullopt, 1, k2p22, "", "expert MLP size; absent: ffn_hidden_size"));
   v.push_back(int_key(M(moe_shared_expert_intermediate_size), 0, 0, k2p22, "", "shared expert size; 0: none"));
+  v.push_back(bool_key(M(moe_shared_expert_overlap), false,
+                       "shared expert beside the token dispatch / combine"));
   ScenarioKey freq = custom_key(M(moe_layer_freq), "MoE layer frequency, list or pattern", true);
   freq.min = 1;
   freq.max = kLayers;

@@ -138,6 +138,9 @@ struct ModelConfig {
   std::int64_t moe_router_topk = 2;
   std::int64_t moe_ffn_hidden_size = 0;  ///< filled with ffn_hidden_size when absent
   std::int64_t moe_shared_expert_intermediate_size = 0;  ///< 0 = no shared expert
+  /// --moe-shared-expert-overlap: the shared expert's fc1 runs beside the token dispatch and
+  /// its fc2 beside the combine (Megatron-Core shared_experts.py, on a second CUDA stream).
+  bool moe_shared_expert_overlap = false;
   /// --moe-layer-freq as an integer N: layer l (0-based) is an MoE layer when l % N == 0.
   std::int64_t moe_layer_freq = 1;
   /// --moe-layer-freq as a pattern (a list, or Megatron's string expression such as

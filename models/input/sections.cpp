@@ -201,9 +201,6 @@ void read_model_mla(const Reader& r, ModelConfig& m) {
 /// false) are accepted, anything else is refused with what is missing.
 void read_unmodelled(const Reader& r) {
   const std::pair<const char*, const char*> flags[] = {
-      {"model.moe_shared_expert_overlap",
-       "the shared expert on a second stream beside the token dispatch is not modelled yet (it "
-       "runs after the combine); use false or leave it out"},
       {"model.mla_down_proj_fusion",
        "the fused q/kv down projection of multi-head latent attention is not modelled yet; use "
        "false or leave it out"}};

@@ -888,6 +888,7 @@ void validate_scenario(Scenario& s) {
   check_pipeline(s, fail);
   check_megatron_core(s, fail);
   validate_detail::check_moe_token_dropping(s, fail);
+  validate_detail::check_shared_expert_overlap(s, fail);
   validate_detail::check_a2a_overlap(s, fail);
   validate_detail::check_cuda_graph_scopes(s, fail);
   validate_detail::check_cuda_graph_recompute(s, fail);

@@ -72,6 +72,25 @@ void check_mtp_and_flex(Scenario& s, const FailFn& fail) {
          "and the chosen groups holding model.moe_router_topk experts");
 }
 
+/// model.moe_shared_expert_overlap (Megatron-Core transformer_config.py __post_init__): the
+/// shared expert's fc1 / fc2 are issued from the alltoall (or flex) dispatcher's dispatch and
+/// combine (token_dispatcher.py set_shared_experts), so it needs one of them; without a shared
+/// expert (moe_shared_expert_intermediate_size 0) Megatron-Core ignores it, trainsim refuses it.
+void check_shared_expert_overlap(const Scenario& s, const FailFn& fail) {
+  const ModelConfig& m = s.model;
+  if (!m.moe_shared_expert_overlap) return;
+  const std::string key = kv_bool(key_of(&ModelConfig::moe_shared_expert_overlap), true);
+  if (m.moe_shared_expert_intermediate_size <= 0)
+    fail(key + " with " + kv(key_of(&ModelConfig::moe_shared_expert_intermediate_size),
+                             m.moe_shared_expert_intermediate_size) +
+         ": there is no shared expert to overlap (Megatron-Core's MoELayer ignores the flag "
+         "then; trainsim refuses it as a likely mistake)");
+  if (m.moe_token_dispatcher_type == MoeDispatcher::AllGather)
+    fail(key + " with " + key_of(&ModelConfig::moe_token_dispatcher_type) +
+         " (allgather): Megatron-Core: \"moe_shared_expert_overlap only works with alltoall "
+         "or flex token dispatcher\"");
+}
+
 /// parallel.overlap_moe_expert_parallel_comm and delay_wgrad_compute: Megatron-Core's checks
 /// (megatron/core/transformer/transformer_config.py __post_init__, Megatron-LM d98e8a6,
 /// l. 3002-3082), then what trainsim's combined schedule does not model (pipelines, FSDP and
@@ -85,6 +104,10 @@ void check_a2a_overlap(const Scenario& s, const FailFn& fail) {
          " (Megatron-Core: 'overlap_moe_expert_parallel_comm must be enabled when enabling "
          "delay_wgrad_compute')");
   if (!p.overlap_moe_expert_parallel_comm) return;
+  if (m.moe_shared_expert_overlap)
+    fail(ov + " with " + kv_bool(key_of(&ModelConfig::moe_shared_expert_overlap), true) +
+         ": Megatron-Core asks to \"Disable moe_shared_expert_overlap when enabling "
+         "overlap_moe_expert_parallel_comm\"");
   if (p.expert_model_parallel_size <= 1)
     fail(ov + " with " + kv(key_of(&ParallelConfig::expert_model_parallel_size),
                             p.expert_model_parallel_size) +

@@ -24,6 +24,7 @@ inline std::string kv_bool(const std::string& field, bool value) {
 
 void check_moe_token_dropping(const Scenario& s, const FailFn& fail);
 void check_mtp_and_flex(Scenario& s, const FailFn& fail);
+void check_shared_expert_overlap(const Scenario& s, const FailFn& fail);
 void check_a2a_overlap(const Scenario& s, const FailFn& fail);
 void check_cuda_graph_scopes(Scenario& s, const FailFn& fail);
 void check_cuda_graph_recompute(const Scenario& s, const FailFn& fail);

@@ -64,6 +64,34 @@ void shared_expert_forward(const CoreShape& c, double Fs, bool rerun,
                           GemmPass::Forward, c.T, c.H, Fs, c, true));
 }
 
+/// model.moe_shared_expert_overlap (Megatron-Core shared_experts.py SharedExpertMLP with
+/// shared_expert_overlap): the shared expert's kernels as ops of their own, on its side
+/// stream. kSharedFc1: forward linear_fc1_forward_and_act (fc1 and the activation, issued
+/// beside the dispatch all-to-all); backward the activation's and fc1's gradients (autograd
+/// runs them on the stream of their forward, beside the dispatch's adjoint). kSharedFc2:
+/// forward linear_fc2_forward (beside the combine); backward fc2's gradients, after the
+/// checkpointed forward's re-run with --recompute-modules shared_experts. The kernels are those
+/// of the in-line shared expert (core_moe), split at the activation.
+void shared_expert_part(const ModelFeatures& f, const CoreShape& c, bool forward,
+                        std::vector<KernelWork>& out) {
+  const double Fs = double(f.shared_ffn), Fs1 = c.swiglu ? 2 * Fs : Fs;
+  const bool fc1 = f.shared_part == kSharedFc1;
+  if (forward && fc1) {
+    out.push_back(core_gemm("shared_fc1_gemm", GemmPass::Forward, c.T, Fs1, c.H, c, true));
+    out.push_back(mem("shared_swiglu_fwd", c.T * (Fs1 + Fs) * c.e));
+  } else if (forward) {
+    out.push_back(core_gemm("shared_fc2_gemm", GemmPass::Forward, c.T, c.H, Fs, c, true));
+  } else if (fc1) {
+    out.push_back(mem("shared_swiglu_bwd", c.T * (Fs + 2 * Fs1) * c.e));
+    core_linear_bwd("shared_fc1_grad_cast", "shared_fc1_grad_amax", "shared_fc1_dgrad",
+                    "shared_fc1_wgrad", c.T, Fs1, c.H, c, out);
+  } else {
+    if (f.recompute_shared) shared_expert_forward(c, Fs, true, out);
+    core_linear_bwd("shared_fc2_grad_cast", "shared_fc2_grad_amax", "shared_fc2_dgrad",
+                    "shared_fc2_wgrad", c.T, c.H, Fs, c, out);
+  }
+}
+
 /// The router's optional kernels (ModelFeatures::router; Megatron-Core core_v0.16.0
 /// megatron/core/transformer/moe/router.py TopKRouter.routing and moe_utils.py), each a
 /// memory-bound pass over the rank's Tsp x E router scores (fp32, 4 bytes), timed at the
@@ -110,6 +138,8 @@ void router_extras(const CoreShape& c, const ModelFeatures& f, bool forward,
 
 void core_moe(const OpDesc& op, const CoreShape& c, bool forward, std::vector<KernelWork>& out) {
   const ModelFeatures& f = op.features;
+  if (f.shared_part == kSharedFc1 || f.shared_part == kSharedFc2)
+    return shared_expert_part(f, c, forward, out);
   const double E = double(f.num_experts), kk = double(f.topk);
   // Token copies on this rank's experts; token dropping caps them at E x capacity, padding
   // fills them to it (ModelConfig::moe_expert_token_copies, docs/scenario.md).

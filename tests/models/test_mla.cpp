@@ -395,7 +395,8 @@ TEST(Mla, BadInputsNameFileFieldAndValue) {
       {"megatron-core", mla + ", mla_down_proj_fusion: true", par,
        "field 'model.mla_down_proj_fusion' = 'true': the fused q/kv down projection"},
       {"megatron-core", std_attn + ", moe_shared_expert_overlap: true", par,
-       "field 'model.moe_shared_expert_overlap' = 'true': the shared expert on a second stream"},
+       "model.moe_shared_expert_overlap (true) with model.moe_shared_expert_intermediate_size "
+       "(0)"},
       {"megatron-core", mla, "tensor_model_parallel_size: 32, " + par,
        "model.num_attention_heads (16) is not divisible by"}};
   for (const Case& c : cases) {
