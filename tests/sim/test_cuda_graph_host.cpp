@@ -8,53 +8,16 @@
 #include "models/perf/flops.h"
 #include "sim/executor.h"
 #include "sim/host_thread.h"
+#include "tests/support/host_thread_fixture.h"
 
 namespace trainsim::sim {
 namespace {
 
+using Env = test_support::HostThreadEnv;
+using test_support::chain;
+using test_support::layer_op;
+
 constexpr double kTol = 1e-12;
-
-OpDesc layer_op() {
-  OpDesc op;
-  op.kind = OpKind::MlpFwd;
-  op.micro_batch = 1;
-  op.seq = 2048;
-  op.hidden = 4096;
-  op.ffn = 4096;
-  op.heads = 8;
-  op.head_dim = 128;
-  op.tp = 4;
-  fill_work(op);
-  return op;
-}
-
-ScheduleGraph chain(int n, const OpDesc& op) {
-  ScheduleGraph g;
-  const auto o = g.add_op(op);
-  for (int i = 0; i < n; ++i) {
-    Task t;
-    t.kind = TaskKind::Compute;
-    t.rank = 0;
-    t.stream = StreamId::Compute;
-    t.op = o;
-    g.add_task(t);
-  }
-  return g;
-}
-
-struct Env {
-  SystemSpec system = find_system("dgx-a100-80gb");
-  CalibrationProfile profile = default_calibration(system.gpu.name);
-  Scenario scenario;
-  Env() {
-    scenario.cluster.system = system.name;
-    scenario.cluster.nodes = 1;
-    scenario.cluster.gpus_per_node = 8;
-    profile.host_eager_op_s = profile.host_te_module_s = profile.host_autograd_node_s = 0;
-    profile.host_nccl_call_s = 0;
-    profile.host_sync_s = 0;
-  }
-};
 
 TEST(CudaGraphHost, OneLaunchIssuesAHostBoundRegion) {
   Env env;

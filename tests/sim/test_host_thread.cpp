@@ -11,58 +11,18 @@
 #include "models/hardware/calibration.h"
 #include "models/perf/flops.h"
 #include "sim/executor.h"
+#include "tests/support/host_thread_fixture.h"
 
 namespace trainsim::sim {
 namespace {
 
+using Env = test_support::HostThreadEnv;
+using test_support::chain;
+using test_support::layer_op;
+
 constexpr double kTol = 1e-12;
 
-struct Env {
-  SystemSpec system = find_system("dgx-a100-80gb");
-  CalibrationProfile profile = default_calibration(system.gpu.name);
-  Scenario scenario;
-  Env() {
-    scenario.cluster.system = system.name;
-    scenario.cluster.nodes = 1;
-    scenario.cluster.gpus_per_node = 8;
-    // Every compute task costs exactly `module_overhead_s` to issue (no per-kernel cost), so
-    // h is set by one number.
-    profile.host_eager_op_s = profile.host_te_module_s = profile.host_autograd_node_s = 0;
-    profile.host_nccl_call_s = 0;
-    profile.host_sync_s = 0;
-  }
-};
-
-OpDesc layer_op() {
-  OpDesc op;
-  op.kind = OpKind::MlpFwd;
-  op.micro_batch = 1;
-  op.seq = 2048;
-  op.hidden = 4096;
-  op.ffn = 4096;
-  op.heads = 8;
-  op.head_dim = 128;
-  op.tp = 4;
-  fill_work(op);
-  return op;
-}
-
 double kernels_of(const OpDesc& op) { return double(op_kernels(op).size()); }
-
-/// N compute tasks of one op on rank 0's compute stream (stream order only).
-ScheduleGraph chain(int n, const OpDesc& op) {
-  ScheduleGraph g;
-  const auto o = g.add_op(op);
-  for (int i = 0; i < n; ++i) {
-    Task t;
-    t.kind = TaskKind::Compute;
-    t.rank = 0;
-    t.stream = StreamId::Compute;
-    t.op = o;
-    g.add_task(t);
-  }
-  return g;
-}
 
 TEST(HostThread, HostBoundLayerTakesNTimesTheHostCost) {
   Env env;
