@@ -4,7 +4,10 @@
 //   num_key_value_heads -> num_query_groups (GQA when fewer than the heads);
 //   head_dim -> kv_channels (when given; else hidden / heads);
 //   intermediate_size -> ffn_hidden_size (Mixtral, GPT-OSS: the expert size, moe_ffn_hidden_size);
-//   hidden_act silu -> swiglu (these families' MLPs are gated SiLU); rms_norm_eps -> RMSNorm;
+//   hidden_act silu -> swiglu (these families' MLPs are gated SiLU), but GPT-OSS's: its experts
+//   run the clamped quick-GELU GLU (quick_geglu, activation_func_clamp_value from swiglu_limit,
+//   7.0 where absent, and glu_linear_offset 1.0: Megatron-Bridge 067f987
+//   src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py provider_bridge); rms_norm_eps -> RMSNorm;
 //   rope_theta -> position_embedding_type rope; tie_word_embeddings false ->
 //   untie_embeddings_and_output_weights; attention_bias -> add_bias_linear; Qwen2's q, k, v
 //   biases (always there, transformers modeling_qwen2.py) -> add_qkv_bias; Qwen3's per-head
@@ -24,8 +27,10 @@
 // moe_intermediate_size x n_shared_experts -> moe_shared_expert_intermediate_size;
 // first_k_dense_replace -> the moe_layer_freq pattern (that many dense layers first). Group-
 // limited routing (n_group, topk_group) changes which experts a token reaches, not how many:
-// not modelled (the published runs force-balance the tokens). Multi-token prediction
-// (num_nextn_predict_layers > 0) is refused: not modelled.
+// not modelled (the published runs force-balance the tokens). DeepSeek-V3's multi-token
+// prediction: num_nextn_predict_layers -> mtp_num_layers (Megatron-Bridge 067f987
+// deepseek_v3_bridge.py: `provider.mtp_num_layers = num_nextn_predict_layers or None`);
+// DeepSeek-V2's bridge maps no such field, so a V2 config that sets it is refused.
 // max_position_embeddings does not set seq_length (the run's sequence is the scenario's).
 #include "models/input/hf_config.h"
 
@@ -202,11 +207,16 @@ void import_windows(const json& c, const std::string& path, const std::string& a
 }
 
 /// DeepSeek-V2 / V3: multi-head latent attention and the routed/shared experts.
-void import_deepseek(const json& c, const std::string& path, std::int64_t layers, Keys& out) {
-  if (c.contains("num_nextn_predict_layers") && c["num_nextn_predict_layers"] != 0)
-    bad(path, "num_nextn_predict_layers", c["num_nextn_predict_layers"],
-        "multi-token prediction is not imported from a config; set it to 0 in a copy of the "
-        "config and give Megatron's model.mtp_num_layers in the scenario");
+void import_deepseek(const json& c, const std::string& path, bool v3, std::int64_t layers,
+                     Keys& out) {
+  if (c.contains("num_nextn_predict_layers") && !c["num_nextn_predict_layers"].is_null() &&
+      c["num_nextn_predict_layers"] != 0) {
+    if (!v3)
+      bad(path, "num_nextn_predict_layers", c["num_nextn_predict_layers"],
+          "multi-token prediction is imported for DeepseekV3ForCausalLM only (Megatron-Bridge's "
+          "DeepSeek-V2 bridge maps no such field); give model.mtp_num_layers in the scenario");
+    put_int(out, c, path, "num_nextn_predict_layers", &ModelConfig::mtp_num_layers);
+  }
   put(out, &ModelConfig::multi_latent_attention, "true");
   put(out, &ModelConfig::qk_layernorm, "true");
   if (c.contains("q_lora_rank") && !c["q_lora_rank"].is_null())
@@ -244,6 +254,26 @@ void import_deepseek(const json& c, const std::string& path, std::int64_t layers
   std::vector<bool> is_moe(std::size_t(layers), true);
   for (std::int64_t i = 0; i < dense; ++i) is_moe[std::size_t(i)] = false;
   put_layer_pattern(is_moe, out);
+}
+
+/// GPT-OSS's experts: the clamped quick-GELU GLU with a +1 linear offset, as Megatron-Bridge's
+/// GPT-OSS bridge sets it (the clamp is the config's swiglu_limit; the bridge writes 7.0, the
+/// published config's value, which is taken where the field is absent).
+void import_gpt_oss_activation(const json& c, const std::string& path, Keys& out) {
+  put(out, &ModelConfig::quick_geglu, "true");
+  std::string clamp = "7.0";
+  if (c.contains("swiglu_limit") && !c["swiglu_limit"].is_null()) {
+    const json& v = c["swiglu_limit"];
+    if (!v.is_number()) wrong_type(path, "swiglu_limit", v, "a number");
+    const ScenarioKey& k = key_for(&ModelConfig::activation_func_clamp_value);
+    const double limit = v.get<double>();
+    if (!(limit > 0 && limit <= k.hi))
+      bad(path, "swiglu_limit", v,
+          "expected a clamp in (0, " + json(k.hi).dump() + "] (" + k.path + ")");
+    clamp = v.dump();
+  }
+  put(out, &ModelConfig::activation_func_clamp_value, clamp);
+  put(out, &ModelConfig::glu_linear_offset, "1.0");
 }
 
 /// hidden_size, num_attention_heads and (but for DeepSeek's MLA) num_key_value_heads and
@@ -323,7 +353,10 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
   const std::int64_t layers = put_int(out, c, path, "num_hidden_layers", &ModelConfig::num_layers);
   import_attention_shape(c, path, deepseek, out);
   const std::int64_t ffn = put_int(out, c, path, "intermediate_size", &ModelConfig::ffn_hidden_size);
-  put(out, &ModelConfig::swiglu, "true");
+  if (a == "GptOssForCausalLM")
+    import_gpt_oss_activation(c, path, out);
+  else
+    put(out, &ModelConfig::swiglu, "true");
   if (c.contains("rms_norm_eps")) put(out, &ModelConfig::normalization, "RMSNorm");
   if (c.contains("rope_theta") || c.contains("rope_scaling")) put(out, &ModelConfig::position_embedding_type, "rope");
   put(out, &ModelConfig::untie_embeddings_and_output_weights,
@@ -337,7 +370,7 @@ std::vector<std::pair<std::string, std::string>> import_hf_config(const std::str
   import_vocab_and_dropout(c, path, out);
   put(out, &ModelConfig::attention_backend, "flash");
   if (deepseek)
-    import_deepseek(c, path, layers, out);
+    import_deepseek(c, path, a == "DeepseekV3ForCausalLM", layers, out);
   else if (import_moe(c, path, ffn, out))
     import_moe_layers(c, path, layers, out);
   import_windows(c, path, a, out);

@@ -168,11 +168,11 @@ TEST_F(Cli, ImportHfPrintsTheModelSectionOfAConfigOrNothing) {
   EXPECT_NE(bad.err.find("cannot open the Hugging Face config"), std::string::npos) << bad.err;
 }
 
-// A DeepSeek-V3 config.json with its one multi-token-prediction layer: refused (exit 1, the
-// file, field and value, nothing on stdout); without it (num_nextn_predict_layers 0) the
-// imported latent-attention model simulates on 8 GPUs, and its model FLOPs per iteration are
-// Megatron-Core's MLA count written out here.
-TEST_F(Cli, ImportHfDeepSeekV3RefusesMtpAndSimulatesWithoutIt) {
+// A DeepSeek-V3 config.json with its one multi-token-prediction layer: imported as Megatron-
+// Bridge's bridge maps it (model.mtp_num_layers 1 on stdout); the imported latent-attention
+// model simulates on 8 GPUs with and without it, and its model FLOPs per iteration are
+// Megatron-Core's MLA count (training.py num_floating_point_operations) written out here.
+TEST_F(Cli, ImportHfDeepSeekV3ImportsItsMtpLayerAndSimulates) {
   json cfg = {{"architectures", {"DeepseekV3ForCausalLM"}}, {"num_hidden_layers", 4},
               {"hidden_size", 7168}, {"num_attention_heads", 128}, {"q_lora_rank", 1536},
               {"kv_lora_rank", 512}, {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64},
@@ -186,37 +186,40 @@ TEST_F(Cli, ImportHfDeepSeekV3RefusesMtpAndSimulatesWithoutIt) {
     std::ofstream f(file("dsv3.json"));
     f << cfg.dump();
   }
-  const Result mtp = run("import-hf '" + file("dsv3.json").string() + "'");
-  EXPECT_EQ(mtp.rc, 1);
-  EXPECT_EQ(mtp.out, "");
-  EXPECT_NE(mtp.err.find("dsv3.json: field 'num_nextn_predict_layers' = 1"), std::string::npos)
-      << mtp.err;
-  cfg["num_nextn_predict_layers"] = 0;
-  {
-    std::ofstream f(file("dsv3.json"));
-    f << cfg.dump();
-    std::ofstream s(file("dsv3.yaml"));
-    s << "name: dsv3\nruntime: megatron-core\nmodel: {hf_config: dsv3.json, seq_length: 4096}\n"
-      << "parallel: {tensor_model_parallel_size: 2, sequence_parallel: true,\n"
-      << "  expert_model_parallel_size: 4, expert_tensor_parallel_size: 1, micro_batch_size: 1,\n"
-      << "  global_batch_size: 8, precision: bf16}\ncluster: {system: dgx-h100, nodes: 1}\n";
-  }
-  const Result sim = run("simulate '" + file("dsv3.yaml").string() + "' --format json");
-  ASSERT_EQ(sim.rc, 0) << sim.err;
-  const json out = json::parse(sim.out);
-  EXPECT_GT(out.at("iteration_time_s").get<double>(), 0);
+  const Result imported = run("import-hf '" + file("dsv3.json").string() + "'");
+  ASSERT_EQ(imported.rc, 0) << imported.err;
+  EXPECT_NE(imported.out.find("mtp_num_layers: 1"), std::string::npos) << imported.out;
   // training.py num_floating_point_operations, MLA branch, per token: 6 x (attention per
   // layer + MLP (1 dense layer of 18432, 3 MoE layers of 8 routed + 1 shared expert of
-  // 2048, SwiGLU) + logits).
-  const double h = 7168, s = 4096, a = 128;
+  // 2048, SwiGLU) + logits); the MTP layer adds one more MoE layer, its eh_proj and norms
+  // (3h + 2h^2) and the logits once more.
+  const double h = 7168, s = 4096, a = 128, v = 129280;
   const double attn = 1536 * (h + a * 192 + 1) + 512 * (h + a * 256 + 1) + h * 64 +
                       a * 128 * h + (a * 192 + a * 128) * s / 2;
-  const double per_token =
-      6 * (4 * attn + 3 * h * 18432 + 3 * (3 * h * 9 * 2048) + h * 129280);
-  const double model_flops = per_token * 8 * 4096;
-  EXPECT_NEAR(out.at("model_tflops_per_gpu").get<double>() * 1e12 * 8 *
-                  out.at("iteration_time_s").get<double>() / model_flops,
-              1.0, 1e-3);
+  const double moe_layer = attn + 3 * h * 9 * 2048;
+  const double base = 4 * attn + 3 * h * 18432 + 3 * (3 * h * 9 * 2048) + h * v;
+  for (int nextn : {0, 1}) {
+    cfg["num_nextn_predict_layers"] = nextn;
+    {
+      std::ofstream f(file("dsv3.json"));
+      f << cfg.dump();
+      std::ofstream y(file("dsv3.yaml"));
+      y << "name: dsv3\nruntime: megatron-core\nmodel: {hf_config: dsv3.json, seq_length: 4096}\n"
+        << "parallel: {tensor_model_parallel_size: 2, sequence_parallel: true,\n"
+        << "  expert_model_parallel_size: 4, expert_tensor_parallel_size: 1, micro_batch_size: 1,\n"
+        << "  global_batch_size: 8, precision: bf16}\ncluster: {system: dgx-h100, nodes: 1}\n";
+    }
+    const Result sim = run("simulate '" + file("dsv3.yaml").string() + "' --format json");
+    ASSERT_EQ(sim.rc, 0) << sim.err;
+    const json out = json::parse(sim.out);
+    EXPECT_GT(out.at("iteration_time_s").get<double>(), 0);
+    const double per_token =
+        6 * (base + nextn * (moe_layer + 3 * h + 2 * h * h + h * v));
+    const double model_flops = per_token * 8 * 4096;
+    EXPECT_NEAR(out.at("model_tflops_per_gpu").get<double>() * 1e12 * 8 *
+                    out.at("iteration_time_s").get<double>() / model_flops,
+                1.0, 1e-3) << "num_nextn_predict_layers " << nextn;
+  }
 }
 
 TEST_F(Cli, DefaultOutputIsTheTextReport) {

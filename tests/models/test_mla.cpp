@@ -440,17 +440,13 @@ TEST(Mla, HuggingFaceDeepSeekV3ImportsTheSameModelAsWrittenByHand) {
   EXPECT_FALSE(sc.model.moe_layer(2));
   EXPECT_TRUE(sc.model.moe_layer(3));
   EXPECT_DOUBLE_EQ(model_flops_per_iteration(sc), model_flops_per_iteration(by_hand));
-  // Its multi-token-prediction module is not imported (the scenario's model.mtp_num_layers
-  // sets it): refused, naming file, field and value.
-  const std::string mtp = dir.write("mtp.json", deepseek_v3_config(1));
-  try {
-    import_hf_config(mtp);
-    ADD_FAILURE() << "MTP accepted";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(mtp + ": field 'num_nextn_predict_layers' = 1: "
-                                               "multi-token prediction"),
-              std::string::npos) << e.what();
-  }
+  // Its multi-token-prediction module is imported as Megatron-Bridge's DeepSeek-V3 bridge
+  // maps it (num_nextn_predict_layers -> mtp_num_layers): one more layer of the hand count in
+  // test_mtp_deepep.cpp, 11,610,067,968 parameters (embedding and output head shared).
+  const Scenario with_mtp =
+      load_scenario(test_support::write_hf_scenario(dir, deepseek_v3_config(1), 4096));
+  EXPECT_EQ(with_mtp.model.mtp_num_layers, 1);
+  EXPECT_EQ(total_params(with_mtp.model) - total_params(sc.model), 11610067968LL);
 }
 
 // DeepSeek-V2-Lite (its config.json: 27 layers, hidden 2048, 16 heads, no q_lora, kv_lora 512,
@@ -479,6 +475,22 @@ TEST(Mla, HuggingFaceDeepSeekV2LiteHas15_7BillionParameters) {
   const std::int64_t moe = attn + norms + 2048LL * 64 + 66 * expert;
   EXPECT_EQ(total_params(sc.model), dense + 26 * moe + 2LL * 102400 * 2048 + 2048);
   EXPECT_NEAR(double(total_params(sc.model)) / 1e9, 15.7, 0.01);
+}
+
+// Megatron-Bridge's DeepSeek-V2 bridge maps no multi-token prediction: a V2 config that sets
+// num_nextn_predict_layers is refused, naming the file, field and value.
+TEST(Mla, HuggingFaceDeepSeekV2RefusesMultiTokenPrediction) {
+  ScratchDir dir("hf_dsv2_mtp");
+  std::string v2 = deepseek_v3_config(2);
+  v2.replace(v2.find("DeepseekV3ForCausalLM"), 21, "DeepseekV2ForCausalLM");
+  const std::string path = dir.write("v2.json", v2);
+  try {
+    import_hf_config(path);
+    ADD_FAILURE() << "MTP accepted for DeepSeek-V2";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": field 'num_nextn_predict_layers' = 2: "),
+              std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 // new keys (each error names the file, the field and the value).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -1051,6 +1053,35 @@ TEST(ModernModels, HuggingFaceConfigImportFillsTheModelSection) {
   const std::string mla = dir.write(
       "mla.json", "{\"architectures\": [\"LlamaForCausalLM\"], \"q_lora_rank\": 1536}");
   EXPECT_THROW(import_hf_config(mla), InputError);
+}
+
+// GPT-OSS-120B's published config.json (scenarios/h100/hf/): its experts' clamped quick-GELU
+// GLU comes in as Megatron-Bridge's GPT-OSS bridge sets it (quick_geglu, clamp = the config's
+// swiglu_limit 7.0, linear offset 1.0), so the import is the model of the shipped H100 row:
+// the same parameters and the same model FLOPs. A swiglu_limit that is not a positive number
+// names the file, field and value.
+TEST(ModernModels, HuggingFaceGptOssImportsTheClampedQuickGeglu) {
+  ScratchDir dir("hf_gpt_oss");
+  const std::string cfg = test_support::source_path("scenarios/h100/hf/gpt-oss-120b.config.json");
+  const Scenario sc = load_scenario(dir.write("s.yaml", test_support::hf_scenario_yaml(cfg, 4096)));
+  EXPECT_TRUE(sc.model.quick_geglu);
+  EXPECT_FALSE(sc.model.swiglu);
+  EXPECT_DOUBLE_EQ(sc.model.activation_func_clamp_value, 7.0);
+  EXPECT_DOUBLE_EQ(sc.model.glu_linear_offset, 1.0);
+  const Scenario row = load_scenario(
+      test_support::source_path("scenarios/h100/gpt-oss-120b_bf16_tp1_pp4_ep8_dp16_r25.11.yaml"));
+  EXPECT_EQ(total_params(sc.model), total_params(row.model));
+  std::ifstream in(cfg);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("\"swiglu_limit\": 7.0"), 19, "\"swiglu_limit\": -1");
+  const std::string limit = dir.write("limit.json", text);
+  try {
+    import_hf_config(limit);
+    ADD_FAILURE() << "swiglu_limit -1 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(limit + ": field 'swiglu_limit' = -1"),
+              std::string::npos) << e.what();
+  }
 }
 
 // Mistral 7B v0.1 (its config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads, SwiGLU
