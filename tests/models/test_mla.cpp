@@ -18,6 +18,7 @@
 #include "models/input/hf_config.h"
 #include "models/memory/memory_model.h"
 #include "models/input/scenario.h"
+#include "tests/support/deepseek_scenario.h"
 #include "tests/support/paths.h"
 #include "tests/support/scenario_yaml.h"
 
@@ -26,19 +27,7 @@ namespace {
 
 using test_support::ScratchDir;
 
-// DeepSeek-V3 (its config.json): 61 layers, the first 3 dense, hidden 7168, 128 heads, q_lora
-// 1536, kv_lora 512, qk_nope 128, qk_rope 64, v 128, dense ffn 18432, 256 routed experts of
-// 2048 (top 8) and one shared expert of 2048, vocab 129280, untied.
-const char* kDeepSeekV3 =
-    "num_layers: 61, hidden_size: 7168, num_attention_heads: 128, multi_latent_attention: true, "
-    "q_lora_rank: 1536, kv_lora_rank: 512, qk_head_dim: 128, qk_pos_emb_head_dim: 64, "
-    "v_head_dim: 128, qk_layernorm: true, ffn_hidden_size: 18432, num_experts: 256, "
-    "moe_router_topk: 8, moe_ffn_hidden_size: 2048, moe_shared_expert_intermediate_size: 2048, "
-    "moe_layer_freq: '([0]*3+[1]*58)', moe_grouped_gemm: true, swiglu: true, "
-    "normalization: RMSNorm, position_embedding_type: rope, "
-    "untie_embeddings_and_output_weights: true, add_bias_linear: false, hidden_dropout: 0.0, "
-    "attention_dropout: 0.0, attention_backend: flash, seq_length: 4096, "
-    "padded_vocab_size: 129280";
+const std::string& kDeepSeekV3 = test_support::kDeepSeekV3Model;
 
 // A small MLA model for the graph tests (DeepSeek-V2-Lite's attention: no q_lora).
 const char* kSmallMla =
@@ -364,10 +353,7 @@ TEST(Mla, BadInputsNameFileFieldAndValue) {
   const std::string std_attn = "hidden_size: 1024, num_attention_heads: 16, seq_length: 1024, "
                                "padded_vocab_size: 1024, num_layers: 2, attention_backend: flash";
   const std::string par = "micro_batch_size: 1, global_batch_size: 32";
-  struct Case {
-    std::string runtime, model, parallel, expect;
-  };
-  const Case cases[] = {
+  test_support::expect_each_refused(dir, {
       {"megatron-core", std_attn + ", q_lora_rank: 512", par,
        "field 'model.q_lora_rank' = '512': is set, but model.multi_latent_attention is not"},
       {"megatron-core", std_attn + ", v_head_dim: 64", par,
@@ -398,20 +384,7 @@ TEST(Mla, BadInputsNameFileFieldAndValue) {
        "model.moe_shared_expert_overlap (true) with model.moe_shared_expert_intermediate_size "
        "(0)"},
       {"megatron-core", mla, "tensor_model_parallel_size: 32, " + par,
-       "model.num_attention_heads (16) is not divisible by"}};
-  for (const Case& c : cases) {
-    const std::string path =
-        dir.write("s.yaml", "runtime: " + c.runtime + "\nmodel: {" + c.model + "}\nparallel: {" +
-                                c.parallel + "}\ncluster: {system: dgx-h100, nodes: 4}\n");
-    try {
-      load_scenario(path);
-      ADD_FAILURE() << "accepted: " << c.model << " / " << c.parallel;
-    } catch (const InputError& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find(path), std::string::npos) << msg;
-      EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
-    }
-  }
+       "model.num_attention_heads (16) is not divisible by"}});
 }
 
 // DeepSeek-V3's config.json, the fields trainsim reads (num_nextn_predict_layers 0: the model
