@@ -9,6 +9,8 @@ Parameters without a hardware.md figure are listed with their own `source` text.
 
 --check exits 1 when a profile claims more than the published figures allow:
   gemm_max_efficiency  <= best published GEMM rate / datasheet peak (a default may derate, not exceed)
+  hbm_efficiency (H200, B200, GB200), flash_attention_fwd/bwd_efficiency (B200, GB200)
+                       <= the published stream / attention rate over the datasheet figure
   nvlink_efficiency, network_efficiency, pcie_efficiency within the published range (+-0.02)
 --end-to-end also fails on any default-profile value whose `source` says it was chosen against
 an end-to-end training result (Megatron SC'21 Table 1, the Megatron-Bridge table, a paper's
@@ -77,6 +79,26 @@ def mamf_relations(measured, bf16_key, bf16_peak, fp8_key, fp8_peak):
     return out
 
 
+def hbm_relation(measured, key, datasheet_tb_s):
+    """hbm_efficiency bounded by a published stream rate (the first figure of the row)."""
+    v = numbers(measured[key])[0]
+    return ("hbm_efficiency", v / datasheet_tb_s, v / datasheet_tb_s,
+            f"'{key}' {v:g} TB/s / datasheet {datasheet_tb_s:g} TB/s", "max")
+
+
+def blackwell_relations(measured, attention_key, bf16_peak):
+    """B200 and GB200 (hardware.md, "DGX B200" and "GB200 NVL72"): the HBM efficiency is the B200
+    elementwise stream over the 8 TB/s both system files take (GB200 carries it over, the same GPU
+    and HBM3e); the fused attention fallbacks are the 8k points of the cuDNN runs (the row's first
+    two figures: forward, backward TFLOP/s), over the dense BF16 peak."""
+    out = [hbm_relation(measured, "elementwise HBM stream (relu, BF16), B200", 8.0)]
+    fwd, bwd = numbers(measured[attention_key])[:2]
+    for param, tf in (("flash_attention_fwd_efficiency", fwd), ("flash_attention_bwd_efficiency", bwd)):
+        out.append((param, tf / bf16_peak, tf / bf16_peak,
+                    f"'{attention_key}' {tf:g} TFLOP/s (8k) / {bf16_peak:g} TFLOP/s", "max"))
+    return out
+
+
 def relations(device, sheet, measured):
     """(parameter, implied low, implied high, derivation text, kind) for one GPU."""
     a100 = device.startswith("A100")
@@ -88,7 +110,9 @@ def relations(device, sheet, measured):
         # measurements (section "GB200 NVL72": MAMF finder, Azure's sustained cuBLASLt FP8),
         # bounded by the best published rates; the rest are the H100's, carried over and checked
         # in the H100 profile.
-        return mamf_relations(measured, "BF16 MAMF, GB200", 2500.0, "FP8 MAMF, GB200", 5000.0)
+        return (mamf_relations(measured, "BF16 MAMF, GB200", 2500.0, "FP8 MAMF, GB200", 5000.0) +
+                blackwell_relations(measured, "cuDNN fused attention, BF16, causal, head dim 128, GB200",
+                                    2500.0))
     if device not in cols:
         return []
     col = cols[device]
@@ -111,8 +135,13 @@ def relations(device, sheet, measured):
     g = numbers(measured[gemm_key])[0]
     out.append(("gemm_max_efficiency", g / peak, g / peak,
                 f"'{gemm_key}' {g:g} TFLOP/s / datasheet {peak:g} TFLOP/s", "max"))
-    if b200:  # its own FP8 MAMF (hardware.md, "DGX B200": dense FP8 4,500)
+    if b200:  # its own FP8 MAMF (hardware.md, "DGX B200": dense FP8 4,500), stream and attention
         out += mamf_relations(measured, None, 0, "FP8 (float8_e4m3fn) MAMF, B200 SXM", 4500.0)
+        out += blackwell_relations(measured, "cuDNN fused attention, BF16, causal, head dim 128, B200",
+                                   2250.0)
+    if device.startswith("H200"):  # its own HBM stream (hardware.md, "Published measurements")
+        out.append(hbm_relation(measured, "HBM stream benchmark, H200 SXM (Azure ND H200 v5, CUDA 12.6)",
+                                numbers(ds["HBM bandwidth"])[0] / 1000.0))
     ar_key = "NCCL all-reduce bus bandwidth, 8x A100 one node" if a100 else \
         "NCCL all-reduce bus bandwidth, 8x H100 one node (ring)"
     ar = numbers(measured[ar_key])
