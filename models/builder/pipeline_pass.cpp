@@ -328,16 +328,18 @@ class RankProgram {
       else receive(prev_rank(), Phase::Forward, f);
     });
     on_chain(c.b, [&] {
-      if (b.last_vstage) output_backward(b);
+      if (b.last_vstage) output_backward(b, false);
       else receive(next_rank(), Phase::Backward, b);
     });
-    const std::int64_t both = std::min(f.layers, b.layers);
-    auto b_layer = [&](std::int64_t i) { return b.first_layer + b.layers - 1 - i; };
-    for (std::int64_t i = 0; i < both; ++i) combined_layer(b, f, b_layer(i), f.first_layer + i, c);
-    for (std::int64_t i = both; i < b.layers; ++i) combined_layer(b, f, b_layer(i), -1, c);
-    for (std::int64_t i = both; i < f.layers; ++i) combined_layer(b, f, -1, f.first_layer + i, c);
+    const std::vector<std::int64_t> fl = plan_layers(f);
+    std::vector<std::int64_t> bl = plan_layers(b);
+    std::reverse(bl.begin(), bl.end());
+    const std::size_t both = std::min(fl.size(), bl.size());
+    for (std::size_t i = 0; i < both; ++i) combined_layer(b, f, bl[i], fl[i], c);
+    for (std::size_t i = both; i < bl.size(); ++i) combined_layer(b, f, bl[i], -1, c);
+    for (std::size_t i = both; i < fl.size(); ++i) combined_layer(b, f, -1, fl[i], c);
     on_chain(c.f, [&] {
-      if (f.last_vstage) output_forward(f);
+      if (f.last_vstage) output_forward(f, false);
       else send(next_rank(), Phase::Forward, f);
     });
     on_chain(c.b, [&] {
@@ -345,6 +347,16 @@ class RankProgram {
       else send(prev_rank(), Phase::Backward, b);
     });
     ctx_.last_compute = c.b;  // the last compute task issued (the compute stream's order)
+  }
+  /// The layers of a chunk's schedule plan in forward order: its decoder layers, then on the last
+  /// virtual stage the MTP layers (model_chunk_schedule_plan.py l. 418-423).
+  std::vector<std::int64_t> plan_layers(const StepAt& s) const {
+    std::vector<std::int64_t> out;
+    for (std::int64_t l = s.first_layer; l < s.first_layer + s.layers; ++l) out.push_back(l);
+    const ModelConfig& m = ctx_.scenario().model;
+    if (s.last_vstage)
+      for (std::int64_t k = 0; k < m.mtp_num_layers; ++k) out.push_back(m.num_layers + k);
+    return out;
   }
   struct Chains {
     TaskId f, b;  ///< the last task of the forward's and of the backward's chain
@@ -374,11 +386,14 @@ class RankProgram {
     const bool rerun = bwd && mlp_checkpointed(ctx_.scenario(), bl);
     const MemEffect free_mlp{-(bb.kept.mlp + (rerun ? bb.kept.mlp_rerun : 0)),
                              MemCategory::Activations, true};
+    const std::int64_t mtp_from = ctx_.scenario().model.num_layers;  // MTP layers' indices
     if (bwd) on_chain(c.b, [&] {
+      if (bl >= mtp_from) mtp_head_backward(b, bl);
       dp_->before_unit(ctx_, false, {UnitKind::Layer, bl});
       moe_exchange(Phase::Backward, b, bl, false);  // combine_bwd
     });
     if (fwd) on_chain(c.f, [&] {
+      if (fl >= mtp_from) mtp_input_forward(f, fl);
       dp_->before_unit(ctx_, true, {UnitKind::Layer, fl});
       block(full_attention(fl) ? ops_.attn_fwd_full : ops_.attn_fwd, Phase::Forward, Part::Attn, f,
             fl, true, false, {{fb.kept.attn, MemCategory::Activations}});
@@ -405,10 +420,12 @@ class RankProgram {
       block(moe_mlp(fl) ? ops_.mlp_fwd : ops_.mlp_fwd_dense, Phase::Forward, Part::Mlp, f, fl,
             false, true, {{fb.kept.mlp, MemCategory::Activations}});
       moe_exchange(Phase::Forward, f, fl, true);  // combine_fwd
+      if (fl >= mtp_from) mtp_head_forward(f, fl);
     });
     if (bwd) on_chain(c.b, [&] {
       block(full_attention(bl) ? ops_.attn_bwd_full : ops_.attn_bwd, Phase::Backward, Part::Attn,
             b, bl, false, true, {{-bb.kept.attn, MemCategory::Activations, true}});
+      if (bl >= mtp_from) mtp_input_backward(b, bl);
       tails_.layers[bl] = ctx_.last_compute;
       dp_->on_grads_ready(ctx_, {UnitKind::Layer, bl}, ctx_.last_compute);
     });
@@ -433,14 +450,15 @@ class RankProgram {
     tails_.embedding = ctx_.last_compute;
     dp_->on_grads_ready(ctx_, {UnitKind::Embedding}, ctx_.last_compute);
   }
-  void output_forward(const StepAt& s) {
-    mtp_forward(s);
+  /// `mtp` false: the MTP layers ran as layers of a merged step (combined_step).
+  void output_forward(const StepAt& s, bool mtp = true) {
+    if (mtp) mtp_forward(s);
     tp_.before_block(ctx_, Phase::Forward, Part::Logits, s.mb, kNoIndex);
     unit_block(ops_.logits_fwd, Phase::Forward, Part::Logits, s, UnitKind::Output,
                {{logits_activation_bytes(ctx_.scenario()), MemCategory::Activations}});
     tp_.after_loss(ctx_, s.mb);
   }
-  void output_backward(const StepAt& s) {
+  void output_backward(const StepAt& s, bool mtp = true) {
     const std::int64_t logits = logits_activation_bytes(ctx_.scenario());
     const std::int64_t grad = logits_gradient_bytes(ctx_.scenario());
     tp_.before_output_backward(ctx_, s.mb);  // the input, re-gathered for the weight gradient
@@ -450,7 +468,7 @@ class RankProgram {
     tails_.output = ctx_.last_compute;
     tp_.after_block(ctx_, Phase::Backward, Part::Logits, s.mb, kNoIndex);  // input gradient
     dp_->on_grads_ready(ctx_, {UnitKind::Output}, ctx_.last_compute);
-    mtp_backward(s);
+    if (mtp) mtp_backward(s);
   }
 
   /// Multi-token prediction (model.mtp_num_layers; Megatron-Core GPTModel with
@@ -467,33 +485,51 @@ class RankProgram {
     const ModelDims& d = ctx_.dims();
     return 2 * d.act_bytes;  // [enorm(embedding), hnorm(hidden)] over T tokens
   }
+  /// An MTP layer's own pieces: its input (embedding, norms, eh_proj) and its pass through the
+  /// output head and loss, forward and backward. In a merged step they are Megatron-Core's MTP
+  /// layer plan's (model_chunk_schedule_plan.py l. 31-56, 236-300): the input inside
+  /// pre_dispatch_computation, the head as mtp_post_process after the combine (backward: before
+  /// the combine's adjoint).
+  void mtp_input_forward(const StepAt& s, std::int64_t l) {
+    ctx_.last_compute = ctx_.compute(ops_.mtp_input_fwd, Phase::Forward, Part::Embedding, s.mb,
+                                     std::uint16_t(l), s.chunk, ctx_.last_compute,
+                                     {{mtp_input_bytes(), MemCategory::Activations}});
+  }
+  void mtp_head_forward(const StepAt& s, std::int64_t l) {
+    ctx_.last_compute = ctx_.compute(
+        ops_.logits_fwd, Phase::Forward, Part::Logits, s.mb, std::uint16_t(l), s.chunk,
+        ctx_.last_compute, {{logits_activation_bytes(ctx_.scenario()), MemCategory::Activations}});
+  }
+  void mtp_head_backward(const StepAt& s, std::int64_t l) {
+    const std::int64_t logits = logits_activation_bytes(ctx_.scenario());
+    const std::int64_t grad = logits_gradient_bytes(ctx_.scenario());
+    ctx_.last_compute = ctx_.compute(
+        ops_.logits_bwd, Phase::Backward, Part::Logits, s.mb, std::uint16_t(l), s.chunk,
+        ctx_.last_compute,
+        {{grad, MemCategory::Activations}, {-logits - grad, MemCategory::Activations, true}});
+  }
+  void mtp_input_backward(const StepAt& s, std::int64_t l) {
+    ctx_.last_compute = ctx_.compute(ops_.mtp_input_bwd, Phase::Backward, Part::Embedding, s.mb,
+                                     std::uint16_t(l), s.chunk, ctx_.last_compute,
+                                     {{-mtp_input_bytes(), MemCategory::Activations, true}});
+  }
   void mtp_forward(const StepAt& s) {
     const ModelConfig& m = ctx_.scenario().model;
     for (std::int64_t k = 0; k < m.mtp_num_layers; ++k) {
       const std::int64_t l = m.num_layers + k;
-      const auto layer = static_cast<std::uint16_t>(l);
-      ctx_.last_compute = ctx_.compute(ops_.mtp_input_fwd, Phase::Forward, Part::Embedding, s.mb,
-                                       layer, s.chunk, ctx_.last_compute,
-                                       {{mtp_input_bytes(), MemCategory::Activations}});
+      mtp_input_forward(s, l);
       dp_->before_unit(ctx_, true, {UnitKind::Layer, l});
       const LayerBytes& lb = bytes_of(l);
       layer_forward(Phase::Forward, s, l, {{lb.kept.attn, MemCategory::Activations}},
                     {{lb.kept.mlp, MemCategory::Activations}});
-      ctx_.last_compute = ctx_.compute(
-          ops_.logits_fwd, Phase::Forward, Part::Logits, s.mb, layer, s.chunk, ctx_.last_compute,
-          {{logits_activation_bytes(ctx_.scenario()), MemCategory::Activations}});
+      mtp_head_forward(s, l);
     }
   }
   void mtp_backward(const StepAt& s) {
     const ModelConfig& m = ctx_.scenario().model;
-    const std::int64_t logits = logits_activation_bytes(ctx_.scenario());
-    const std::int64_t grad = logits_gradient_bytes(ctx_.scenario());
     for (std::int64_t k = m.mtp_num_layers - 1; k >= 0; --k) {
       const std::int64_t l = m.num_layers + k;
-      const auto layer = static_cast<std::uint16_t>(l);
-      ctx_.last_compute = ctx_.compute(
-          ops_.logits_bwd, Phase::Backward, Part::Logits, s.mb, layer, s.chunk, ctx_.last_compute,
-          {{grad, MemCategory::Activations}, {-logits - grad, MemCategory::Activations, true}});
+      mtp_head_backward(s, l);
       dp_->before_unit(ctx_, false, {UnitKind::Layer, l});
       const LayerBytes& lb = bytes_of(l);
       std::int64_t rerun = 0;
@@ -506,9 +542,7 @@ class RankProgram {
       }
       layer_backward(s, l, {{-(lb.kept.mlp + rerun), MemCategory::Activations, true}},
                      {{-lb.kept.attn, MemCategory::Activations, true}});
-      ctx_.last_compute = ctx_.compute(ops_.mtp_input_bwd, Phase::Backward, Part::Embedding, s.mb,
-                                       layer, s.chunk, ctx_.last_compute,
-                                       {{-mtp_input_bytes(), MemCategory::Activations, true}});
+      mtp_input_backward(s, l);
       tails_.layers[l] = ctx_.last_compute;
       dp_->on_grads_ready(ctx_, {UnitKind::Layer, l}, ctx_.last_compute);
     }
