@@ -130,6 +130,27 @@ TEST(A2aOverlapInterleaved, MergedStepsAreTheScheduleCountedByHand) {
   }
 }
 
+// A multi-token prediction layer is a layer of the last chunk's schedule plan (Megatron-Core
+// model_chunk_schedule_plan.py), merged as the decoder layers are: on stage 1 (whose chunk 1 is
+// the last virtual stage: layer 3, then the MTP layer, global index 4) the merged backwards of
+// chunk 1, (0,1) (1,1) (2,1), split their MoE MLP backward for 2 layers each, those of chunk 0,
+// (0,0) (1,0), for 1: 3 x 2 + 2 = 8 weight-gradient tasks, 3 of them the MTP layer's.
+TEST(A2aOverlapInterleaved, MtpLayerIsMergedAsALayerOfTheLastChunk) {
+  Scenario sc = moe(kOn + ", delay_wgrad_compute: true");
+  sc.model.mtp_num_layers = 1;
+  BuildOptions o;
+  const ScheduleGraph g = build_schedule_graph(validated(sc), find_system(sc.cluster.system), o);
+  int wgrad = 0, mtp_wgrad = 0;
+  for (TaskId id : g.tasks_of_rank(RankId(2))) {
+    const Task& t = g.task(id);
+    if (t.kind != TaskKind::Compute || g.op(id).features.expert_wgrad != 2) continue;
+    ++wgrad;
+    mtp_wgrad += t.layer == 4 ? 1 : 0;
+  }
+  EXPECT_EQ(wgrad, 8);
+  EXPECT_EQ(mtp_wgrad, 3);
+}
+
 // Every all-to-all of a merged step runs beside the other microbatch's compute; those of the
 // warm-up forwards and the cool-down backwards run alone. Hand calculation (as at pp = 1,
 // tests/sim/test_a2a_overlap.cpp): when every all-to-all is shorter than every compute block,
