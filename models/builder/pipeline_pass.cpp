@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/builder/dp_strategy.h"
@@ -21,163 +22,6 @@
 namespace trainsim::builder {
 
 namespace {
-
-/// One rank's shard of a compute block (Megatron ParallelTransformerLayer, embedding, output
-/// layer), with its work from models/perf/flops.h.
-OpDesc compute_op(const Scenario& sc, const ModelDims& d, OpKind kind, bool full_attention = false,
-                  bool dense_mlp = false, bool checkpoint_rerun = false) {
-  OpDesc o;
-  o.kind = kind;
-  o.precision = d.precision;
-  o.micro_batch = d.b;
-  o.seq = d.s;
-  o.hidden = d.h;
-  o.heads = sc.model.num_attention_heads / d.t;
-  o.head_dim = sc.model.kv_channels;
-  o.ffn = sc.model.ffn_hidden_size / d.t;
-  o.vocab = sc.model.padded_vocab_size / d.t;
-  o.tp = d.t;
-  o.sequence_parallel = d.sp;
-  o.recompute_core_attention = kind == OpKind::AttnBwd &&
-                               (sc.parallel.recompute_modules & kRecomputeCoreAttn) != 0;
-  o.features = model_features(sc);
-  if (full_attention) o.features.window = 0;
-  o.features.checkpoint_rerun = checkpoint_rerun;
-  const ModelConfig& m = sc.model;
-  if (m.is_moe() && !dense_mlp && (kind == OpKind::MlpFwd || kind == OpKind::MlpBwd)) {
-    const ParallelConfig& p = sc.parallel;
-    o.features.experts_local = m.num_experts / p.expert_model_parallel_size;
-    o.features.num_experts = m.num_experts;
-    o.features.topk = m.moe_router_topk;
-    o.features.expert_ffn = m.moe_ffn_hidden_size / p.expert_tensor_parallel_size;
-    o.features.shared_ffn = m.moe_shared_expert_intermediate_size / d.t;
-    o.features.grouped_gemm = m.moe_grouped_gemm;
-    o.features.imbalance = m.moe_token_imbalance_factor;
-    // Token dropping: the router's tokens on this rank, b s / cp (/ t with SP).
-    const std::int64_t rank_tokens = d.b * d.s / d.cp / (d.sp ? d.t : 1);
-    o.features.expert_token_cap = double(m.num_experts * m.moe_expert_capacity(rank_tokens));
-    o.features.pad_to_capacity = m.moe_pad_expert_input_to_capacity;
-    o.features.permute_fusion = m.moe_permute_fusion;
-    o.features.router = std::uint8_t((m.moe_aux_loss_coeff > 0 ? kRouterAuxLoss : 0) |
-                                     (m.moe_z_loss_coeff > 0 ? kRouterZLoss : 0) |
-                                     (m.moe_router_enable_expert_bias ? kRouterExpertBias : 0) |
-                                     (m.moe_router_fusion ? kRouterFusion : 0));
-    o.features.etp = p.expert_tensor_parallel_size;
-    // moe_shared_expert_overlap: the shared expert runs in ops of its own (add_compute_ops).
-    if (m.moe_shared_expert_overlap) o.features.shared_ffn = 0;
-    if (m.moe_shared_expert_overlap) o.features.shared_part = kSharedApart;
-  }
-  // Flash attention keeps no score matrix: selective recomputation recomputes nothing there
-  // (Megatron-Core checkpoints core attention only for the unfused kernel's s^2 tensors).
-  if (o.features.attention != 0) o.recompute_core_attention = false;
-  fill_work(o);
-  return o;
-}
-
-/// Context parallelism's ring attention (Megatron-Core / Transformer Engine
-/// AttnFuncWithCPAndKVP2P): cp steps; at each a rank sends the K, V chunk it holds to the next
-/// CP rank while it computes attention with the chunk it has. Over the cp - 1 exchanges every
-/// rank receives the other ranks' K, V: the traffic of a ring all-gather whose output is cp
-/// chunks of 2 b (s / cp) (g / t) d e bytes (MLA: b (s / cp) (a / t) (dn + dr + dv) e). The
-/// backward moves K, V again and returns dK, dV to their owners: an all-gather plus a
-/// reduce-scatter of the same size, the traffic of one all-reduce. The exchange runs concurrently with the attention block; the next block waits
-/// for both.
-std::uint32_t cp_exchange_op(GraphBuild& b, bool backward) {
-  const Scenario& sc = b.scenario;
-  const ModelDims& d = b.dims;
-  const ModelConfig& m = sc.model;
-  // MLA: every head its own key (kv_channels = dn + dr) and value (dv).
-  const std::int64_t chunk =
-      m.multi_latent_attention
-          ? d.b * (d.s / d.cp) * (m.num_attention_heads / d.t) * (m.kv_channels + m.v_head_dim) * d.e
-          : 2 * d.b * (d.s / d.cp) * (m.num_query_groups / d.t) * m.kv_channels * d.e;
-  OpDesc o;
-  o.kind = backward ? OpKind::AllReduce : OpKind::AllGather;
-  o.precision = d.precision;
-  o.group = GroupKind::Context;
-  o.bytes = chunk * d.cp;
-  o.group_size = d.cp;
-  return b.graph.add_op(o);
-}
-
-ComputeOps add_compute_ops(GraphBuild& b) {
-  auto add = [&](OpKind kind) { return b.graph.add_op(compute_op(b.scenario, b.dims, kind)); };
-  ComputeOps ops;
-  ops.attn_fwd = add(OpKind::AttnFwd);
-  ops.mlp_fwd = add(OpKind::MlpFwd);
-  ops.attn_bwd = add(OpKind::AttnBwd);
-  ops.mlp_bwd = add(OpKind::MlpBwd);
-  ops.embed_fwd = add(OpKind::EmbedFwd);
-  ops.embed_bwd = add(OpKind::EmbedBwd);
-  ops.logits_fwd = add(OpKind::LogitsLossFwd);
-  ops.logits_bwd = add(OpKind::LogitsLossBwd);
-  if (b.dims.cp > 1) {
-    ops.cp_fwd = cp_exchange_op(b, false);
-    ops.cp_bwd = cp_exchange_op(b, true);
-  }
-  // Sliding-window models attend fully on every window_attn_skip_freq-th layer.
-  ops.attn_fwd_full = ops.attn_fwd;
-  ops.attn_bwd_full = ops.attn_bwd;
-  if (b.scenario.model.window_size > 0 && b.scenario.model.window_attn_skip_freq > 0) {
-    ops.attn_fwd_full = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::AttnFwd, true));
-    ops.attn_bwd_full = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::AttnBwd, true));
-  }
-  // An MoE model's dense layers (--moe-layer-freq) run a dense MLP of ffn_hidden_size.
-  ops.mlp_fwd_dense = ops.mlp_fwd;
-  ops.mlp_bwd_dense = ops.mlp_bwd;
-  if (b.scenario.model.is_moe() && b.scenario.model.has_dense_layers()) {
-    ops.mlp_fwd_dense = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::MlpFwd, false, true));
-    ops.mlp_bwd_dense = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::MlpBwd, false, true));
-  }
-  // --recompute-modules mlp / moe: the checkpointed module's forward, re-run in the backward.
-  const ModelConfig& m = b.scenario.model;
-  const std::uint8_t modules = b.scenario.parallel.recompute_modules;
-  if ((modules & kRecomputeMoe) && m.is_moe())
-    ops.mlp_rerun = b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::MlpFwd, false, false, true));
-  if ((modules & kRecomputeMlp) && (!m.is_moe() || m.has_dense_layers()))
-    ops.mlp_rerun_dense =
-        b.graph.add_op(compute_op(b.scenario, b.dims, OpKind::MlpFwd, false, true, true));
-  if (b.scenario.model.is_moe() && b.scenario.parallel.expert_model_parallel_size > 1) {
-    ops.moe_dispatch = moe_exchange_op(b, false);
-    ops.moe_combine = moe_exchange_op(b, true);
-  }
-  if (b.scenario.model.is_moe() && b.scenario.parallel.expert_tensor_parallel_size > 1) {
-    ops.etp_gather = etp_exchange_op(b, false);
-    ops.etp_scatter = etp_exchange_op(b, true);
-  }
-  if (m.is_moe() && m.moe_shared_expert_overlap) {  // the shared expert's own ops
-    auto shared = [&](OpKind kind, std::uint8_t part) {
-      OpDesc o = compute_op(b.scenario, b.dims, kind);
-      o.features.shared_ffn = m.moe_shared_expert_intermediate_size / b.dims.t;
-      o.features.shared_part = part;
-      fill_work(o);
-      return b.graph.add_op(o);
-    };
-    ops.shared_fc1_fwd = shared(OpKind::MlpFwd, kSharedFc1);
-    ops.shared_fc2_fwd = shared(OpKind::MlpFwd, kSharedFc2);
-    ops.shared_fc1_bwd = shared(OpKind::MlpBwd, kSharedFc1);
-    ops.shared_fc2_bwd = shared(OpKind::MlpBwd, kSharedFc2);
-  }
-  if (m.mtp_num_layers > 0) {
-    for (const OpKind kind : {OpKind::EmbedFwd, OpKind::EmbedBwd}) {
-      OpDesc o = compute_op(b.scenario, b.dims, kind);
-      o.features.mtp_input = true;
-      fill_work(o);
-      (kind == OpKind::EmbedFwd ? ops.mtp_input_fwd : ops.mtp_input_bwd) = b.graph.add_op(o);
-    }
-  }
-  if (b.scenario.model.is_moe() && b.scenario.parallel.delay_wgrad_compute) {
-    auto part = [&](std::uint8_t which) {
-      OpDesc o = compute_op(b.scenario, b.dims, OpKind::MlpBwd);
-      o.features.expert_wgrad = which;
-      fill_work(o);
-      return b.graph.add_op(o);
-    };
-    ops.mlp_bwd_dgrad = part(1);
-    ops.mlp_bwd_wgrad = part(2);
-  }
-  return ops;
-}
 
 /// Where a pipeline step runs: its chunk's span (RankContext::chunk_span), its microbatch and
 /// chunk index.
@@ -206,9 +50,7 @@ class RankProgram {
 
   void run() {
     const ModelDims& d = ctx_.dims();
-    const std::vector<PipelineStep> steps =
-        pipeline_order(ctx_.scenario().parallel.pipeline_schedule, int(d.pp),
-                       int(ctx_.coords.pp_stage), int(d.nmb), int(d.v));
+    const std::vector<PipelineStep> steps = order();
     std::vector<PipelineExchange> exchanges;
     if (batched_exchanges_) {
       exchanges = megatron2021_interleaved_exchanges(int(d.pp), int(ctx_.coords.pp_stage),
@@ -227,11 +69,11 @@ class RankProgram {
     };
     exchanges_after(-1);
     for (std::size_t i = 0; i < steps.size(); ++i) {
-      // The combined 1F1B schedule (pp = 1): microbatch k's backward with k + 1's forward.
-      if (combined_ && i + 1 < steps.size() && !steps[i].forward && steps[i + 1].forward) {
+      if (merged_at(steps, i)) {  // the combined 1F1B schedule's merged step
         dp_->on_step_begin(ctx_, steps[i]);
         dp_->on_step_begin(ctx_, steps[i + 1]);
-        combined_step(at(steps[i]), at(steps[i + 1]));
+        const bool backward_first = !steps[i].forward;
+        combined_step(at(steps[backward_first ? i : i + 1]), at(steps[backward_first ? i + 1 : i]));
         if (step_timers_sync()) ctx_.host_sync(ctx_.last_compute, SyncCause::Timer);
         dp_->on_step_end(ctx_, steps[i]);
         dp_->on_step_end(ctx_, steps[i + 1]);
@@ -255,6 +97,28 @@ class RankProgram {
   }
 
  private:
+  /// This rank's steps: pipeline_order, or under the combined schedule at pp > 1
+  /// combined_interleaved_order (whose merged steps merged_at finds).
+  std::vector<PipelineStep> order() {
+    const ModelDims& d = ctx_.dims();
+    const int rank = int(ctx_.coords.pp_stage);
+    if (combined_ && d.pp > 1) {
+      CombinedOrder o = combined_interleaved_order(int(d.pp), rank, int(d.nmb), int(d.v));
+      merged_begin_ = std::size_t(o.warmup);
+      merged_end_ = std::size_t(o.warmup + 2 * o.merged);
+      return std::move(o.steps);
+    }
+    return pipeline_order(ctx_.scenario().parallel.pipeline_schedule, int(d.pp), rank,
+                          int(d.nmb), int(d.v));
+  }
+  /// Whether steps i and i + 1 run as one merged step: at pp = 1
+  /// (combined_1f1b_schedule_for_no_pipelining) microbatch k's backward and k + 1's forward; at
+  /// pp > 1 the steady state's pairs of combined_interleaved_order (a forward, then a backward).
+  bool merged_at(const std::vector<PipelineStep>& steps, std::size_t i) const {
+    if (!combined_ || i + 1 >= steps.size()) return false;
+    if (ctx_.dims().pp == 1) return !steps[i].forward && steps[i + 1].forward;
+    return i >= merged_begin_ && i < merged_end_ && (i - merged_begin_) % 2 == 0;
+  }
   StepAt at(const PipelineStep& step) const {
     StepAt s{ctx_.chunk_span(step.chunk)};
     s.mb = static_cast<std::uint16_t>(step.microbatch);
@@ -424,9 +288,13 @@ class RankProgram {
           l, false, true, attn);
   }
 
-  // ---- the combined 1F1B schedule (parallel.overlap_moe_expert_parallel_comm, pp = 1;
+  // ---- the combined 1F1B schedule (parallel.overlap_moe_expert_parallel_comm). At pp = 1
   // Megatron-Core combined_1f1b.py combined_1f1b_schedule_for_no_pipelining: microbatch 0's
-  // forward alone, then microbatch k's backward beside k + 1's forward, the last backward alone)
+  // forward alone, then microbatch k's backward beside k + 1's forward, the last backward alone.
+  // At pp > 1 (virtual stages required) the interleaved schedule's steady-state steps
+  // (combined_interleaved_order, models/graph/pipeline_schedule.h); its warm-up forwards and
+  // cool-down backwards run alone (forward_step / backward_step, their exchanges on the EP
+  // stream and their schedule nodes' host work as in a merged step).
 
   /// The host work of one ScheduleNode call beyond its ops' issue (Megatron-Core
   /// pipeline_parallel/utils.py ScheduleNode, Megatron-LM d98e8a6): stream_acquire_context's
@@ -442,22 +310,53 @@ class RankProgram {
     ctx_.host_work(task, phase == Phase::Backward ? kBackwardNodeOps : kForwardNodeOps,
                    HostWorkCause::ScheduleNode);
   }
-  /// TransformerModelChunkSchedulePlan.run (models/common/model_chunk_schedule_plan.py): the
-  /// forward's embedding and the backward's output layer, then forward layer i beside backward
-  /// layer L - 1 - i, then the forward's output layer and the backward's embedding. The two
-  /// microbatches' chains are separate: each task waits for its own chain, the compute tasks
-  /// for the compute stream's order, the all-to-alls for the EP stream's.
+  /// TransformerModelChunkSchedulePlan.run (Megatron-LM d98e8a6
+  /// models/common/model_chunk_schedule_plan.py l. 500-620): the forward's input (pre_forward:
+  /// its pipeline receive, then the embedding on the first virtual stage) and the backward's
+  /// (pre_backward: its gradient's receive, then the output layer on the last virtual stage);
+  /// then forward layer i beside backward layer L_b - 1 - i for i < min(L_f, L_b), the
+  /// backward's remaining layers alone, the forward's remaining layers alone; then post_forward
+  /// (the forward's send) and post_backward (the backward's send), the forward's output layer
+  /// on the last virtual stage and the backward's embedding on the first. The two chains are
+  /// separate: each task waits for its own chain, the compute tasks for the compute stream's
+  /// order, the all-to-alls for the EP stream's. The pipeline messages are posted as
+  /// receive() / send() post them outside the combined schedule.
   void combined_step(const StepAt& b, const StepAt& f) {
-    TRAINSIM_CHECK(f.first_vstage && f.last_vstage && b.first_vstage && b.last_vstage,
-                   "combined 1F1B step with pipeline stages (validation refuses pp > 1)");
     Chains c{ctx_.last_compute, ctx_.last_compute};
-    on_chain(c.f, [&] { embedding_forward(f); });
-    on_chain(c.b, [&] { output_backward(b); });
-    for (std::int64_t i = 0; i < f.layers; ++i)
-      combined_layer(b, f, b.first_layer + b.layers - 1 - i, f.first_layer + i, c);
-    on_chain(c.f, [&] { output_forward(f); });
-    on_chain(c.b, [&] { embedding_backward(b); });
+    on_chain(c.f, [&] {
+      if (f.first_vstage) embedding_forward(f);
+      else receive(prev_rank(), Phase::Forward, f);
+    });
+    on_chain(c.b, [&] {
+      if (b.last_vstage) output_backward(b, false);
+      else receive(next_rank(), Phase::Backward, b);
+    });
+    const std::vector<std::int64_t> fl = plan_layers(f);
+    std::vector<std::int64_t> bl = plan_layers(b);
+    std::reverse(bl.begin(), bl.end());
+    const std::size_t both = std::min(fl.size(), bl.size());
+    for (std::size_t i = 0; i < both; ++i) combined_layer(b, f, bl[i], fl[i], c);
+    for (std::size_t i = both; i < bl.size(); ++i) combined_layer(b, f, bl[i], -1, c);
+    for (std::size_t i = both; i < fl.size(); ++i) combined_layer(b, f, -1, fl[i], c);
+    on_chain(c.f, [&] {
+      if (f.last_vstage) output_forward(f, false);
+      else send(next_rank(), Phase::Forward, f);
+    });
+    on_chain(c.b, [&] {
+      if (b.first_vstage) embedding_backward(b);
+      else send(prev_rank(), Phase::Backward, b);
+    });
     ctx_.last_compute = c.b;  // the last compute task issued (the compute stream's order)
+  }
+  /// The layers of a chunk's schedule plan in forward order: its decoder layers, then on the last
+  /// virtual stage the MTP layers (model_chunk_schedule_plan.py l. 418-423).
+  std::vector<std::int64_t> plan_layers(const StepAt& s) const {
+    std::vector<std::int64_t> out;
+    for (std::int64_t l = s.first_layer; l < s.first_layer + s.layers; ++l) out.push_back(l);
+    const ModelConfig& m = ctx_.scenario().model;
+    if (s.last_vstage)
+      for (std::int64_t k = 0; k < m.mtp_num_layers; ++k) out.push_back(m.num_layers + k);
+    return out;
   }
   struct Chains {
     TaskId f, b;  ///< the last task of the forward's and of the backward's chain
@@ -471,47 +370,62 @@ class RankProgram {
   /// TransformerLayerSchedulePlan.run (model_chunk_schedule_plan.py l. 236-300), in its issue
   /// order: comm stream: combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd; compute
   /// stream: pre_dispatch_fwd (attention) | mlp_bwd, mlp_bwd_dw, mlp_fwd | pre_dispatch_bwd.
+  /// Backward layer `bl` beside forward layer `fl`; -1: that side has no layer (run alone, as
+  /// Megatron runs a chunk's remaining layers with the other side None).
   /// With delay_wgrad_compute the MoE MLP backward's expert weight-gradient GEMMs are their own
   /// task (mlp.backward_dw) after the forward's dispatch is issued; the backward's dispatch
-  /// waits only for the data gradient.
+  /// waits only for the data gradient. A dense MLP checkpointed by recompute_modules 'mlp'
+  /// runs its forward again before its backward (Megatron-Core's CheckpointWithoutOutput
+  /// recomputes it inside the MLP node's backward), on the backward's chain.
   void combined_layer(const StepAt& b, const StepAt& f, std::int64_t bl, std::int64_t fl,
                       Chains& c) {
-    const LayerBytes& fb = bytes_of(fl);
-    const LayerBytes& bb = bytes_of(bl);
-    const bool split = moe_mlp(bl) && ctx_.scenario().parallel.delay_wgrad_compute;
-    const MemEffect free_mlp{-bb.kept.mlp, MemCategory::Activations, true};
-    on_chain(c.b, [&] {
+    const bool fwd = fl >= 0, bwd = bl >= 0;
+    const LayerBytes& fb = bytes_of(fwd ? fl : 0);
+    const LayerBytes& bb = bytes_of(bwd ? bl : 0);
+    const bool split = bwd && moe_mlp(bl) && ctx_.scenario().parallel.delay_wgrad_compute;
+    const bool rerun = bwd && mlp_checkpointed(ctx_.scenario(), bl);
+    const MemEffect free_mlp{-(bb.kept.mlp + (rerun ? bb.kept.mlp_rerun : 0)),
+                             MemCategory::Activations, true};
+    const std::int64_t mtp_from = ctx_.scenario().model.num_layers;  // MTP layers' indices
+    if (bwd) on_chain(c.b, [&] {
+      if (bl >= mtp_from) mtp_head_backward(b, bl);
       dp_->before_unit(ctx_, false, {UnitKind::Layer, bl});
       moe_exchange(Phase::Backward, b, bl, false);  // combine_bwd
     });
-    on_chain(c.f, [&] {
+    if (fwd) on_chain(c.f, [&] {
+      if (fl >= mtp_from) mtp_input_forward(f, fl);
       dp_->before_unit(ctx_, true, {UnitKind::Layer, fl});
       block(full_attention(fl) ? ops_.attn_fwd_full : ops_.attn_fwd, Phase::Forward, Part::Attn, f,
             fl, true, false, {{fb.kept.attn, MemCategory::Activations}});
     });
-    on_chain(c.b, [&] {
+    if (bwd) on_chain(c.b, [&] {
+      if (rerun)
+        block(moe_mlp(bl) ? ops_.mlp_rerun : ops_.mlp_rerun_dense, Phase::Recompute, Part::Mlp, b,
+              bl, false, true, {{bb.kept.mlp_rerun, MemCategory::Activations}});
       if (split)
         block(ops_.mlp_bwd_dgrad, Phase::Backward, Part::Mlp, b, bl, true, false, {});
       else
         block(moe_mlp(bl) ? ops_.mlp_bwd : ops_.mlp_bwd_dense, Phase::Backward, Part::Mlp, b, bl,
               true, false, {free_mlp});
     });
-    on_chain(c.f, [&] { moe_exchange(Phase::Forward, f, fl, false); });  // dispatch_fwd
+    if (fwd) on_chain(c.f, [&] { moe_exchange(Phase::Forward, f, fl, false); });  // dispatch_fwd
     if (split) {  // mlp.backward_dw: off the backward's chain (the compute stream orders it)
       TaskId dw = c.b;
       on_chain(dw, [&] {
         block(ops_.mlp_bwd_wgrad, Phase::Backward, Part::Mlp, b, bl, false, false, {free_mlp});
       });
     }
-    on_chain(c.b, [&] { moe_exchange(Phase::Backward, b, bl, true); });  // dispatch_bwd
-    on_chain(c.f, [&] {
+    if (bwd) on_chain(c.b, [&] { moe_exchange(Phase::Backward, b, bl, true); });  // dispatch_bwd
+    if (fwd) on_chain(c.f, [&] {
       block(moe_mlp(fl) ? ops_.mlp_fwd : ops_.mlp_fwd_dense, Phase::Forward, Part::Mlp, f, fl,
             false, true, {{fb.kept.mlp, MemCategory::Activations}});
       moe_exchange(Phase::Forward, f, fl, true);  // combine_fwd
+      if (fl >= mtp_from) mtp_head_forward(f, fl);
     });
-    on_chain(c.b, [&] {
+    if (bwd) on_chain(c.b, [&] {
       block(full_attention(bl) ? ops_.attn_bwd_full : ops_.attn_bwd, Phase::Backward, Part::Attn,
             b, bl, false, true, {{-bb.kept.attn, MemCategory::Activations, true}});
+      if (bl >= mtp_from) mtp_input_backward(b, bl);
       tails_.layers[bl] = ctx_.last_compute;
       dp_->on_grads_ready(ctx_, {UnitKind::Layer, bl}, ctx_.last_compute);
     });
@@ -536,14 +450,15 @@ class RankProgram {
     tails_.embedding = ctx_.last_compute;
     dp_->on_grads_ready(ctx_, {UnitKind::Embedding}, ctx_.last_compute);
   }
-  void output_forward(const StepAt& s) {
-    mtp_forward(s);
+  /// `mtp` false: the MTP layers ran as layers of a merged step (combined_step).
+  void output_forward(const StepAt& s, bool mtp = true) {
+    if (mtp) mtp_forward(s);
     tp_.before_block(ctx_, Phase::Forward, Part::Logits, s.mb, kNoIndex);
     unit_block(ops_.logits_fwd, Phase::Forward, Part::Logits, s, UnitKind::Output,
                {{logits_activation_bytes(ctx_.scenario()), MemCategory::Activations}});
     tp_.after_loss(ctx_, s.mb);
   }
-  void output_backward(const StepAt& s) {
+  void output_backward(const StepAt& s, bool mtp = true) {
     const std::int64_t logits = logits_activation_bytes(ctx_.scenario());
     const std::int64_t grad = logits_gradient_bytes(ctx_.scenario());
     tp_.before_output_backward(ctx_, s.mb);  // the input, re-gathered for the weight gradient
@@ -553,7 +468,7 @@ class RankProgram {
     tails_.output = ctx_.last_compute;
     tp_.after_block(ctx_, Phase::Backward, Part::Logits, s.mb, kNoIndex);  // input gradient
     dp_->on_grads_ready(ctx_, {UnitKind::Output}, ctx_.last_compute);
-    mtp_backward(s);
+    if (mtp) mtp_backward(s);
   }
 
   /// Multi-token prediction (model.mtp_num_layers; Megatron-Core GPTModel with
@@ -570,33 +485,51 @@ class RankProgram {
     const ModelDims& d = ctx_.dims();
     return 2 * d.act_bytes;  // [enorm(embedding), hnorm(hidden)] over T tokens
   }
+  /// An MTP layer's own pieces: its input (embedding, norms, eh_proj) and its pass through the
+  /// output head and loss, forward and backward. In a merged step they are Megatron-Core's MTP
+  /// layer plan's (model_chunk_schedule_plan.py l. 31-56, 236-300): the input inside
+  /// pre_dispatch_computation, the head as mtp_post_process after the combine (backward: before
+  /// the combine's adjoint).
+  void mtp_input_forward(const StepAt& s, std::int64_t l) {
+    ctx_.last_compute = ctx_.compute(ops_.mtp_input_fwd, Phase::Forward, Part::Embedding, s.mb,
+                                     std::uint16_t(l), s.chunk, ctx_.last_compute,
+                                     {{mtp_input_bytes(), MemCategory::Activations}});
+  }
+  void mtp_head_forward(const StepAt& s, std::int64_t l) {
+    ctx_.last_compute = ctx_.compute(
+        ops_.logits_fwd, Phase::Forward, Part::Logits, s.mb, std::uint16_t(l), s.chunk,
+        ctx_.last_compute, {{logits_activation_bytes(ctx_.scenario()), MemCategory::Activations}});
+  }
+  void mtp_head_backward(const StepAt& s, std::int64_t l) {
+    const std::int64_t logits = logits_activation_bytes(ctx_.scenario());
+    const std::int64_t grad = logits_gradient_bytes(ctx_.scenario());
+    ctx_.last_compute = ctx_.compute(
+        ops_.logits_bwd, Phase::Backward, Part::Logits, s.mb, std::uint16_t(l), s.chunk,
+        ctx_.last_compute,
+        {{grad, MemCategory::Activations}, {-logits - grad, MemCategory::Activations, true}});
+  }
+  void mtp_input_backward(const StepAt& s, std::int64_t l) {
+    ctx_.last_compute = ctx_.compute(ops_.mtp_input_bwd, Phase::Backward, Part::Embedding, s.mb,
+                                     std::uint16_t(l), s.chunk, ctx_.last_compute,
+                                     {{-mtp_input_bytes(), MemCategory::Activations, true}});
+  }
   void mtp_forward(const StepAt& s) {
     const ModelConfig& m = ctx_.scenario().model;
     for (std::int64_t k = 0; k < m.mtp_num_layers; ++k) {
       const std::int64_t l = m.num_layers + k;
-      const auto layer = static_cast<std::uint16_t>(l);
-      ctx_.last_compute = ctx_.compute(ops_.mtp_input_fwd, Phase::Forward, Part::Embedding, s.mb,
-                                       layer, s.chunk, ctx_.last_compute,
-                                       {{mtp_input_bytes(), MemCategory::Activations}});
+      mtp_input_forward(s, l);
       dp_->before_unit(ctx_, true, {UnitKind::Layer, l});
       const LayerBytes& lb = bytes_of(l);
       layer_forward(Phase::Forward, s, l, {{lb.kept.attn, MemCategory::Activations}},
                     {{lb.kept.mlp, MemCategory::Activations}});
-      ctx_.last_compute = ctx_.compute(
-          ops_.logits_fwd, Phase::Forward, Part::Logits, s.mb, layer, s.chunk, ctx_.last_compute,
-          {{logits_activation_bytes(ctx_.scenario()), MemCategory::Activations}});
+      mtp_head_forward(s, l);
     }
   }
   void mtp_backward(const StepAt& s) {
     const ModelConfig& m = ctx_.scenario().model;
-    const std::int64_t logits = logits_activation_bytes(ctx_.scenario());
-    const std::int64_t grad = logits_gradient_bytes(ctx_.scenario());
     for (std::int64_t k = m.mtp_num_layers - 1; k >= 0; --k) {
       const std::int64_t l = m.num_layers + k;
-      const auto layer = static_cast<std::uint16_t>(l);
-      ctx_.last_compute = ctx_.compute(
-          ops_.logits_bwd, Phase::Backward, Part::Logits, s.mb, layer, s.chunk, ctx_.last_compute,
-          {{grad, MemCategory::Activations}, {-logits - grad, MemCategory::Activations, true}});
+      mtp_head_backward(s, l);
       dp_->before_unit(ctx_, false, {UnitKind::Layer, l});
       const LayerBytes& lb = bytes_of(l);
       std::int64_t rerun = 0;
@@ -609,9 +542,7 @@ class RankProgram {
       }
       layer_backward(s, l, {{-(lb.kept.mlp + rerun), MemCategory::Activations, true}},
                      {{-lb.kept.attn, MemCategory::Activations, true}});
-      ctx_.last_compute = ctx_.compute(ops_.mtp_input_bwd, Phase::Backward, Part::Embedding, s.mb,
-                                       layer, s.chunk, ctx_.last_compute,
-                                       {{-mtp_input_bytes(), MemCategory::Activations, true}});
+      mtp_input_backward(s, l);
       tails_.layers[l] = ctx_.last_compute;
       dp_->on_grads_ready(ctx_, {UnitKind::Layer, l}, ctx_.last_compute);
     }
@@ -920,6 +851,8 @@ class RankProgram {
   const bool batched_exchanges_;
   /// parallel.overlap_moe_expert_parallel_comm: the combined 1F1B schedule.
   const bool combined_;
+  /// pp > 1: the steps [merged_begin_, merged_end_) are combined_interleaved_order's merged pairs.
+  std::size_t merged_begin_ = 0, merged_end_ = 0;
   ActivationOffload act_offload_;  ///< activation CPU offloading (off: does nothing)
   /// Batched exchanges, per direction (0: forward activations, 1: backward gradients): the
   /// steps that receive, in order; how many of them an exchange has received and how many

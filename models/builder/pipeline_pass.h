@@ -46,6 +46,10 @@ struct ComputeOps {
   std::uint32_t shared_fc1_fwd = 0, shared_fc2_fwd = 0, shared_fc1_bwd = 0, shared_fc2_bwd = 0;
 };
 
+/// Adds the compute descriptors of the scenario's blocks to the graph
+/// (models/builder/compute_ops.cpp).
+ComputeOps add_compute_ops(GraphBuild& build);
+
 class PipelinePass {
  public:
   /// Adds the graph's shared descriptors, in this order: the compute blocks, the

@@ -145,6 +145,25 @@ std::vector<PipelineStep> pipeline_order(PipelineSchedule schedule, int pp, int 
   return order;
 }
 
+CombinedOrder combined_interleaved_order(int pp, int rank, int num_microbatches,
+                                         int virtual_stages) {
+  validate("combined_interleaved_order", PipelineSchedule::Interleaved, pp, rank,
+           num_microbatches, virtual_stages);
+  const int m = num_microbatches, v = virtual_stages, total = m * v;
+  CombinedOrder o;
+  // get_pp_rank_microbatches with overlap_moe_expert_parallel_comm (g = pp): one more forward.
+  o.warmup = std::min((pp - rank - 1) * 2 + (v - 1) * pp + 1, total);
+  o.merged = total - o.warmup;
+  o.steps.reserve(static_cast<std::size_t>(2) * total);
+  for (int k = 0; k < o.warmup; ++k) o.steps.push_back(interleaved_step(k, true, pp, v));
+  for (int k = 0; k < o.merged; ++k) {  // forward warmup + k beside backward k
+    o.steps.push_back(interleaved_step(o.warmup + k, true, pp, v));
+    o.steps.push_back(interleaved_step(k, false, pp, v));
+  }
+  for (int k = o.merged; k < total; ++k) o.steps.push_back(interleaved_step(k, false, pp, v));
+  return o;
+}
+
 std::vector<PipelineExchange> megatron2021_interleaved_exchanges(int pp, int rank,
                                                                  int num_microbatches,
                                                                  int virtual_stages) {

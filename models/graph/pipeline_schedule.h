@@ -39,6 +39,31 @@ int num_warmup_steps(PipelineSchedule schedule, int pp, int rank, int num_microb
 std::vector<PipelineStep> pipeline_order(PipelineSchedule schedule, int pp, int rank,
                                          int num_microbatches, int virtual_stages);
 
+/// Megatron-Core's interleaved schedule with combined 1F1B steps (overlap_moe_expert_parallel_comm
+/// at pipeline_model_parallel_size > 1; Megatron-LM d98e8a6 megatron/core/pipeline_parallel/
+/// schedules.py forward_backward_pipelining_with_interleaving l. 1473-1509, 1542-1729, 1733-1952,
+/// 1954-2070, and combined_1f1b.py combined_1f1b_schedule_for_interleaved_pipelining l. 138-278):
+///  - warm-up: get_pp_rank_microbatches (l. 929-986) runs one forward more than the interleaved
+///    schedule, (pp - r - 1) * 2 + (v - 1) * g + 1 with g = microbatch_group_size_per_vp_stage
+///    (default pp, model_parallel_config.py l. 567-568), capped at m v, "to ensure the forward
+///    and backward computations are independent in all 1f1b steps". That code has no m == pp
+///    special case (pipeline_order's classic one), so none here;
+///  - steady state: its k-th step runs forward warm-up + k and backward k as one merged step
+///    (forward_backward_helper_wrapper with both ids);
+///  - cool-down: the remaining backwards alone.
+/// Chunk and microbatch of each id as pipeline_order's interleaved table (g = pp).
+struct CombinedOrder {
+  /// Warm-up forwards, then each merged step as its forward followed by its backward, then the
+  /// cool-down backwards: 2 m v steps.
+  std::vector<PipelineStep> steps;
+  int warmup = 0;  ///< steps [0, warmup) are the warm-up forwards
+  int merged = 0;  ///< merged step k: steps warmup + 2k (forward) and warmup + 2k + 1 (backward)
+};
+/// The combined order of pipeline rank `rank` (pp > 1, m divisible by pp as pipeline_order's
+/// interleaved schedule requires; virtual_stages >= 1).
+CombinedOrder combined_interleaved_order(int pp, int rank, int num_microbatches,
+                                         int virtual_stages);
+
 /// One batched point-to-point exchange of Megatron-LM 2021's interleaved schedule
 /// (megatron/schedules.py forward_backward_pipelining_with_interleaving, read at Megatron-LM
 /// commit 0504208; each call of p2p_communication._communicate posts its sends and receives in

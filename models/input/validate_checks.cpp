@@ -93,8 +93,8 @@ void check_shared_expert_overlap(const Scenario& s, const FailFn& fail) {
 
 /// parallel.overlap_moe_expert_parallel_comm and delay_wgrad_compute: Megatron-Core's checks
 /// (megatron/core/transformer/transformer_config.py __post_init__, Megatron-LM d98e8a6,
-/// l. 3002-3082), then what trainsim's combined schedule does not model (pipelines, FSDP and
-/// ZeRO-3's per-step parameter units, checkpointed MLP modules).
+/// l. 3002-3082), then what trainsim's combined schedule does not model (GPipe, FSDP and
+/// ZeRO-3's per-step parameter units).
 void check_a2a_overlap(const Scenario& s, const FailFn& fail) {
   const ModelConfig& m = s.model;
   const ParallelConfig& p = s.parallel;
@@ -127,12 +127,15 @@ void check_a2a_overlap(const Scenario& s, const FailFn& fail) {
     fail(ov + " with " + kv(key_of(&ModelConfig::mtp_num_layers), m.mtp_num_layers) +
          ": \"MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm\" "
          "(Megatron-Core transformer_config.py)");
-  if (p.pipeline_model_parallel_size > 1)
+  // transformer_config.py l. 3007-3011: virtual stages at pp > 1 (the interleaved schedule's
+  // combined steps, models/graph/pipeline_schedule.h combined_interleaved_order).
+  if (p.pipeline_model_parallel_size > 1 && p.pipeline_schedule != PipelineSchedule::Interleaved)
     fail(ov + " with " + kv(key_of(&ParallelConfig::pipeline_model_parallel_size),
                             p.pipeline_model_parallel_size) +
-         ": the interleaved combined schedule (Megatron-Core needs virtual pipeline stages "
-         "there) is not modelled; trainsim models combined_1f1b_schedule_for_no_pipelining "
-         "(pipeline_model_parallel_size 1)");
+         " and no virtual pipeline stages (parallel.num_layers_per_virtual_pipeline_stage or "
+         "a pipeline_model_parallel_layout with more stages than pipeline ranks): Megatron-Core: "
+         "\"If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified "
+         "when pipeline_model_parallel_size > 1\"");
   if (p.pipeline_schedule == PipelineSchedule::GPipe)
     fail(ov + " with parallel.pipeline_schedule gpipe: Megatron-Core runs the combined schedule "
          "in place of 1F1B (at pipeline_model_parallel_size 1, forward_backward_no_pipelining's "
@@ -140,9 +143,6 @@ void check_a2a_overlap(const Scenario& s, const FailFn& fail) {
   if (p.uses_fsdp() || s.zero.stage > 0)
     fail(ov + " with " + (p.uses_fsdp() ? std::string("FSDP") : "deepspeed.zero_optimization") +
          ": not modelled (use Megatron-Core's distributed optimizer)");
-  if (p.recompute_modules & kRecomputeMlp)
-    fail(ov + " with parallel.recompute_modules 'mlp': the checkpointed dense MLP's re-run "
-         "inside the combined schedule is not modelled");
   if (s.runtime != Runtime::MegatronCore)
     fail(ov + " needs `runtime: megatron-core`");
 }
@@ -165,6 +165,15 @@ void check_cuda_graph_scopes(Scenario& s, const FailFn& fail) {
   }
   if (s.runtime != Runtime::MegatronCore)
     fail(impl + " needs `runtime: megatron-core` (the Megatron-LM of 2021 had no CUDA graphs)");
+  // The EP overlap's split layer nodes: Megatron-Core core_v0.16.0 (3bec9aa)
+  // transformer_config.py l. 1896-1904 (any impl; it also requires transformer_engine there) and
+  // Megatron-LM d98e8a6 l. 3063-3071 (transformer_engine) refuse graphs of the moe or mlp scope.
+  if (s.parallel.overlap_moe_expert_parallel_comm &&
+      (p.cuda_graph_scope & (kGraphMoe | kGraphMlp)) != 0)
+    fail(scope + " with " +
+         kv_bool(key_of(&ParallelConfig::overlap_moe_expert_parallel_comm), true) +
+         ": \"CUDA graph scope on moe and mlp is not supported with "
+         "overlap_moe_expert_parallel_comm\"");
   const std::uint8_t sc = p.cuda_graph_scope;
   // "local impl doesn't currently distinguish between moe_preprocess or moe_router".
   if (p.cuda_graph_impl == CudaGraphImpl::Local && (sc & (kGraphMoeRouter | kGraphMoePreprocess)))

@@ -10,9 +10,15 @@ namespace trainsim {
 std::int64_t chunk_microbatches_in_flight(const Scenario& sc, std::int64_t stage,
                                           std::int64_t chunk) {
   const ParallelConfig& p = sc.parallel;
+  // Under the EP overlap at pp > 1 the interleaved schedule runs one more warm-up forward
+  // (combined_interleaved_order).
+  const bool combined = p.overlap_moe_expert_parallel_comm && p.pipeline_model_parallel_size > 1;
   const std::vector<PipelineStep> steps =
-      pipeline_order(p.pipeline_schedule, int(p.pipeline_model_parallel_size), int(stage),
-                     int(p.num_microbatches), int(p.virtual_pipeline_size));
+      combined ? combined_interleaved_order(int(p.pipeline_model_parallel_size), int(stage),
+                                            int(p.num_microbatches), int(p.virtual_pipeline_size))
+                     .steps
+               : pipeline_order(p.pipeline_schedule, int(p.pipeline_model_parallel_size),
+                                int(stage), int(p.num_microbatches), int(p.virtual_pipeline_size));
   std::int64_t now = 0, peak = 0;
   for (const PipelineStep& s : steps) {
     if (s.chunk != chunk) continue;

@@ -738,7 +738,10 @@ std::int64_t reduced_microbatches(const ParallelConfig& p) {
   // one more is in flight in the steady state, and one more runs after the first backward (as
   // above). Enough microbatches (a multiple of pp) that every stage reaches it.
   const std::int64_t v = p.virtual_pipeline_size;
-  const std::int64_t chunks = (pp - 1) * 2 + (v - 1) * pp + 2;
+  // With the EP overlap (overlap_moe_expert_parallel_comm) the warm-up is one chunk longer
+  // (models/graph/pipeline_schedule.h combined_interleaved_order).
+  const std::int64_t chunks =
+      (pp - 1) * 2 + (v - 1) * pp + 2 + (p.overlap_moe_expert_parallel_comm ? 1 : 0);
   std::int64_t m = (chunks + v - 1) / v;
   m = (m + pp - 1) / pp * pp;
   return std::min(nmb, std::max(m, pp));

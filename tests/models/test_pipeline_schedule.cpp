@@ -105,6 +105,33 @@ TEST(PipelineOrder, Interleaved_MicrobatchesEqualPP_AllForwardFirst) {
   }
 }
 
+// Megatron-Core's interleaved schedule with combined 1F1B steps (overlap_moe_expert_parallel_comm),
+// pp = 2, v = 2, m = 4, written by hand. The table (g = pp = 2) of forward ids 0..7 is
+// (mb, chunk) (0,0) (1,0) (0,1) (1,1) (2,0) (3,0) (2,1) (3,1); the backward ids have the chunk
+// mirrored. Warm-up: (pp - r - 1) * 2 + (v - 1) * pp + 1: rank 0 5 forwards, rank 1 3; then
+// forward w + k beside backward k (rank 0: 3 merged steps, rank 1: 5), then the rest alone.
+TEST(PipelineOrder, CombinedInterleaved_pp2_m4_v2) {
+  const CombinedOrder r0 = combined_interleaved_order(2, 0, 4, 2);
+  EXPECT_EQ(r0.warmup, 5);
+  EXPECT_EQ(r0.merged, 3);
+  EXPECT_EQ(r0.steps, parse("F0c0 F1c0 F0c1 F1c1 F2c0 "
+                            "F3c0 B0c1 F2c1 B1c1 F3c1 B0c0 "
+                            "B1c0 B2c1 B3c1 B2c0 B3c0"))
+      << show(r0.steps);
+  const CombinedOrder r1 = combined_interleaved_order(2, 1, 4, 2);
+  EXPECT_EQ(r1.warmup, 3);
+  EXPECT_EQ(r1.merged, 5);
+  EXPECT_EQ(r1.steps, parse("F0c0 F1c0 F0c1 "
+                            "F1c1 B0c1 F2c0 B1c1 F3c0 B0c0 F2c1 B1c0 F3c1 B2c1 "
+                            "B3c1 B2c0 B3c0"))
+      << show(r1.steps);
+  // m = pp: no all-warm-up special case (Megatron-Core's get_pp_rank_microbatches has none);
+  // rank 0's 2 + 2 + 1 = 5 caps at m v = 4, rank 1's 0 + 2 + 1 = 3 leaves one merged step.
+  EXPECT_EQ(combined_interleaved_order(2, 0, 2, 2).merged, 0);
+  EXPECT_EQ(combined_interleaved_order(2, 1, 2, 2).merged, 1);
+  EXPECT_THROW(combined_interleaved_order(2, 0, 3, 2), InputError);  // m not divisible by pp
+}
+
 TEST(PipelineOrder, GPipe_pp2_m4) {
   const auto expected = parse("F0 F1 F2 F3 B0 B1 B2 B3");
   EXPECT_EQ(pipeline_order(S::GPipe, 2, 0, 4, 1), expected);

@@ -53,8 +53,11 @@ std::vector<Case> variants() {
       {g145, {{"parallel.recompute_method", "block"}, {"parallel.recompute_num_layers", "2"}}},
       {g145, {{"runtime", "megatron-core"}, {"parallel.use_distributed_optimizer", "true"}}},
       {l70, {{"parallel.recompute_granularity", "selective"}, {"parallel.recompute_modules", "[mlp]"}}},
+      // moe recomputation: without the EP overlap the scenario sets (Megatron-Core refuses both).
       {q30, {{"parallel.recompute_granularity", "selective"},
-             {"parallel.recompute_modules", "[moe, layernorm]"}}},
+             {"parallel.recompute_modules", "[moe, layernorm]"},
+             {"parallel.overlap_moe_expert_parallel_comm", "false"},
+             {"parallel.delay_wgrad_compute", "false"}}},
       {q30, {{"model.moe_layer_freq", "2"}}},
       {"scenarios/zero3/gpt-175b_zero3_dp384.yaml", {{"parallel.recompute_granularity", "full"}}},
       {"scenarios/offload/opt-13b_zero3_dp8_offload-r1.yaml",

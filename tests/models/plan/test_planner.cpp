@@ -466,6 +466,39 @@ TEST(PlannerMemoryFilter, AgreesWithSimulateOnEveryCandidate) {
   }
 }
 
+// The memory filter counts the CUDA graphs' static buffers (memory category cuda_graphs,
+// models/memory/cuda_graph_memory.h) as simulate does: with graphs of the attention on a
+// pipeline of 2 stages the estimate's peak is the simulated peak, and it exceeds the same
+// run's without graphs by the static bytes of the peak rank's stage, which live from the start.
+// Hand count (that header): per layer one graphed callable; stage 0 of 1F1B holds 2
+// microbatches in flight, 4 layers: 4 x 2 slots x 2 hidden-state tensors of s b h x 2 bytes
+// (2048 x 1 x 2048 x 2 = 8 MiB): 128 MiB; stage 1 holds 1: 64 MiB.
+TEST(PlannerMemoryFilter, CountsTheCudaGraphsStaticBuffers) {
+  ScratchDir dir("plan");
+  const std::string scenario = [](const std::string& graphs) {
+    return "name: plan_test\nruntime: megatron-core\nmodel: {num_layers: 8, hidden_size: 2048, "
+           "num_attention_heads: 16, seq_length: 2048, padded_vocab_size: 32000, "
+           "attention_backend: flash}\nparallel: {pipeline_model_parallel_size: 2, "
+           "micro_batch_size: 1, global_batch_size: 16, precision: bf16" +
+           graphs + "}\ncluster: {system: dgx-h100, nodes: 1, gpus_per_node: 2}\n";
+  }(", cuda_graph_impl: transformer_engine, cuda_graph_scope: [attn]");
+  const std::string with = dir.write("graphs.yaml", scenario);
+  const CandidateEstimate e = estimate_as_written(with);
+  ASSERT_EQ(e.rejection, PlanRejection::None) << e.reason;
+  const Summary s = simulated(with);
+  EXPECT_EQ(e.peak_memory_bytes, s.peak_memory_bytes);
+  const std::int64_t graphs = s.peak_memory_by_category[int(MemCategory::CudaGraphs)];
+  const std::int64_t mib = 1 << 20;
+  EXPECT_TRUE(graphs == 128 * mib || graphs == 64 * mib) << graphs;
+  const std::string without =
+      dir.write("eager.yaml", scenario.substr(0, scenario.find(", cuda_graph_impl")) +
+                                  "}\ncluster: {system: dgx-h100, nodes: 1, gpus_per_node: 2}\n");
+  const CandidateEstimate eager = estimate_as_written(without);
+  ASSERT_EQ(eager.rejection, PlanRejection::None) << eager.reason;
+  EXPECT_GE(e.peak_memory_bytes - eager.peak_memory_bytes, 64 * mib);
+  EXPECT_LE(e.peak_memory_bytes - eager.peak_memory_bytes, 128 * mib);
+}
+
 // Stage (b) costs a data-parallel all-reduce as the simulator runs it: NCCL's algorithm and
 // protocol for its size and group (models/perf/nccl_model.h). 67 buckets of 200 KB over 128 ranks on
 // 16 nodes, after the backward: by the plain ring formula each would pay 2 x 127 network steps
