@@ -116,6 +116,24 @@ double deepep_expected_destinations(const DeepEpRouting& r, std::int64_t domains
 double deepep_nvlink_bytes_per_s(bool combine);
 double deepep_rdma_bytes_per_s(bool combine, std::int64_t nodes);
 
+/// HybridEP (deepseek-ai/DeepEP branch hybrid-ep; Megatron-Core --moe-flex-dispatcher-backend
+/// hybridep): NVIDIA's dispatch / combine kernels, TMA copies over NVLink (NVL72's multi-node
+/// NVLink included) and RDMA between NVLink domains. A token goes once to each domain and once
+/// to each GPU holding one of its experts (its tests count the bytes as DeepEP's), so the flows
+/// are DeepEP's (deepep_expected_destinations) at HybridEP's published rates:
+///  - hybridep_nvlink_bytes_per_s: the GB200 NVL72 measurements for `domain_ranks` ranks in one
+///    NVLink domain (8..36; above 36 the 36-rank figure, carried over), scaled by the system's
+///    NVLink bandwidth per GPU over NVLink 5's 900 GB/s (a derived rate off NVLink 5);
+///  - hybridep_rdma_bytes_per_s: the H100 measurements between 2, 4 and 8 nodes.
+/// The kernels hold kHybridEpSms SMs while they run (Megatron-Core --moe-hybridep-num-sms,
+/// default 16; the published rates are at 16 SMs). The forward dispatch's host wait for the
+/// received-token count is DeepEP's too (Megatron-Core fused_a2a.py HybridEPDispatch: dropless,
+/// use_host_meta puts the counts in pinned host memory; hybrid_ep_buffer.py reads them).
+double hybridep_nvlink_bytes_per_s(bool combine, std::int64_t domain_ranks,
+                                   double nvlink_bw_bytes_per_s);
+double hybridep_rdma_bytes_per_s(bool combine, std::int64_t nodes);
+inline constexpr int kHybridEpSms = 16;
+
 /// The rate bound of a folded rank's flows: a flow to or from a rank that is not simulated
 /// (`simulated` false) is a flow between two hosts, which SimGrid does not bound (only mailbox
 /// comms take Comm::set_rate), so the collective ends no earlier than the slowest such flow
