@@ -17,6 +17,36 @@ std::uint32_t node_of(RankId r, std::int64_t gpus_per_node) {
 
 std::uint64_t round_bytes(double bytes) { return std::uint64_t(std::llround(bytes)); }
 
+/// The all-to-all's NIC flow of member j of node ni (split_rail): the group's members listed
+/// node by node (L, n of them), the flow goes to L[p + s] and comes from L[p - s] (mod n), p
+/// this member's place in L and s the most members any node holds: a permutation, as the
+/// simulator's flows pair one sender with one receiver. Nodes alike (s = k), that is member j
+/// of the next node, off-node for every member. Unlike (a 64-rank group split 36 + 28 over two
+/// NVLink domains), the members of the smaller nodes all send off their node, so the busiest
+/// NIC, (n - k_min)/n of the buffer out, is timed as NCCL's point-to-point sends load it; a
+/// member of a node holding more than n - s of the others may land on its own node (its flow
+/// then takes NVLink, carrying (n - k)/n, below the busiest NIC's). Every member's (n-k)/n
+/// leaves over its own NIC (rail-optimized; the fat tree at full bisection).
+void rail_across_nodes(PeerFlow& rail, const GroupLayout& layout, std::size_t ni,
+                       std::size_t j) {
+  std::size_t n = 0, p = 0, s = 0;
+  for (std::size_t i = 0; i < layout.members.size(); ++i) {
+    if (i == ni) p = n + j;
+    n += layout.members[i].size();
+    s = std::max(s, layout.members[i].size());
+  }
+  auto at = [&](std::size_t q) -> RankId {
+    for (const auto& members : layout.members) {
+      if (q < members.size()) return members[q];
+      q -= members.size();
+    }
+    TRAINSIM_CHECK(false, "all-to-all rail index " + std::to_string(q) + " past the group");
+    return 0;
+  };
+  rail.dst = at((p + s) % n);
+  rail.pred = at((p + n - s % n) % n);
+}
+
 /// How split_rail divided a rank's ring: `on` when hierarchical, k the members of the rank's
 /// node, c the channels that cross nodes (layout.rail_channels).
 struct RailSplit {
@@ -31,7 +61,11 @@ struct RailSplit {
 /// PERFORMANCE.md bus bandwidth), each entering and leaving a node through its own member's
 /// NIC: member j < c sends 1/c of the ring bytes over its NIC to member j of the next node,
 /// members j >= c send none. All alike (k = c) this is 1/k over every member's NIC.
-/// All-to-all splits only uniform layouts (layout.hierarchical).
+/// All-to-all (NCCL: grouped ncclSend / ncclRecv to every peer, NVIDIA/nccl docs usage/p2p.rst,
+/// nccl-tests src/alltoall.cu): a member of a node of k sends (k-1)/n of its buffer to its node's
+/// peers over NVLink and (n-k)/n to the other nodes' over its own NIC, every member, the nodes
+/// alike or not (rail_across_nodes). DeepEP's and HybridEP's exchanges split uniform layouts
+/// only (layout.hierarchical).
 RailSplit split_rail(CollectiveFlows& f, const GroupLayout& layout, const OpDesc& op,
                      double ring_bytes, std::int64_t size, RankId rank,
                      std::int64_t gpus_per_node) {
@@ -44,19 +78,20 @@ RailSplit split_rail(CollectiveFlows& f, const GroupLayout& layout, const OpDesc
   f.ring.dst = local[(j + 1) % k];
   f.ring.pred = local[(j + k - 1) % k];
   f.ring.bytes = round_bytes(ring_bytes * double(k - 1) / double(k));
-  if (op.kind == OpKind::AllToAll)  // (k-1)/n to the node's peers over NVLink
-    f.ring.bytes = round_bytes(double(op.bytes) * double(k - 1) / double(size));
   const RailSplit split{true, double(k), double(c)};
+  if (op.kind == OpKind::AllToAll) {
+    f.ring.bytes = round_bytes(double(op.bytes) * double(k - 1) / double(size));
+    f.has_rail = true;
+    f.rail.bytes = round_bytes(double(op.bytes) * double(size - std::int64_t(k)) / double(size));
+    rail_across_nodes(f.rail, layout, ni, j);
+    return split;
+  }
   if (j >= c) return split;  // no channel leaves the node through this member's NIC
   const std::size_t nn = layout.nodes.size();
   f.has_rail = true;
   f.rail.dst = layout.members[(ni + 1) % nn][j];
   f.rail.pred = layout.members[(ni + nn - 1) % nn][j];
   f.rail.bytes = round_bytes(ring_bytes / double(c));
-  // All-to-all: (n-k)/n of the buffer goes to other nodes, each GPU over its own NIC
-  // (rail-optimized; the fat tree carries it to every node at full bisection).
-  if (op.kind == OpKind::AllToAll)
-    f.rail.bytes = round_bytes(double(op.bytes) * double(size - std::int64_t(k)) / double(size));
   return split;
 }
 
@@ -278,7 +313,10 @@ CollectiveFlows collective_flows(const CostModel& cost, const OpDesc& op, const 
   f.ring.bytes = round_bytes(ring_bytes);
   const GroupLayout layout = group_layout(group, gpus_per_node);
   RailSplit split;
-  if (op.kind == OpKind::AllToAll ? layout.hierarchical() : layout.rail_ring())
+  // All-to-all: NCCL's point-to-point sends over each member's own NIC, nodes alike or not
+  // (split_rail); DeepEP's and HybridEP's byte model takes the nodes alike (deepep_flows).
+  const bool split_a2a = op.deepep.tokens > 0 ? layout.hierarchical() : layout.rail_ring();
+  if (op.kind == OpKind::AllToAll ? split_a2a : layout.rail_ring())
     split = split_rail(f, layout, op, ring_bytes, size, rank, gpus_per_node);
   if (op.kind == OpKind::AllToAll && op.deepep.tokens > 0) {
     deepep_flows(f, cost, op, layout, size);

@@ -13,8 +13,9 @@
 //    hierarchical, as NCCL runs one ring channel per NIC (c channels, the fewest members of
 //    any node; GroupLayout::rail_channels): (k-1)/k of the ring bytes go
 //    round the node's ring over NVLink and, from members j < c, 1/c to member j of the next
-//    node over the rank's own NIC (the rail; all nodes alike, c = k). All-to-all (uniform
-//    layouts only): (k-1)/n of the buffer to the node's peers over NVLink, (n-k)/n over the rail.
+//    node over the rank's own NIC (the rail; all nodes alike, c = k). All-to-all (NCCL's
+//    point-to-point sends to every peer): (k-1)/n of the buffer to the node's peers over
+//    NVLink, (n-k)/n over every member's own NIC, nodes alike or not (k the member's node's).
 //  - NVLS / NVLS-Tree (NVLink SHARP): a rank moves its NVLS traffic (nccl_traffic) on NVLink
 //    and on its NIC instead of the ring's, each flow paced to end when NCCL's algorithm
 //    bandwidth would.
@@ -62,11 +63,12 @@ struct GroupLayout {
   /// min over the allgathered graph info), so a node holding more members still has c rails.
   std::size_t rail_channels = 0;
   /// The ring is hierarchical: several nodes, k > 1 members on each, all alike (the layout
-  /// all-to-all's split assumes).
+  /// DeepEP's and HybridEP's split assumes).
   bool hierarchical() const { return nodes.size() > 1 && members_per_node > 1 && uniform; }
-  /// The ring of an all-reduce / reduce-scatter / all-gather is hierarchical: several nodes,
-  /// at least 2 members on each, alike or not (a 64-rank group split 36 + 28 over two 72-GPU
-  /// NVLink domains: 28 rails, not one NIC carrying the whole ring; docs/validation.md GB200).
+  /// The ring of an all-reduce / reduce-scatter / all-gather, or NCCL's all-to-all, is split
+  /// over NVLink and the NICs: several nodes, at least 2 members on each, alike or not (a
+  /// 64-rank group split 36 + 28 over two 72-GPU NVLink domains: 28 rails, not one NIC
+  /// carrying the whole ring; docs/validation.md GB200).
   bool rail_ring() const { return nodes.size() > 1 && rail_channels > 1; }
 };
 GroupLayout group_layout(const CommGroup& group, std::int64_t gpus_per_node);
