@@ -16,9 +16,10 @@ namespace trainsim::builder {
 ///    token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess, so exactly E x capacity);
 ///  - allgather dispatcher (MoEAllGatherTokenDispatcher): every rank gathers the EP group's
 ///    tokens (an all-gather of EP x T tokens) and the combine reduce-scatters the outputs back;
-///  - flex dispatcher with DeepEP (MoEFlexTokenDispatcher, moe_enable_deepep): DeepEP's fused
-///    dispatch / combine kernels, one all-to-all op each way carrying the routing (DeepEpRouting)
-///    from which the system model derives the bytes per node (RDMA) and per rank (NVLink).
+///  - flex dispatcher (MoEFlexTokenDispatcher): DeepEP's or HybridEP's fused dispatch / combine
+///    kernels (moe_flex_dispatcher_backend), one all-to-all op each way carrying the routing
+///    (DeepEpRouting) from which the system model derives the bytes per node (RDMA) and per
+///    rank (NVLink).
 std::uint32_t moe_exchange_op(GraphBuild& b, bool combine) {
   const Scenario& sc = b.scenario;
   const ModelDims& d = b.dims;
@@ -29,13 +30,14 @@ std::uint32_t moe_exchange_op(GraphBuild& b, bool combine) {
   o.group = GroupKind::Expert;
   o.group_size = ep;
   if (sc.model.moe_token_dispatcher_type == MoeDispatcher::Flex) {
-    // DeepEP's normal kernels (the flex dispatcher): the routing they move the copies by; the
-    // system model prices it (collective_flows.h deepep_flows). bytes: the copies, for reports.
+    // DeepEP's normal kernels or HybridEP's (the flex dispatcher): the routing they move the
+    // copies by; the system model prices it (collective_flows.h). bytes: the copies, reported.
     const ModelConfig& m = sc.model;
     o.kind = OpKind::AllToAll;
     o.deepep = {double(tokens) * m.moe_token_imbalance_factor, double(d.h * d.e),
                 m.moe_router_topk, m.num_experts, m.moe_router_num_groups,
-                m.moe_router_group_topk, combine};
+                m.moe_router_group_topk, combine,
+                m.moe_flex_dispatcher_backend == FlexBackend::HybridEP};
     o.bytes = std::int64_t(double(tokens * m.moe_router_topk * d.h * d.e) *
                            m.moe_token_imbalance_factor);
   } else if (sc.model.moe_token_dispatcher_type == MoeDispatcher::AllGather) {

@@ -155,16 +155,19 @@ struct ModelFeatures {
   std::uint8_t expert_wgrad = 0;
 };
 
-/// DeepEP's normal (high-throughput) dispatch or combine (the flex dispatcher,
-/// model.moe_enable_deepep): what the exchange's bytes follow from. `tokens` this rank routes
-/// (0: not a DeepEP op), each to `topk` of `experts` experts spread evenly over the EP ranks,
+/// The flex dispatcher's dispatch or combine (model.moe_token_dispatcher_type flex): DeepEP's
+/// normal (high-throughput) kernels, or HybridEP's (model.moe_flex_dispatcher_backend
+/// hybridep, `hybrid_ep`). What the exchange's bytes follow from: `tokens` this rank routes
+/// (0: not a flex op), each to `topk` of `experts` experts spread evenly over the EP ranks,
 /// from `group_topk` of `groups` expert groups (0: no group limit); `token_bytes` per copy.
-/// The system model (models/system/collective_flows.h deepep_flows) turns it into bytes per
-/// node and per rank.
+/// Both backends send a token once to each node and once to each GPU holding one of its
+/// experts; the system model (models/system/collective_flows.h) turns it into bytes per node
+/// and per rank, at each backend's rates.
 struct DeepEpRouting {
   double tokens = 0, token_bytes = 0;
   std::int64_t topk = 0, experts = 0, groups = 0, group_topk = 0;
   bool combine = false;
+  bool hybrid_ep = false;  ///< HybridEP's kernels, not DeepEP's
 };
 
 struct OpDesc {

@@ -58,6 +58,7 @@ std::string op_key(const OpDesc& op) {
   if (r.tokens > 0)
     os << ";deepep" << r.tokens << ',' << r.token_bytes << ',' << r.topk << ',' << r.experts
        << ',' << r.groups << ',' << r.group_topk << ',' << r.combine;
+  if (r.hybrid_ep) os << ",h";
   if (f.quick_geglu || f.glu_offset != 0)
     os << ";qg" << f.quick_geglu << ',' << f.glu_clamp << ',' << f.glu_offset;
   if (f.mla)

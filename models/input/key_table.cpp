@@ -183,6 +183,10 @@ void add_model_mla_moe(std::vector<ScenarioKey>& v) {
                         choice("flex", MoeDispatcher::Flex)},
                        int(MoeDispatcher::AllToAll), "the token exchange"));
   v.push_back(bool_key(M(moe_enable_deepep), false, "DeepEP kernels (dispatcher flex)"));
+  v.push_back(enum_key(M(moe_flex_dispatcher_backend),
+                       {choice("deepep", FlexBackend::DeepEP),
+                        choice("hybridep", FlexBackend::HybridEP)},
+                       int(FlexBackend::DeepEP), "the flex dispatcher's kernels"));
   v.push_back(int_key(M(moe_router_num_groups), 0, 0, k2p16, "groups",
                       "group-limited routing's expert groups; 0: none"));
   v.push_back(int_key(M(moe_router_group_topk), 0, 0, k2p16, "groups",

@@ -47,9 +47,15 @@ enum class PositionEmbedding : std::uint8_t { LearnedAbsolute, Rope };
 /// Megatron's --attention-backend: `unfused` is the 2021 baddbmm/softmax/bmm path (SC'21),
 /// `fused` and `flash` one fused kernel each way (cuDNN / FlashAttention); `auto` reads as flash.
 enum class AttentionBackend : std::uint8_t { Unfused, Fused, Flash };
-/// Megatron's --moe-token-dispatcher-type. Flex: MoEFlexTokenDispatcher with DeepEP's fused
-/// dispatch and combine kernels (model.moe_enable_deepep; docs/scenario.md).
+/// Megatron's --moe-token-dispatcher-type. Flex: MoEFlexTokenDispatcher with the fused
+/// dispatch and combine kernels of its backend (model.moe_flex_dispatcher_backend;
+/// docs/scenario.md).
 enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather, Flex };
+/// Megatron-Core --moe-flex-dispatcher-backend (transformer_config.py, core_r0.15): the flex
+/// dispatcher's kernels. DeepEP: deepseek-ai/DeepEP's normal kernels (the default; the older
+/// --moe-enable-deepep names it too). HybridEP: NVIDIA's TMA-based kernels of DeepEP's
+/// hybrid-ep branch, built for an NVLink domain such as GB200 NVL72's.
+enum class FlexBackend : std::uint8_t { DeepEP, HybridEP };
 /// Megatron-Core --moe-router-score-function (transformer_config.py): the router's scores.
 enum class RouterScore : std::uint8_t { Softmax, Sigmoid };
 /// Megatron's --moe-token-drop-policy: which token copies an expert over its capacity drops.
@@ -150,6 +156,8 @@ struct ModelConfig {
   MoeDispatcher moe_token_dispatcher_type = MoeDispatcher::AllToAll;
   /// --moe-enable-deepep: the flex dispatcher's DeepEP backend (needs dispatcher flex).
   bool moe_enable_deepep = false;
+  /// --moe-flex-dispatcher-backend: the flex dispatcher's kernels (read with dispatcher flex).
+  FlexBackend moe_flex_dispatcher_backend = FlexBackend::DeepEP;
   /// --moe-router-num-groups / --moe-router-group-topk: group-limited routing (DeepSeek-V3:
   /// 8 groups, 4 of them per token); 0 = none. Read by the flex dispatcher's model alone: the
   /// nodes and ranks a token reaches (docs/scenario.md moe_router_num_groups).

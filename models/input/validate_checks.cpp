@@ -36,8 +36,8 @@ void check_moe_token_dropping(const Scenario& s, const FailFn& fail) {
 
 /// Multi-token prediction (Megatron-Core multi_token_prediction.py) and the flex dispatcher
 /// (token_dispatcher.py MoEFlexTokenDispatcher; transformer_config.py: DeepEP "is only
-/// supported with flex token dispatcher", and flex needs a backend). The MTP layers' indices
-/// follow the decoder's, in the last virtual stage.
+/// supported with flex token dispatcher"; flex runs moe_flex_dispatcher_backend, DeepEP by
+/// default). The MTP layers' indices follow the decoder's, in the last virtual stage.
 void check_mtp_and_flex(Scenario& s, const FailFn& fail) {
   const ModelConfig& m = s.model;
   ParallelConfig& p = s.parallel;
@@ -48,18 +48,27 @@ void check_mtp_and_flex(Scenario& s, const FailFn& fail) {
   p.mtp_first_layer = m.num_layers;
   p.mtp_layers = m.mtp_num_layers;
   const bool flex = m.moe_token_dispatcher_type == MoeDispatcher::Flex;
-  if (flex && !m.moe_enable_deepep)
-    fail("model.moe_token_dispatcher_type (flex) needs model.moe_enable_deepep: true (its "
-         "DeepEP backend is the one modelled)");
+  const bool hybrid = m.moe_flex_dispatcher_backend == FlexBackend::HybridEP;
+  // Megatron-Core core_r0.15 transformer_config.py: --moe-enable-deepep (deprecated) sets the
+  // backend to deepep and refuses hybridep beside it; the flex dispatcher runs the backend,
+  // deepep by default.
   if (m.moe_enable_deepep && !flex)
     fail(kv_bool(key_of(&ModelConfig::moe_enable_deepep), true) +
          " needs model.moe_token_dispatcher_type: flex (Megatron-Core: \"DeepEP backend is only "
          "supported with flex token dispatcher\")");
+  if (m.moe_enable_deepep && hybrid)
+    fail(kv_bool(key_of(&ModelConfig::moe_enable_deepep), true) +
+         " with model.moe_flex_dispatcher_backend (hybridep) (Megatron-Core: \"Only one backend "
+         "is supported for flex token dispatcher\")");
+  if (hybrid && !flex)
+    fail("model.moe_flex_dispatcher_backend (hybridep) needs model.moe_token_dispatcher_type: "
+         "flex (Megatron-Core reads the backend for the flex dispatcher alone; trainsim refuses "
+         "it elsewhere)");
   if (flex &&
       (!m.is_moe() || p.expert_tensor_parallel_size > 1 || m.moe_expert_capacity_factor > 0))
     fail("model.moe_token_dispatcher_type (flex) needs a mixture-of-experts model with "
-         "parallel.expert_tensor_parallel_size 1 and no token dropping (the DeepEP model is "
-         "dropless, one expert rank per expert)");
+         "parallel.expert_tensor_parallel_size 1 and no token dropping (the DeepEP and HybridEP "
+         "models are dropless, one expert rank per expert)");
   const std::int64_t groups = m.moe_router_num_groups, chosen = m.moe_router_group_topk;
   bool bad_groups = (groups > 0) != (chosen > 0);
   if (groups > 0 && chosen > 0)

@@ -17,6 +17,36 @@ std::uint32_t node_of(RankId r, std::int64_t gpus_per_node) {
 
 std::uint64_t round_bytes(double bytes) { return std::uint64_t(std::llround(bytes)); }
 
+/// The all-to-all's NIC flow of member j of node ni (split_rail): the group's members listed
+/// node by node (L, n of them), the flow goes to L[p + s] and comes from L[p - s] (mod n), p
+/// this member's place in L and s the most members any node holds: a permutation, as the
+/// simulator's flows pair one sender with one receiver. Nodes alike (s = k), that is member j
+/// of the next node, off-node for every member. Unlike (a 64-rank group split 36 + 28 over two
+/// NVLink domains), the members of the smaller nodes all send off their node, so the busiest
+/// NIC, (n - k_min)/n of the buffer out, is timed as NCCL's point-to-point sends load it; a
+/// member of a node holding more than n - s of the others may land on its own node (its flow
+/// then takes NVLink, carrying (n - k)/n, below the busiest NIC's). Every member's (n-k)/n
+/// leaves over its own NIC (rail-optimized; the fat tree at full bisection).
+void rail_across_nodes(PeerFlow& rail, const GroupLayout& layout, std::size_t ni,
+                       std::size_t j) {
+  std::size_t n = 0, p = 0, s = 0;
+  for (std::size_t i = 0; i < layout.members.size(); ++i) {
+    if (i == ni) p = n + j;
+    n += layout.members[i].size();
+    s = std::max(s, layout.members[i].size());
+  }
+  auto at = [&](std::size_t q) -> RankId {
+    for (const auto& members : layout.members) {
+      if (q < members.size()) return members[q];
+      q -= members.size();
+    }
+    TRAINSIM_CHECK(false, "all-to-all rail index " + std::to_string(q) + " past the group");
+    return 0;
+  };
+  rail.dst = at((p + s) % n);
+  rail.pred = at((p + n - s % n) % n);
+}
+
 /// How split_rail divided a rank's ring: `on` when hierarchical, k the members of the rank's
 /// node, c the channels that cross nodes (layout.rail_channels).
 struct RailSplit {
@@ -31,7 +61,11 @@ struct RailSplit {
 /// PERFORMANCE.md bus bandwidth), each entering and leaving a node through its own member's
 /// NIC: member j < c sends 1/c of the ring bytes over its NIC to member j of the next node,
 /// members j >= c send none. All alike (k = c) this is 1/k over every member's NIC.
-/// All-to-all splits only uniform layouts (layout.hierarchical).
+/// All-to-all (NCCL: grouped ncclSend / ncclRecv to every peer, NVIDIA/nccl docs usage/p2p.rst,
+/// nccl-tests src/alltoall.cu): a member of a node of k sends (k-1)/n of its buffer to its node's
+/// peers over NVLink and (n-k)/n to the other nodes' over its own NIC, every member, the nodes
+/// alike or not (rail_across_nodes). DeepEP's and HybridEP's exchanges split uniform layouts
+/// only (layout.hierarchical).
 RailSplit split_rail(CollectiveFlows& f, const GroupLayout& layout, const OpDesc& op,
                      double ring_bytes, std::int64_t size, RankId rank,
                      std::int64_t gpus_per_node) {
@@ -44,19 +78,20 @@ RailSplit split_rail(CollectiveFlows& f, const GroupLayout& layout, const OpDesc
   f.ring.dst = local[(j + 1) % k];
   f.ring.pred = local[(j + k - 1) % k];
   f.ring.bytes = round_bytes(ring_bytes * double(k - 1) / double(k));
-  if (op.kind == OpKind::AllToAll)  // (k-1)/n to the node's peers over NVLink
-    f.ring.bytes = round_bytes(double(op.bytes) * double(k - 1) / double(size));
   const RailSplit split{true, double(k), double(c)};
+  if (op.kind == OpKind::AllToAll) {
+    f.ring.bytes = round_bytes(double(op.bytes) * double(k - 1) / double(size));
+    f.has_rail = true;
+    f.rail.bytes = round_bytes(double(op.bytes) * double(size - std::int64_t(k)) / double(size));
+    rail_across_nodes(f.rail, layout, ni, j);
+    return split;
+  }
   if (j >= c) return split;  // no channel leaves the node through this member's NIC
   const std::size_t nn = layout.nodes.size();
   f.has_rail = true;
   f.rail.dst = layout.members[(ni + 1) % nn][j];
   f.rail.pred = layout.members[(ni + nn - 1) % nn][j];
   f.rail.bytes = round_bytes(ring_bytes / double(c));
-  // All-to-all: (n-k)/n of the buffer goes to other nodes, each GPU over its own NIC
-  // (rail-optimized; the fat tree carries it to every node at full bisection).
-  if (op.kind == OpKind::AllToAll)
-    f.rail.bytes = round_bytes(double(op.bytes) * double(size - std::int64_t(k)) / double(size));
   return split;
 }
 
@@ -109,6 +144,8 @@ double choose_ratio(double a, double b, std::int64_t k) {
 /// rank receives, bar its own, paced to end when DeepEP's NVLink rate moves all of them; over
 /// several nodes the NIC flow carries the copies to the other nodes, paced to end when DeepEP's
 /// RDMA rate moves its count (every destination node, its own included).
+/// HybridEP (hybridep_* in collective_flows.h) counts its bytes as DeepEP does and moves them
+/// the same two ways; its rates, and its SMs held for the kernel's length, are its own.
 void deepep_flows(CollectiveFlows& f, const CostModel& cost, const OpDesc& op,
                   const GroupLayout& layout, std::int64_t size) {
   const DeepEpRouting& r = op.deepep;
@@ -116,15 +153,24 @@ void deepep_flows(CollectiveFlows& f, const CostModel& cost, const OpDesc& op,
   const double k = double(layout.members_per_node);
   const double nvl_count = r.tokens * deepep_expected_destinations(r, size) * r.token_bytes;
   const double own_nvl = nodes > 1 ? (k - 1) / k : double(size - 1) / double(size);
+  const std::int64_t domain_ranks = nodes > 1 ? std::int64_t(layout.members_per_node) : size;
+  const double nvl_rate =
+      r.hybrid_ep ? hybridep_nvlink_bytes_per_s(r.combine, domain_ranks,
+                                                cost.system().gpu.nvlink_bw_bytes_per_s)
+                  : deepep_nvlink_bytes_per_s(r.combine);
   f.ring.bytes = round_bytes(nvl_count * own_nvl);
-  f.ring.rate_bytes_per_s = deepep_nvlink_bytes_per_s(r.combine) * own_nvl;
+  f.ring.rate_bytes_per_s = nvl_rate * own_nvl;
   f.latency_s = cost.collective_latency_s(op.kind, size, nodes == 1);
+  if (r.hybrid_ep && cost.profile().sm_count > 0)
+    f.sm_share = std::min(1.0, double(kHybridEpSms) / cost.profile().sm_count);
   if (nodes == 1) return;
   const double rdma_count = r.tokens * deepep_expected_destinations(r, nodes) * r.token_bytes;
   const double remote = double(nodes - 1) / double(nodes);  // every node alike
   PeerFlow& nic = f.has_rail ? f.rail : f.ring;  // one member per node: the ring crosses nodes
   nic.bytes = round_bytes(rdma_count * remote);
-  nic.rate_bytes_per_s = deepep_rdma_bytes_per_s(r.combine, nodes) * remote;
+  const double rdma_rate = r.hybrid_ep ? hybridep_rdma_bytes_per_s(r.combine, nodes)
+                                       : deepep_rdma_bytes_per_s(r.combine, nodes);
+  nic.rate_bytes_per_s = rdma_rate * remote;
 }
 
 }  // namespace
@@ -164,6 +210,52 @@ double deepep_rdma_bytes_per_s(bool combine, std::int64_t nodes) {
   if (nodes <= 2) return 43e9;
   if (nodes <= 4) return combine ? 57e9 : 58e9;
   return combine ? 50e9 : 51e9;
+}
+
+double hybridep_nvlink_bytes_per_s(bool combine, std::int64_t domain_ranks,
+                                   double nvlink_bw_bytes_per_s) {
+  // deepseek-ai/DeepEP branch hybrid-ep, docs/README_Hybrid-EP.md (first published 2025-09-25
+  // as Hybrid-EP_Intra-node_Implementation.md, commit 6ad6896), "GB200 Platform": HybridEP's
+  // torch-API algorithm bandwidth (tests/test_hybrid_ep.py: the rows a rank receives, bf16,
+  // over the dispatch() / combine() call's time) at 16 SMs, 4096 tokens of hidden 7168 per
+  // rank, top-8 uniform routing over 8 local experts per rank, all ranks in one NVL72 domain.
+  struct Row {
+    std::int64_t ranks;
+    double dispatch, combine;  // GB/s (1e9 bytes)
+  };
+  static constexpr Row kGb200[] = {{8, 550.10, 538.44},
+                                   {16, 472.84, 474.48},
+                                   {24, 441.89, 444.40},
+                                   {32, 485.50, 423.19},
+                                   {36, 469.96, 418.27}};
+  // The first row of at least `domain_ranks` ranks; beyond 36 (the largest measured) the
+  // 36-rank row is carried over (its 24 -> 36 figures are flat within 6%): not measured.
+  const Row* row = &kGb200[4];
+  for (const Row& r : kGb200)
+    if (r.ranks >= domain_ranks) {
+      row = &r;
+      break;
+    }
+  // Another NVLink: the GB200 fraction of NVLink 5's 900 GB/s per GPU and direction applied
+  // to the system's. The same README's B200 row (NVLink 5, 8 ranks, 16 SMs: 535.94 / 530.86
+  // GB/s) is within 3% of GB200's; on NVLink 4 (H100, 450 GB/s) the rate is derived, not
+  // measured (docs/scenario.md moe_flex_dispatcher_backend).
+  constexpr double kGb200NvlinkBytesPerS = 900e9;
+  const double scale = nvlink_bw_bytes_per_s > 0 ? nvlink_bw_bytes_per_s / kGb200NvlinkBytesPerS
+                                                 : 1.0;
+  return (combine ? row->combine : row->dispatch) * 1e9 * scale;
+}
+
+double hybridep_rdma_bytes_per_s(bool combine, std::int64_t nodes) {
+  // deepseek-ai/DeepEP branch hybrid-ep, docs/README_Hybrid-EP.md "H100 Platform" (published
+  // 2026-02-09, commit 7febc6e): the torch-API IB algorithm bandwidth at 16 SMs, 8 GPUs per
+  // node with one 400 Gb/s NIC each, 4096 tokens of hidden 7168, top-8 uniform over 8 local
+  // experts; bytes as DeepEP's (tests/utils.py count_rdma_send_from_routing_map: tokens x
+  // distinct nodes, the own included). 16 ranks (2 nodes) 54.47 / 53.35, 32 (4) 47.36 /
+  // 52.53, 64 (8) 41.24 / 46.57 GB/s dispatch / combine; more than 8 nodes: the 8-node row.
+  if (nodes <= 2) return combine ? 53.35e9 : 54.47e9;
+  if (nodes <= 4) return combine ? 52.53e9 : 47.36e9;
+  return combine ? 46.57e9 : 41.24e9;
 }
 
 std::int64_t nvlink_domain_ranks(const Scenario& sc, const SystemSpec& system) {
@@ -221,7 +313,10 @@ CollectiveFlows collective_flows(const CostModel& cost, const OpDesc& op, const 
   f.ring.bytes = round_bytes(ring_bytes);
   const GroupLayout layout = group_layout(group, gpus_per_node);
   RailSplit split;
-  if (op.kind == OpKind::AllToAll ? layout.hierarchical() : layout.rail_ring())
+  // All-to-all: NCCL's point-to-point sends over each member's own NIC, nodes alike or not
+  // (split_rail); DeepEP's and HybridEP's byte model takes the nodes alike (deepep_flows).
+  const bool split_a2a = op.deepep.tokens > 0 ? layout.hierarchical() : layout.rail_ring();
+  if (op.kind == OpKind::AllToAll ? split_a2a : layout.rail_ring())
     split = split_rail(f, layout, op, ring_bytes, size, rank, gpus_per_node);
   if (op.kind == OpKind::AllToAll && op.deepep.tokens > 0) {
     deepep_flows(f, cost, op, layout, size);

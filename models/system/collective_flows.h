@@ -13,8 +13,9 @@
 //    hierarchical, as NCCL runs one ring channel per NIC (c channels, the fewest members of
 //    any node; GroupLayout::rail_channels): (k-1)/k of the ring bytes go
 //    round the node's ring over NVLink and, from members j < c, 1/c to member j of the next
-//    node over the rank's own NIC (the rail; all nodes alike, c = k). All-to-all (uniform
-//    layouts only): (k-1)/n of the buffer to the node's peers over NVLink, (n-k)/n over the rail.
+//    node over the rank's own NIC (the rail; all nodes alike, c = k). All-to-all (NCCL's
+//    point-to-point sends to every peer): (k-1)/n of the buffer to the node's peers over
+//    NVLink, (n-k)/n over every member's own NIC, nodes alike or not (k the member's node's).
 //  - NVLS / NVLS-Tree (NVLink SHARP): a rank moves its NVLS traffic (nccl_traffic) on NVLink
 //    and on its NIC instead of the ring's, each flow paced to end when NCCL's algorithm
 //    bandwidth would.
@@ -62,11 +63,12 @@ struct GroupLayout {
   /// min over the allgathered graph info), so a node holding more members still has c rails.
   std::size_t rail_channels = 0;
   /// The ring is hierarchical: several nodes, k > 1 members on each, all alike (the layout
-  /// all-to-all's split assumes).
+  /// DeepEP's and HybridEP's split assumes).
   bool hierarchical() const { return nodes.size() > 1 && members_per_node > 1 && uniform; }
-  /// The ring of an all-reduce / reduce-scatter / all-gather is hierarchical: several nodes,
-  /// at least 2 members on each, alike or not (a 64-rank group split 36 + 28 over two 72-GPU
-  /// NVLink domains: 28 rails, not one NIC carrying the whole ring; docs/validation.md GB200).
+  /// The ring of an all-reduce / reduce-scatter / all-gather, or NCCL's all-to-all, is split
+  /// over NVLink and the NICs: several nodes, at least 2 members on each, alike or not (a
+  /// 64-rank group split 36 + 28 over two 72-GPU NVLink domains: 28 rails, not one NIC
+  /// carrying the whole ring; docs/validation.md GB200).
   bool rail_ring() const { return nodes.size() > 1 && rail_channels > 1; }
 };
 GroupLayout group_layout(const CommGroup& group, std::int64_t gpus_per_node);
@@ -115,6 +117,24 @@ double deepep_expected_destinations(const DeepEpRouting& r, std::int64_t domains
 /// than 8 nodes: the EP 64 row.
 double deepep_nvlink_bytes_per_s(bool combine);
 double deepep_rdma_bytes_per_s(bool combine, std::int64_t nodes);
+
+/// HybridEP (deepseek-ai/DeepEP branch hybrid-ep; Megatron-Core --moe-flex-dispatcher-backend
+/// hybridep): NVIDIA's dispatch / combine kernels, TMA copies over NVLink (NVL72's multi-node
+/// NVLink included) and RDMA between NVLink domains. A token goes once to each domain and once
+/// to each GPU holding one of its experts (its tests count the bytes as DeepEP's), so the flows
+/// are DeepEP's (deepep_expected_destinations) at HybridEP's published rates:
+///  - hybridep_nvlink_bytes_per_s: the GB200 NVL72 measurements for `domain_ranks` ranks in one
+///    NVLink domain (8..36; above 36 the 36-rank figure, carried over), scaled by the system's
+///    NVLink bandwidth per GPU over NVLink 5's 900 GB/s (a derived rate off NVLink 5);
+///  - hybridep_rdma_bytes_per_s: the H100 measurements between 2, 4 and 8 nodes.
+/// The kernels hold kHybridEpSms SMs while they run (Megatron-Core --moe-hybridep-num-sms,
+/// default 16; the published rates are at 16 SMs). The forward dispatch's host wait for the
+/// received-token count is DeepEP's too (Megatron-Core fused_a2a.py HybridEPDispatch: dropless,
+/// use_host_meta puts the counts in pinned host memory; hybrid_ep_buffer.py reads them).
+double hybridep_nvlink_bytes_per_s(bool combine, std::int64_t domain_ranks,
+                                   double nvlink_bw_bytes_per_s);
+double hybridep_rdma_bytes_per_s(bool combine, std::int64_t nodes);
+inline constexpr int kHybridEpSms = 16;
 
 /// The rate bound of a folded rank's flows: a flow to or from a rank that is not simulated
 /// (`simulated` false) is a flow between two hosts, which SimGrid does not bound (only mailbox

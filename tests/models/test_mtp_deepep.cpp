@@ -1,9 +1,10 @@
 // Multi-token prediction (model.mtp_num_layers; Megatron-Core multi_token_prediction.py) and the
-// flex dispatcher with DeepEP (model.moe_token_dispatcher_type flex, moe_enable_deepep) against
-// hand calculations: DeepSeek-V3's MTP layer's parameters and model FLOPs (Megatron-LM
-// training.py num_floating_point_operations' MTP terms written out), where the layout puts the
-// layer, DeepEP's expected destinations per token (uniform and group-limited routing) and the
-// flows they give, and the bad inputs of the new keys (file, field and value in each message).
+// flex dispatcher with DeepEP or HybridEP (model.moe_token_dispatcher_type flex,
+// moe_enable_deepep, moe_flex_dispatcher_backend) against hand calculations: DeepSeek-V3's MTP
+// layer's parameters and model FLOPs (Megatron-LM training.py num_floating_point_operations' MTP
+// terms written out), where the layout puts the layer, DeepEP's expected destinations per token
+// (uniform and group-limited routing) and the flows they give at DeepEP's and HybridEP's
+// published rates, and the bad inputs of the new keys (file, field and value in each message).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -217,6 +218,103 @@ TEST(DeepEp, FlowsOfAnEp64DispatchOverEightNodesByHand) {
   EXPECT_NEAR(double(c.ring.bytes) / c.ring.rate_bytes_per_s, nvl / 158e9, 1e-9);
 }
 
+// ---- HybridEP
+
+OpDesc hybridep_op(std::int64_t ep, bool combine) {
+  OpDesc op;
+  op.kind = OpKind::AllToAll;
+  op.group = GroupKind::Expert;
+  op.group_size = ep;
+  op.deepep = dsv3_routing(8, 4);
+  op.deepep.combine = combine;
+  op.deepep.hybrid_ep = true;
+  op.bytes = std::int64_t(2048) * 8 * 7168 * 2;
+  return op;
+}
+
+CommGroup ranks_0_to(std::int64_t n) {
+  CommGroup g;
+  g.kind = GroupKind::Expert;
+  for (RankId r = 0; r < RankId(n); ++r) g.ranks.push_back(r);
+  return g;
+}
+
+TEST(HybridEp, FlowsOfAnEp64DispatchInsideOneNvl72DomainByHand) {
+  // DeepSeek-V3's EP 64 on GB200 NVL72: the 64 ranks are one NVLink domain (no NIC flow). The
+  // rows a rank receives: 2048 tokens x 7.35937 ranks x 14,336 bytes (ranks nest in the 8
+  // groups, as for DeepEP), 63/64 from its peers, paced so all of them take count / rate at
+  // the README's 36-rank GB200 figures carried over to 64 ranks: 469.96 GB/s dispatch, 418.27
+  // combine. The kernel holds 16 of GB200's 148 SMs.
+  const SystemSpec system = find_system("gb200-nvl72");
+  const CostModel cost(system, default_calibration(system.gpu.name));
+  const CommGroup g = ranks_0_to(64);
+  const CollectiveFlows f = collective_flows(cost, hybridep_op(64, false), g, 9, 64);
+  EXPECT_FALSE(f.has_rail);
+  const double nvl = 2048 * 7.359370078740156 * 7168.0 * 2;
+  EXPECT_NEAR(double(f.ring.bytes), nvl * 63 / 64, 1.0);
+  EXPECT_NEAR(double(f.ring.bytes) / f.ring.rate_bytes_per_s, nvl / 469.96e9, 1e-9);
+  EXPECT_NEAR(nvl / 469.96e9, 0.4598e-3, 1e-6);  // 0.46 ms per dispatch
+  EXPECT_NEAR(f.sm_share, 16.0 / 148.0, 1e-12);
+  const CollectiveFlows c = collective_flows(cost, hybridep_op(64, true), g, 9, 64);
+  EXPECT_NEAR(double(c.ring.bytes) / c.ring.rate_bytes_per_s, nvl / 418.27e9, 1e-9);
+}
+
+TEST(HybridEp, TheBackendKeyReachesEveryExchangeOp) {
+  // Megatron-Core core_r0.15: the flex dispatcher runs --moe-flex-dispatcher-backend, deepep by
+  // default (without --moe-enable-deepep too); hybridep marks each dispatch and combine.
+  const std::string model =
+      "hidden_size: 1024, num_attention_heads: 16, seq_length: 1024, padded_vocab_size: 4096, "
+      "num_layers: 2, num_experts: 8, moe_router_topk: 2, attention_backend: flash, "
+      "moe_token_dispatcher_type: flex";
+  const std::string par = "expert_model_parallel_size: 4, micro_batch_size: 1, "
+                          "global_batch_size: 8";
+  for (const bool hybrid : {false, true}) {
+    Scenario sc = core(model + (hybrid ? ", moe_flex_dispatcher_backend: hybridep" : ""), par);
+    BuildOptions opt;
+    opt.fold = true;
+    const ScheduleGraph g = build_schedule_graph(validated(sc), find_system("dgx-h100"), opt);
+    int exchanges = 0;
+    for (const OpDesc& o : g.ops())
+      if (o.kind == OpKind::AllToAll) {
+        ++exchanges;
+        EXPECT_DOUBLE_EQ(o.deepep.tokens, 1024.0);
+        EXPECT_EQ(o.deepep.hybrid_ep, hybrid);
+      }
+    EXPECT_GT(exchanges, 0);
+  }
+}
+
+TEST(HybridEp, PublishedRowsByRankCountAndNvlinkBandwidth) {
+  // The README's GB200 rows at 16 SMs: the first row of at least the domain's ranks.
+  EXPECT_DOUBLE_EQ(hybridep_nvlink_bytes_per_s(false, 4, 900e9), 550.10e9);
+  EXPECT_DOUBLE_EQ(hybridep_nvlink_bytes_per_s(true, 8, 900e9), 538.44e9);
+  EXPECT_DOUBLE_EQ(hybridep_nvlink_bytes_per_s(false, 12, 900e9), 472.84e9);
+  EXPECT_DOUBLE_EQ(hybridep_nvlink_bytes_per_s(true, 32, 900e9), 423.19e9);
+  EXPECT_DOUBLE_EQ(hybridep_nvlink_bytes_per_s(false, 72, 900e9), 469.96e9);
+  // NVLink 4 (450 GB/s per GPU and direction): half of NVLink 5's.
+  EXPECT_DOUBLE_EQ(hybridep_nvlink_bytes_per_s(false, 8, 450e9), 275.05e9);
+  EXPECT_DOUBLE_EQ(hybridep_rdma_bytes_per_s(false, 2), 54.47e9);
+  EXPECT_DOUBLE_EQ(hybridep_rdma_bytes_per_s(true, 4), 52.53e9);
+  EXPECT_DOUBLE_EQ(hybridep_rdma_bytes_per_s(false, 16), 41.24e9);
+}
+
+TEST(HybridEp, FlowsOfAnEp64DispatchOverEightH100NodesByHand) {
+  // The RDMA path: 8 DGX H100 nodes, a token once to each of 3.62901 nodes (DeepEP's count),
+  // 7/8 of it over the NIC at the README's H100 64-rank figure, 41.24 GB/s; NVLink inside the
+  // node at the GB200 8-rank figure scaled to NVLink 4: 550.10 x 450 / 900 = 275.05 GB/s.
+  const SystemSpec system = find_system("dgx-h100");
+  const CostModel cost(system, default_calibration(system.gpu.name));
+  const CollectiveFlows f = collective_flows(cost, hybridep_op(64, false), ranks_0_to(64), 9, 8);
+  ASSERT_TRUE(f.has_rail);
+  const double token_bytes = 7168.0 * 2;
+  const double rdma = 2048 * 3.6290109244257005 * token_bytes;
+  EXPECT_NEAR(double(f.rail.bytes), rdma * 7 / 8, 1.0);
+  EXPECT_NEAR(double(f.rail.bytes) / f.rail.rate_bytes_per_s, rdma / 41.24e9, 1e-9);
+  const double nvl = 2048 * 7.359370078740156 * token_bytes;
+  EXPECT_NEAR(double(f.ring.bytes) / f.ring.rate_bytes_per_s, nvl / 275.05e9, 1e-9);
+  EXPECT_NEAR(f.sm_share, 16.0 / 132.0, 1e-12);
+}
+
 TEST(MtpDeepEp, BadInputsNameFileFieldAndValue) {
   ScratchDir dir("mtp_deepep");
   const std::string moe = "hidden_size: 1024, num_attention_heads: 16, seq_length: 1024, "
@@ -241,8 +339,14 @@ TEST(MtpDeepEp, BadInputsNameFileFieldAndValue) {
        "0 multi-token prediction layers (m), model.mtp_num_layers (1)"},
       {"megatron-core", moe + ", mtp_num_layers: 1", par + ", use_megatron_fsdp: true",
        "model.mtp_num_layers (1) with ZeRO-3 / FSDP"},
-      {"megatron-core", moe + ", moe_token_dispatcher_type: flex", par,
-       "model.moe_token_dispatcher_type (flex) needs model.moe_enable_deepep: true"},
+      {"megatron-core", moe + ", moe_flex_dispatcher_backend: nvshmem", par,
+       "field 'model.moe_flex_dispatcher_backend' = 'nvshmem'"},
+      {"megatron-core", moe + ", moe_flex_dispatcher_backend: hybridep", par,
+       "model.moe_flex_dispatcher_backend (hybridep) needs model.moe_token_dispatcher_type: flex"},
+      {"megatron-core",
+       moe + ", moe_token_dispatcher_type: flex, moe_enable_deepep: true, "
+             "moe_flex_dispatcher_backend: hybridep",
+       par, "model.moe_enable_deepep (true) with model.moe_flex_dispatcher_backend (hybridep)"},
       {"megatron-core", moe + ", moe_enable_deepep: true", par,
        "model.moe_enable_deepep (true) needs model.moe_token_dispatcher_type: flex"},
       {"megatron-core", moe + ", moe_token_dispatcher_type: flexible", par,

@@ -222,6 +222,45 @@ TEST(CollectiveFlows, AllToAllAcrossNodesSendsTheOtherNodesShareOverTheRail) {
   EXPECT_EQ(f.ring.rate_bytes_per_s, 0.0);
 }
 
+// NCCL's all-to-all is point-to-point (grouped ncclSend / ncclRecv to every peer): each rank
+// sends S/n to each peer, over NVLink to its node's and over its own NIC to the others'. A
+// 64-rank group split 36 + 28 over two 72-GPU NVLink domains (ranks 36..71 and 72..99): a
+// member of the 36 sends 35/64 of S on NVLink and 28/64 over its NIC, a member of the 28
+// 27/64 and 36/64; the busiest NIC is the 28's, 36/64 S, not the whole 63/64 S through one
+// NIC as the flat ring had it. The NIC flows pair the members listed node by node (L) as
+// L[p] -> L[p + 36 mod 64].
+TEST(CollectiveFlows, AllToAllOverUnevenNodesSendsEachMembersOffNodeShareOverItsOwnNic) {
+  Env env("gb200-nvl72");
+  const std::int64_t domain = 72;
+  const CommGroup g = group_of(iota_ranks(36, 64));
+  const OpDesc op = collective(OpKind::AllToAll, kLarge, 64);
+  const CollectiveFlows a = collective_flows(env.cost, op, g, 40, domain);  // L[4], the 36
+  ASSERT_TRUE(a.has_rail);
+  EXPECT_EQ(a.ring.bytes, std::uint64_t(35 * (kLarge / 64)));
+  EXPECT_EQ(a.ring.dst, 41u);
+  EXPECT_EQ(a.rail.bytes, std::uint64_t(28 * (kLarge / 64)));
+  EXPECT_EQ(a.rail.dst, 76u);   // L[40]: member 4 of the 28
+  EXPECT_EQ(a.rail.pred, 68u);  // L[(4 - 36) mod 64] = L[32]: the 36's own member 32
+  const CollectiveFlows b = collective_flows(env.cost, op, g, 80, domain);  // L[44], the 28
+  ASSERT_TRUE(b.has_rail);
+  EXPECT_EQ(b.ring.bytes, std::uint64_t(27 * (kLarge / 64)));
+  EXPECT_EQ(b.ring.dst, 81u);
+  EXPECT_EQ(b.rail.bytes, std::uint64_t(36 * (kLarge / 64)));
+  EXPECT_EQ(b.rail.dst, 52u);   // L[(44 + 36) mod 64] = L[16]
+  EXPECT_EQ(b.rail.pred, 44u);  // L[8]
+  // The NIC flows are a permutation: every member receives from exactly one, and every
+  // member of the 28 sends off its domain.
+  std::set<RankId> dsts;
+  for (RankId r : g.ranks) {
+    const CollectiveFlows f = collective_flows(env.cost, op, g, r, domain);
+    ASSERT_TRUE(f.has_rail);
+    dsts.insert(f.rail.dst);
+    EXPECT_EQ(collective_flows(env.cost, op, g, f.rail.dst, domain).rail.pred, r);
+    if (r >= 72) EXPECT_LT(f.rail.dst, 72u);
+  }
+  EXPECT_EQ(dsts.size(), 64u);
+}
+
 TEST(CollectiveFlows, GroupOfOneTakesNoTimeAndARankOutsideItsGroupIsABug) {
   Env env;
   const CollectiveFlows f =
