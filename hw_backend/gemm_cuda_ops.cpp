@@ -43,8 +43,9 @@ constexpr c10::ScalarType kE5m2 = c10::ScalarType::Float8_e5m2;
 std::atomic<std::int64_t> g_fp8{0}, g_amax{0}, g_shape_fallbacks{0}, g_grouped{0};
 
 /// One probe per process of what this GPU's LibTorch accepts (a 16 x 16 x 16 problem of each
-/// operand pair and a two-group grouped GEMM): an sm_80 GPU refuses FP8, a build may lack a
-/// kernel. The error text goes to the notes.
+/// operand pair and a two-group grouped GEMM with its backward): an sm_80 GPU refuses FP8, a
+/// build may lack a kernel or a derivative. The error text goes to the notes, and the replay runs
+/// torch::linear / per-expert GEMMs instead.
 struct Probe {
   bool done = false;
   bool fp8 = false, grouped = false;
@@ -52,6 +53,13 @@ struct Probe {
 };
 Probe g_probe;
 std::mutex g_probe_mutex;
+
+/// The message of a LibTorch error without its backtrace: its first line.
+std::string first_line(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
+  const std::string what = e.what();
+  return what.substr(0, what.find('\n'));
+}
 
 const Probe& probe(const torch::Device& device) {
   std::lock_guard<std::mutex> lock(g_probe_mutex);
@@ -65,17 +73,20 @@ const Probe& probe(const torch::Device& device) {
     (void)at::_scaled_mm(a8, a8.t(), one, one, {}, {}, torch::kBFloat16, true);
     (void)at::_scaled_mm(g8, a8.t(), one, one, {}, {}, torch::kBFloat16, false);
     g_probe.fp8 = true;
-  } catch (const c10::Error& e) {
-    g_probe.fp8_error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    g_probe.fp8_error = first_line(e);
   }
   try {
-    const torch::Tensor w = torch::ones({2, 16, 16}, bf16).transpose(1, 2);
+    // Forward and autograd's backward (the replay's expert GEMMs train), groups of 8 rows.
+    torch::AutoGradMode grad(true);
+    const torch::Tensor x = a.clone().requires_grad_(true);
+    const torch::Tensor w = torch::ones({2, 16, 16}, bf16).requires_grad_(true);
     const torch::Tensor offs =
         torch::tensor({8, 16}, torch::TensorOptions().dtype(torch::kInt32)).to(device);
-    (void)at::_grouped_mm(a, w, offs, {}, {});
+    at::_grouped_mm(x, w.transpose(1, 2), offs, {}, {}).sum().backward();
     g_probe.grouped = true;
-  } catch (const c10::Error& e) {
-    g_probe.grouped_error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    g_probe.grouped_error = first_line(e);
   }
   return g_probe;
 }
