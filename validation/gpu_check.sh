@@ -94,9 +94,10 @@ log_mark=$(wc -l < "$log")
 if ! step build 240 ninja -C $build -k 0 -j "$(nproc)" trainsim trainsim-torch $tests; then
   if [ ! -x $build/apps/trainsim-torch ] || tail -n +"$log_mark" "$log" | grep -q "gemm_cuda_ops"; then
     new_ops=OFF
+    torch_version=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)
     echo "=== gpu_check: the build with TRAINSIM_REPLAY_NEW_TORCH_OPS=AUTO failed" \
-      "(hw_backend/gemm_cuda_ops.cpp against torch $(python3 -c 'import torch; print(torch.__version__)'" \
-      "2>/dev/null)); rebuilding with OFF: FP8 linears and expert GEMMs run torch::linear" | tee -a "$log"
+      "(hw_backend/gemm_cuda_ops.cpp against torch ${torch_version:-?}); rebuilding with OFF:" \
+      "FP8 linears and expert GEMMs run torch::linear" | tee -a "$log"
     # The failed build is counted once; the rebuild's own failure would count again.
     step configure-new-ops-off 60 cmake -S . -B $build -DTRAINSIM_REPLAY_NEW_TORCH_OPS=OFF &&
       # shellcheck disable=SC2086
