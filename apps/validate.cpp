@@ -1,7 +1,9 @@
 // trainsim validate: simulate a scenario with a calibration profile, replay the same schedule
 // graph on the local device (apps/validate_replay.h) or read a replay recorded elsewhere
 // (--measured-trace, validation/measured_trace.h), align the two executions task by task and
-// report the errors (validation/compare.h) as JSON and as a self-contained HTML report.
+// report the errors (validation/compare.h) as JSON and as a self-contained HTML report. With
+// --nprocs N the replay runs in N processes (apps/validate_replay.h validate_processes), rank 0
+// comparing its own rank's tasks.
 #include <cstdio>
 #include <iostream>
 #include <optional>
