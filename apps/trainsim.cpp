@@ -200,6 +200,11 @@ int run(int argc, char** argv) {
   validate->add_option("--repeat", val.repeat,
                        "measured replays after a warm-up; the fastest is compared (default 3)")
       ->check(integer_at_least(1));
+  validate->add_option("--nprocs", val.nprocs,
+                       "processes replaying ranks 0..N-1 together (as replay's: one per GPU "
+                       "with NCCL, or with --device cpu one per rank through the host backend); "
+                       "rank 0's tasks are compared (default 1)")
+      ->check(integer_at_least(1));
   validate->add_flag("--force", val.force,
                      "run even when the estimated graph is above the size limits");
 

@@ -1,7 +1,9 @@
 // trainsim validate: simulate a scenario with a calibration profile, replay the same schedule
 // graph on the local device (apps/validate_replay.h) or read a replay recorded elsewhere
 // (--measured-trace, validation/measured_trace.h), align the two executions task by task and
-// report the errors (validation/compare.h) as JSON and as a self-contained HTML report.
+// report the errors (validation/compare.h) as JSON and as a self-contained HTML report. With
+// --nprocs N the replay runs in N processes (apps/validate_replay.h validate_processes), rank 0
+// comparing its own rank's tasks.
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -33,7 +35,10 @@ int validate_main(const ValidateArgs& args) {
   check_distinct_paths({{"scenario", args.scenario}, {"--calibration", args.calibration},
                         {"--measured-trace", args.measured_trace}},
                        {{"--json", args.json}, {"--report", args.report}});
-  OutputFile json_file(args.json, "--json"), report_file(args.report, "--report");
+  if (from_trace && args.nprocs > 1)
+    throw InputError("validate --measured-trace " + args.measured_trace + " --nprocs " +
+                     std::to_string(args.nprocs) + ": --nprocs chooses how many processes "
+                     "replay; the trace already ran");
 
   // A CPU replay is modelled with a measured CPU profile (models/run.h): say where the `cpu`
   // came from when the user did not write --device.
@@ -46,6 +51,16 @@ int validate_main(const ValidateArgs& args) {
         ", and a CPU replay is compared with a measured CPU profile: pass --calibration "
         "PROFILE.json from `trainsim calibrate --device cpu`");
 
+  // Several processes (validate_processes): the parent starts them and waits; each replays its
+  // own rank, and rank 0 alone simulates, compares and writes.
+  ValidateProcesses procs;
+  procs.device = device;
+  if (!from_trace) procs = validate_processes(args.scenario, args.overrides, args.nprocs, device);
+  if (procs.launched) return procs.exit_code;
+  const bool writer = procs.rank == 0;
+  OutputFile json_file(writer ? args.json : std::string(), "--json"),
+      report_file(writer ? args.report : std::string(), "--report");
+
   // ---- one graph (models/run.h: the local device and precision substitutions), two executors
   RunRequest req;
   req.purpose = RunPurpose::Validate;
@@ -54,10 +69,12 @@ int validate_main(const ValidateArgs& args) {
   req.calibration_path = args.calibration;
   req.device = device;
   req.force = args.force;
+  req.unfolded = procs.nprocs > 1;  // every process needs its own rank's tasks
   const PreparedRun run = prepare_run(req);
-  for (const std::string& w : run.warnings) std::cerr << "trainsim: warning: " << w << "\n";
+  if (writer)
+    for (const std::string& w : run.warnings) std::cerr << "trainsim: warning: " << w << "\n";
   // As simulate warns (models/run.cpp): a profile of another GPU than the system's.
-  if (!cpu && !args.calibration.empty() && run.scenario->cluster.system != "local" &&
+  if (writer && !cpu && !args.calibration.empty() && run.scenario->cluster.system != "local" &&
       run.profile.device != run.system.gpu.name)
     std::cerr << "trainsim: warning: --calibration '" << args.calibration
               << "' is a profile for " << run.profile.device << ", but system "
@@ -66,7 +83,12 @@ int validate_main(const ValidateArgs& args) {
   const ScheduleGraph& graph = run.graph;
   const SystemSpec& system = run.system;
   std::vector<std::string> notes = run.notes;
-  if (sc.world_size() > 1)
+  if (sc.world_size() > procs.nprocs && procs.nprocs > 1)
+    notes.push_back("ranks 0.." + std::to_string(procs.nprocs - 1) + " of " +
+                    std::to_string(sc.world_size()) + " are replayed (--nprocs " +
+                    std::to_string(procs.nprocs) + "): operations with an absent rank ran as "
+                    "device-local copies (the replay's notes count them)");
+  else if (sc.world_size() > 1 && procs.nprocs <= 1)
     notes.push_back("one of " + std::to_string(sc.world_size()) + " ranks is replayed: the "
                     "simulated iteration includes waiting for the other ranks (pipeline bubble, "
                     "collectives over the modelled links), the replay does not; compare the "
@@ -84,13 +106,27 @@ int validate_main(const ValidateArgs& args) {
                     trace_file->executor + "), not replayed again");
     replay_context["measured_trace"] = args.measured_trace;
   } else {
-    ReplayMeasurement m = replay_for_validate(run, device, args.repeat);
+    std::vector<ProcessMeasurement> others;
+    ReplayMeasurement m = replay_for_validate(run, procs, args.repeat, &others);
+    if (!writer) return 0;  // a worker of rank > 0: its figures went to rank 0
     measured = std::move(m.record);
     rank = m.rank;
     notes.insert(notes.end(), m.notes.begin(), m.notes.end());
     replay_context["replay_iteration_times_s"] = m.iteration_times_s;
     replay_context["load_average_1min"] = {{"before", m.load_before}, {"after", m.load_after}};
     replay_context["cores"] = m.cores;
+    if (procs.nprocs > 1) {
+      replay_context["processes"] = procs.nprocs;
+      nlohmann::json per = nlohmann::json::array();
+      per.push_back({{"rank", 0},
+                     {"iteration_times_s", m.iteration_times_s},
+                     {"peak_allocated_bytes", measured.measured_peak_allocated_bytes()}});
+      for (const ProcessMeasurement& p : others)
+        per.push_back({{"rank", p.rank},
+                       {"iteration_times_s", p.iteration_times_s},
+                       {"peak_allocated_bytes", p.peak_allocated_bytes}});
+      replay_context["measured_per_rank"] = per;
+    }
   }
   for (const std::string& n : measured.notes) notes.push_back("replay: " + n);
   const ExecutionRecord simulated = sim::simulate(graph, sc, system, run.cost_model());

@@ -8,7 +8,20 @@ namespace trainsim::cli {
 
 std::string default_replay_device() { return "cpu"; }
 
-ReplayMeasurement replay_for_validate(const PreparedRun&, const std::string& device, int) {
+ValidateProcesses validate_processes(const std::string& scenario_path,
+                                     const std::vector<std::pair<std::string, std::string>>&,
+                                     std::int64_t nprocs, const std::string& device) {
+  if (nprocs > 1)
+    throw InputError("validate " + scenario_path + ": --nprocs " + std::to_string(nprocs) +
+                     ": replaying needs LibTorch, which this build lacks (trainsim-torch)");
+  ValidateProcesses p;
+  p.device = device;
+  return p;
+}
+
+ReplayMeasurement replay_for_validate(const PreparedRun&, const ValidateProcesses& procs, int,
+                                      std::vector<ProcessMeasurement>*) {
+  const std::string& device = procs.device;
   throw InputError("validate --device " + device + ": replaying needs LibTorch, which this build "
                    "lacks (trainsim-torch); record a replay where it is built (`trainsim replay "
                    "SCENARIO --trace T.json`, e.g. validation/gpu_check.sh on a GPU machine) and "

@@ -65,6 +65,7 @@ struct ReplayArgs {
 };
 
 /// trainsim validate SCENARIO.yaml [--set k=v]... [--device cuda|cpu | --measured-trace T.json]
+///   [--nprocs N]
 ///   [--calibration profile.json] [--json result.json] [--report report.html]
 struct ValidateArgs {
   std::string scenario;
@@ -80,6 +81,10 @@ struct ValidateArgs {
   /// machine only ever slows a run down).
   int repeat = 3;
   bool force = false;  ///< --force: run even above the size limits (models/run.h)
+  /// --nprocs N: processes replaying ranks 0..N-1 together (as replay's; apps/validate_replay.h
+  /// validate_processes); rank 0's tasks are compared. 0: not given (one process, or a
+  /// launcher's WORLD_SIZE).
+  std::int64_t nprocs = 0;
 };
 
 /// trainsim calibrate [--device cuda|cpu] [--out profile.json] [--quick]

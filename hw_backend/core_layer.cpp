@@ -25,8 +25,9 @@ torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, const torch::
   return torch::layer_norm(x, {x.size(-1)}, w, b, kLayerNormEps, /*cudnn_enable=*/true);
 }
 
-torch::Tensor linear(const CoreWeights& w, const std::string& name, const torch::Tensor& x) {
-  return torch::linear(x, w.at(name + ".weight"), w.get(name + ".bias"));
+torch::Tensor linear(const CoreWeights& w, const std::string& name, const torch::Tensor& x,
+                     const CoreLayerSpec& c) {
+  return gemm_linear(x, w.at(name + ".weight"), w.get(name + ".bias"), c.fp8);
 }
 
 /// rotate_half(x) = cat(-x2, x1) (Megatron-Core rope_utils._rotate_half, non-interleaved).
@@ -256,10 +257,9 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 /// glu with bias_swiglu_impl), GPT-OSS's clamped quick-GeGLU (Megatron-Core mlp.py glu with
 /// activation_func_clamp_value and glu_linear_offset; activations.py quick_gelu
 /// x * sigmoid(1.702 x)) or GeLU -> fc2.
-torch::Tensor mlp(const torch::Tensor& x, const torch::Tensor& fc1_w, const torch::Tensor& fc1_b,
-                  const torch::Tensor& fc2_w, const torch::Tensor& fc2_b, const CoreLayerSpec& c,
-                  const torch::Tensor& probs = torch::Tensor()) {
-  torch::Tensor y = torch::linear(x, fc1_w, fc1_b);
+/// The activation between fc1 and fc2 of mlp (below) on fc1's output `y`, weighted by `probs`
+/// where defined (an MoE expert's token copies).
+torch::Tensor activation(torch::Tensor y, const CoreLayerSpec& c, const torch::Tensor& probs) {
   if (c.swiglu && c.quick_geglu) {
     const auto parts = y.chunk(2, -1);
     torch::Tensor gate = parts[0], lin = parts[1];
@@ -279,7 +279,14 @@ torch::Tensor mlp(const torch::Tensor& x, const torch::Tensor& fc1_w, const torc
     y = torch::gelu(y, "tanh");
     if (probs.defined()) y = y * probs;
   }
-  return torch::linear(y, fc2_w, fc2_b);
+  return y;
+}
+
+torch::Tensor mlp(const torch::Tensor& x, const torch::Tensor& fc1_w, const torch::Tensor& fc1_b,
+                  const torch::Tensor& fc2_w, const torch::Tensor& fc2_b, const CoreLayerSpec& c,
+                  const torch::Tensor& probs = torch::Tensor()) {
+  const torch::Tensor y = activation(gemm_linear(x, fc1_w, fc1_b, c.fp8), c, probs);
+  return gemm_linear(y, fc2_w, fc2_b, c.fp8);
 }
 
 /// The MoE layer's experts on the norm output `x` [T, h] -> [T, h].
@@ -305,18 +312,27 @@ torch::Tensor moe_experts(const CoreWeights& w, const torch::Tensor& x, const Co
   const torch::Tensor counts = torch::bincount(local, {}, E).to(torch::kCPU);
   if (stats) ++stats->d2h_copies;
   const auto* n = counts.data_ptr<std::int64_t>();
-  std::vector<torch::Tensor> outs;
-  std::int64_t at = 0;
   const torch::Tensor fc1 = w.at("experts.fc1.weight"), fc2 = w.at("experts.fc2.weight");
-  for (std::int64_t e = 0; e < E; ++e) {
-    if (n[e] == 0) continue;
-    outs.push_back(mlp(permuted.narrow(0, at, n[e]), fc1[e], {}, fc2[e], {}, c,
-                       permuted_probs.narrow(0, at, n[e])));
-    at += n[e];
-    if (stats) stats->expert_gemms += 2;
+  torch::Tensor y;
+  if (c.grouped_gemm && grouped_gemm_available(permuted, fc1.size(2), fc1.size(1)) &&
+      grouped_gemm_available(permuted, fc2.size(2), fc2.size(1))) {
+    // TEGroupedMLP: one grouped GEMM per linear over all local experts (gemm_ops.h).
+    const std::vector<std::int64_t> rows(n, n + E);
+    y = grouped_linear(activation(grouped_linear(permuted, fc1, rows), c, permuted_probs), fc2, rows);
+    if (stats) stats->expert_gemms += 2, stats->grouped = true;
+  } else {
+    std::vector<torch::Tensor> outs;
+    std::int64_t at = 0;
+    for (std::int64_t e = 0; e < E; ++e) {
+      if (n[e] == 0) continue;
+      outs.push_back(mlp(permuted.narrow(0, at, n[e]), fc1[e], {}, fc2[e], {}, c,
+                         permuted_probs.narrow(0, at, n[e])));
+      at += n[e];
+      if (stats) stats->expert_gemms += 2;
+    }
+    TRAINSIM_CHECK(at == T * k, "replay: MoE permutation lost token copies");
+    y = torch::cat(outs, 0);
   }
-  TRAINSIM_CHECK(at == T * k, "replay: MoE permutation lost token copies");
-  const torch::Tensor y = torch::cat(outs, 0);
   // Unpermute: sum each token's k copies (weighted in the activation) back in place.
   // scatter_add keeps only its index map for the backward (Megatron-Core moe_utils.unpermute;
   // index_add would keep `y` too).
@@ -413,7 +429,7 @@ BlockState core_attn_forward(const CoreWeights& w, const torch::Tensor& input, c
   const torch::Tensor x =
       norm(st.input, w.at("input_layernorm.weight"), w.get("input_layernorm.bias"), c.rmsnorm);
   // [s, b, g, (a/g + 2) d] split into q [s, b, a, d], k, v [s, b, g, d].
-  const auto parts = linear(w, "linear_qkv", x).view({s, b, g, (per + 2) * d}).split({per * d, d, d}, -1);
+  const auto parts = linear(w, "linear_qkv", x, c).view({s, b, g, (per + 2) * d}).split({per * d, d, d}, -1);
   // Separate contiguous q, k, v (the memory model counts Q, K and V as three tensors,
   // Korthikanti et al. Sec. 4.1): a strided view of the QKV output kept for the backward (by
   // the k norm or the attention) would hold the whole [s, b, (a + 2 g) d] buffer alive.
@@ -426,7 +442,7 @@ BlockState core_attn_forward(const CoreWeights& w, const torch::Tensor& input, c
   if (c.rope) q = apply_rope(q, cos, sin), k = apply_rope(k, cos, sin);
   const torch::Tensor ctx = attention(q, k, v, mask, c.window, p.attention);  // [s, b, a, d]
   const torch::Tensor flat = ctx.reshape({s, b, c.heads * d});  // a view of a contiguous ctx
-  st.output = dropout_add(linear(w, "linear_proj", flat), st.input, p.hidden);
+  st.output = dropout_add(linear(w, "linear_proj", flat, c), st.input, p.hidden);
   return st;
 }
 

@@ -16,9 +16,14 @@
 //            k logits, Megatron-Core's TopKRouter with moe_router_pre_softmax off) -> sort-based
 //            permutation (stable argsort of the local expert ids) -> tokens per expert copied to
 //            the host (a device-to-host synchronisation on CUDA, as MoEAlltoAllTokenDispatcher's
-//            .cpu()) -> one GEMM pair per local expert (SequentialMLP; torch._grouped_mm does not
-//            exist in LibTorch 1.13) -> unpermute (index_add of the probability-weighted
+//            .cpu()) -> with moe_grouped_gemm where the build has at::_grouped_mm (gemm_ops.h:
+//            LibTorch >= 2.8, CUDA, bf16) one grouped GEMM for fc1 and one for fc2 (TEGroupedMLP),
+//            else one GEMM pair per local expert (SequentialMLP) -> unpermute (index_add of the probability-weighted
 //            outputs) -> shared expert -> bias-dropout-add
+// The linears (linear_qkv, linear_proj, linear_fc1/fc2, experts, shared expert) go through
+// gemm_ops.h: FP8 at::_scaled_mm with per-tensor current scaling where the scenario trains in FP8
+// and the build and device have it, else torch::linear in the model's dtype. The router stays in
+// the model's dtype (Megatron-Core's TopKRouter is not a TE module).
 // Backward: autograd, per block, as transformer_layer.h.
 //
 // Internal to hw_backend/: includes LibTorch.
@@ -32,6 +37,7 @@
 
 #include <torch/torch.h>
 
+#include "hw_backend/gemm_ops.h"
 #include "hw_backend/transformer_layer.h"
 
 namespace trainsim::hw {
@@ -50,6 +56,10 @@ struct CoreLayerSpec {
   // Mixture of experts (moe = the layer's MLP is an MoE layer)
   bool moe = false;
   std::int64_t experts_local = 0, num_experts = 0, topk = 0, expert_ffn = 0, shared_ffn = 0;
+  // GEMMs (gemm_ops.h): FP8 linears where the scenario trains in FP8, one grouped GEMM for the
+  // local experts (moe_grouped_gemm); each only where the build and the device have it.
+  GemmFp8 fp8 = GemmFp8::Off;
+  bool grouped_gemm = false;
 };
 
 /// The parameters of one layer by name (Megatron-Core's state-dict names, shortened).
@@ -92,6 +102,7 @@ bool have_sdpa();
 struct MoeStats {
   std::int64_t d2h_copies = 0;  ///< token-count device-to-host copies
   std::int64_t expert_gemms = 0;
+  bool grouped = false;  ///< the experts ran as grouped GEMMs (gemm_ops.h grouped_linear)
 };
 
 /// Attention block forward (see the file comment). `mask` from window_mask for the layer's

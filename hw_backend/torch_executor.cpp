@@ -26,6 +26,7 @@
 #include "hw_backend/core_layer.h"
 #include "hw_backend/device_loop.h"
 #include "hw_backend/executor.h"
+#include "hw_backend/gemm_ops.h"
 #include "hw_backend/transformer_layer.h"
 #include "kernels/cpu_adam.h"
 #include "models/errors.h"
@@ -143,6 +144,7 @@ class Executor {
     for (int it = 0; it < std::max(1, iterations); ++it) {
       rec = ExecutionRecord{};
       rec.measured = true;
+      reset_gemm_counts();  // the notes count the last iteration's GEMMs
       rec.start_s.assign(g_.num_tasks(), std::numeric_limits<double>::quiet_NaN());
       rec.end_s.assign(g_.num_tasks(), std::numeric_limits<double>::quiet_NaN());
       replayed_as_.assign(g_.num_tasks(), std::string());
@@ -371,6 +373,9 @@ class Executor {
     const ModelFeatures& f = op.features;
     c.b = op.micro_batch, c.s = op.seq / std::max<std::int64_t>(1, f.cp), c.h = op.hidden;
     c.rmsnorm = f.rmsnorm, c.bias = f.bias;
+    // FP8 GEMMs (gemm_ops.h): the format is the scenario's --fp8-format (hybrid: e5m2
+    // gradients); every Transformer Engine recipe is replayed as per-tensor current scaling.
+    if (f.fp8 != 0) c.fp8 = model_.fp8_format == 1 ? GemmFp8::E4M3 : GemmFp8::Hybrid;
     if (op.kind == OpKind::AttnFwd) {
       c.heads = op.heads, c.head_dim = op.head_dim, c.window = f.window;
       c.kv_heads = f.kv_heads > 0 ? f.kv_heads : op.heads;
@@ -387,8 +392,9 @@ class Executor {
     c.quick_geglu = f.quick_geglu, c.glu_clamp = f.glu_clamp, c.glu_offset = f.glu_offset;
     c.experts_local = f.experts_local, c.num_experts = f.num_experts, c.topk = f.topk;
     c.expert_ffn = f.expert_ffn, c.shared_ffn = f.shared_ffn;
-    if (f.fp8 != 0) fp8_ = true;
+    if (f.fp8 != 0) fp8_ = true, fp8_recipe_ = f.fp8;
     if (f.grouped_gemm) grouped_gemm_ = true;
+    c.grouped_gemm = f.grouped_gemm;
     if (f.expert_token_cap > 0) token_drop_ = true;
   }
 
@@ -753,10 +759,7 @@ class Executor {
       notes_.push_back("multi-head latent attention: AttnFwd/AttnBwd ran grouped-query attention "
                        "of the op's heads x head_dim (MLA's down/up projections are not "
                        "replayed)");
-    if (fp8_)
-      notes_.push_back(std::string("FP8: the GEMMs ran in ") + dtype_name(dtype_) +
-                       (dev_.cuda ? " (FP8 GEMMs are not replayed by this build)"
-                                  : " (the CPU has no FP8 GEMMs)"));
+    if (fp8_) notes_.push_back(fp8_note());
     if (has_experts_) {
       const CoreLayerSpec* m = nullptr;
       for (const auto& [layer, sp] : specs_)
@@ -765,8 +768,7 @@ class Executor {
       e << "MoE: MlpFwd/MlpBwd ran router (" << m->num_experts << " experts, top-" << m->topk
         << ", softmax), sort-based permutation, the token counts' device-to-host copy, "
         << m->experts_local << " local experts of " << m->expert_ffn
-        << " as one GEMM pair each" << (grouped_gemm_ ? " (not one grouped GEMM: LibTorch has no "
-                                                         "torch._grouped_mm)" : "")
+        << expert_gemm_phrase()
         << ", unpermute" << (m->shared_ffn > 0 ? ", shared expert" : "")
         << "; the experts of absent expert-parallel ranks ran as this rank's (global expert e as "
            "local expert e mod " << m->experts_local << ")"
@@ -775,8 +777,82 @@ class Executor {
     }
   }
 
+  /// What the FP8 GEMMs of the layers ran (gemm_ops.h), decided before the run: the linears of
+  /// AttnFwd/AttnBwd (linear_qkv, linear_proj) and MlpFwd/MlpBwd (linear_fc1, linear_fc2, the
+  /// experts, the shared expert); gemm_count_note adds what ran.
+  std::string fp8_note() const {
+    const bool hybrid = model_.fp8_format != 1;
+    const char* recipe = fp8_recipe_ == 1   ? "the delayed-scaling recipe (amax history) "
+                         : fp8_recipe_ == 3 ? "the MXFP8 recipe (E8M0 scales per 32 elements) "
+                                            : "";
+    const std::string why = new_torch_ops_unavailable_reason(device_);
+    const bool runs = dev_.cuda && new_torch_ops_built() && why.empty() &&
+                      (dtype_ == torch::kBFloat16 || dtype_ == torch::kHalf);
+    if (runs)
+      return std::string("FP8: AttnFwd/AttnBwd (linear_qkv, linear_proj) and MlpFwd/MlpBwd "
+                         "(linear_fc1, linear_fc2, per-expert GEMMs, shared expert) ran "
+                         "torch._scaled_mm "
+                         "with per-tensor current scaling") +
+             (*recipe ? std::string(" in place of ") + recipe : std::string()) +
+             " (Transformer Engine Float8CurrentScaling: an amax reduction kernel per operand, "
+             "scale = fp8_max / amax, cast to e4m3 (max 448), the GEMM with the inverse scales, "
+             "output " + dtype_name(dtype_) + "; backward dgrad and wgrad in FP8 with the output "
+             "gradient in " + (hybrid ? "e5m2 (max 57344, --fp8-format hybrid)" : "e4m3 (--fp8-format e4m3)") +
+             "); amax, scale and cast are separate kernels (TE fuses cast and transpose) and "
+             "weights are re-cast every microbatch; GEMMs whose dimensions are not multiples of "
+             "16 ran in " + dtype_name(dtype_) + " (counted below); the router ran in " +
+             dtype_name(dtype_) +
+             (experts_grouped() ? std::string("; the experts' torch._grouped_mm ran in ") +
+                                      dtype_name(dtype_) + " (not FP8: Transformer Engine's FP8 "
+                                      "grouped GEMM has no LibTorch counterpart here)"
+                                : std::string());
+    return std::string("FP8: the layers' GEMMs (AttnFwd/AttnBwd linear_qkv, linear_proj; "
+                       "MlpFwd/MlpBwd linear_fc1, linear_fc2, experts) ran torch::linear in ") +
+           dtype_name(dtype_) + ", not torch._scaled_mm: " +
+           (!why.empty() ? why : std::string("the replay's dtype is not bf16/fp16"));
+  }
+
+  /// Whether the MoE layers' experts run as grouped GEMMs (core_layer.cpp moe_experts' test).
+  bool experts_grouped() const {
+    for (const auto& [layer, m] : specs_) {
+      if (!m.moe) continue;
+      const std::int64_t gate = m.swiglu ? 2 : 1;
+      const torch::Tensor probe = torch::empty({0}, fopts_);
+      return m.grouped_gemm && grouped_gemm_available(probe, m.h, gate * m.expert_ffn) &&
+             grouped_gemm_available(probe, m.expert_ffn, m.h);
+    }
+    return false;
+  }
+
+  /// How the local experts' GEMMs ran (MoE note): one grouped GEMM per linear where the build,
+  /// the device and the shapes allow (gemm_ops.h grouped_gemm_available), else a pair per expert.
+  std::string expert_gemm_phrase() const {
+    if (experts_grouped())
+      return " as two torch._grouped_mm calls (fc1, fc2) over the local experts (moe_grouped_gemm)";
+    if (!grouped_gemm_) return " as one GEMM pair each";
+    std::string why = !dev_.cuda ? "the replay runs it on CUDA only (LibTorch " + torch_version() +
+                                       " on the CPU)"
+                                 : new_torch_ops_unavailable_reason(device_);
+    if (why.empty()) why = "it needs bf16 and widths that are multiples of 8";
+    return " as one GEMM pair each (not one grouped GEMM, torch._grouped_mm: " + why + ")";
+  }
+
+  /// What the GEMMs of the last iteration ran (gemm_ops.h counts), where FP8 or grouped GEMMs
+  /// ran at all.
+  void gemm_count_note() {
+    const GemmCounts n = gemm_counts();
+    if (n.fp8_gemms == 0 && n.grouped_gemms == 0 && n.fp8_shape_fallbacks == 0) return;
+    std::ostringstream o;
+    o << "GEMMs of the last iteration: " << n.fp8_gemms << " torch._scaled_mm (FP8), "
+      << n.amax_reductions << " amax reductions, " << n.fp8_shape_fallbacks
+      << " FP8 linears in " << dtype_name(dtype_) << " (a dimension not a multiple of 16), "
+      << n.grouped_gemms << " torch._grouped_mm (forward; their backward is autograd's)";
+    notes_.push_back(o.str());
+  }
+
   void finish_notes() {
     comm_->add_notes(notes_);
+    gemm_count_note();
     if (cpu_steps_ > 0)
       notes_.push_back("optimizer: " + std::to_string(cpu_steps_) + " OptimizerStepCpu sub-groups (" +
                        std::to_string(cpu_step_params_) + " parameters) ran the CPU Adam kernel "
@@ -811,6 +887,7 @@ class Executor {
   bool has_experts_ = false;  ///< an MoE layer among the rank's
   // Megatron-Core layers (core_layer.h): per layer, its spec and weights.
   bool core_ = false, mla_ = false, fp8_ = false, grouped_gemm_ = false, token_drop_ = false;
+  std::uint8_t fp8_recipe_ = 0;  ///< ModelFeatures::fp8 of the layers (the notes)
   std::map<std::uint16_t, CoreLayerSpec> specs_;
   std::map<std::uint16_t, CoreWeights> core_weights_;
   std::map<std::int64_t, torch::Tensor> windows_;  // attention mask per window

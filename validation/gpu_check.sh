@@ -79,11 +79,33 @@ step configure 60 cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release \
   ${nccl_root:+-DNCCL_ROOT=$nccl_root}
 tests="kernels_test_cpu_adam kernels_test_half kernels_test_rendezvous
   kernels_cuda_test_fused_adam_cuda nccl_test_nccl_comm hw_backend_test_comm_plan
-  hw_backend_test_launch hw_backend_test_replay hw_backend_test_core_layer validation_test_compare
+  hw_backend_test_launch hw_backend_test_replay hw_backend_test_core_layer hw_backend_test_gemm_ops
+  validation_test_compare
   validation_test_local_profile validation_test_trace_fit e2e_test_replay_cli
   e2e_test_replay_nprocs_cli"
+# The replay's new-op GEMMs (hw_backend/gemm_cuda_ops.cpp: at::_scaled_mm FP8 linears,
+# at::_grouped_mm experts) compile only against the LibTorch they were written for (>= 2.8);
+# nothing but a GPU machine's pip torch builds them. If the build fails there, the replay is
+# rebuilt with TRAINSIM_REPLAY_NEW_TORCH_OPS=OFF (torch::linear, per-expert GEMMs) so that the
+# run goes on; the log and OUT_DIR/replays.json ("new_torch_ops") say which build ran.
+new_ops=AUTO
+log_mark=$(wc -l < "$log")
 # shellcheck disable=SC2086
-step build 240 ninja -C $build -k 0 -j "$(nproc)" trainsim trainsim-torch $tests
+if ! step build 240 ninja -C $build -k 0 -j "$(nproc)" trainsim trainsim-torch $tests; then
+  if [ ! -x $build/apps/trainsim-torch ] || tail -n +"$log_mark" "$log" | grep -q "gemm_cuda_ops"; then
+    new_ops=OFF
+    torch_version=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)
+    echo "=== gpu_check: the build with TRAINSIM_REPLAY_NEW_TORCH_OPS=AUTO failed" \
+      "(hw_backend/gemm_cuda_ops.cpp against torch ${torch_version:-?}); rebuilding with OFF:" \
+      "FP8 linears and expert GEMMs run torch::linear" | tee -a "$log"
+    # The failed build is counted once; the rebuild's own failure would count again.
+    step configure-new-ops-off 60 cmake -S . -B $build -DTRAINSIM_REPLAY_NEW_TORCH_OPS=OFF &&
+      # shellcheck disable=SC2086
+      step build-new-ops-off 200 ninja -C $build -k 0 -j "$(nproc)" trainsim trainsim-torch $tests &&
+      echo "=== gpu_check: rebuilt with TRAINSIM_REPLAY_NEW_TORCH_OPS=OFF" | tee -a "$log"
+  fi
+fi
+echo "=== gpu_check: new_torch_ops=$new_ops" | tee -a "$log"
 export TRAINSIM_SOURCE_DIR=$PWD
 for t in $tests; do
   exe=$(find $build/tests -name "$t" -type f | head -1)
@@ -97,7 +119,8 @@ step replay-cuda 60 $cli replay scenarios/gpt-1.7b_tp1_pp1_dp32.yaml \
   --json "$out/replay_h100_gpt1.7b.summary.json"
 # Megatron-Core layers on one GPU at their per-rank shapes, with host and device timelines:
 # Llama 3 8B (4 of its 32 layers, micro batch 1, sequence 8192, 2 microbatches; its FSDP
-# collectives are device-local copies, FP8 GEMMs run in bf16, a note says so) and one
+# collectives are device-local copies; FP8 GEMMs through torch._scaled_mm with per-tensor current
+# scaling where the build has the new ops, else in bf16; a note says which) and one
 # Qwen3-30B-A3B MoE layer stack (2 layers, 128 experts / EP 8 = 16 local experts, top-8, micro
 # batch 2, sequence 4096; one pipeline stage, 8 GPUs: DP 8 = EP 8, 2 microbatches). The same --set values are written to
 # replays.json for validation/h100_device.py.
@@ -106,6 +129,7 @@ qwen_sets="model.num_layers=2 parallel.pipeline_model_parallel_size=1
   parallel.num_layers_per_virtual_pipeline_stage=null parallel.global_batch_size=32 cluster.nodes=1"
 cat > "$out/replays.json" <<JSON
 {"device": "$gpu",
+ "new_torch_ops": "$new_ops",
  "replays": [
   {"name": "llama3-8b_layers", "scenario": "scenarios/h100/llama3-8b_fp8-cs_fsdp8_tp1_pp1_dp8_r25.11.yaml",
    "sets": "$(echo $llama_sets)"},

@@ -192,6 +192,8 @@ def core_replays(trainsim, folder):
     system = "dgx-h200" if "H200" in meta.get("device", "") else "dgx-h100"
     print(f"\n4. Megatron-Core layers on the {meta.get('device', 'GPU')} "
           f"({os.path.relpath(folder, ROOT)}), simulated on {system}")
+    if "new_torch_ops" in meta:  # gpu_check.sh: AUTO, or OFF after a failed new-op build
+        print(f"   replay build: TRAINSIM_REPLAY_NEW_TORCH_OPS={meta['new_torch_ops']}")
     for r in meta["replays"]:
         trace = os.path.join(folder, f"replay_{r['name']}.trace.json")
         if not os.path.exists(trace):
@@ -212,6 +214,11 @@ def core_replays(trainsim, folder):
         paired = [n for n in meas if n in sim]
         print(f"   {r['name']}: {len(meas)} tasks measured, {len(paired)} paired with the "
               f"simulated graph ({r['sets']})")
+        summary = os.path.join(folder, f"replay_{r['name']}.summary.json")
+        if os.path.exists(summary):  # what the GEMMs ran (FP8, grouped), from the notes
+            for n in json.load(open(summary)).get("notes", []):
+                if n.startswith(("FP8:", "GEMMs of the last iteration")):
+                    print(f"     note: {n[:240]}")
         agg = collections.OrderedDict()
         for n in paired:
             if n.startswith(("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send",

@@ -194,6 +194,7 @@ ScheduleGraph build_schedule_graph(const ValidScenario& valid, const SystemSpec&
   for (std::int64_t l = 0; l < scenario.model.num_layers; ++l)
     rm.mlp_checkpointed_layers.push_back(mlp_checkpointed(scenario, l));
   rm.precision = scenario.parallel.precision;
+  rm.fp8_format = static_cast<std::uint8_t>(scenario.parallel.fp8);
   for (std::int64_t stage = 0; stage < layout.pp; ++stage)
     rm.params_per_stage.push_back(params_per_rank(scenario, stage));
   return std::move(g);

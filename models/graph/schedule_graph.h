@@ -195,6 +195,9 @@ struct ReplayModel {
   std::vector<bool> mlp_checkpointed_layers;
   /// Element type of parameters, gradients and activations.
   Precision precision = Precision::FP16;
+  /// Megatron's --fp8-format as Fp8Format (models/input/scenario.h): 0 none, 1 e4m3, 2 hybrid
+  /// (e5m2 gradients in the backward): the replay's FP8 GEMMs (hw_backend/gemm_ops.h).
+  std::uint8_t fp8_format = 0;
   /// Parameters one rank of each pipeline stage holds (models/memory/memory_model.h params_per_rank),
   /// indexed by stage.
   std::vector<std::int64_t> params_per_stage;

@@ -1,6 +1,8 @@
 // The small Megatron-Core scenarios (scenarios/small/llama-tiny_*, qwen3-moe-tiny_*) end to end
 // on the CPU: `validate --device cpu` simulates each with the checked-in CPU profile, replays
-// its rank 0 through the Megatron-Core layers (hw_backend/core_layer.h) and pairs every task of
+// its rank 0 through the Megatron-Core layers (hw_backend/core_layer.h), with --nprocs N
+// together with ranks 1..N-1 in their own processes (the MoE scenario's all-to-alls, the
+// pipeline's messages and the distributed optimizer's buckets real), and pairs every task of
 // the rank (the count of rank 0's tasks comes from the simulator's own trace); the time and
 // memory errors are printed, not asserted (wall time on a shared machine is not a test). Then a
 // replay trace's host thread feeds `calibrate --from-trace`, which writes the `host` section.
@@ -46,8 +48,13 @@ TEST(SmallReplayCli, ValidateOnTheCpuPairsEveryTask) {
   GTEST_SKIP() << "the validate verb is not in this build (LibTorch or SimGrid missing)";
 #endif
   std::system(("mkdir -p " + kOut).c_str());
-  for (const char* name : {"llama-tiny_tp1_pp1_dp1", "qwen3-moe-tiny_tp1_pp1_ep2_dp2",
-                           "llama-tiny_tp1_pp2_dp2_distopt"}) {
+  // The MoE scenario over its 2 ranks (its EP 2 all-to-alls between the processes) and the
+  // two-stage distributed-optimizer one over its 4 (pipeline messages, reduce-scatter and
+  // all-gather buckets real); the dense one in one process.
+  const std::vector<std::pair<std::string, int>> runs = {{"llama-tiny_tp1_pp1_dp1", 1},
+                                                         {"qwen3-moe-tiny_tp1_pp1_ep2_dp2", 2},
+                                                         {"llama-tiny_tp1_pp2_dp2_distopt", 4}};
+  for (const auto& [name, nprocs] : runs) {
     SCOPED_TRACE(name);
     const std::string sc = source_path(std::string("scenarios/small/") + name + ".yaml");
     const std::string base = kOut + "/" + name;
@@ -57,17 +64,33 @@ TEST(SmallReplayCli, ValidateOnTheCpuPairsEveryTask) {
               0)
         << slurp(base + ".sim.log");
     ASSERT_EQ(run("validate " + sc + " --device cpu --calibration " + kProfile +
-                      " --repeat 1 --json " + base + ".json",
+                      " --repeat 1 --nprocs " + std::to_string(nprocs) + " --json " + base +
+                      ".json",
                   base + ".log"),
               0)
         << slurp(base + ".log");
     const auto r = nlohmann::json::parse(slurp(base + ".json"));
     EXPECT_EQ(r["rank"], 0);
+    // The comparison ran and paired every task of the traced rank.
     EXPECT_EQ(r["tasks_compared"].get<int>(), rank0_tasks(base + ".sim.json"));
     std::string notes;
     for (const auto& n : r["notes"]) notes += n.get<std::string>() + "\n";
     EXPECT_NE(notes.find("Megatron-Core layers"), std::string::npos) << notes;
     EXPECT_EQ(notes.find("not replayed"), std::string::npos) << notes;
+    if (nprocs > 1) {
+      EXPECT_EQ(r["processes"].get<int>(), nprocs);
+      ASSERT_EQ(r["measured_per_rank"].size(), std::size_t(nprocs));
+      for (int p = 0; p < nprocs; ++p) {
+        EXPECT_EQ(r["measured_per_rank"][p]["rank"].get<int>(), p);
+        EXPECT_EQ(r["measured_per_rank"][p]["iteration_times_s"].size(), 1u);  // --repeat 1
+      }
+      EXPECT_NE(notes.find("multi-process CPU replay: rank 0 of " + std::to_string(nprocs)),
+                std::string::npos) << notes;
+      // Every collective and pipeline message among ranks all present ran between processes:
+      // none is a device-local substitute (all ranks of each scenario are launched).
+      EXPECT_NE(notes.find("ran between the processes"), std::string::npos) << notes;
+      EXPECT_EQ(notes.find("device-local copies"), std::string::npos) << notes;
+    }
     std::cout << "[ NOTE ] " << name << ": iteration_time_error " << r["iteration_time_error"]
               << ", peak_memory_error " << r["peak_memory_error"] << " (printed, not asserted)\n";
   }
@@ -157,4 +180,26 @@ TEST(SmallReplayCli, ShrunkH100ScenariosReplayTheirOwnLayersOnTheCpu) {
     if (name.rfind("gpt-oss", 0) == 0)  // model.quick_geglu with its clamp and offset
       EXPECT_NE(notes.find("clamped quick-GeGLU (GPT-OSS)"), std::string::npos) << notes;
   }
+}
+
+// validate --nprocs refuses what cannot run, naming the scenario file, the flag and the value.
+TEST(SmallReplayCli, ValidateRefusesBadProcessCounts) {
+#ifndef TRAINSIM_HAVE_VALIDATE
+  GTEST_SKIP() << "the validate verb is not in this build (LibTorch or SimGrid missing)";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  const std::string sc = source_path("scenarios/small/qwen3-moe-tiny_tp1_pp1_ep2_dp2.yaml");
+  const std::string log = kOut + "/validate_bad_nprocs.log";
+  const std::string common = "validate " + sc + " --device cpu --calibration " + kProfile;
+  // More processes than the scenario's 2 ranks.
+  EXPECT_EQ(run(common + " --nprocs 3", log), 1);
+  EXPECT_NE(slurp(log).find(sc + ": --nprocs 3 is more than the 2 ranks"), std::string::npos)
+      << slurp(log);
+  // A launcher's WORLD_SIZE that differs from --nprocs.
+  EXPECT_EQ(run(common + " --nprocs 2", log, "env RANK=0 WORLD_SIZE=3 TRAINSIM_NCCL_DIR=/tmp"), 1);
+  EXPECT_NE(slurp(log).find("--nprocs 2 but the launcher"), std::string::npos) << slurp(log);
+  EXPECT_NE(slurp(log).find("WORLD_SIZE=3"), std::string::npos) << slurp(log);
+  // 0 processes: the flag's own check.
+  EXPECT_NE(run(common + " --nprocs 0", log), 0);
+  EXPECT_NE(slurp(log).find("--nprocs"), std::string::npos) << slurp(log);
 }
