@@ -293,8 +293,10 @@ class Executor {
       for (const auto& [layer, c] : specs_) {
         if (!windows_.count(c.window))
           windows_[c.window] = window_mask(d_.s, c.window, torch::TensorOptions().device(device_));
-        if (c.rope && !rope_cos_.defined())
-          std::tie(rope_cos_, rope_sin_) = rope_tables(d_.s, c.head_dim, fopts_);
+        // MLA rotates only its qk_pos_emb_head_dim columns (and always: MLASelfAttention
+        // builds its own RotaryEmbedding).
+        if ((c.rope || c.mla) && !rope_cos_.defined())
+          std::tie(rope_cos_, rope_sin_) = rope_tables(d_.s, c.mla ? c.qk_rope : c.head_dim, fopts_);
       }
     }
 
@@ -375,7 +377,12 @@ class Executor {
       c.heads = op.heads, c.head_dim = op.head_dim, c.window = f.window;
       c.kv_heads = f.kv_heads > 0 ? f.kv_heads : op.heads;
       c.qk_norm = f.qk_norm && !f.mla, c.rope = f.rope;
-      if (f.mla) mla_ = true;
+      if (f.mla) {
+        // MLA (core_mla_forward): op.head_dim is dn + dr; the latent norms with qk_layernorm.
+        mla_ = true;
+        c.mla = true, c.latent_norm = f.qk_norm, c.up_rerun = f.recompute_mla_up;
+        c.q_lora = f.q_lora, c.kv_lora = f.kv_lora, c.qk_rope = f.qk_rope, c.v_dim = f.v_dim;
+      }
       return;
     }
     // model.moe_shared_expert_overlap splits the shared expert out of the MoE MLP op
@@ -389,7 +396,12 @@ class Executor {
     c.expert_ffn = f.expert_ffn, c.shared_ffn = f.shared_ffn;
     if (f.fp8 != 0) fp8_ = true;
     if (f.grouped_gemm) grouped_gemm_ = true;
-    if (f.expert_token_cap > 0) token_drop_ = true;
+    if (f.expert_token_cap > 0) {
+      // Token dropping (core_layer.h apply_token_dropping) with the model's capacity factor.
+      token_drop_ = true;
+      c.capacity_factor = model_.moe_expert_capacity_factor;
+      c.drop_by_position = model_.moe_drop_by_position, c.pad_to_capacity = f.pad_to_capacity;
+    }
   }
 
   /// Parameter names and shapes of `layer` in flat-buffer order.
@@ -731,9 +743,13 @@ class Executor {
   void core_notes() {
     const CoreLayerSpec& c = specs_.begin()->second;
     std::ostringstream o;
-    o << "layers: Megatron-Core layers (" << (c.rmsnorm ? "RMSNorm" : "LayerNorm") << ", "
-      << c.heads << " query heads in " << c.kv_heads << " groups x " << c.head_dim
-      << (c.rope ? ", RoPE" : "") << (c.qk_norm ? ", q/k norms" : "")
+    o << "layers: Megatron-Core layers (" << (c.rmsnorm ? "RMSNorm" : "LayerNorm") << ", ";
+    if (c.mla)
+      o << "multi-head latent attention of " << c.heads << " heads x (" << c.head_dim - c.qk_rope
+        << " + " << c.qk_rope << " RoPE) query/key, " << c.v_dim << " value";
+    else
+      o << c.heads << " query heads in " << c.kv_heads << " groups x " << c.head_dim;
+    o << (c.rope || c.mla ? ", RoPE" : "") << (c.qk_norm ? ", q/k norms" : "")
       << (!c.swiglu ? ", GeLU" : !c.quick_geglu ? ", SwiGLU" : ", clamped quick-GeGLU (GPT-OSS)")
       << (c.bias ? "" : ", no biases");
     std::set<std::int64_t> windows;
@@ -741,7 +757,9 @@ class Executor {
     for (std::int64_t w : windows) o << (w > 0 ? ", sliding window " + std::to_string(w) : ", causal");
     o << ") with the real arithmetic";
     notes_.push_back(o.str());
-    notes_.push_back(have_sdpa()
+    // MLA's attention is said in its own note (mla_note): no query groups, its own head dims.
+    if (!mla_)
+      notes_.push_back(have_sdpa()
                          ? "attention: AttnFwd/AttnBwd ran at::scaled_dot_product_attention (keys "
                            "and values repeated per query group)"
                          : "attention: AttnFwd/AttnBwd ran the explicit math path (LibTorch " +
@@ -749,10 +767,7 @@ class Executor {
                                "masked fp32 softmax, P V, with keys and values repeated per query "
                                "group, where the simulated kernel list has one fused attention "
                                "kernel (Transformer Engine)");
-    if (mla_)
-      notes_.push_back("multi-head latent attention: AttnFwd/AttnBwd ran grouped-query attention "
-                       "of the op's heads x head_dim (MLA's down/up projections are not "
-                       "replayed)");
+    if (mla_) mla_note(c);
     if (fp8_)
       notes_.push_back(std::string("FP8: the GEMMs ran in ") + dtype_name(dtype_) +
                        (dev_.cuda ? " (FP8 GEMMs are not replayed by this build)"
@@ -770,13 +785,68 @@ class Executor {
         << ", unpermute" << (m->shared_ffn > 0 ? ", shared expert" : "")
         << "; the experts of absent expert-parallel ranks ran as this rank's (global expert e as "
            "local expert e mod " << m->experts_local << ")"
-        << (token_drop_ ? "; no token dropping (dropless)" : "");
+        << (token_drop_ ? drop_note(*m) : std::string());
       notes_.push_back(e.str());
     }
   }
 
+  /// What AttnFwd / AttnBwd ran for multi-head latent attention (core_layer.h
+  /// core_mla_forward), in the simulated kernel list's order (models/perf/flops_mla.cpp).
+  void mla_note(const CoreLayerSpec& c) {
+    const std::int64_t dr = c.qk_rope, dn = c.head_dim - dr, a = c.heads;
+    const std::string nrm = c.rmsnorm ? "RMSNorm" : "LayerNorm";
+    std::ostringstream o;
+    o << "multi-head latent attention (Megatron-Core MLASelfAttention): AttnFwd ran the input "
+      << nrm << ", ";
+    if (c.q_lora > 0)
+      o << "linear_q_down_proj (" << d_.h << " -> " << c.q_lora << "), "
+        << (c.latent_norm ? "the q latent's " + nrm + ", " : std::string())
+        << "linear_q_up_proj (" << c.q_lora << " -> " << a << " x " << dn + dr << "), ";
+    else
+      o << "linear_q_proj (" << d_.h << " -> " << a << " x " << dn + dr << "), ";
+    o << "linear_kv_down_proj (" << d_.h << " -> " << c.kv_lora << " + " << dr << "), "
+      << (c.latent_norm ? "the kv latent's " + nrm + ", " : std::string())
+      << "linear_kv_up_proj (" << c.kv_lora << " -> " << a << " x (" << dn << " + " << c.v_dim
+      << ")), RoPE on q's " << dr << " rope columns and the shared k_pe (MLA's de-interleaved "
+         "rotate-half, rope_type rope, base 10000), attention with query/key head dim "
+      << dn + dr << " and value head dim " << c.v_dim << " (scale 1/sqrt(" << dn + dr << "), "
+      << (c.up_rerun || (!have_sdpa() && dropout_.attention == 0)
+              ? "FlashAttention-2's arithmetic and saved state"
+          : have_sdpa() ? "at::scaled_dot_product_attention"
+                        : "the explicit math path with attention dropout: Q K^T, masked fp32 "
+                          "softmax, dropout, P V")
+      << "), linear_proj (" << a << " x " << c.v_dim << " -> " << d_.h << "); AttnBwd ran "
+      << (c.up_rerun ? "the re-run of the up projections, their latent norms and RoPE "
+                       "(--recompute-modules mla_up_proj: q, k, v not kept from the forward), "
+                       "then "
+                     : "")
+      << "their autograd backward";
+    notes_.push_back(o.str());
+  }
+
+  /// The token-dropping part of the MoE note (core_layer.h apply_token_dropping).
+  std::string drop_note(const CoreLayerSpec& m) const {
+    std::ostringstream o;
+    o << "; token dropping: per-expert capacity ceil(T k / " << m.num_experts << " x "
+      << m.capacity_factor << ") of the T = " << m.b * m.s
+      << " tokens the router saw (moe_utils.py get_capacity), the copies over capacity dropped "
+         "by "
+      << (m.drop_by_position ? "position (the latest tokens)" : "probability (the lowest)")
+      << (m.pad_to_capacity ? ", every expert padded to its capacity with zero-probability "
+                              "copies"
+                            : "");
+    return o.str();
+  }
+
   void finish_notes() {
     comm_->add_notes(notes_);
+    if (token_drop_ && moe_stats_.routed_copies > 0)
+      notes_.push_back("MoE token dropping: capacity " + std::to_string(moe_stats_.capacity) +
+                       " copies per expert; " + std::to_string(moe_stats_.dropped_copies) +
+                       " of " + std::to_string(moe_stats_.routed_copies) +
+                       " routed token copies dropped, " +
+                       std::to_string(moe_stats_.padded_copies) +
+                       " padding copies, over the replay's MoE forwards");
     if (cpu_steps_ > 0)
       notes_.push_back("optimizer: " + std::to_string(cpu_steps_) + " OptimizerStepCpu sub-groups (" +
                        std::to_string(cpu_step_params_) + " parameters) ran the CPU Adam kernel "

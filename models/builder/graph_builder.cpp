@@ -194,6 +194,8 @@ ScheduleGraph build_schedule_graph(const ValidScenario& valid, const SystemSpec&
   for (std::int64_t l = 0; l < scenario.model.num_layers; ++l)
     rm.mlp_checkpointed_layers.push_back(mlp_checkpointed(scenario, l));
   rm.precision = scenario.parallel.precision;
+  rm.moe_expert_capacity_factor = scenario.model.moe_expert_capacity_factor;
+  rm.moe_drop_by_position = scenario.model.moe_token_drop_policy == MoeTokenDropPolicy::Position;
   for (std::int64_t stage = 0; stage < layout.pp; ++stage)
     rm.params_per_stage.push_back(params_per_rank(scenario, stage));
   return std::move(g);

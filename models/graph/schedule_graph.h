@@ -198,6 +198,13 @@ struct ReplayModel {
   /// Parameters one rank of each pipeline stage holds (models/memory/memory_model.h params_per_rank),
   /// indexed by stage.
   std::vector<std::int64_t> params_per_stage;
+  /// Token dropping of the MoE layers (model.moe_expert_capacity_factor, 0: dropless): the
+  /// router keeps at most ceil(T k / E factor) token copies per expert of the T tokens it
+  /// routes (Megatron-Core moe_utils.py get_capacity); which copies drop: the lowest routing
+  /// probabilities, or (moe_token_drop_policy position) the latest tokens. Padding to the
+  /// capacity is ModelFeatures::pad_to_capacity.
+  double moe_expert_capacity_factor = 0;
+  bool moe_drop_by_position = false;
 };
 
 class ScheduleGraph {
