@@ -422,8 +422,10 @@ torch::Tensor moe_experts(const CoreWeights& w, const torch::Tensor& x, const Co
   // Router: logits in fp32, top-k, softmax over the k (moe_router_pre_softmax off).
   const torch::Tensor logits = torch::linear(x, w.at("router.weight"))
                                   .to(at::promote_types(x.scalar_type(), torch::kFloat32));
-  const auto top = logits.topk(k, -1);
-  const torch::Tensor probs = torch::softmax(std::get<0>(top), -1).to(x.scalar_type());  // [T, k]
+  const torch::Tensor bias = w.get("router.expert_bias");
+  auto [top_probs, top_idx] = route_topk(logits, c, bias);
+  const auto top = std::make_tuple(top_probs, top_idx);
+  const torch::Tensor probs = top_probs.to(x.scalar_type());  // [T, k]
   // The token copies the experts process: (token, global expert, probability). Dropless: the
   // T k top-k choices, token-major.
   torch::Tensor pair_token = torch::arange(T, x.options().dtype(torch::kInt64)).repeat_interleave(k);
@@ -477,6 +479,13 @@ torch::Tensor moe_experts(const CoreWeights& w, const torch::Tensor& x, const Co
     if (stats) stats->expert_gemms += 2;
   }
   TRAINSIM_CHECK(at == N, "replay: MoE permutation lost token copies");
+  // The expert bias's load: the copies each expert received, counted where autograd records
+  // (router.py _apply_expert_bias: not in a re-run under no_grad).
+  const torch::Tensor load = w.get("router.tokens_per_expert");
+  if (load.defined() && torch::GradMode::is_enabled()) {
+    torch::NoGradGuard no_grad;
+    load.add_(torch::bincount(pair_expert, {}, c.num_experts).to(load.scalar_type()));
+  }
   // Unpermute: sum each token's copies (weighted in the activation) back in place; a token
   // whose copies all dropped gets 0 (the residual carries it). scatter_add keeps only its index
   // map for the backward (Megatron-Core moe_utils.unpermute; index_add would keep `y` too).
@@ -491,6 +500,45 @@ torch::Tensor moe_experts(const CoreWeights& w, const torch::Tensor& x, const Co
 }  // namespace
 
 bool have_sdpa() { return TORCH_VERSION_MAJOR >= 2; }
+
+std::pair<torch::Tensor, torch::Tensor> route_topk(const torch::Tensor& logits, const CoreLayerSpec& c,
+                                                   const torch::Tensor& bias) {
+  const std::int64_t k = c.topk;
+  // The top-k of `scores` among the chosen groups' experts (group_limited_topk) or all.
+  auto choose = [&](const torch::Tensor& scores) {
+    if (c.router_group_topk <= 0) return std::get<1>(scores.topk(k, -1));
+    const std::int64_t T = scores.size(0), G = c.router_groups, E = scores.size(1);
+    const torch::Tensor group_scores =
+        std::get<0>(scores.view({T, G, E / G}).topk(k / c.router_group_topk, -1)).sum(-1);
+    const torch::Tensor groups = std::get<1>(group_scores.topk(c.router_group_topk, -1));
+    const torch::Tensor keep = torch::zeros({T, G}, scores.options().dtype(torch::kBool))
+                                   .scatter(1, groups, true)
+                                   .unsqueeze(-1)
+                                   .expand({T, G, E / G})
+                                   .reshape({T, E});
+    return std::get<1>(
+        scores.masked_fill(keep.logical_not(), -std::numeric_limits<double>::infinity()).topk(k, -1));
+  };
+  if (!c.sigmoid) {
+    const torch::Tensor idx = choose(logits);
+    return {torch::softmax(logits.gather(1, idx), -1), idx};
+  }
+  const torch::Tensor scores = torch::sigmoid(logits);
+  torch::Tensor idx;
+  {
+    torch::NoGradGuard no_grad;  // the choice is not differentiated
+    idx = choose(bias.defined() ? scores + bias.to(scores.scalar_type()) : scores);
+  }
+  torch::Tensor p = scores.gather(1, idx);
+  if (k > 1) p = p / (p.sum(-1, /*keepdim=*/true) + 1e-20);
+  return {p, idx};
+}
+
+void update_expert_bias(torch::Tensor& bias, torch::Tensor& tokens, double rate) {
+  torch::NoGradGuard no_grad;
+  bias.add_(torch::sign(tokens.mean() - tokens) * rate);
+  tokens.zero_();
+}
 
 std::int64_t expert_capacity(std::int64_t tokens, std::int64_t topk, std::int64_t num_experts,
                              double factor) {

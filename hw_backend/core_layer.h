@@ -15,8 +15,9 @@
 //            MLASelfAttention, see core_mla_attention below) in place of linear_qkv .. RoPE:
 //            down projections, latent norms, up projections, RoPE on the rope columns only
 //   MlpFwd   pre-MLP norm -> dense: linear_fc1 (2 ffn with SwiGLU: silu(gate) * up) -> linear_fc2
-//            -> bias-dropout-add; MoE (moe_mlp_forward): router GEMM -> top-k (softmax over the
-//            k logits, Megatron-Core's TopKRouter with moe_router_pre_softmax off) -> sort-based
+//            -> bias-dropout-add; MoE (moe_mlp_forward): router GEMM -> top-k (route_topk:
+//            softmax over the k logits, or sigmoid scores with the expert bias; group-limited
+//            where set; Megatron-Core's TopKRouter with moe_router_pre_softmax off) -> sort-based
 //            token dropping where the model has a capacity factor (apply_token_dropping) ->
 //            permutation (stable argsort of the local expert ids) -> tokens per expert copied to
 //            the host (a device-to-host synchronisation on CUDA, as MoEAlltoAllTokenDispatcher's
@@ -59,6 +60,11 @@ struct CoreLayerSpec {
   /// padding every expert to its capacity (moe_pad_expert_input_to_capacity).
   double capacity_factor = 0;
   bool drop_by_position = false, pad_to_capacity = false;
+  /// The router (route_topk): sigmoid scores (else softmax over the k chosen logits),
+  /// group-limited top-k (router_groups groups, router_group_topk of them per token; 0: none),
+  /// the expert bias of aux-loss-free balancing (CoreWeights "router.expert_bias").
+  bool sigmoid = false, expert_bias = false;
+  std::int64_t router_groups = 0, router_group_topk = 0;
   // Multi-head latent attention (mla): head_dim is the query/key head dimension qk_head_dim +
   // qk_pos_emb_head_dim; q_lora 0: no q compression (one linear_q_proj); kv_lora, the RoPE
   // width qk_rope and the value head dimension v_dim; latent_norm: qk_layernorm's norms of
@@ -113,6 +119,26 @@ struct MoeStats {
   /// zero-probability padding copies, and the last forward's per-expert capacity.
   std::int64_t routed_copies = 0, dropped_copies = 0, padded_copies = 0, capacity = 0;
 };
+
+/// The router's choice (Megatron-Core moe_utils.py topk_routing_with_score_function, NVIDIA/
+/// Megatron-LM commit d98e8a64 l.766-960, with group_limited_topk l.673-728): from fp32 logits
+/// [T, E], the experts [T, k] and their probabilities [T, k] (fp32).
+///   softmax: the top-k logits (in the chosen groups), softmax over the k
+///            (moe_router_pre_softmax off);
+///   sigmoid: scores = sigmoid(logits); the top-k of scores + `bias` (when defined: the expert
+///            bias only steers the choice), probabilities the chosen scores normalized to sum 1
+///            (k > 1; + 1e-20).
+/// Group-limited (c.router_group_topk > 0): the experts split into c.router_groups equal
+/// groups, each scored by the sum of its top k / group_topk scores; the top group_topk groups'
+/// experts are the only candidates. No topk scaling factor (not a scenario key).
+std::pair<torch::Tensor, torch::Tensor> route_topk(const torch::Tensor& logits, const CoreLayerSpec& c,
+                                                   const torch::Tensor& bias);
+
+/// Aux-loss-free balancing's bias update (moe_utils.py get_updated_expert_bias, called after
+/// each iteration's gradients by finalize_model_grads): bias += sign(mean(tokens) - tokens) x
+/// rate, tokens the copies each expert received over the iteration (routing map after
+/// dropping; re-runs under no autograd state not counted); `tokens` is then zeroed.
+void update_expert_bias(torch::Tensor& bias, torch::Tensor& tokens, double rate);
 
 /// Per-expert capacity (Megatron-Core moe_utils.py get_capacity with num_tokens = T k, no
 /// minimum, as the router calls it): ceil(T k / num_experts * factor).

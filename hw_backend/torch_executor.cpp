@@ -164,6 +164,7 @@ class Executor {
         }, *comm_, rec);
       }
       ++adam_step_;
+      update_expert_biases();
       if (losses) losses->push_back(has_logits_ ? loss_sum_ : std::numeric_limits<double>::quiet_NaN());
     }
     check_gradient_buffer();
@@ -266,7 +267,15 @@ class Executor {
       if (core_) {
         CoreWeights& cw = core_weights_[layer];
         for (const auto& [name, shape] : layer_shapes(layer)) cw.t[name] = params[k++];
-        init_core_weights(cw, specs_.at(layer), model_.num_layers, gen);
+        const CoreLayerSpec& c = specs_.at(layer);
+        init_core_weights(cw, c, model_.num_layers, gen);
+        if (c.moe && c.expert_bias) {
+          // Megatron-Core router.py: expert_bias and local_tokens_per_expert, fp32 buffers
+          // (not parameters), zeros at the start.
+          const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+          cw.t["router.expert_bias"] = torch::zeros({c.num_experts}, f32);
+          cw.t["router.tokens_per_expert"] = torch::zeros({c.num_experts}, f32);
+        }
         continue;
       }
       std::vector<torch::Tensor> lw(params.begin() + k, params.begin() + k + 12);
@@ -367,6 +376,18 @@ class Executor {
     setup_notes();
   }
 
+  /// After each iteration (finalize_model_grads' _update_router_expert_bias): every MoE
+  /// layer's expert bias from the copies its experts received on this rank (Megatron sums them
+  /// over the tensor, data and context-parallel ranks first; the absent ranks' are not here).
+  void update_expert_biases() {
+    constexpr double kBiasUpdateRate = 1e-3;  // transformer_config.py moe_router_bias_update_rate
+    for (auto& [layer, cw] : core_weights_) {
+      auto bias = cw.t.find("router.expert_bias");
+      if (bias != cw.t.end())
+        update_expert_bias(bias->second, cw.t.at("router.tokens_per_expert"), kBiasUpdateRate);
+    }
+  }
+
   /// Records the shapes and features of `layer` from its AttnFwd or MlpFwd op.
   void layer_spec(std::uint16_t layer, const OpDesc& op) {
     CoreLayerSpec& c = specs_[layer];
@@ -396,6 +417,8 @@ class Executor {
     c.expert_ffn = f.expert_ffn, c.shared_ffn = f.shared_ffn;
     if (f.fp8 != 0) fp8_ = true;
     if (f.grouped_gemm) grouped_gemm_ = true;
+    c.sigmoid = model_.moe_router_sigmoid, c.expert_bias = (f.router & kRouterExpertBias) != 0;
+    c.router_groups = model_.moe_router_num_groups, c.router_group_topk = model_.moe_router_group_topk;
     if (f.expert_token_cap > 0) {
       // Token dropping (core_layer.h apply_token_dropping) with the model's capacity factor.
       token_drop_ = true;
@@ -778,7 +801,14 @@ class Executor {
         if (sp.moe) m = &sp;
       std::ostringstream e;
       e << "MoE: MlpFwd/MlpBwd ran router (" << m->num_experts << " experts, top-" << m->topk
-        << ", softmax), sort-based permutation, the token counts' device-to-host copy, "
+        << (m->sigmoid ? ", sigmoid scores normalized over the k" : ", softmax");
+      if (m->router_group_topk > 0)
+        e << ", group-limited: the top " << m->router_group_topk << " of " << m->router_groups
+          << " expert groups";
+      if (m->expert_bias)
+        e << ", the expert bias steering the choice, updated after each iteration by "
+             "sign(mean load - load) x 1e-3 from this rank's loads";
+      e << "), sort-based permutation, the token counts' device-to-host copy, "
         << m->experts_local << " local experts of " << m->expert_ffn
         << " as one GEMM pair each" << (grouped_gemm_ ? " (not one grouped GEMM: LibTorch has no "
                                                          "torch._grouped_mm)" : "")

@@ -205,6 +205,11 @@ struct ReplayModel {
   /// capacity is ModelFeatures::pad_to_capacity.
   double moe_expert_capacity_factor = 0;
   bool moe_drop_by_position = false;
+  /// The router's score function (model.moe_router_score_function sigmoid; false: softmax)
+  /// and group-limited routing (model.moe_router_num_groups, moe_router_group_topk; 0: none).
+  /// The expert bias is ModelFeatures::router's kRouterExpertBias.
+  bool moe_router_sigmoid = false;
+  std::int64_t moe_router_num_groups = 0, moe_router_group_topk = 0;
 };
 
 class ScheduleGraph {

@@ -3,7 +3,8 @@
 // computation written here from Megatron-Core's MLASelfAttention; its gradients (with and
 // without the re-run of --recompute-modules mla_up_proj) against LibTorch's autograd of that
 // computation; the expert capacity and the dropped copies of a fixed routing against hand
-// counts; tiny MLA and token-dropping models that train over 20 replayed iterations.
+// counts; the router (sigmoid, group-limited, expert bias) by hand; tiny MLA, token-dropping
+// and sigmoid-router models that train over 20 replayed iterations.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -344,4 +345,71 @@ TEST(CoreMlaReplay, TokenDroppingMoeModelLossFallsOver20Iterations) {
   EXPECT_NE(notes.find("token dropping: per-expert capacity"), std::string::npos) << notes;
   EXPECT_NE(notes.find("MoE token dropping: capacity"), std::string::npos) << notes;
   EXPECT_EQ(notes.find("dropless"), std::string::npos) << notes;
+}
+
+// The router (route_topk) on one token's logits [0, 3, 1, 2] over 4 experts, top-2, against
+// hand values: sigmoid scores s = (0.5, 0.9526, 0.7311, 0.8808).
+TEST(Router, SigmoidGroupLimitedAndBiasedChoicesMatchAHandCount) {
+  const torch::Tensor logits = torch::tensor({{0.0, 3.0, 1.0, 2.0}}, torch::kFloat64);
+  auto sig = [](double v) { return 1 / (1 + std::exp(-v)); };
+  hw::CoreLayerSpec c;
+  c.topk = 2;
+  auto experts = [](const torch::Tensor& idx) {
+    return std::vector<std::int64_t>{idx[0][0].item<std::int64_t>(), idx[0][1].item<std::int64_t>()};
+  };
+  {  // softmax over the two largest logits (3 and 2): e^1 / (e^1 + 1)
+    const auto [p, idx] = hw::route_topk(logits, c, torch::Tensor());
+    EXPECT_EQ(experts(idx), (std::vector<std::int64_t>{1, 3}));
+    EXPECT_NEAR(p[0][0].item<double>(), std::exp(1.0) / (std::exp(1.0) + 1), 1e-12);
+  }
+  c.sigmoid = true;
+  {  // sigmoid: experts 1 and 3, s1 / (s1 + s3)
+    const auto [p, idx] = hw::route_topk(logits, c, torch::Tensor());
+    EXPECT_EQ(experts(idx), (std::vector<std::int64_t>{1, 3}));
+    EXPECT_NEAR(p[0][0].item<double>(), sig(3) / (sig(3) + sig(2)), 1e-12);
+  }
+  {  // bias 0.5 on expert 2 steers the choice (s2 + 0.5 = 1.23 first), not the probabilities
+    const auto [p, idx] = hw::route_topk(logits, c, torch::tensor({0.0, 0.0, 0.5, 0.0}, torch::kFloat64));
+    EXPECT_EQ(experts(idx), (std::vector<std::int64_t>{2, 1}));
+    EXPECT_NEAR(p[0][0].item<double>(), sig(1) / (sig(1) + sig(3)), 1e-12);
+  }
+  // Two groups {0, 1}, {2, 3}, one per token, each scored by its top-2 sum: s0 + s1 = 1.4526
+  // < s2 + s3 = 1.6119, so experts 3 and 2 although expert 1 scores highest.
+  c.router_groups = 2, c.router_group_topk = 1;
+  {
+    const auto [p, idx] = hw::route_topk(logits, c, torch::Tensor());
+    EXPECT_EQ(experts(idx), (std::vector<std::int64_t>{3, 2}));
+    EXPECT_NEAR(p[0][1].item<double>(), sig(1) / (sig(1) + sig(2)), 1e-12);
+  }
+}
+
+// get_updated_expert_bias: loads (4, 0, 2, 2), mean 2: bias += sign(2 - load) x rate.
+TEST(Router, ExpertBiasUpdateIsTheSignOfTheLoadGap) {
+  torch::Tensor bias = torch::tensor({0.1, 0.0, 0.0, -0.2}, torch::kFloat32);
+  torch::Tensor load = torch::tensor({4.0, 0.0, 2.0, 2.0}, torch::kFloat32);
+  hw::update_expert_bias(bias, load, 1e-3);
+  EXPECT_NEAR(bias[0].item<double>(), 0.1 - 1e-3, 1e-7);
+  EXPECT_NEAR(bias[1].item<double>(), 1e-3, 1e-7);
+  EXPECT_NEAR(bias[2].item<double>(), 0.0, 1e-7);
+  EXPECT_NEAR(bias[3].item<double>(), -0.2, 1e-7);
+  EXPECT_EQ(load.abs().sum().item<double>(), 0.0);
+}
+
+// A tiny DeepSeek-style MoE (sigmoid router, expert bias, group-limited routing) trains.
+TEST(CoreMlaReplay, SigmoidRouterMoeModelLossFallsOver20Iterations) {
+  Scenario sc = load_scenario(scen("small/qwen3-moe-tiny_tp1_pp1_ep2_dp2.yaml"));
+  sc.model.moe_router_score_function = RouterScore::Sigmoid;
+  sc.model.moe_router_enable_expert_bias = true;
+  sc.model.moe_router_num_groups = 4, sc.model.moe_router_group_topk = 2;
+  const ScheduleGraph g = build(sc);
+  const hw::TrainingReplay t = hw::replay_training(g, cpu_opts(), 20);
+  ASSERT_EQ(t.losses.size(), 20u);
+  for (double l : t.losses) EXPECT_TRUE(std::isfinite(l));
+  EXPECT_LT(t.losses.back(), t.losses.front() - 0.5)
+      << "first " << t.losses.front() << " last " << t.losses.back();
+  const std::string notes = all_notes(t.record.notes);
+  EXPECT_NE(notes.find("sigmoid scores normalized over the k, group-limited: the top 2 of 4 "
+                       "expert groups, the expert bias"),
+            std::string::npos)
+      << notes;
 }
