@@ -11,9 +11,14 @@
 //            LibTorch >= 2.0, else the explicit math path (Q K^T * scale, masked softmax in fp32,
 //            dropout, P V); keys and values repeated per query group (GQA) -> linear_proj ->
 //            bias-dropout-add with the block input
+//            Multi-head latent attention (c.mla; Megatron-Core multi_latent_attention.py
+//            MLASelfAttention, see core_mla_attention below) in place of linear_qkv .. RoPE:
+//            down projections, latent norms, up projections, RoPE on the rope columns only
 //   MlpFwd   pre-MLP norm -> dense: linear_fc1 (2 ffn with SwiGLU: silu(gate) * up) -> linear_fc2
-//            -> bias-dropout-add; MoE (moe_mlp_forward): router GEMM -> top-k (softmax over the
-//            k logits, Megatron-Core's TopKRouter with moe_router_pre_softmax off) -> sort-based
+//            -> bias-dropout-add; MoE (moe_mlp_forward): router GEMM -> top-k (route_topk:
+//            softmax over the k logits, or sigmoid scores with the expert bias; group-limited
+//            where set; Megatron-Core's TopKRouter with moe_router_pre_softmax off) -> sort-based
+//            token dropping where the model has a capacity factor (apply_token_dropping) ->
 //            permutation (stable argsort of the local expert ids) -> tokens per expert copied to
 //            the host (a device-to-host synchronisation on CUDA, as MoEAlltoAllTokenDispatcher's
 //            .cpu()) -> with moe_grouped_gemm where the build has at::_grouped_mm (gemm_ops.h:
@@ -60,6 +65,24 @@ struct CoreLayerSpec {
   // local experts (moe_grouped_gemm); each only where the build and the device have it.
   GemmFp8 fp8 = GemmFp8::Off;
   bool grouped_gemm = false;
+  /// Token dropping (model.moe_expert_capacity_factor; 0: dropless), which copies drop
+  /// (moe_token_drop_policy position: the latest tokens; else the lowest probabilities) and
+  /// padding every expert to its capacity (moe_pad_expert_input_to_capacity).
+  double capacity_factor = 0;
+  bool drop_by_position = false, pad_to_capacity = false;
+  /// The router (route_topk): sigmoid scores (else softmax over the k chosen logits),
+  /// group-limited top-k (router_groups groups, router_group_topk of them per token; 0: none),
+  /// the expert bias of aux-loss-free balancing (CoreWeights "router.expert_bias").
+  bool sigmoid = false, expert_bias = false;
+  std::int64_t router_groups = 0, router_group_topk = 0;
+  // Multi-head latent attention (mla): head_dim is the query/key head dimension qk_head_dim +
+  // qk_pos_emb_head_dim; q_lora 0: no q compression (one linear_q_proj); kv_lora, the RoPE
+  // width qk_rope and the value head dimension v_dim; latent_norm: qk_layernorm's norms of
+  // the q and kv latents (fused into the up projections in Transformer Engine's spec);
+  // up_rerun: --recompute-modules mla_up_proj (the up projections, their norms and RoPE
+  // re-run in the backward, q, k, v not kept).
+  bool mla = false, latent_norm = false, up_rerun = false;
+  std::int64_t q_lora = 0, kv_lora = 0, qk_rope = 0, v_dim = 0;
 };
 
 /// The parameters of one layer by name (Megatron-Core's state-dict names, shortened).
@@ -103,13 +126,79 @@ struct MoeStats {
   std::int64_t d2h_copies = 0;  ///< token-count device-to-host copies
   std::int64_t expert_gemms = 0;
   bool grouped = false;  ///< the experts ran as grouped GEMMs (gemm_ops.h grouped_linear)
+  /// Token dropping: routed copies (T k per forward), those dropped over capacity, the
+  /// zero-probability padding copies, and the last forward's per-expert capacity.
+  std::int64_t routed_copies = 0, dropped_copies = 0, padded_copies = 0, capacity = 0;
 };
+
+/// The router's choice (Megatron-Core moe_utils.py topk_routing_with_score_function, NVIDIA/
+/// Megatron-LM commit d98e8a64 l.766-960, with group_limited_topk l.673-728): from fp32 logits
+/// [T, E], the experts [T, k] and their probabilities [T, k] (fp32).
+///   softmax: the top-k logits (in the chosen groups), softmax over the k
+///            (moe_router_pre_softmax off);
+///   sigmoid: scores = sigmoid(logits); the top-k of scores + `bias` (when defined: the expert
+///            bias only steers the choice), probabilities the chosen scores normalized to sum 1
+///            (k > 1; + 1e-20).
+/// Group-limited (c.router_group_topk > 0): the experts split into c.router_groups equal
+/// groups, each scored by the sum of its top k / group_topk scores; the top group_topk groups'
+/// experts are the only candidates. No topk scaling factor (not a scenario key).
+std::pair<torch::Tensor, torch::Tensor> route_topk(const torch::Tensor& logits, const CoreLayerSpec& c,
+                                                   const torch::Tensor& bias);
+
+/// Aux-loss-free balancing's bias update (moe_utils.py get_updated_expert_bias, called after
+/// each iteration's gradients by finalize_model_grads): bias += sign(mean(tokens) - tokens) x
+/// rate, tokens the copies each expert received over the iteration (routing map after
+/// dropping; re-runs under no autograd state not counted); `tokens` is then zeroed.
+void update_expert_bias(torch::Tensor& bias, torch::Tensor& tokens, double rate);
+
+/// Per-expert capacity (Megatron-Core moe_utils.py get_capacity with num_tokens = T k, no
+/// minimum, as the router calls it): ceil(T k / num_experts * factor).
+std::int64_t expert_capacity(std::int64_t tokens, std::int64_t topk, std::int64_t num_experts,
+                             double factor);
+
+/// Megatron-Core's token dropping (moe_utils.py apply_router_token_dropping, called by
+/// router.py TopKRouter.routing when moe_expert_capacity_factor is set): `probs` [T, E] the
+/// routing probabilities scattered at the chosen experts (0 elsewhere), `map` [T, E] bool the
+/// chosen experts. With capacity C = expert_capacity(T, topk, E, factor) <= T, each expert
+/// column keeps C rows: the C highest probabilities, or (by_position) its routed tokens first,
+/// in token order; ties go to the earlier token (a stable sort; Megatron's torch.topk leaves
+/// them unspecified). Returns (probs * final_map, final_map), final_map = map & kept, or with
+/// `pad` the kept rows themselves (unrouted ones join with probability 0). C > T: nothing
+/// dropped (and with `pad` every token goes to every expert, as Megatron's all-ones mask).
+std::pair<torch::Tensor, torch::Tensor> apply_token_dropping(const torch::Tensor& probs,
+                                                             const torch::Tensor& map,
+                                                             std::int64_t topk, double factor,
+                                                             bool by_position, bool pad);
 
 /// Attention block forward (see the file comment). `mask` from window_mask for the layer's
 /// window; `cos`/`sin` from rope_tables (unused without RoPE).
 BlockState core_attn_forward(const CoreWeights& w, const torch::Tensor& input, const CoreLayerSpec& c,
                              const torch::Tensor& mask, const torch::Tensor& cos,
                              const torch::Tensor& sin, const Dropout& p);
+/// Multi-head latent attention's q, k, v and output (Megatron-Core multi_latent_attention.py
+/// MLASelfAttention, NVIDIA/Megatron-LM commit d98e8a64, get_query_key_value_tensors l.666-1002,
+/// _qkv_down_projection l.638-664): on the input norm's output x [s, b, h],
+///   q latent   linear_q_down_proj h -> q_lora, its norm (latent_norm), linear_q_up_proj
+///              q_lora -> a (dn + dr); without q_lora one linear_q_proj h -> a (dn + dr)
+///   kv latent  linear_kv_down_proj h -> kv_lora + dr, split into the kv latent and k_pe (one
+///              RoPE key shared by every head), the latent's norm, linear_kv_up_proj
+///              kv_lora -> a (dn + dv), split per head into k_nope and v
+///   RoPE       on q's dr columns and on k_pe only (apply_rotary_pos_emb with
+///              mla_rotary_interleaved: even then odd columns, then rotate-half)
+///   attention  query [q_nope, q_pe] and key [k_nope, k_pe] of dn + dr per head, value of dv,
+///              scale 1 / sqrt(dn + dr) (rope_type rope: mscale 1), causal
+///   linear_proj a dv -> h, bias-dropout-add.
+/// With c.up_rerun the up projections, their norms and RoPE run under no autograd state and re-run
+/// in the backward before the attention's (CheckpointWithoutOutput, l.984-989): q, k, v are not
+/// kept, the attention keeps the latents, its output and the softmax statistics.
+BlockState core_mla_forward(const CoreWeights& w, const torch::Tensor& input, const CoreLayerSpec& c,
+                            const torch::Tensor& mask, const torch::Tensor& cos,
+                            const torch::Tensor& sin, const Dropout& p);
+
+/// MLA's RoPE on x [.., dr] (mla_rotary_interleaved): x de-interleaved into [x0, x2, .., x1,
+/// x3, ..], then x cos + rotate_half(x) sin with tables of width dr (rope_tables).
+torch::Tensor mla_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
 /// MLP block forward: dense or MoE by c.moe.
 BlockState core_mlp_forward(const CoreWeights& w, const torch::Tensor& input, const CoreLayerSpec& c,
                             const Dropout& p, MoeStats* stats);

@@ -27,6 +27,7 @@
 #include "hw_backend/device_loop.h"
 #include "hw_backend/executor.h"
 #include "hw_backend/gemm_ops.h"
+#include "hw_backend/replay_notes.h"
 #include "hw_backend/transformer_layer.h"
 #include "kernels/cpu_adam.h"
 #include "models/errors.h"
@@ -166,6 +167,7 @@ class Executor {
         }, *comm_, rec);
       }
       ++adam_step_;
+      update_expert_biases();
       if (losses) losses->push_back(has_logits_ ? loss_sum_ : std::numeric_limits<double>::quiet_NaN());
     }
     check_gradient_buffer();
@@ -268,7 +270,15 @@ class Executor {
       if (core_) {
         CoreWeights& cw = core_weights_[layer];
         for (const auto& [name, shape] : layer_shapes(layer)) cw.t[name] = params[k++];
-        init_core_weights(cw, specs_.at(layer), model_.num_layers, gen);
+        const CoreLayerSpec& c = specs_.at(layer);
+        init_core_weights(cw, c, model_.num_layers, gen);
+        if (c.moe && c.expert_bias) {
+          // Megatron-Core router.py: expert_bias and local_tokens_per_expert, fp32 buffers
+          // (not parameters), zeros at the start.
+          const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+          cw.t["router.expert_bias"] = torch::zeros({c.num_experts}, f32);
+          cw.t["router.tokens_per_expert"] = torch::zeros({c.num_experts}, f32);
+        }
         continue;
       }
       std::vector<torch::Tensor> lw(params.begin() + k, params.begin() + k + 12);
@@ -295,8 +305,10 @@ class Executor {
       for (const auto& [layer, c] : specs_) {
         if (!windows_.count(c.window))
           windows_[c.window] = window_mask(d_.s, c.window, torch::TensorOptions().device(device_));
-        if (c.rope && !rope_cos_.defined())
-          std::tie(rope_cos_, rope_sin_) = rope_tables(d_.s, c.head_dim, fopts_);
+        // MLA rotates only its qk_pos_emb_head_dim columns (and always: MLASelfAttention
+        // builds its own RotaryEmbedding).
+        if ((c.rope || c.mla) && !rope_cos_.defined())
+          std::tie(rope_cos_, rope_sin_) = rope_tables(d_.s, c.mla ? c.qk_rope : c.head_dim, fopts_);
       }
     }
 
@@ -367,6 +379,18 @@ class Executor {
     setup_notes();
   }
 
+  /// After each iteration (finalize_model_grads' _update_router_expert_bias): every MoE
+  /// layer's expert bias from the copies its experts received on this rank (Megatron sums them
+  /// over the tensor, data and context-parallel ranks first; the absent ranks' are not here).
+  void update_expert_biases() {
+    constexpr double kBiasUpdateRate = 1e-3;  // transformer_config.py moe_router_bias_update_rate
+    for (auto& [layer, cw] : core_weights_) {
+      auto bias = cw.t.find("router.expert_bias");
+      if (bias != cw.t.end())
+        update_expert_bias(bias->second, cw.t.at("router.tokens_per_expert"), kBiasUpdateRate);
+    }
+  }
+
   /// Records the shapes and features of `layer` from its AttnFwd or MlpFwd op.
   void layer_spec(std::uint16_t layer, const OpDesc& op) {
     CoreLayerSpec& c = specs_[layer];
@@ -380,7 +404,12 @@ class Executor {
       c.heads = op.heads, c.head_dim = op.head_dim, c.window = f.window;
       c.kv_heads = f.kv_heads > 0 ? f.kv_heads : op.heads;
       c.qk_norm = f.qk_norm && !f.mla, c.rope = f.rope;
-      if (f.mla) mla_ = true;
+      if (f.mla) {
+        // MLA (core_mla_forward): op.head_dim is dn + dr; the latent norms with qk_layernorm.
+        mla_ = true;
+        c.mla = true, c.latent_norm = f.qk_norm, c.up_rerun = f.recompute_mla_up;
+        c.q_lora = f.q_lora, c.kv_lora = f.kv_lora, c.qk_rope = f.qk_rope, c.v_dim = f.v_dim;
+      }
       return;
     }
     // model.moe_shared_expert_overlap splits the shared expert out of the MoE MLP op
@@ -388,6 +417,13 @@ class Executor {
     if (f.shared_part != 0)
       throw InputError("replay: model.moe_shared_expert_overlap (true) is not replayed; set it "
                        "false to replay the layer with its shared expert in line");
+    // parallel.delay_wgrad_compute splits the MoE MLP backward in two (ModelFeatures::
+    // expert_wgrad); the replay runs each backward whole.
+    if (f.expert_wgrad != 0)
+      throw InputError("replay: parallel.delay_wgrad_compute (true) is not replayed (the experts' "
+                       "weight-gradient GEMMs as their own task); set "
+                       "parallel.overlap_moe_expert_parallel_comm and "
+                       "parallel.delay_wgrad_compute false to replay the MoE backward whole");
     c.ffn = op.ffn, c.swiglu = f.swiglu, c.moe = f.experts_local > 0;
     c.quick_geglu = f.quick_geglu, c.glu_clamp = f.glu_clamp, c.glu_offset = f.glu_offset;
     c.experts_local = f.experts_local, c.num_experts = f.num_experts, c.topk = f.topk;
@@ -395,7 +431,14 @@ class Executor {
     if (f.fp8 != 0) fp8_ = true, fp8_recipe_ = f.fp8;
     if (f.grouped_gemm) grouped_gemm_ = true;
     c.grouped_gemm = f.grouped_gemm;
-    if (f.expert_token_cap > 0) token_drop_ = true;
+    c.sigmoid = model_.moe_router_sigmoid, c.expert_bias = (f.router & kRouterExpertBias) != 0;
+    c.router_groups = model_.moe_router_num_groups, c.router_group_topk = model_.moe_router_group_topk;
+    if (f.expert_token_cap > 0) {
+      // Token dropping (core_layer.h apply_token_dropping) with the model's capacity factor.
+      token_drop_ = true;
+      c.capacity_factor = model_.moe_expert_capacity_factor;
+      c.drop_by_position = model_.moe_drop_by_position, c.pad_to_capacity = f.pad_to_capacity;
+    }
   }
 
   /// Parameter names and shapes of `layer` in flat-buffer order.
@@ -737,9 +780,13 @@ class Executor {
   void core_notes() {
     const CoreLayerSpec& c = specs_.begin()->second;
     std::ostringstream o;
-    o << "layers: Megatron-Core layers (" << (c.rmsnorm ? "RMSNorm" : "LayerNorm") << ", "
-      << c.heads << " query heads in " << c.kv_heads << " groups x " << c.head_dim
-      << (c.rope ? ", RoPE" : "") << (c.qk_norm ? ", q/k norms" : "")
+    o << "layers: Megatron-Core layers (" << (c.rmsnorm ? "RMSNorm" : "LayerNorm") << ", ";
+    if (c.mla)
+      o << "multi-head latent attention of " << c.heads << " heads x (" << c.head_dim - c.qk_rope
+        << " + " << c.qk_rope << " RoPE) query/key, " << c.v_dim << " value";
+    else
+      o << c.heads << " query heads in " << c.kv_heads << " groups x " << c.head_dim;
+    o << (c.rope || c.mla ? ", RoPE" : "") << (c.qk_norm ? ", q/k norms" : "")
       << (!c.swiglu ? ", GeLU" : !c.quick_geglu ? ", SwiGLU" : ", clamped quick-GeGLU (GPT-OSS)")
       << (c.bias ? "" : ", no biases");
     std::set<std::int64_t> windows;
@@ -747,7 +794,9 @@ class Executor {
     for (std::int64_t w : windows) o << (w > 0 ? ", sliding window " + std::to_string(w) : ", causal");
     o << ") with the real arithmetic";
     notes_.push_back(o.str());
-    notes_.push_back(have_sdpa()
+    // MLA's attention is said in its own note (mla_note): no query groups, its own head dims.
+    if (!mla_)
+      notes_.push_back(have_sdpa()
                          ? "attention: AttnFwd/AttnBwd ran at::scaled_dot_product_attention (keys "
                            "and values repeated per query group)"
                          : "attention: AttnFwd/AttnBwd ran the explicit math path (LibTorch " +
@@ -755,104 +804,52 @@ class Executor {
                                "masked fp32 softmax, P V, with keys and values repeated per query "
                                "group, where the simulated kernel list has one fused attention "
                                "kernel (Transformer Engine)");
-    if (mla_)
-      notes_.push_back("multi-head latent attention: AttnFwd/AttnBwd ran grouped-query attention "
-                       "of the op's heads x head_dim (MLA's down/up projections are not "
-                       "replayed)");
-    if (fp8_) notes_.push_back(fp8_note());
+    if (mla_) notes_.push_back(mla_note(note_context(), c));
+    if (fp8_) notes_.push_back(fp8_gemm_note(note_context()));
     if (has_experts_) {
       const CoreLayerSpec* m = nullptr;
       for (const auto& [layer, sp] : specs_)
         if (sp.moe) m = &sp;
       std::ostringstream e;
       e << "MoE: MlpFwd/MlpBwd ran router (" << m->num_experts << " experts, top-" << m->topk
-        << ", softmax), sort-based permutation, the token counts' device-to-host copy, "
+        << (m->sigmoid ? ", sigmoid scores normalized over the k" : ", softmax");
+      if (m->router_group_topk > 0)
+        e << ", group-limited: the top " << m->router_group_topk << " of " << m->router_groups
+          << " expert groups";
+      if (m->expert_bias)
+        e << ", the expert bias steering the choice, updated after each iteration by "
+             "sign(mean load - load) x 1e-3 from this rank's loads";
+      e << "), sort-based permutation, the token counts' device-to-host copy, "
         << m->experts_local << " local experts of " << m->expert_ffn
-        << expert_gemm_phrase()
+        << expert_gemm_phrase(note_context())
         << ", unpermute" << (m->shared_ffn > 0 ? ", shared expert" : "")
         << "; the experts of absent expert-parallel ranks ran as this rank's (global expert e as "
            "local expert e mod " << m->experts_local << ")"
-        << (token_drop_ ? "; no token dropping (dropless)" : "");
+        << (token_drop_ ? drop_note(*m) : std::string());
       notes_.push_back(e.str());
     }
   }
 
-  /// What the FP8 GEMMs of the layers ran (gemm_ops.h), decided before the run: the linears of
-  /// AttnFwd/AttnBwd (linear_qkv, linear_proj) and MlpFwd/MlpBwd (linear_fc1, linear_fc2, the
-  /// experts, the shared expert); gemm_count_note adds what ran.
-  std::string fp8_note() const {
-    const bool hybrid = model_.fp8_format != 1;
-    const char* recipe = fp8_recipe_ == 1   ? "the delayed-scaling recipe (amax history) "
-                         : fp8_recipe_ == 3 ? "the MXFP8 recipe (E8M0 scales per 32 elements) "
-                                            : "";
-    const std::string why = new_torch_ops_unavailable_reason(device_);
-    const bool runs = dev_.cuda && new_torch_ops_built() && why.empty() &&
-                      (dtype_ == torch::kBFloat16 || dtype_ == torch::kHalf);
-    if (runs)
-      return std::string("FP8: AttnFwd/AttnBwd (linear_qkv, linear_proj) and MlpFwd/MlpBwd "
-                         "(linear_fc1, linear_fc2, per-expert GEMMs, shared expert) ran "
-                         "torch._scaled_mm "
-                         "with per-tensor current scaling") +
-             (*recipe ? std::string(" in place of ") + recipe : std::string()) +
-             " (Transformer Engine Float8CurrentScaling: an amax reduction kernel per operand, "
-             "scale = fp8_max / amax, cast to e4m3 (max 448), the GEMM with the inverse scales, "
-             "output " + dtype_name(dtype_) + "; backward dgrad and wgrad in FP8 with the output "
-             "gradient in " + (hybrid ? "e5m2 (max 57344, --fp8-format hybrid)" : "e4m3 (--fp8-format e4m3)") +
-             "); amax, scale and cast are separate kernels (TE fuses cast and transpose) and "
-             "weights are re-cast every microbatch; GEMMs whose dimensions are not multiples of "
-             "16 ran in " + dtype_name(dtype_) + " (counted below); the router ran in " +
-             dtype_name(dtype_) +
-             (experts_grouped() ? std::string("; the experts' torch._grouped_mm ran in ") +
-                                      dtype_name(dtype_) + " (not FP8: Transformer Engine's FP8 "
-                                      "grouped GEMM has no LibTorch counterpart here)"
-                                : std::string());
-    return std::string("FP8: the layers' GEMMs (AttnFwd/AttnBwd linear_qkv, linear_proj; "
-                       "MlpFwd/MlpBwd linear_fc1, linear_fc2, experts) ran torch::linear in ") +
-           dtype_name(dtype_) + ", not torch._scaled_mm: " +
-           (!why.empty() ? why : std::string("the replay's dtype is not bf16/fp16"));
-  }
-
-  /// Whether the MoE layers' experts run as grouped GEMMs (core_layer.cpp moe_experts' test).
-  bool experts_grouped() const {
-    for (const auto& [layer, m] : specs_) {
-      if (!m.moe) continue;
-      const std::int64_t gate = m.swiglu ? 2 : 1;
-      const torch::Tensor probe = torch::empty({0}, fopts_);
-      return m.grouped_gemm && grouped_gemm_available(probe, m.h, gate * m.expert_ffn) &&
-             grouped_gemm_available(probe, m.expert_ffn, m.h);
-    }
-    return false;
-  }
-
-  /// How the local experts' GEMMs ran (MoE note): one grouped GEMM per linear where the build,
-  /// the device and the shapes allow (gemm_ops.h grouped_gemm_available), else a pair per expert.
-  std::string expert_gemm_phrase() const {
-    if (experts_grouped())
-      return " as two torch._grouped_mm calls (fc1, fc2) over the local experts (moe_grouped_gemm)";
-    if (!grouped_gemm_) return " as one GEMM pair each";
-    std::string why = !dev_.cuda ? "the replay runs it on CUDA only (LibTorch " + torch_version() +
-                                       " on the CPU)"
-                                 : new_torch_ops_unavailable_reason(device_);
-    if (why.empty()) why = "it needs bf16 and widths that are multiples of 8";
-    return " as one GEMM pair each (not one grouped GEMM, torch._grouped_mm: " + why + ")";
-  }
-
-  /// What the GEMMs of the last iteration ran (gemm_ops.h counts), where FP8 or grouped GEMMs
-  /// ran at all.
-  void gemm_count_note() {
-    const GemmCounts n = gemm_counts();
-    if (n.fp8_gemms == 0 && n.grouped_gemms == 0 && n.fp8_shape_fallbacks == 0) return;
-    std::ostringstream o;
-    o << "GEMMs of the last iteration: " << n.fp8_gemms << " torch._scaled_mm (FP8), "
-      << n.amax_reductions << " amax reductions, " << n.fp8_shape_fallbacks
-      << " FP8 linears in " << dtype_name(dtype_) << " (a dimension not a multiple of 16), "
-      << n.grouped_gemms << " torch._grouped_mm (forward; their backward is autograd's)";
-    notes_.push_back(o.str());
+  /// What the notes of the layers need to know of this replay (replay_notes.h).
+  NoteContext note_context() const {
+    NoteContext x;
+    x.cuda = dev_.cuda, x.device = device_, x.dtype = dtype_, x.dtype_name = dtype_name(dtype_);
+    x.fp8_format = model_.fp8_format, x.fp8_recipe = fp8_recipe_;
+    x.grouped_requested = grouped_gemm_, x.specs = &specs_, x.fopts = fopts_;
+    x.hidden = d_.h, x.attention_dropout = dropout_.attention;
+    return x;
   }
 
   void finish_notes() {
     comm_->add_notes(notes_);
-    gemm_count_note();
+    if (const std::string n = gemm_count_note(note_context()); !n.empty()) notes_.push_back(n);
+    if (token_drop_ && moe_stats_.routed_copies > 0)
+      notes_.push_back("MoE token dropping: capacity " + std::to_string(moe_stats_.capacity) +
+                       " copies per expert; " + std::to_string(moe_stats_.dropped_copies) +
+                       " of " + std::to_string(moe_stats_.routed_copies) +
+                       " routed token copies dropped, " +
+                       std::to_string(moe_stats_.padded_copies) +
+                       " padding copies, over the replay's MoE forwards");
     if (cpu_steps_ > 0)
       notes_.push_back("optimizer: " + std::to_string(cpu_steps_) + " OptimizerStepCpu sub-groups (" +
                        std::to_string(cpu_step_params_) + " parameters) ran the CPU Adam kernel "

@@ -195,6 +195,11 @@ ScheduleGraph build_schedule_graph(const ValidScenario& valid, const SystemSpec&
     rm.mlp_checkpointed_layers.push_back(mlp_checkpointed(scenario, l));
   rm.precision = scenario.parallel.precision;
   rm.fp8_format = static_cast<std::uint8_t>(scenario.parallel.fp8);
+  rm.moe_expert_capacity_factor = scenario.model.moe_expert_capacity_factor;
+  rm.moe_drop_by_position = scenario.model.moe_token_drop_policy == MoeTokenDropPolicy::Position;
+  rm.moe_router_sigmoid = scenario.model.moe_router_score_function == RouterScore::Sigmoid;
+  rm.moe_router_num_groups = scenario.model.moe_router_num_groups;
+  rm.moe_router_group_topk = scenario.model.moe_router_group_topk;
   for (std::int64_t stage = 0; stage < layout.pp; ++stage)
     rm.params_per_stage.push_back(params_per_rank(scenario, stage));
   return std::move(g);

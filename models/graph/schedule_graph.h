@@ -201,6 +201,18 @@ struct ReplayModel {
   /// Parameters one rank of each pipeline stage holds (models/memory/memory_model.h params_per_rank),
   /// indexed by stage.
   std::vector<std::int64_t> params_per_stage;
+  /// Token dropping of the MoE layers (model.moe_expert_capacity_factor, 0: dropless): the
+  /// router keeps at most ceil(T k / E factor) token copies per expert of the T tokens it
+  /// routes (Megatron-Core moe_utils.py get_capacity); which copies drop: the lowest routing
+  /// probabilities, or (moe_token_drop_policy position) the latest tokens. Padding to the
+  /// capacity is ModelFeatures::pad_to_capacity.
+  double moe_expert_capacity_factor = 0;
+  bool moe_drop_by_position = false;
+  /// The router's score function (model.moe_router_score_function sigmoid; false: softmax)
+  /// and group-limited routing (model.moe_router_num_groups, moe_router_group_topk; 0: none).
+  /// The expert bias is ModelFeatures::router's kRouterExpertBias.
+  bool moe_router_sigmoid = false;
+  std::int64_t moe_router_num_groups = 0, moe_router_group_topk = 0;
 };
 
 class ScheduleGraph {

@@ -173,8 +173,9 @@ TEST(SmallReplayCli, ShrunkH100ScenariosReplayTheirOwnLayersOnTheCpu) {
     std::string notes;
     for (const auto& n : r["notes"]) notes += n.get<std::string>() + "\n";
     EXPECT_NE(notes.find("layers: Megatron-Core layers (RMSNorm"), std::string::npos) << notes;
-    EXPECT_EQ(notes.find("not replayed"), std::string::npos) << notes;
-    EXPECT_EQ(notes.find("2021 GPT layer"), std::string::npos) << notes;
+    for (const char* substituted : {"not replayed", "ran grouped-query attention", "dropless",
+                                    "2021 GPT layer", "substituted"})
+      EXPECT_EQ(notes.find(substituted), std::string::npos) << substituted << "\n" << notes;
     if (sets.find("num_experts") != std::string::npos)
       EXPECT_NE(notes.find("MoE: MlpFwd/MlpBwd ran router"), std::string::npos) << notes;
     if (name.rfind("gpt-oss", 0) == 0)  // model.quick_geglu with its clamp and offset
@@ -202,4 +203,97 @@ TEST(SmallReplayCli, ValidateRefusesBadProcessCounts) {
   // 0 processes: the flag's own check.
   EXPECT_NE(run(common + " --nprocs 0", log), 0);
   EXPECT_NE(slurp(log).find("--nprocs"), std::string::npos) << slurp(log);
+}
+
+// The same for the DeepSeek-V3 scenarios (multi-head latent attention) and every scenario of
+// scenarios/b200 and scenarios/gb200, plus one with token dropping: no note says a layer was
+// substituted (no "not replayed", no grouped-query attention in place of MLA, no "dropless").
+// FP8 notes ("the CPU has no FP8 GEMMs") say which task ran what and are allowed.
+TEST(SmallReplayCli, ShrunkDeepSeekB200AndGb200ScenariosReplayTheirOwnLayersOnTheCpu) {
+#ifndef TRAINSIM_HAVE_REPLAY
+  GTEST_SKIP() << "the replay verb is not in this build (LibTorch was not found)";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  const std::string widths =
+      " --set model.hidden_size=128 --set model.num_attention_heads=16 --set "
+      "model.ffn_hidden_size=256 --set model.seq_length=64 --set model.padded_vocab_size=1024";
+  const std::string gqa = widths + " --set model.num_query_groups=8 --set model.kv_channels=8";
+  // MLA: q/k head 4 + 4 RoPE (= kv_channels 8), value 8, latents 32 and 16.
+  const std::string mla = widths +
+                          " --set model.qk_head_dim=4 --set model.qk_pos_emb_head_dim=4 --set "
+                          "model.v_head_dim=8 --set model.q_lora_rank=32 --set "
+                          "model.kv_lora_rank=16";
+  const std::string moe32 = " --set model.num_experts=32 --set model.moe_ffn_hidden_size=64";
+  const std::string moe64 = " --set model.num_experts=64 --set model.moe_ffn_hidden_size=64 --set "
+                            "model.moe_shared_expert_intermediate_size=64";
+  struct Run {
+    std::string file, sets;
+  };
+  const std::vector<Run> runs = {
+      // The recipe's EP overlap splits the MoE backward (delay_wgrad_compute), which the replay
+      // refuses (it runs each backward whole): set both false here.
+      {"h100/deepseek-v3_bf16_tp2_pp8_vp4_ep64_dp64_r25.09",
+       mla + moe64 + " --set parallel.global_batch_size=512 --set "
+                     "parallel.overlap_moe_expert_parallel_comm=false --set "
+                     "parallel.delay_wgrad_compute=false"},
+      // model.moe_shared_expert_overlap splits the shared expert into ops of its own, which the
+      // replay refuses (it runs the MoE layer whole): set false here.
+      {"b200/deepseek-v3_fp8-mx_tp1_pp16_ep8_dp16_r25.11",
+       mla + moe64 + " --set parallel.global_batch_size=32 --set model.moe_shared_expert_overlap=false"},
+      {"gb200/deepseek-v3_bf16_tp1_pp4_vp4_ep64_dp64_r25.11", mla + moe64 + " --set parallel.global_batch_size=256"},
+      {"gb200/deepseek-v3_fp8-mx_tp1_pp8_vp4_ep32_dp32_r25.11", mla + moe64 + " --set parallel.global_batch_size=256"},
+      {"gb200/qwen3-235b-a22b_bf16_tp1_pp8_vp3_ep32_dp32_r25.11", gqa + moe32 + " --set parallel.global_batch_size=256"},
+      {"gb200/qwen3-30b-a3b_fp8-mx_tp1_pp1_ep8_dp8_r25.11",
+       gqa + moe32 + " --set model.num_layers=4 --set parallel.global_batch_size=64"},
+      {"b200/gpt-oss-120b_bf16_tp1_pp1_ep8_dp64_r25.11",
+       gqa + moe32 + " --set model.num_layers=4 --set model.window_size=16 --set parallel.global_batch_size=256"},
+      {"gb200/gpt-oss-120b_bf16_tp1_pp1_ep64_dp64_r25.11",
+       gqa + moe64 + " --set model.num_layers=4 --set model.window_size=16 --set parallel.global_batch_size=64"},
+      {"b200/llama3-8b_fp8-cs_tp1_pp1_dp8_r25.11", gqa + " --set model.num_layers=2 --set parallel.global_batch_size=16"},
+      {"b200/llama3-8b_fp8-mx_tp1_pp1_dp8_r25.11", gqa + " --set model.num_layers=2 --set parallel.global_batch_size=16"},
+      {"gb200/llama3-8b_fp8-cs_tp1_pp1_dp8_r25.11", gqa + " --set model.num_layers=2 --set parallel.global_batch_size=16"},
+      {"gb200/llama3-8b_fp8-mx_tp1_pp1_dp8_r25.11", gqa + " --set model.num_layers=2 --set parallel.global_batch_size=16"},
+      {"gb200/llama3-8b_fp8_tp1_pp1_dp8_r25.09", gqa + " --set model.num_layers=2 --set parallel.global_batch_size=16"},
+      {"b200/llama3.1-405b_fp8-cs_tp4_pp8_cp2_vp8_dp2_r25.11", gqa + " --set model.num_layers=30 --set parallel.global_batch_size=16"},
+      {"b200/llama3.1-405b_fp8-mx_tp4_pp8_cp2_vp8_dp2_r25.11", gqa + " --set model.num_layers=30 --set parallel.global_batch_size=16"},
+      {"gb200/llama3.1-405b_fp8-cs_tp4_pp16_vp4_dp4_r25.11", gqa + " --set model.num_layers=62 --set parallel.global_batch_size=64"},
+      {"gb200/llama3.1-405b_fp8_fsdp64_tp2_pp1_dp64_offload92_r25.09", gqa + " --set parallel.global_batch_size=64"},
+      {"gb200/llama3-70b_fp8-cs_fsdp64_tp1_pp1_dp64_offload40_r25.11", gqa + " --set parallel.global_batch_size=128"},
+      {"gb200/llama3-70b_fp8_fsdp64_tp1_pp1_dp64_offload40_r25.09", gqa + " --set parallel.global_batch_size=128"},
+      {"b200/qwen3-235b-a22b_fp8-mx_tp1_pp8_vp2_ep8_dp8_r25.11", gqa + moe32 + " --set parallel.global_batch_size=64"},
+      {"b200/qwen3-30b-a3b_fp8-mx_tp1_pp1_ep8_dp8_r25.11", gqa + moe32 + " --set model.num_layers=4 --set parallel.global_batch_size=16"},
+      // Token dropping with padding (no shipped scenario drops tokens).
+      {"b200/qwen3-30b-a3b_fp8-mx_tp1_pp1_ep8_dp8_r25.11",
+       gqa + moe32 + " --set model.num_layers=4 --set parallel.global_batch_size=16 --set "
+                     "model.moe_expert_capacity_factor=1.0 --set model.moe_pad_expert_input_to_capacity=true"},
+  };
+  int i = 0;
+  for (const Run& r : runs) {
+    SCOPED_TRACE(r.file);
+    const std::string base = kOut + "/more_" + std::to_string(i++);
+    ASSERT_EQ(run("replay " + source_path("scenarios/" + r.file + ".yaml") + r.sets +
+                      " --device cpu --json " + base + ".json",
+                  base + ".log"),
+              0)
+        << slurp(base + ".log");
+    const auto j = nlohmann::json::parse(slurp(base + ".json"));
+    std::string notes;
+    for (const auto& n : j["notes"]) notes += n.get<std::string>() + "\n";
+    EXPECT_NE(notes.find("layers: Megatron-Core layers (RMSNorm"), std::string::npos) << notes;
+    for (const char* substituted : {"not replayed", "ran grouped-query attention", "dropless",
+                                    "2021 GPT layer", "substituted"})
+      EXPECT_EQ(notes.find(substituted), std::string::npos) << substituted << "\n" << notes;
+    if (r.file.find("deepseek") != std::string::npos)
+      EXPECT_NE(notes.find("multi-head latent attention (Megatron-Core MLASelfAttention): AttnFwd "
+                           "ran the input RMSNorm, linear_q_down_proj (128 -> 32)"),
+                std::string::npos)
+          << notes;
+    if (r.file.find("deepseek-v3_fp8-mx") != std::string::npos)  // the r25.11 router
+      EXPECT_NE(notes.find("sigmoid scores normalized over the k, group-limited: the top 4 of 8 "
+                           "expert groups, the expert bias"),
+                std::string::npos)
+          << notes;
+    if (r.sets.find("capacity_factor") != std::string::npos)
+      EXPECT_NE(notes.find("MoE token dropping: capacity"), std::string::npos) << notes;
+  }
 }
