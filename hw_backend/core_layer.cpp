@@ -687,8 +687,8 @@ BlockState core_mla_forward(const CoreWeights& w, const torch::Tensor& input, co
       norm(st.input, w.at("input_layernorm.weight"), w.get("input_layernorm.bias"), c.rmsnorm);
   // The down projections (duplicated over TP ranks: whole here), _qkv_down_projection.
   MlaLatents l;
-  l.q = c.q_lora > 0 ? linear(w, "linear_q_down_proj", x) : x;
-  const auto kv = linear(w, "linear_kv_down_proj", x).split({c.kv_lora, c.qk_rope}, -1);
+  l.q = c.q_lora > 0 ? linear(w, "linear_q_down_proj", x, c) : x;
+  const auto kv = linear(w, "linear_kv_down_proj", x, c).split({c.kv_lora, c.qk_rope}, -1);
   l.kv = kv[0], l.k_pe = kv[1];
   const MlaUpWeights u = mla_up_weights(w, c);
   torch::Tensor ctx;  // [s, b, a, dv]
@@ -706,7 +706,7 @@ BlockState core_mla_forward(const CoreWeights& w, const torch::Tensor& input, co
     ctx = attention(q, k, v, mask, c.window, p.attention);
   }
   const torch::Tensor flat = ctx.reshape({s, b, c.heads * c.v_dim});
-  st.output = dropout_add(linear(w, "linear_proj", flat), st.input, p.hidden);
+  st.output = dropout_add(linear(w, "linear_proj", flat, c), st.input, p.hidden);
   return st;
 }
 

@@ -72,7 +72,7 @@ std::string expert_gemm_phrase(const NoteContext& x) {
 /// ran at all.
 std::string gemm_count_note(const NoteContext& x) {
   const GemmCounts n = gemm_counts();
-  if (n.fp8_gemms == 0 && n.grouped_gemms == 0 && n.fp8_shape_fallbacks == 0) return;
+  if (n.fp8_gemms == 0 && n.grouped_gemms == 0 && n.fp8_shape_fallbacks == 0) return {};
   std::ostringstream o;
   o << "GEMMs of the last iteration: " << n.fp8_gemms << " torch._scaled_mm (FP8), "
     << n.amax_reductions << " amax reductions, " << n.fp8_shape_fallbacks
