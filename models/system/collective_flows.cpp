@@ -145,7 +145,8 @@ double choose_ratio(double a, double b, std::int64_t k) {
 /// several nodes the NIC flow carries the copies to the other nodes, paced to end when DeepEP's
 /// RDMA rate moves its count (every destination node, its own included).
 /// HybridEP (hybridep_* in collective_flows.h) counts its bytes as DeepEP does and moves them
-/// the same two ways; its rates, and its SMs held for the kernel's length, are its own.
+/// the same two ways; its rates and its SMs (held for the kernel's length, as DeepEP's) are its
+/// own.
 void deepep_flows(CollectiveFlows& f, const CostModel& cost, const OpDesc& op,
                   const GroupLayout& layout, std::int64_t size) {
   const DeepEpRouting& r = op.deepep;
@@ -161,8 +162,9 @@ void deepep_flows(CollectiveFlows& f, const CostModel& cost, const OpDesc& op,
   f.ring.bytes = round_bytes(nvl_count * own_nvl);
   f.ring.rate_bytes_per_s = nvl_rate * own_nvl;
   f.latency_s = cost.collective_latency_s(op.kind, size, nodes == 1);
-  if (r.hybrid_ep && cost.profile().sm_count > 0)
-    f.sm_share = std::min(1.0, double(kHybridEpSms) / cost.profile().sm_count);
+  if (cost.profile().sm_count > 0)
+    f.sm_share =
+        std::min(1.0, double(r.hybrid_ep ? kHybridEpSms : kDeepEpSms) / cost.profile().sm_count);
   if (nodes == 1) return;
   const double rdma_count = r.tokens * deepep_expected_destinations(r, nodes) * r.token_bytes;
   const double remote = double(nodes - 1) / double(nodes);  // every node alike

@@ -117,6 +117,12 @@ double deepep_expected_destinations(const DeepEpRouting& r, std::int64_t domains
 /// than 8 nodes: the EP 64 row.
 double deepep_nvlink_bytes_per_s(bool combine);
 double deepep_rdma_bytes_per_s(bool combine, std::int64_t nodes);
+/// The normal kernels hold kDeepEpSms SMs while they run, which the compute beside them does
+/// not get: Megatron-Core passes moe_deepep_num_sms to DeepEP's Buffer.set_num_sms (fused_a2a.py
+/// set_deepep_num_sms), "historical default 20" (transformer_config.py, Megatron-LM d98e8a6
+/// l. 969-971; Megatron-Bridge's skill nemo-mbridge-perf-moe-dispatcher-selection: "default
+/// moe_deepep_num_sms (20)"). No shipped recipe sets it.
+inline constexpr int kDeepEpSms = 20;
 
 /// HybridEP (deepseek-ai/DeepEP branch hybrid-ep; Megatron-Core --moe-flex-dispatcher-backend
 /// hybridep): NVIDIA's dispatch / combine kernels, TMA copies over NVLink (NVL72's multi-node

@@ -216,6 +216,9 @@ TEST(DeepEp, FlowsOfAnEp64DispatchOverEightNodesByHand) {
   const CollectiveFlows c = collective_flows(cost, op, g, 9, 8);
   EXPECT_NEAR(double(c.rail.bytes) / c.rail.rate_bytes_per_s, rdma / 50e9, 1e-9);
   EXPECT_NEAR(double(c.ring.bytes) / c.ring.rate_bytes_per_s, nvl / 158e9, 1e-9);
+  // The kernels hold Megatron's default 20 of H100's 132 SMs (moe_deepep_num_sms).
+  EXPECT_NEAR(f.sm_share, 20.0 / 132.0, 1e-12);
+  EXPECT_NEAR(c.sm_share, 20.0 / 132.0, 1e-12);
 }
 
 // ---- HybridEP
