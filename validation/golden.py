@@ -12,8 +12,8 @@ a mismatch) and T and M with the SHA-256 digests and sizes in tests/golden/<scen
 that alters outputs on purpose regenerates the goldens with --update and says why in its commit.
 
 The `local` CPU scenarios (cluster.system: local) simulate with the fixed profile
-tests/golden/cpu_profile.json (a `trainsim calibrate --device cpu --quick` output committed
-once), so their goldens do not depend on this machine.
+tests/golden/cpu_profile.json (a `trainsim calibrate --device cpu` output committed once,
+measured on an idle 2-core machine on 2026-11-27), so their goldens do not depend on this machine.
 
 Usage: golden.py [--trainsim BIN] [--update] [--only SUBSTRING] [--jobs N]
 Exit status: 0 all identical, 1 any difference or failed run.
