@@ -13,6 +13,7 @@
 #include "models/input/scenario.h"
 #include "models/perf/cost_model.h"
 #include "sim/executor.h"
+#include "tests/support/sim_run.h"
 
 namespace trainsim {
 namespace {
@@ -36,24 +37,9 @@ cluster: {system: dgx-h100, nodes: 1, gpus_per_node: 2}
   return parse_scenario(yaml, "a2a.yaml");
 }
 
-struct SimRun {
-  ScheduleGraph graph;
-  ExecutionRecord record;
-};
-
-SimRun simulate(const Scenario& sc) {
-  const SystemSpec& system = find_system(sc.cluster.system);
-  const CalibrationProfile profile = default_calibration(system.gpu.name);
-  BuildOptions o;
-  o.calibration = &profile;
-  SimRun r{build_schedule_graph(validated(sc), system, o), {}};
-  r.record = sim::simulate(r.graph, sc, system, CostModel(system, profile));
-  return r;
-}
-
-bool is_a2a(const ScheduleGraph& g, TaskId id) {
-  return g.task(id).kind == TaskKind::Collective && g.op(id).group == GroupKind::Expert;
-}
+using test_support::SimRun;
+SimRun simulate(const Scenario& sc) { return test_support::simulate_scenario(sc); }
+bool is_a2a(const ScheduleGraph& g, TaskId id) { return test_support::is_expert_a2a(g, id); }
 
 }  // namespace
 

@@ -19,6 +19,7 @@
 #include "models/input/scenario.h"
 #include "models/perf/cost_model.h"
 #include "sim/executor.h"
+#include "tests/support/sim_run.h"
 
 namespace trainsim {
 namespace {
@@ -45,24 +46,9 @@ cluster: {system: dgx-h100, nodes: 1, gpus_per_node: 4}
 const std::string kVp = ", num_layers_per_virtual_pipeline_stage: 1";
 const std::string kOn = kVp + ", overlap_moe_expert_parallel_comm: true";
 
-struct SimRun {
-  ScheduleGraph graph;
-  ExecutionRecord record;
-};
-
-SimRun simulate(const Scenario& sc) {
-  const SystemSpec& system = find_system(sc.cluster.system);
-  const CalibrationProfile profile = default_calibration(system.gpu.name);
-  BuildOptions o;
-  o.calibration = &profile;
-  SimRun r{build_schedule_graph(validated(sc), system, o), {}};
-  r.record = sim::simulate(r.graph, sc, system, CostModel(system, profile));
-  return r;
-}
-
-bool is_a2a(const ScheduleGraph& g, TaskId id) {
-  return g.task(id).kind == TaskKind::Collective && g.op(id).group == GroupKind::Expert;
-}
+using test_support::SimRun;
+SimRun simulate(const Scenario& sc) { return test_support::simulate_scenario(sc); }
+bool is_a2a(const ScheduleGraph& g, TaskId id) { return test_support::is_expert_a2a(g, id); }
 
 // The merged steps of each pipeline rank, by hand from Megatron-Core's schedule (pp 2, v 2,
 // m 4; tests/models/test_pipeline_schedule.cpp writes the orders out): rank 0 warms up with
