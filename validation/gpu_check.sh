@@ -122,11 +122,13 @@ step replay-cuda 60 $cli replay scenarios/gpt-1.7b_tp1_pp1_dp32.yaml \
 # collectives are device-local copies; FP8 GEMMs through torch._scaled_mm with per-tensor current
 # scaling where the build has the new ops, else in bf16; a note says which) and one
 # Qwen3-30B-A3B MoE layer stack (2 layers, 128 experts / EP 8 = 16 local experts, top-8, micro
-# batch 2, sequence 4096; one pipeline stage, 8 GPUs: DP 8 = EP 8, 2 microbatches). The same --set values are written to
+# batch 2, sequence 4096; one pipeline stage, 8 GPUs: DP 8 = EP 8, 2 microbatches; the recipe's
+# EP overlap and delayed weight gradients off: the replay runs each MoE backward whole). The same --set values are written to
 # replays.json for validation/h100_device.py.
 llama_sets="model.num_layers=4 parallel.global_batch_size=16"
 qwen_sets="model.num_layers=2 parallel.pipeline_model_parallel_size=1
-  parallel.num_layers_per_virtual_pipeline_stage=null parallel.global_batch_size=32 cluster.nodes=1"
+  parallel.num_layers_per_virtual_pipeline_stage=null parallel.global_batch_size=32 cluster.nodes=1
+  parallel.overlap_moe_expert_parallel_comm=false parallel.delay_wgrad_compute=false"
 cat > "$out/replays.json" <<JSON
 {"device": "$gpu",
  "new_torch_ops": "$new_ops",
