@@ -9,6 +9,7 @@
 #include <string>
 
 #include "hw_backend/core_layer.h"
+#include "tests/support/core_layer_fixture.h"
 #include "hw_backend/replay.h"
 #include "models/builder/graph_builder.h"
 #include "models/hardware/hardware.h"
@@ -17,6 +18,9 @@
 using namespace trainsim;
 
 namespace {
+
+using test_support::param_count;
+using test_support::make_core_weights;
 
 std::string scen(const std::string& rel) {
   return std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/" + rel;
@@ -43,16 +47,6 @@ std::string all_notes(const ExecutionRecord& r) {
   return s;
 }
 
-std::int64_t count(const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& shapes) {
-  std::int64_t n = 0;
-  for (const auto& [name, shape] : shapes) {
-    std::int64_t k = 1;
-    for (auto s : shape) k *= s;
-    n += k;
-  }
-  return n;
-}
-
 hw::CoreLayerSpec llama_tiny() {
   hw::CoreLayerSpec c;
   c.b = 2, c.s = 8, c.h = 16, c.heads = 4, c.kv_heads = 2, c.head_dim = 4, c.ffn = 24;
@@ -60,35 +54,23 @@ hw::CoreLayerSpec llama_tiny() {
   return c;
 }
 
-/// Weights of `c` as standalone leaves (normal(0, 0.3), norms 1 + noise) from a fixed seed.
-hw::CoreWeights make_weights(const hw::CoreLayerSpec& c, std::uint64_t seed) {
-  torch::manual_seed(seed);
-  hw::CoreWeights w;
-  for (const auto& [name, shape] : hw::core_param_shapes(c)) {
-    torch::Tensor t = torch::randn(shape, torch::kFloat64) * 0.3;
-    if (name.find("layernorm") != std::string::npos) t = t + 1.0;
-    w.t[name] = t.requires_grad_(true);
-  }
-  return w;
-}
-
 }  // namespace
 
 TEST(CoreLayer, ParamCountsMatchHandCounts) {
   hw::CoreLayerSpec c = llama_tiny();
   // Two RMSNorms 2*16, QKV (4 + 2*2) heads * 4 * 16, proj 16 * 16, fc1 2*24 * 16, fc2 16 * 24.
-  EXPECT_EQ(count(hw::core_param_shapes(c)), 2 * 16 + 8 * 4 * 16 + 16 * 16 + 48 * 16 + 16 * 24);
+  EXPECT_EQ(param_count(hw::core_param_shapes(c)), 2 * 16 + 8 * 4 * 16 + 16 * 16 + 48 * 16 + 16 * 24);
   c.qk_norm = true;
-  EXPECT_EQ(count(hw::core_param_shapes(c)),
+  EXPECT_EQ(param_count(hw::core_param_shapes(c)),
             2 * 16 + 2 * 4 + 8 * 4 * 16 + 16 * 16 + 48 * 16 + 16 * 24);
   c.qk_norm = false, c.moe = true, c.num_experts = 8, c.experts_local = 4, c.expert_ffn = 6,
   c.shared_ffn = 0;
   // Router 8 * 16, 4 local experts of fc1 2*6 x 16 and fc2 16 x 6.
-  EXPECT_EQ(count(hw::core_param_shapes(c)),
+  EXPECT_EQ(param_count(hw::core_param_shapes(c)),
             2 * 16 + 8 * 4 * 16 + 16 * 16 + 8 * 16 + 4 * (12 * 16 + 16 * 6));
   c.rmsnorm = false, c.bias = true, c.moe = false;
   // LayerNorms with biases, biases on every linear.
-  EXPECT_EQ(count(hw::core_param_shapes(c)),
+  EXPECT_EQ(param_count(hw::core_param_shapes(c)),
             4 * 16 + 8 * 4 * 16 + 32 + 16 * 16 + 16 + 48 * 16 + 48 + 16 * 24 + 16);
 }
 
@@ -109,7 +91,7 @@ TEST(CoreLayer, WindowMaskAndRopeTables) {
 TEST(CoreLayer, MoeBlockMatchesTokenByTokenExperts) {
   hw::CoreLayerSpec c = llama_tiny();
   c.moe = true, c.num_experts = 4, c.experts_local = 4, c.topk = 2, c.expert_ffn = 6;
-  const hw::CoreWeights w = make_weights(c, 7);
+  const hw::CoreWeights w = make_core_weights(c, 7);
   const torch::Tensor x = torch::randn({c.s, c.b, c.h}, torch::kFloat64);
   hw::MoeStats stats;
   hw::BlockState st = hw::core_mlp_forward(w, x, c, hw::Dropout{0, 0}, &stats);
@@ -140,7 +122,7 @@ TEST(CoreLayer, MoeBlockMatchesTokenByTokenExperts) {
 TEST(CoreLayer, QuickGegluClampsAndOffsetsAsMegatronCore) {
   hw::CoreLayerSpec c = llama_tiny();
   c.quick_geglu = true, c.glu_clamp = 7, c.glu_offset = 1;
-  hw::CoreWeights w = make_weights(c, 11);
+  hw::CoreWeights w = make_core_weights(c, 11);
   {
     torch::NoGradGuard no_grad;
     w.t.at("linear_fc1.weight").mul_(20.0);
@@ -170,16 +152,14 @@ TEST(CoreLayer, QuickGegluClampsAndOffsetsAsMegatronCore) {
 TEST(CoreLayer, AttentionMatchesPerHeadComputation) {
   hw::CoreLayerSpec c = llama_tiny();
   c.window = 3, c.qk_norm = true;
-  const hw::CoreWeights w = make_weights(c, 11);
+  const hw::CoreWeights w = make_core_weights(c, 11);
   const torch::Tensor x = torch::randn({c.s, c.b, c.h}, torch::kFloat64);
   const auto opt = torch::TensorOptions().dtype(torch::kFloat64);
   const auto [cos, sin] = hw::rope_tables(c.s, c.head_dim, opt);
   hw::BlockState st = hw::core_attn_forward(w, x, c, hw::window_mask(c.s, c.window, opt), cos, sin,
                                             hw::Dropout{0, 0});
   torch::NoGradGuard no_grad;
-  auto rms = [](const torch::Tensor& v, const torch::Tensor& g) {
-    return v / (v.pow(2).mean(-1, true) + 1e-5).sqrt() * g;
-  };
+  const auto rms = test_support::rms_reference;
   const std::int64_t d = c.head_dim;
   auto rope = [&](const torch::Tensor& v, std::int64_t pos) {  // v [d]
     torch::Tensor out = torch::empty_like(v);

@@ -11,32 +11,20 @@
 #include <string>
 
 #include "hw_backend/core_layer.h"
+#include "tests/support/core_layer_fixture.h"
 #include "hw_backend/transformer_layer.h"
 
 using namespace trainsim;
 
 namespace {
 
+using test_support::make_core_weights;
+
 hw::CoreLayerSpec tiny() {
   hw::CoreLayerSpec c;
   c.b = 2, c.s = 7, c.h = 16, c.heads = 4, c.kv_heads = 2, c.head_dim = 4, c.ffn = 10;
   c.rmsnorm = c.rope = c.swiglu = true, c.bias = false;
   return c;
-}
-
-hw::CoreWeights make_weights(const hw::CoreLayerSpec& c, std::uint64_t seed) {
-  torch::manual_seed(seed);
-  hw::CoreWeights w;
-  for (const auto& [name, shape] : hw::core_param_shapes(c)) {
-    torch::Tensor t = torch::randn(shape, torch::kFloat64) * 0.3;
-    if (name.find("layernorm") != std::string::npos) t = t + 1.0;
-    w.t[name] = t.requires_grad_(true);
-  }
-  return w;
-}
-
-torch::Tensor rms(const torch::Tensor& x, const torch::Tensor& w) {
-  return x / (x.pow(2).mean(-1, true) + 1e-5).sqrt() * w;
 }
 
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
@@ -50,12 +38,12 @@ torch::Tensor attn_reference(const hw::CoreWeights& w, const torch::Tensor& x,
                              const hw::CoreLayerSpec& c, const torch::Tensor& mask,
                              const torch::Tensor& cos, const torch::Tensor& sin) {
   const std::int64_t s = c.s, b = c.b, d = c.head_dim, g = c.kv_heads, per = c.heads / g;
-  const torch::Tensor xn = rms(x, w.at("input_layernorm.weight"));
+  const torch::Tensor xn = test_support::rms_reference(x, w.at("input_layernorm.weight"));
   const auto parts = torch::linear(xn, w.at("linear_qkv.weight"))
                          .view({s, b, g, (per + 2) * d})
                          .split({per * d, d, d}, -1);
   torch::Tensor q = parts[0].reshape({s, b, c.heads, d}), k = parts[1], v = parts[2];
-  if (c.qk_norm) q = rms(q, w.at("q_layernorm.weight")), k = rms(k, w.at("k_layernorm.weight"));
+  if (c.qk_norm) q = test_support::rms_reference(q, w.at("q_layernorm.weight")), k = test_support::rms_reference(k, w.at("k_layernorm.weight"));
   q = rope(q, cos, sin), k = rope(k, cos, sin);
   auto hf = [](const torch::Tensor& t) { return t.permute({1, 2, 0, 3}); };
   const torch::Tensor scores =
@@ -99,7 +87,7 @@ TEST(CoreLayerGrads, RmsNormBackwardIsTheCompositeOne) {
   y.backward(g);
   const torch::Tensor dx = x.grad().clone(), dw = w.grad().clone();
   x.mutable_grad() = torch::Tensor(), w.mutable_grad() = torch::Tensor();
-  const torch::Tensor y_ref = rms(x, w);
+  const torch::Tensor y_ref = test_support::rms_reference(x, w);
   y_ref.backward(g);
   EXPECT_TRUE(torch::allclose(y, y_ref, 1e-12, 1e-14));
   EXPECT_TRUE(torch::allclose(dx, x.grad(), 1e-10, 1e-12));
@@ -113,7 +101,7 @@ TEST(CoreLayerGrads, AttentionBlockBackwardIsTheMathPathOne) {
     SCOPED_TRACE(window);
     hw::CoreLayerSpec c = tiny();
     c.window = window, c.qk_norm = true;
-    hw::CoreWeights w = make_weights(c, 11);
+    hw::CoreWeights w = make_core_weights(c, 11);
     const auto opt = torch::TensorOptions().dtype(torch::kFloat64);
     const auto [cos, sin] = hw::rope_tables(c.s, c.head_dim, opt);
     const torch::Tensor mask = hw::window_mask(c.s, c.window, opt);
@@ -136,7 +124,7 @@ TEST(CoreLayerGrads, AttentionBlockBackwardIsTheMathPathOne) {
 // du = dy silu(a)) gives autograd's gradients of silu(a) * u.
 TEST(CoreLayerGrads, SwigluMlpBlockBackwardIsTheCompositeOne) {
   const hw::CoreLayerSpec c = tiny();
-  hw::CoreWeights w = make_weights(c, 5);
+  hw::CoreWeights w = make_core_weights(c, 5);
   const auto opt = torch::TensorOptions().dtype(torch::kFloat64);
   torch::Tensor x = torch::randn({c.s, c.b, c.h}, opt).requires_grad_(true);
   const torch::Tensor g = torch::randn({c.s, c.b, c.h}, opt);
@@ -147,7 +135,7 @@ TEST(CoreLayerGrads, SwigluMlpBlockBackwardIsTheCompositeOne) {
     fused.push_back(t.grad().defined() ? t.grad().clone() : torch::zeros_like(t));
     t.mutable_grad() = torch::Tensor();
   }
-  const auto h = torch::linear(rms(x, w.at("pre_mlp_layernorm.weight")), w.at("linear_fc1.weight"))
+  const auto h = torch::linear(test_support::rms_reference(x, w.at("pre_mlp_layernorm.weight")), w.at("linear_fc1.weight"))
                      .chunk(2, -1);
   const torch::Tensor ref = x + torch::linear(torch::silu(h[0]) * h[1], w.at("linear_fc2.weight"));
   EXPECT_TRUE(torch::allclose(st.output, ref, 1e-12, 1e-14));
@@ -172,7 +160,7 @@ TEST(CoreLayerGrads, CrossEntropyBackwardIsLogSoftmaxNllOne) {
     return g;
   };
   const auto fused = run(hw::logits_loss_forward(x, ln_w, torch::Tensor(), word, labels, 0.5));
-  const torch::Tensor logits = torch::linear(rms(x, ln_w).transpose(0, 1), word);
+  const torch::Tensor logits = torch::linear(test_support::rms_reference(x, ln_w).transpose(0, 1), word);
   const auto ref = run(
       torch::nll_loss(torch::log_softmax(logits, -1).view({-1, vocab}), labels.view(-1)) * 0.5);
   expect_same(fused, ref);
@@ -184,7 +172,7 @@ TEST(CoreLayerGrads, CrossEntropyBackwardIsLogSoftmaxNllOne) {
 TEST(CoreLayerGrads, MoeBlockBackwardIsTheTokenByTokenOne) {
   hw::CoreLayerSpec c = tiny();
   c.s = 4, c.moe = true, c.num_experts = 4, c.experts_local = 4, c.topk = 2, c.expert_ffn = 6;
-  hw::CoreWeights w = make_weights(c, 13);
+  hw::CoreWeights w = make_core_weights(c, 13);
   const auto opt = torch::TensorOptions().dtype(torch::kFloat64);
   torch::Tensor x = torch::randn({c.s, c.b, c.h}, opt).requires_grad_(true);
   const torch::Tensor g = torch::randn({c.s, c.b, c.h}, opt);
@@ -195,7 +183,7 @@ TEST(CoreLayerGrads, MoeBlockBackwardIsTheTokenByTokenOne) {
     fused.push_back(t.grad().defined() ? t.grad().clone() : torch::zeros_like(t));
     t.mutable_grad() = torch::Tensor();
   }
-  const torch::Tensor xn = rms(x, w.at("pre_mlp_layernorm.weight"));
+  const torch::Tensor xn = test_support::rms_reference(x, w.at("pre_mlp_layernorm.weight"));
   std::vector<torch::Tensor> rows;
   for (std::int64_t i = 0; i < c.s; ++i)
     for (std::int64_t j = 0; j < c.b; ++j) {

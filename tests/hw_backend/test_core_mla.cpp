@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hw_backend/core_layer.h"
+#include "tests/support/core_layer_fixture.h"
 #include "hw_backend/replay.h"
 #include "models/builder/graph_builder.h"
 #include "models/hardware/hardware.h"
@@ -22,15 +23,8 @@ using namespace trainsim;
 
 namespace {
 
-std::int64_t count(const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& shapes) {
-  std::int64_t n = 0;
-  for (const auto& [name, shape] : shapes) {
-    std::int64_t k = 1;
-    for (auto s : shape) k *= s;
-    n += k;
-  }
-  return n;
-}
+using test_support::param_count;
+using test_support::make_core_weights;
 
 /// h 16, 4 heads, q latent 8, kv latent 6, dn 4 + dr 2 query/key, dv 3 value.
 hw::CoreLayerSpec mla_tiny() {
@@ -40,21 +34,6 @@ hw::CoreLayerSpec mla_tiny() {
   c.mla = c.latent_norm = true;
   c.q_lora = 8, c.kv_lora = 6, c.qk_rope = 2, c.v_dim = 3;
   return c;
-}
-
-hw::CoreWeights make_weights(const hw::CoreLayerSpec& c, std::uint64_t seed) {
-  torch::manual_seed(seed);
-  hw::CoreWeights w;
-  for (const auto& [name, shape] : hw::core_param_shapes(c)) {
-    torch::Tensor t = torch::randn(shape, torch::kFloat64) * 0.3;
-    if (name.find("layernorm") != std::string::npos) t = t + 1.0;
-    w.t[name] = t.requires_grad_(true);
-  }
-  return w;
-}
-
-torch::Tensor rms(const torch::Tensor& v, const torch::Tensor& g) {
-  return v / (v.pow(2).mean(-1, true) + 1e-5).sqrt() * g;
 }
 
 /// RoPE of one rope vector v [dr] at position `pos` as MLA applies it (rope_utils.py
@@ -82,11 +61,11 @@ torch::Tensor mla_reference(const hw::CoreWeights& w, const torch::Tensor& x, co
   for (std::int64_t bi = 0; bi < c.b; ++bi) {
     std::vector<torch::Tensor> q(c.s), k(c.s), v(c.s);  // [a, dn + dr], [a, dn + dr], [a, dv]
     for (std::int64_t i = 0; i < c.s; ++i) {
-      const torch::Tensor xi = rms(x[i][bi], w.at("input_layernorm.weight"));
-      const torch::Tensor ql = rms(torch::mv(w.at("linear_q_down_proj.weight"), xi), w.at("q_layernorm.weight"));
+      const torch::Tensor xi = test_support::rms_reference(x[i][bi], w.at("input_layernorm.weight"));
+      const torch::Tensor ql = test_support::rms_reference(torch::mv(w.at("linear_q_down_proj.weight"), xi), w.at("q_layernorm.weight"));
       const torch::Tensor qa = torch::mv(w.at("linear_q_up_proj.weight"), ql).view({a, dn + dr});
       const torch::Tensor kvd = torch::mv(w.at("linear_kv_down_proj.weight"), xi);
-      const torch::Tensor kvl = rms(kvd.narrow(0, 0, c.kv_lora), w.at("kv_layernorm.weight"));
+      const torch::Tensor kvl = test_support::rms_reference(kvd.narrow(0, 0, c.kv_lora), w.at("kv_layernorm.weight"));
       const torch::Tensor kpe = mla_rope_ref(kvd.narrow(0, c.kv_lora, dr), i);
       const torch::Tensor kva = torch::mv(w.at("linear_kv_up_proj.weight"), kvl).view({a, dn + dv});
       std::vector<torch::Tensor> qh, kh;
@@ -160,7 +139,7 @@ TEST(CoreMla, ParameterShapesMatchAHandCount) {
   // input norm 16; q_down 8 x 16; kv_down (6 + 2) x 16; q_up 4 (4 + 2) x 8; q norm 8;
   // kv_up 4 (4 + 3) x 6; kv norm 6; proj 16 x 4 x 3; pre-MLP norm 16; fc1 2 x 8 x 16; fc2 16 x 8
   const std::int64_t attn = 16 + 128 + 128 + 192 + 8 + 168 + 6 + 192;
-  EXPECT_EQ(count(hw::core_param_shapes(c)), attn + 16 + 256 + 128);
+  EXPECT_EQ(param_count(hw::core_param_shapes(c)), attn + 16 + 256 + 128);
   bool saw_kv_up = false;
   for (const auto& [name, shape] : hw::core_param_shapes(c)) {
     if (name == "linear_kv_up_proj.weight") {
@@ -173,11 +152,11 @@ TEST(CoreMla, ParameterShapesMatchAHandCount) {
   EXPECT_TRUE(saw_kv_up);
   // Without q_lora: one linear_q_proj 4 (4 + 2) x 16 in place of q_down, its norm, q_up.
   c.q_lora = 0;
-  EXPECT_EQ(count(hw::core_param_shapes(c)), 16 + 128 + 384 + 168 + 6 + 192 + 16 + 256 + 128);
+  EXPECT_EQ(param_count(hw::core_param_shapes(c)), 16 + 128 + 384 + 168 + 6 + 192 + 16 + 256 + 128);
   // LayerNorm latents carry a bias each; a biased projection its h.
   c.q_lora = 8, c.rmsnorm = false, c.bias = true;
   const std::int64_t biases = 16 /*input*/ + 8 + 6 /*latents*/ + 16 /*proj*/ + 16 /*pre-MLP*/ + 16 + 16 /*fc1, fc2*/;
-  EXPECT_EQ(count(hw::core_param_shapes(c)), attn + 16 + 256 + 128 + biases);
+  EXPECT_EQ(param_count(hw::core_param_shapes(c)), attn + 16 + 256 + 128 + biases);
 }
 
 // The block's output against the token-by-token computation, to 1e-10 in fp64; the
@@ -188,7 +167,7 @@ TEST(CoreMla, OutputAndGradientsMatchATokenByTokenComputation) {
     SCOPED_TRACE(rerun ? "mla_up_proj re-run" : "plain");
     hw::CoreLayerSpec c = mla_tiny();
     c.up_rerun = rerun;
-    hw::CoreWeights w = make_weights(c, 5);
+    hw::CoreWeights w = make_core_weights(c, 5);
     torch::manual_seed(6);
     torch::Tensor x = torch::randn({c.s, c.b, c.h}, torch::kFloat64).requires_grad_(true);
     const auto opt = torch::TensorOptions().dtype(torch::kFloat64);
@@ -281,7 +260,7 @@ TEST(TokenDropping, MoeBlockDropsTheCopiesOverCapacity) {
   c.b = 2, c.s = 8, c.h = 16, c.rmsnorm = c.swiglu = true, c.bias = false;
   c.moe = true, c.num_experts = c.experts_local = 4, c.topk = 2, c.expert_ffn = 8;
   c.capacity_factor = 0.5;
-  hw::CoreWeights w = make_weights(c, 9);
+  hw::CoreWeights w = make_core_weights(c, 9);
   torch::manual_seed(10);
   const torch::Tensor x = torch::randn({c.s, c.b, c.h}, torch::kFloat64);
   for (bool pad : {false, true}) {
@@ -290,7 +269,7 @@ TEST(TokenDropping, MoeBlockDropsTheCopiesOverCapacity) {
     hw::BlockState st = hw::core_mlp_forward(w, x, c, hw::Dropout{0, 0}, &stats);
     EXPECT_TRUE(torch::isfinite(st.output).all().item<bool>());
     torch::NoGradGuard no_grad;
-    const torch::Tensor xn = rms(x, w.at("pre_mlp_layernorm.weight")).reshape({-1, c.h});
+    const torch::Tensor xn = test_support::rms_reference(x, w.at("pre_mlp_layernorm.weight")).reshape({-1, c.h});
     const torch::Tensor chosen = std::get<1>(torch::mm(xn, w.at("router.weight").t()).topk(2, -1));
     const std::int64_t T = c.s * c.b, cap = (T * 2 + 4 * 2 - 1) / (4 * 2);  // ceil(T k / E x 0.5)
     std::int64_t dropped = 0;
