@@ -59,7 +59,8 @@ hw::CoreLayerSpec llama_tiny() {
 TEST(CoreLayer, ParamCountsMatchHandCounts) {
   hw::CoreLayerSpec c = llama_tiny();
   // Two RMSNorms 2*16, QKV (4 + 2*2) heads * 4 * 16, proj 16 * 16, fc1 2*24 * 16, fc2 16 * 24.
-  EXPECT_EQ(param_count(hw::core_param_shapes(c)), 2 * 16 + 8 * 4 * 16 + 16 * 16 + 48 * 16 + 16 * 24);
+  EXPECT_EQ(param_count(hw::core_param_shapes(c)),
+            2 * 16 + 8 * 4 * 16 + 16 * 16 + 48 * 16 + 16 * 24);
   c.qk_norm = true;
   EXPECT_EQ(param_count(hw::core_param_shapes(c)),
             2 * 16 + 2 * 4 + 8 * 4 * 16 + 16 * 16 + 48 * 16 + 16 * 24);

@@ -18,6 +18,8 @@ using namespace trainsim;
 
 namespace {
 
+using test_support::backward_grads;
+using test_support::rms_reference;
 using test_support::make_core_weights;
 
 hw::CoreLayerSpec tiny() {
@@ -38,12 +40,14 @@ torch::Tensor attn_reference(const hw::CoreWeights& w, const torch::Tensor& x,
                              const hw::CoreLayerSpec& c, const torch::Tensor& mask,
                              const torch::Tensor& cos, const torch::Tensor& sin) {
   const std::int64_t s = c.s, b = c.b, d = c.head_dim, g = c.kv_heads, per = c.heads / g;
-  const torch::Tensor xn = test_support::rms_reference(x, w.at("input_layernorm.weight"));
+  const torch::Tensor xn = rms_reference(x, w.at("input_layernorm.weight"));
   const auto parts = torch::linear(xn, w.at("linear_qkv.weight"))
                          .view({s, b, g, (per + 2) * d})
                          .split({per * d, d, d}, -1);
   torch::Tensor q = parts[0].reshape({s, b, c.heads, d}), k = parts[1], v = parts[2];
-  if (c.qk_norm) q = test_support::rms_reference(q, w.at("q_layernorm.weight")), k = test_support::rms_reference(k, w.at("k_layernorm.weight"));
+  if (c.qk_norm)
+    q = rms_reference(q, w.at("q_layernorm.weight")),
+    k = rms_reference(k, w.at("k_layernorm.weight"));
   q = rope(q, cos, sin), k = rope(k, cos, sin);
   auto hf = [](const torch::Tensor& t) { return t.permute({1, 2, 0, 3}); };
   const torch::Tensor scores =
@@ -53,20 +57,6 @@ torch::Tensor attn_reference(const hw::CoreWeights& w, const torch::Tensor& x,
   const torch::Tensor ctx = torch::matmul(p, hf(v).repeat_interleave(per, 1));
   return x + torch::linear(ctx.permute({2, 0, 1, 3}).reshape({s, b, c.heads * d}),
                            w.at("linear_proj.weight"));
-}
-
-/// Runs backward of `out` with `grad` and returns the gradients of `x` and of every weight,
-/// clearing them for the next run.
-std::vector<torch::Tensor> grads_of(const torch::Tensor& out, const torch::Tensor& grad,
-                                    torch::Tensor& x, hw::CoreWeights& w) {
-  out.backward(grad);
-  std::vector<torch::Tensor> g{x.grad().clone()};
-  x.mutable_grad() = torch::Tensor();
-  for (auto& [name, t] : w.t) {
-    g.push_back(t.grad().defined() ? t.grad().clone() : torch::zeros_like(t));
-    t.mutable_grad() = torch::Tensor();
-  }
-  return g;
 }
 
 void expect_same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
@@ -87,7 +77,7 @@ TEST(CoreLayerGrads, RmsNormBackwardIsTheCompositeOne) {
   y.backward(g);
   const torch::Tensor dx = x.grad().clone(), dw = w.grad().clone();
   x.mutable_grad() = torch::Tensor(), w.mutable_grad() = torch::Tensor();
-  const torch::Tensor y_ref = test_support::rms_reference(x, w);
+  const torch::Tensor y_ref = rms_reference(x, w);
   y_ref.backward(g);
   EXPECT_TRUE(torch::allclose(y, y_ref, 1e-12, 1e-14));
   EXPECT_TRUE(torch::allclose(dx, x.grad(), 1e-10, 1e-12));
@@ -108,15 +98,11 @@ TEST(CoreLayerGrads, AttentionBlockBackwardIsTheMathPathOne) {
     torch::Tensor x = torch::randn({c.s, c.b, c.h}, opt).requires_grad_(true);
     const torch::Tensor g = torch::randn({c.s, c.b, c.h}, opt);
     hw::BlockState st = hw::core_attn_forward(w, x, c, mask, cos, sin, hw::Dropout{0, 0});
-    st.output.backward(g);
-    std::vector<torch::Tensor> fused{st.input.grad().clone()};
-    for (auto& [name, t] : w.t) {  // the other block's weights have no gradient
-    fused.push_back(t.grad().defined() ? t.grad().clone() : torch::zeros_like(t));
-    t.mutable_grad() = torch::Tensor();
-  }
+    // The other block's weights have no gradient: zeros.
+    const std::vector<torch::Tensor> fused = backward_grads(st.output, g, st.input, w);
     const torch::Tensor ref = attn_reference(w, x, c, mask, cos, sin);
     EXPECT_TRUE(torch::allclose(st.output, ref, 1e-10, 1e-12));
-    expect_same(fused, grads_of(ref, g, x, w));
+    expect_same(fused, backward_grads(ref, g, x, w));
   }
 }
 
@@ -129,17 +115,14 @@ TEST(CoreLayerGrads, SwigluMlpBlockBackwardIsTheCompositeOne) {
   torch::Tensor x = torch::randn({c.s, c.b, c.h}, opt).requires_grad_(true);
   const torch::Tensor g = torch::randn({c.s, c.b, c.h}, opt);
   hw::BlockState st = hw::core_mlp_forward(w, x, c, hw::Dropout{0, 0}, nullptr);
-  st.output.backward(g);
-  std::vector<torch::Tensor> fused{st.input.grad().clone()};
-  for (auto& [name, t] : w.t) {  // the other block's weights have no gradient
-    fused.push_back(t.grad().defined() ? t.grad().clone() : torch::zeros_like(t));
-    t.mutable_grad() = torch::Tensor();
-  }
-  const auto h = torch::linear(test_support::rms_reference(x, w.at("pre_mlp_layernorm.weight")), w.at("linear_fc1.weight"))
+  // The other block's weights have no gradient: zeros.
+  const std::vector<torch::Tensor> fused = backward_grads(st.output, g, st.input, w);
+  const auto h = torch::linear(rms_reference(x, w.at("pre_mlp_layernorm.weight")),
+                               w.at("linear_fc1.weight"))
                      .chunk(2, -1);
   const torch::Tensor ref = x + torch::linear(torch::silu(h[0]) * h[1], w.at("linear_fc2.weight"));
   EXPECT_TRUE(torch::allclose(st.output, ref, 1e-12, 1e-14));
-  expect_same(fused, grads_of(ref, g, x, w));
+  expect_same(fused, backward_grads(ref, g, x, w));
 }
 
 // The output layer's fused cross entropy (Megatron's: the softmax kept, turned into the
@@ -160,7 +143,7 @@ TEST(CoreLayerGrads, CrossEntropyBackwardIsLogSoftmaxNllOne) {
     return g;
   };
   const auto fused = run(hw::logits_loss_forward(x, ln_w, torch::Tensor(), word, labels, 0.5));
-  const torch::Tensor logits = torch::linear(test_support::rms_reference(x, ln_w).transpose(0, 1), word);
+  const torch::Tensor logits = torch::linear(rms_reference(x, ln_w).transpose(0, 1), word);
   const auto ref = run(
       torch::nll_loss(torch::log_softmax(logits, -1).view({-1, vocab}), labels.view(-1)) * 0.5);
   expect_same(fused, ref);
@@ -177,13 +160,9 @@ TEST(CoreLayerGrads, MoeBlockBackwardIsTheTokenByTokenOne) {
   torch::Tensor x = torch::randn({c.s, c.b, c.h}, opt).requires_grad_(true);
   const torch::Tensor g = torch::randn({c.s, c.b, c.h}, opt);
   hw::BlockState st = hw::core_mlp_forward(w, x, c, hw::Dropout{0, 0}, nullptr);
-  st.output.backward(g);
-  std::vector<torch::Tensor> fused{st.input.grad().clone()};
-  for (auto& [name, t] : w.t) {  // the other block's weights have no gradient
-    fused.push_back(t.grad().defined() ? t.grad().clone() : torch::zeros_like(t));
-    t.mutable_grad() = torch::Tensor();
-  }
-  const torch::Tensor xn = test_support::rms_reference(x, w.at("pre_mlp_layernorm.weight"));
+  // The other block's weights have no gradient: zeros.
+  const std::vector<torch::Tensor> fused = backward_grads(st.output, g, st.input, w);
+  const torch::Tensor xn = rms_reference(x, w.at("pre_mlp_layernorm.weight"));
   std::vector<torch::Tensor> rows;
   for (std::int64_t i = 0; i < c.s; ++i)
     for (std::int64_t j = 0; j < c.b; ++j) {
@@ -201,5 +180,5 @@ TEST(CoreLayerGrads, MoeBlockBackwardIsTheTokenByTokenOne) {
     }
   const torch::Tensor ref = torch::stack(rows).view({c.s, c.b, c.h});
   EXPECT_TRUE(torch::allclose(st.output, ref, 1e-10, 1e-12));
-  expect_same(fused, grads_of(ref, g, x, w));
+  expect_same(fused, backward_grads(ref, g, x, w));
 }

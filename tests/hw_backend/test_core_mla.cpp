@@ -23,6 +23,8 @@ using namespace trainsim;
 
 namespace {
 
+using test_support::backward_grads;
+using test_support::rms_reference;
 using test_support::param_count;
 using test_support::make_core_weights;
 
@@ -61,11 +63,13 @@ torch::Tensor mla_reference(const hw::CoreWeights& w, const torch::Tensor& x, co
   for (std::int64_t bi = 0; bi < c.b; ++bi) {
     std::vector<torch::Tensor> q(c.s), k(c.s), v(c.s);  // [a, dn + dr], [a, dn + dr], [a, dv]
     for (std::int64_t i = 0; i < c.s; ++i) {
-      const torch::Tensor xi = test_support::rms_reference(x[i][bi], w.at("input_layernorm.weight"));
-      const torch::Tensor ql = test_support::rms_reference(torch::mv(w.at("linear_q_down_proj.weight"), xi), w.at("q_layernorm.weight"));
+      const torch::Tensor xi = rms_reference(x[i][bi], w.at("input_layernorm.weight"));
+      const torch::Tensor ql = rms_reference(torch::mv(w.at("linear_q_down_proj.weight"), xi),
+                                             w.at("q_layernorm.weight"));
       const torch::Tensor qa = torch::mv(w.at("linear_q_up_proj.weight"), ql).view({a, dn + dr});
       const torch::Tensor kvd = torch::mv(w.at("linear_kv_down_proj.weight"), xi);
-      const torch::Tensor kvl = test_support::rms_reference(kvd.narrow(0, 0, c.kv_lora), w.at("kv_layernorm.weight"));
+      const torch::Tensor kvl =
+          rms_reference(kvd.narrow(0, 0, c.kv_lora), w.at("kv_layernorm.weight"));
       const torch::Tensor kpe = mla_rope_ref(kvd.narrow(0, c.kv_lora, dr), i);
       const torch::Tensor kva = torch::mv(w.at("linear_kv_up_proj.weight"), kvl).view({a, dn + dv});
       std::vector<torch::Tensor> qh, kh;
@@ -92,19 +96,6 @@ torch::Tensor mla_reference(const hw::CoreWeights& w, const torch::Tensor& x, co
     outs.push_back(torch::stack(rows));  // [s, h]
   }
   return torch::stack(outs, 1);  // [s, b, h]
-}
-
-/// Gradients of x and of every weight after out.backward(grad), cleared for the next run.
-std::vector<torch::Tensor> grads_of(const torch::Tensor& out, const torch::Tensor& grad,
-                                    torch::Tensor& x, hw::CoreWeights& w) {
-  out.backward(grad);
-  std::vector<torch::Tensor> g{x.grad().clone()};
-  x.mutable_grad() = torch::Tensor();
-  for (auto& [name, t] : w.t) {
-    g.push_back(t.grad().defined() ? t.grad().clone() : torch::zeros_like(t));
-    t.mutable_grad() = torch::Tensor();
-  }
-  return g;
 }
 
 std::string scen(const std::string& rel) {
@@ -180,13 +171,9 @@ TEST(CoreMla, OutputAndGradientsMatchATokenByTokenComputation) {
         << (st.output - want).abs().max().item<double>();
     const torch::Tensor grad = torch::randn({c.s, c.b, c.h}, torch::kFloat64);
     // core_attn_forward's input is a fresh leaf (BlockState::input): its gradient is x's.
-    st.output.backward(grad);
-    std::vector<torch::Tensor> got{st.input.grad().clone()};
-    for (auto& [name, t] : w.t) {
-      got.push_back(t.grad().defined() ? t.grad().clone() : torch::zeros_like(t));
-      t.mutable_grad() = torch::Tensor();
-    }
-    const auto ref = grads_of(want, grad, x, w);
+    // The other block's weights have no gradient: zeros.
+    const std::vector<torch::Tensor> got = backward_grads(st.output, grad, st.input, w);
+    const auto ref = backward_grads(want, grad, x, w);
     ASSERT_EQ(got.size(), ref.size());
     std::size_t i = 0;
     for (const auto& [name, t] : w.t) {
@@ -269,7 +256,7 @@ TEST(TokenDropping, MoeBlockDropsTheCopiesOverCapacity) {
     hw::BlockState st = hw::core_mlp_forward(w, x, c, hw::Dropout{0, 0}, &stats);
     EXPECT_TRUE(torch::isfinite(st.output).all().item<bool>());
     torch::NoGradGuard no_grad;
-    const torch::Tensor xn = test_support::rms_reference(x, w.at("pre_mlp_layernorm.weight")).reshape({-1, c.h});
+    const torch::Tensor xn = rms_reference(x, w.at("pre_mlp_layernorm.weight")).reshape({-1, c.h});
     const torch::Tensor chosen = std::get<1>(torch::mm(xn, w.at("router.weight").t()).topk(2, -1));
     const std::int64_t T = c.s * c.b, cap = (T * 2 + 4 * 2 - 1) / (4 * 2);  // ceil(T k / E x 0.5)
     std::int64_t dropped = 0;

@@ -1,5 +1,5 @@
 // What the tests of the replay's Megatron-Core layers (hw_backend/core_layer.h) share:
-// counting a layer's parameters, fixed-seed fp64 weights, and the RMSNorm reference
+// counting a layer's parameters, fixed-seed fp64 weights, the RMSNorm reference
 // (tests/hw_backend/test_core_layer.cpp, test_core_layer_grads.cpp, test_core_mla.cpp).
 #pragma once
 
@@ -36,6 +36,21 @@ inline hw::CoreWeights make_core_weights(const hw::CoreLayerSpec& c, std::uint64
     w.t[name] = t.requires_grad_(true);
   }
   return w;
+}
+
+/// Runs backward of `out` with `grad` and returns the gradients of `x` and of every weight of
+/// `w` (zeros where a weight has none), clearing them for the next run.
+inline std::vector<torch::Tensor> backward_grads(const torch::Tensor& out,
+                                                 const torch::Tensor& grad, torch::Tensor& x,
+                                                 hw::CoreWeights& w) {
+  out.backward(grad);
+  std::vector<torch::Tensor> g{x.grad().clone()};
+  x.mutable_grad() = torch::Tensor();
+  for (auto& [name, t] : w.t) {
+    g.push_back(t.grad().defined() ? t.grad().clone() : torch::zeros_like(t));
+    t.mutable_grad() = torch::Tensor();
+  }
+  return g;
 }
 
 /// RMSNorm over the last dimension, eps 1e-5, scaled by `g`: the composite reference the
