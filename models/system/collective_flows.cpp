@@ -317,10 +317,10 @@ CollectiveFlows collective_flows(const CostModel& cost, const OpDesc& op, const 
   RailSplit split;
   // All-to-all: NCCL's point-to-point sends over each member's own NIC, nodes alike or not
   // (split_rail); DeepEP's and HybridEP's byte model takes the nodes alike (deepep_flows).
-  const bool split_a2a = op.deepep.tokens > 0 ? layout.hierarchical() : layout.rail_ring();
-  if (op.kind == OpKind::AllToAll ? split_a2a : layout.rail_ring())
+  const bool deepep = op.kind == OpKind::AllToAll && op.deepep.tokens > 0;
+  if (deepep ? layout.hierarchical() : layout.rail_ring())
     split = split_rail(f, layout, op, ring_bytes, size, rank, gpus_per_node);
-  if (op.kind == OpKind::AllToAll && op.deepep.tokens > 0) {
+  if (deepep) {
     deepep_flows(f, cost, op, layout, size);
     return f;
   }
