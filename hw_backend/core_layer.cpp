@@ -424,7 +424,8 @@ torch::Tensor mlp(const torch::Tensor& x, const torch::Tensor& fc1_w, const torc
 
 /// The MoE layer's experts on the norm output `x` [T, h] -> [T, h].
 torch::Tensor moe_experts(const CoreWeights& w, const torch::Tensor& x, const CoreLayerSpec& c,
-                          MoeStats* stats) {
+                          MoeStats* stats, DeferredWgrad* deferred) {
+  TRAINSIM_CHECK(!c.delay_wgrad || deferred, "replay: delay_wgrad_compute without a wgrad store");
   const std::int64_t T = x.size(0), k = c.topk, E = c.experts_local;
   // Router: logits in fp32, top-k, softmax over the k (moe_router_pre_softmax off).
   const torch::Tensor logits = torch::linear(x, w.at("router.weight"))
@@ -481,15 +482,23 @@ torch::Tensor moe_experts(const CoreWeights& w, const torch::Tensor& x, const Co
       grouped_gemm_available(permuted, fc2.size(2), fc2.size(1))) {
     // TEGroupedMLP: one grouped GEMM per linear over all local experts (gemm_ops.h).
     const std::vector<std::int64_t> rows(n, n + E);
-    y = grouped_linear(activation(grouped_linear(permuted, fc1, rows), c, permuted_probs), fc2, rows);
+    auto linear = [&](const torch::Tensor& in, const torch::Tensor& wt) {
+      return deferred ? delayed_grouped_linear(in, wt, rows, deferred) : grouped_linear(in, wt, rows);
+    };
+    y = linear(activation(linear(permuted, fc1), c, permuted_probs), fc2);
     if (stats) stats->expert_gemms += 2, stats->grouped = true;
   } else {
+    // Expert e's linear: its weight's slice e, or with the weight gradient held back.
+    auto linear = [&](const torch::Tensor& in, const torch::Tensor& wt, std::int64_t e) {
+      return deferred ? delayed_expert_linear(in, wt, e, c.fp8, deferred)
+                      : gemm_linear(in, wt[e], {}, c.fp8);
+    };
     std::vector<torch::Tensor> outs;
     std::int64_t at = 0;
     for (std::int64_t e = 0; e < E; ++e) {
       if (n[e] == 0) continue;
-      outs.push_back(mlp(permuted.narrow(0, at, n[e]), fc1[e], {}, fc2[e], {}, c,
-                         permuted_probs.narrow(0, at, n[e])));
+      const torch::Tensor h = linear(permuted.narrow(0, at, n[e]), fc1, e);
+      outs.push_back(linear(activation(h, c, permuted_probs.narrow(0, at, n[e])), fc2, e));
       at += n[e];
       if (stats) stats->expert_gemms += 2;
     }
@@ -509,7 +518,7 @@ torch::Tensor moe_experts(const CoreWeights& w, const torch::Tensor& x, const Co
   torch::Tensor out = torch::zeros({T, x.size(1)}, x.options());
   if (y.defined())
     out = out.scatter_add(0, token_of.unsqueeze(1).expand({-1, x.size(1)}), y);
-  if (c.shared_ffn > 0)
+  if (c.shared_ffn > 0 && !c.shared_apart)
     out = out + mlp(x, w.at("shared.fc1.weight"), {}, w.at("shared.fc2.weight"), {}, c);
   return out;
 }
@@ -739,7 +748,7 @@ BlockState core_attn_forward(const CoreWeights& w, const torch::Tensor& input, c
 }
 
 BlockState core_mlp_forward(const CoreWeights& w, const torch::Tensor& input, const CoreLayerSpec& c,
-                            const Dropout& p, MoeStats* stats) {
+                            const Dropout& p, MoeStats* stats, DeferredWgrad* deferred) {
   BlockState st;
   st.input = as_leaf(input);
   const torch::Tensor x =
@@ -747,13 +756,69 @@ BlockState core_mlp_forward(const CoreWeights& w, const torch::Tensor& input, co
   torch::Tensor y;
   if (c.moe) {
     const std::int64_t s = x.size(0), b = x.size(1);
-    y = moe_experts(w, x.reshape({s * b, c.h}), c, stats).view({s, b, c.h});
+    y = moe_experts(w, x.reshape({s * b, c.h}), c, stats, deferred).view({s, b, c.h});
   } else {
     y = mlp(x, w.at("linear_fc1.weight"), w.get("linear_fc1.bias"), w.at("linear_fc2.weight"),
             w.get("linear_fc2.bias"), c);
   }
   st.output = dropout_add(y, st.input, p.hidden);
   return st;
+}
+
+// ---------------------------------------------------------------- the shared expert apart
+
+void shared_fc1_forward(const CoreWeights& w, const torch::Tensor& input, const CoreLayerSpec& c,
+                        SharedApartState& st) {
+  st = SharedApartState{};
+  st.input = as_leaf(input);
+  st.normed = norm(st.input, w.at("pre_mlp_layernorm.weight"), w.get("pre_mlp_layernorm.bias"), c.rmsnorm);
+  st.fc1_in = as_leaf(st.normed);
+  st.fc1_out = activation(gemm_linear(st.fc1_in, w.at("shared.fc1.weight"), {}, c.fp8), c, {});
+}
+
+void shared_moe_forward(const CoreWeights& w, const CoreLayerSpec& c, MoeStats* stats,
+                        DeferredWgrad* deferred, SharedApartState& st) {
+  TRAINSIM_CHECK(st.normed.defined(), "replay: the MoE MLP task ran before its shared fc1 task");
+  st.moe_in = as_leaf(st.normed);
+  const std::int64_t s = st.moe_in.size(0), b = st.moe_in.size(1);
+  st.moe_out = moe_experts(w, st.moe_in.reshape({s * b, c.h}), c, stats, deferred).view({s, b, c.h});
+}
+
+torch::Tensor shared_fc2_forward(const CoreWeights& w, const CoreLayerSpec& c, const Dropout& p,
+                                 SharedApartState& st) {
+  TRAINSIM_CHECK(st.fc1_out.defined() && st.moe_out.defined(),
+                 "replay: the shared fc2 task ran before the shared fc1 or the MoE MLP task");
+  st.fc2_in = as_leaf(st.fc1_out);
+  st.moe_sum = as_leaf(st.moe_out);
+  const torch::Tensor shared = gemm_linear(st.fc2_in, w.at("shared.fc2.weight"), {}, c.fp8);
+  st.output = dropout_add(st.moe_sum + shared, st.input, p.hidden);
+  return st.output.detach();
+}
+
+void shared_fc2_backward(SharedApartState& st, const torch::Tensor& grad_output) {
+  TRAINSIM_CHECK(st.output.defined(), "replay: the shared fc2 backward has no forward state");
+  torch::autograd::backward({st.output}, {grad_output});
+  st.output = torch::Tensor();
+}
+
+void shared_moe_backward(SharedApartState& st) {
+  TRAINSIM_CHECK(st.moe_sum.defined() && st.moe_sum.grad().defined(),
+                 "replay: the MoE MLP backward ran before the shared fc2 backward");
+  // No token copy routed (an empty expert set): the output is zeros without a graph.
+  if (st.moe_out.requires_grad()) torch::autograd::backward({st.moe_out}, {st.moe_sum.grad()});
+  st.moe_out = st.moe_sum = torch::Tensor();
+}
+
+torch::Tensor shared_fc1_backward(SharedApartState& st) {
+  TRAINSIM_CHECK(st.fc2_in.defined() && st.fc2_in.grad().defined() && !st.moe_out.defined(),
+                 "replay: the shared fc1 backward ran before the shared fc2 or the MoE MLP backward");
+  torch::autograd::backward({st.fc1_out}, {st.fc2_in.grad()});
+  torch::Tensor g = st.fc1_in.grad();
+  if (st.moe_in.grad().defined()) g = g + st.moe_in.grad();
+  torch::autograd::backward({st.normed}, {g});
+  torch::Tensor grad_input = st.input.grad();
+  st = SharedApartState{};
+  return grad_input;
 }
 
 }  // namespace trainsim::hw

@@ -42,6 +42,7 @@
 
 #include <torch/torch.h>
 
+#include "hw_backend/expert_wgrad.h"
 #include "hw_backend/gemm_ops.h"
 #include "hw_backend/transformer_layer.h"
 
@@ -83,6 +84,12 @@ struct CoreLayerSpec {
   // re-run in the backward, q, k, v not kept).
   bool mla = false, latent_norm = false, up_rerun = false;
   std::int64_t q_lora = 0, kv_lora = 0, qk_rope = 0, v_dim = 0;
+  /// parallel.delay_wgrad_compute (expert_wgrad.h): the experts' weight gradients held back
+  /// from the MoE MLP backward in a DeferredWgrad.
+  bool delay_wgrad = false;
+  /// model.moe_shared_expert_overlap: the shared expert (shared_ffn wide) runs in tasks of its
+  /// own (SharedApartState below), not inside moe_experts.
+  bool shared_apart = false;
 };
 
 /// The parameters of one layer by name (Megatron-Core's state-dict names, shortened).
@@ -199,8 +206,47 @@ BlockState core_mla_forward(const CoreWeights& w, const torch::Tensor& input, co
 /// x3, ..], then x cos + rotate_half(x) sin with tables of width dr (rope_tables).
 torch::Tensor mla_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
-/// MLP block forward: dense or MoE by c.moe.
+/// MLP block forward: dense or MoE by c.moe. With c.delay_wgrad the experts' linears hold
+/// their weight gradients back in `deferred` (expert_wgrad.h; required then).
 BlockState core_mlp_forward(const CoreWeights& w, const torch::Tensor& input, const CoreLayerSpec& c,
-                            const Dropout& p, MoeStats* stats);
+                            const Dropout& p, MoeStats* stats, DeferredWgrad* deferred = nullptr);
+
+/// An MoE layer whose shared expert runs apart (model.moe_shared_expert_overlap; Megatron-Core
+/// shared_experts.py SharedExpertMLP with overlap: fc1 and its activation on a side stream
+/// beside the dispatch, fc2 beside the combine, its output added to the routed experts' before
+/// the bias-dropout-add), as the schedule graph's six tasks run it (ModelFeatures::shared_part,
+/// in program order):
+///   forward   kSharedFc1: the pre-MLP norm, then the shared fc1 and activation;
+///             kSharedApart: router, permutation, experts, unpermute on the norm's output;
+///             kSharedFc2: the shared fc2, the sum, bias-dropout-add -> the block output;
+///   backward  kSharedFc2: from the output gradient to the sum's two terms (fc2's gradients);
+///             kSharedApart: the routed experts' backward;
+///             kSharedFc1: fc1's backward, then the pre-MLP norm's on the two branches' summed
+///             gradients -> the block input's gradient.
+/// The norm runs in the fc1 tasks (the first of each direction in program order); the
+/// simulator costs it in the MoE MLP op (the replay's notes say so). Each boundary between
+/// tasks is a detached leaf, so each task's backward runs its own part of the graph once.
+struct SharedApartState {
+  torch::Tensor input;    ///< the block input, a leaf with requires_grad
+  torch::Tensor normed;   ///< the pre-MLP norm's output (autograd from input)
+  torch::Tensor fc1_in;   ///< normed, detached: the shared fc1's input (leaf)
+  torch::Tensor moe_in;   ///< normed, detached: the router's and the experts' input (leaf)
+  torch::Tensor fc1_out;  ///< the shared expert's activation output (autograd from fc1_in)
+  torch::Tensor fc2_in;   ///< fc1_out, detached (leaf)
+  torch::Tensor moe_out;  ///< the routed experts' unpermuted output [s, b, h] (from moe_in)
+  torch::Tensor moe_sum;  ///< moe_out, detached (leaf): one term of the sum
+  torch::Tensor output;   ///< bias-dropout-add(moe_sum + fc2(fc2_in), input)
+};
+void shared_fc1_forward(const CoreWeights& w, const torch::Tensor& input, const CoreLayerSpec& c,
+                        SharedApartState& st);
+void shared_moe_forward(const CoreWeights& w, const CoreLayerSpec& c, MoeStats* stats,
+                        DeferredWgrad* deferred, SharedApartState& st);
+/// Returns the block output, detached (the next block's input).
+torch::Tensor shared_fc2_forward(const CoreWeights& w, const CoreLayerSpec& c, const Dropout& p,
+                                 SharedApartState& st);
+void shared_fc2_backward(SharedApartState& st, const torch::Tensor& grad_output);
+void shared_moe_backward(SharedApartState& st);
+/// Returns the block input's gradient and clears the state.
+torch::Tensor shared_fc1_backward(SharedApartState& st);
 
 }  // namespace trainsim::hw

@@ -129,4 +129,48 @@ std::string drop_note(const CoreLayerSpec& m) {
   return o.str();
 }
 
+std::string moe_note(const NoteContext& x, const CoreLayerSpec& m, bool token_drop) {
+  std::ostringstream e;
+  e << "MoE: MlpFwd/MlpBwd ran router (" << m.num_experts << " experts, top-" << m.topk
+    << (m.sigmoid ? ", sigmoid scores normalized over the k" : ", softmax");
+  if (m.router_group_topk > 0)
+    e << ", group-limited: the top " << m.router_group_topk << " of " << m.router_groups
+      << " expert groups";
+  if (m.expert_bias)
+    e << ", the expert bias steering the choice, updated after each iteration by "
+         "sign(mean load - load) x 1e-3 from this rank's loads";
+  e << "), sort-based permutation, the token counts' device-to-host copy, " << m.experts_local
+    << " local experts of " << m.expert_ffn << expert_gemm_phrase(x) << ", unpermute"
+    << (m.shared_ffn > 0 ? ", shared expert" : "")
+    << "; the experts of absent expert-parallel ranks ran as this rank's (global expert e as "
+       "local expert e mod "
+    << m.experts_local << ")" << (token_drop ? drop_note(m) : std::string());
+  return e.str();
+}
+
+std::string moe_split_note(const NoteContext& x) {
+  bool delayed = false, apart = false;
+  for (const auto& [layer, c] : *x.specs) {
+    delayed = delayed || (c.moe && c.delay_wgrad);
+    apart = apart || (c.moe && c.shared_apart);
+  }
+  std::ostringstream o;
+  if (delayed)
+    o << "MoE backward split (parallel.delay_wgrad_compute): where the schedule splits it, the "
+         "MlpBwd task ran the layer's backward without the local experts' weight gradients and "
+         "the next MlpBwd task ran those (dW = dY^T X per expert, held back as Transformer "
+         "Engine's wgrad store holds them; expert_wgrad.h); the held-back data and weight "
+         "gradient GEMMs ran in "
+      << x.dtype_name << (x.fp8_recipe != 0 ? " (not FP8)" : "")
+      << "; an MlpBwd the schedule runs whole ran them itself";
+  if (delayed && apart) o << ". ";
+  if (apart)
+    o << "MoE shared expert apart (model.moe_shared_expert_overlap): its fc1 and activation "
+         "ran as their own MlpFwd task beside the dispatch and fc2 beside the combine, and "
+         "their backwards as MlpBwd tasks beside the adjoints; the pre-MLP norm ran in the "
+         "shared fc1 tasks (the first of each direction), where the simulator costs it in the "
+         "MoE MLP op";
+  return o.str();
+}
+
 }  // namespace trainsim::hw

@@ -44,5 +44,10 @@ std::string gemm_count_note(const NoteContext& x);
 std::string mla_note(const NoteContext& x, const CoreLayerSpec& c);
 /// The token-dropping phrase of the MoE note.
 std::string drop_note(const CoreLayerSpec& m);
+/// What MlpFwd / MlpBwd ran for the MoE layers (`m` one of them).
+std::string moe_note(const NoteContext& x, const CoreLayerSpec& m, bool token_drop);
+/// How the MoE layers' tasks split (delay_wgrad_compute's held-back expert weight gradients,
+/// the shared expert apart); "" where no MoE layer splits.
+std::string moe_split_note(const NoteContext& x);
 
 }  // namespace trainsim::hw

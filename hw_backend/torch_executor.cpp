@@ -188,6 +188,7 @@ class Executor {
 
     // Which parts of the model this rank holds, and the shapes, from its compute tasks.
     const OpDesc* shape_op = nullptr;
+    std::set<std::uint16_t> delayed;  // layers whose MoE backward the graph splits
     for (TaskId id : order_) {
       const Task& t = g_.task(id);
       const OpDesc& op = g_.op(id);
@@ -198,6 +199,11 @@ class Executor {
         if (t.part == Part::Attn || t.part == Part::Mlp) layers_.insert(t.layer);
         if (op.features.experts_local > 0) has_experts_ = true;
         if (op.kind == OpKind::AttnFwd || op.kind == OpKind::MlpFwd) layer_spec(t.layer, op);
+        if (op.kind == OpKind::MlpBwd && op.features.expert_wgrad != 0) delayed.insert(t.layer);
+        if (op.features.shared_part != 0 && t.phase == Phase::Recompute)
+          throw InputError("replay: model.moe_shared_expert_overlap (true) with the MoE layer's "
+                           "recomputation (recompute_granularity full, or recompute_modules moe) "
+                           "is not replayed: set one of them off");
       }
       if (t.kind == TaskKind::CopyH2D || t.kind == TaskKind::CopyD2H)
         copy_bytes_ = std::max(copy_bytes_, op.bytes);
@@ -207,6 +213,7 @@ class Executor {
     }
     TRAINSIM_CHECK(shape_op != nullptr,
                    "replay: rank " + std::to_string(rank_) + " has no compute task");
+    for (std::uint16_t l : delayed) specs_.at(l).delay_wgrad = true;
     d_.b = shape_op->micro_batch, d_.s = shape_op->seq, d_.h = shape_op->hidden;
     d_.heads = shape_op->heads, d_.head_dim = shape_op->head_dim, d_.ffn = shape_op->ffn;
     d_.vocab = shape_op->vocab, d_.tp = shape_op->tp;
@@ -412,22 +419,18 @@ class Executor {
       }
       return;
     }
-    // model.moe_shared_expert_overlap splits the shared expert out of the MoE MLP op
-    // (ModelFeatures::shared_part); the replay runs the MoE layer whole and does not split it.
-    if (f.shared_part != 0)
-      throw InputError("replay: model.moe_shared_expert_overlap (true) is not replayed; set it "
-                       "false to replay the layer with its shared expert in line");
-    // parallel.delay_wgrad_compute splits the MoE MLP backward in two (ModelFeatures::
-    // expert_wgrad); the replay runs each backward whole.
-    if (f.expert_wgrad != 0)
-      throw InputError("replay: parallel.delay_wgrad_compute (true) is not replayed (the experts' "
-                       "weight-gradient GEMMs as their own task); set "
-                       "parallel.overlap_moe_expert_parallel_comm and "
-                       "parallel.delay_wgrad_compute false to replay the MoE backward whole");
+    // model.moe_shared_expert_overlap: the shared expert's own ops carry its width; the MoE
+    // MLP op (kSharedApart) runs without it (core_layer.h SharedApartState).
+    if (f.shared_part == kSharedFc1 || f.shared_part == kSharedFc2) {
+      c.shared_ffn = f.shared_ffn, c.shared_apart = true;
+      return;
+    }
+    if (f.shared_part == kSharedApart) c.shared_apart = true;
+    else c.shared_ffn = f.shared_ffn;
     c.ffn = op.ffn, c.swiglu = f.swiglu, c.moe = f.experts_local > 0;
     c.quick_geglu = f.quick_geglu, c.glu_clamp = f.glu_clamp, c.glu_offset = f.glu_offset;
     c.experts_local = f.experts_local, c.num_experts = f.num_experts, c.topk = f.topk;
-    c.expert_ffn = f.expert_ffn, c.shared_ffn = f.shared_ffn;
+    c.expert_ffn = f.expert_ffn;
     if (f.fp8 != 0) fp8_ = true, fp8_recipe_ = f.fp8;
     if (f.grouped_gemm) grouped_gemm_ = true;
     c.grouped_gemm = f.grouped_gemm;
@@ -509,11 +512,13 @@ class Executor {
         const CoreLayerSpec& c = specs_.at(t.layer);
         const CoreWeights& cw = core_weights_.at(t.layer);
         return attn ? core_attn_forward(cw, x, c, windows_.at(c.window), rope_cos_, rope_sin_, dropout_)
-                    : core_mlp_forward(cw, x, c, dropout_, &moe_stats_);
+                    : core_mlp_forward(cw, x, c, dropout_, &moe_stats_, wgrad_store(t, c));
       }
       const LayerWeights& w = weights_.at(t.layer);
       return attn ? attn_forward(w, x, mask_, d_, dropout_, selective) : mlp_forward(w, x, d_, dropout_);
     };
+    if (op.features.shared_part != 0 && op.features.expert_wgrad == 0)
+      return shared_apart(id, t, op);
     switch (op.kind) {
       case OpKind::EmbedFwd: {
         torch::Tensor out = embed_forward(word_, pos_, tokens_[mb], d_, dropout_);
@@ -565,12 +570,16 @@ class Executor {
       }
       case OpKind::AttnBwd:
       case OpKind::MlpBwd: {
+        // delay_wgrad_compute's second part (expert_wgrad 2): the held-back expert GEMMs.
+        if (op.features.expert_wgrad == 2) return run_held_wgrad(id, t, true);
         auto it = blocks_.find(block_key(mb, t.layer, t.part));
         TRAINSIM_CHECK(it != blocks_.end(),
                        "replay: backward task " + g_.label(id) + " has no forward state");
         torch::Tensor g = take(grad_, mb, id, "output gradient");
         grad_[mb] = block_backward(it->second, g, mask_, d_, dropout_);
         blocks_.erase(it);
+        // A whole MoE backward (the schedule's lone steps) runs its weight gradients itself.
+        if (op.kind == OpKind::MlpBwd && op.features.expert_wgrad == 0) run_held_wgrad(id, t, false);
         return;
       }
       case OpKind::LogitsLossFwd: {
@@ -600,6 +609,52 @@ class Executor {
       }
       default:
         TRAINSIM_CHECK(false, std::string("replay: compute task with op ") + to_string(op.kind));
+    }
+  }
+
+  /// The wgrad store of an MoE MLP forward of task `t`'s layer and microbatch, emptied; null
+  /// where the layer's backward is not split (core_layer.h CoreLayerSpec::delay_wgrad).
+  DeferredWgrad* wgrad_store(const Task& t, const CoreLayerSpec& c) {
+    if (!c.delay_wgrad || !c.moe) return nullptr;
+    DeferredWgrad& d = wgrad_[block_key(t.microbatch, t.layer, Part::Mlp)];
+    d = DeferredWgrad{};
+    return &d;
+  }
+  /// Runs the weight-gradient GEMMs the MoE MLP backward of `t`'s layer and microbatch held
+  /// back (expert_wgrad.h); `required`: the split's own task, which must find them.
+  void run_held_wgrad(TaskId id, const Task& t, bool required) {
+    auto it = wgrad_.find(block_key(t.microbatch, t.layer, Part::Mlp));
+    TRAINSIM_CHECK(!required || it != wgrad_.end(),
+                   "replay: " + g_.label(id) + " finds no held-back expert weight gradients");
+    if (it == wgrad_.end()) return;
+    held_wgrad_gemms_ += it->second.run();
+    wgrad_.erase(it);
+  }
+  /// The six tasks of an MoE layer whose shared expert runs apart (core_layer.h
+  /// SharedApartState, model.moe_shared_expert_overlap).
+  void shared_apart(TaskId id, const Task& t, const OpDesc& op) {
+    const std::uint32_t mb = t.microbatch;
+    const std::uint64_t key = block_key(mb, t.layer, Part::Mlp);
+    const CoreLayerSpec& c = specs_.at(t.layer);
+    const CoreWeights& cw = core_weights_.at(t.layer);
+    SharedApartState& st = shared_[key];
+    const bool fwd = op.kind == OpKind::MlpFwd;
+    switch (op.features.shared_part) {
+      case kSharedFc1:
+        if (fwd) return shared_fc1_forward(cw, take(act_, mb, id, "input activation"), c, st);
+        grad_[mb] = shared_fc1_backward(st);
+        shared_.erase(key);
+        return;
+      case kSharedApart:
+        if (fwd) return shared_moe_forward(cw, c, &moe_stats_, wgrad_store(t, c), st);
+        shared_moe_backward(st);
+        return run_held_wgrad(id, t, false);
+      case kSharedFc2:
+        if (fwd) act_[mb] = shared_fc2_forward(cw, c, dropout_, st);
+        else shared_fc2_backward(st, take(grad_, mb, id, "output gradient"));
+        return;
+      default:
+        TRAINSIM_CHECK(false, "replay: " + g_.label(id) + " has an unknown shared-expert part");
     }
   }
 
@@ -810,23 +865,8 @@ class Executor {
       const CoreLayerSpec* m = nullptr;
       for (const auto& [layer, sp] : specs_)
         if (sp.moe) m = &sp;
-      std::ostringstream e;
-      e << "MoE: MlpFwd/MlpBwd ran router (" << m->num_experts << " experts, top-" << m->topk
-        << (m->sigmoid ? ", sigmoid scores normalized over the k" : ", softmax");
-      if (m->router_group_topk > 0)
-        e << ", group-limited: the top " << m->router_group_topk << " of " << m->router_groups
-          << " expert groups";
-      if (m->expert_bias)
-        e << ", the expert bias steering the choice, updated after each iteration by "
-             "sign(mean load - load) x 1e-3 from this rank's loads";
-      e << "), sort-based permutation, the token counts' device-to-host copy, "
-        << m->experts_local << " local experts of " << m->expert_ffn
-        << expert_gemm_phrase(note_context())
-        << ", unpermute" << (m->shared_ffn > 0 ? ", shared expert" : "")
-        << "; the experts of absent expert-parallel ranks ran as this rank's (global expert e as "
-           "local expert e mod " << m->experts_local << ")"
-        << (token_drop_ ? drop_note(*m) : std::string());
-      notes_.push_back(e.str());
+      notes_.push_back(moe_note(note_context(), *m, token_drop_));
+      if (const std::string n = moe_split_note(note_context()); !n.empty()) notes_.push_back(n);
     }
   }
 
@@ -850,6 +890,9 @@ class Executor {
                        " routed token copies dropped, " +
                        std::to_string(moe_stats_.padded_copies) +
                        " padding copies, over the replay's MoE forwards");
+    if (held_wgrad_gemms_ > 0)
+      notes_.push_back("MoE backward split: " + std::to_string(held_wgrad_gemms_) +
+                       " held-back expert weight-gradient GEMMs ran (expert_wgrad.h)");
     if (cpu_steps_ > 0)
       notes_.push_back("optimizer: " + std::to_string(cpu_steps_) + " OptimizerStepCpu sub-groups (" +
                        std::to_string(cpu_step_params_) + " parameters) ran the CPU Adam kernel "
@@ -860,9 +903,9 @@ class Executor {
                        std::string(dev_.cuda ? " (pinned, on the H2D / D2H streams)"
                                              : " (both in host memory on the CPU device)"));
     if (!act_.empty() || !grad_.empty() || !blocks_.empty() || !stash_.empty() || !logits_.empty() ||
-        !embed_out_.empty())
+        !embed_out_.empty() || !wgrad_.empty() || !shared_.empty())
       notes_.push_back("warning: " + std::to_string(blocks_.size() + stash_.size() + logits_.size() +
-                                                    embed_out_.size()) +
+                                                    embed_out_.size() + wgrad_.size() + shared_.size()) +
                        " forward states were still alive at the end of the iteration");
   }
 
@@ -903,6 +946,9 @@ class Executor {
   // Live activations and gradients, per microbatch / block.
   std::map<std::uint32_t, torch::Tensor> act_, grad_, embed_out_;
   std::map<std::uint64_t, BlockState> blocks_;
+  std::map<std::uint64_t, DeferredWgrad> wgrad_;         ///< held-back expert wgrads, by block
+  std::map<std::uint64_t, SharedApartState> shared_;     ///< MoE layers with the shared expert apart
+  std::int64_t held_wgrad_gemms_ = 0;                    ///< for the notes
   std::map<std::uint64_t, torch::Tensor> stash_;
   std::map<std::uint32_t, std::pair<torch::Tensor, torch::Tensor>> logits_;  // (input, loss)
   // Received slices (offset, elements) awaiting the pipeline all-gather.

@@ -154,12 +154,10 @@ TEST(SmallReplayCli, ShrunkH100ScenariosReplayTheirOwnLayersOnTheCpu) {
        " --set model.num_layers=30 --set parallel.global_batch_size=64"},
       {"qwen3-235b-a22b_fp8-cs_tp2_pp8_vp4_ep32_dp16_r25.11",
        moe + " --set model.num_layers=46 --set parallel.global_batch_size=128"},
-      // The replay runs each MoE MLP backward whole: without the recipe's EP overlap and its
-      // delayed weight gradient (parallel.delay_wgrad_compute splits that op in two).
+      // The recipe's EP overlap with its delayed weight gradients: 8 microbatches over 2 stages
+      // of 2 virtual chunks leave a steady state, whose merged steps split the MoE backward.
       {"qwen3-30b-a3b_fp8-cs_tp1_pp2_vp24_ep8_dp8_r25.11",
-       moe + " --set model.num_layers=4 --set parallel.global_batch_size=32" +
-           " --set parallel.overlap_moe_expert_parallel_comm=false" +
-           " --set parallel.delay_wgrad_compute=false"},
+       moe + " --set model.num_layers=4 --set parallel.global_batch_size=128"},
   };
   for (const auto& [name, sets] : runs) {
     SCOPED_TRACE(name);
@@ -180,6 +178,12 @@ TEST(SmallReplayCli, ShrunkH100ScenariosReplayTheirOwnLayersOnTheCpu) {
       EXPECT_NE(notes.find("MoE: MlpFwd/MlpBwd ran router"), std::string::npos) << notes;
     if (name.rfind("gpt-oss", 0) == 0)  // model.quick_geglu with its clamp and offset
       EXPECT_NE(notes.find("clamped quick-GeGLU (GPT-OSS)"), std::string::npos) << notes;
+    if (name.rfind("qwen3-30b", 0) == 0) {  // delay_wgrad_compute: the split ran its GEMMs
+      EXPECT_NE(notes.find("MoE backward split (parallel.delay_wgrad_compute)"), std::string::npos)
+          << notes;
+      EXPECT_NE(notes.find("held-back expert weight-gradient GEMMs ran"), std::string::npos) << notes;
+    }
+    EXPECT_EQ(notes.find("forward states were still alive"), std::string::npos) << notes;
   }
 }
 
@@ -230,16 +234,12 @@ TEST(SmallReplayCli, ShrunkDeepSeekB200AndGb200ScenariosReplayTheirOwnLayersOnTh
     std::string file, sets;
   };
   const std::vector<Run> runs = {
-      // The recipe's EP overlap splits the MoE backward (delay_wgrad_compute), which the replay
-      // refuses (it runs each backward whole): set both false here.
+      // The recipe's EP overlap with its delayed weight gradients (no steady state at 8
+      // microbatches over 8 stages of 4 chunks: every MoE backward runs whole).
       {"h100/deepseek-v3_bf16_tp2_pp8_vp4_ep64_dp64_r25.09",
-       mla + moe64 + " --set parallel.global_batch_size=512 --set "
-                     "parallel.overlap_moe_expert_parallel_comm=false --set "
-                     "parallel.delay_wgrad_compute=false"},
-      // model.moe_shared_expert_overlap splits the shared expert into ops of its own, which the
-      // replay refuses (it runs the MoE layer whole): set false here.
-      {"b200/deepseek-v3_fp8-mx_tp1_pp16_ep8_dp16_r25.11",
-       mla + moe64 + " --set parallel.global_batch_size=32 --set model.moe_shared_expert_overlap=false"},
+       mla + moe64 + " --set parallel.global_batch_size=512"},
+      // model.moe_shared_expert_overlap: the shared expert in tasks of its own.
+      {"b200/deepseek-v3_fp8-mx_tp1_pp16_ep8_dp16_r25.11", mla + moe64 + " --set parallel.global_batch_size=32"},
       {"gb200/deepseek-v3_bf16_tp1_pp4_vp4_ep64_dp64_r25.11", mla + moe64 + " --set parallel.global_batch_size=256"},
       {"gb200/deepseek-v3_fp8-mx_tp1_pp8_vp4_ep32_dp32_r25.11", mla + moe64 + " --set parallel.global_batch_size=256"},
       {"gb200/qwen3-235b-a22b_bf16_tp1_pp8_vp3_ep32_dp32_r25.11", gqa + moe32 + " --set parallel.global_batch_size=256"},
@@ -295,5 +295,10 @@ TEST(SmallReplayCli, ShrunkDeepSeekB200AndGb200ScenariosReplayTheirOwnLayersOnTh
           << notes;
     if (r.sets.find("capacity_factor") != std::string::npos)
       EXPECT_NE(notes.find("MoE token dropping: capacity"), std::string::npos) << notes;
+    if (r.file.rfind("b200/deepseek-v3", 0) == 0)  // moe_shared_expert_overlap
+      EXPECT_NE(notes.find("MoE shared expert apart (model.moe_shared_expert_overlap)"),
+                std::string::npos)
+          << notes;
+    EXPECT_EQ(notes.find("forward states were still alive"), std::string::npos) << notes;
   }
 }
