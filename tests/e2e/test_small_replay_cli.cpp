@@ -187,6 +187,31 @@ TEST(SmallReplayCli, ShrunkH100ScenariosReplayTheirOwnLayersOnTheCpu) {
   }
 }
 
+// The shared expert apart with the MoE layer re-run in the backward is refused with the keys
+// named (the replay runs the shared expert's tasks with autograd state only), exit 1.
+TEST(SmallReplayCli, TheSharedExpertApartWithMoeRecomputationIsRefused) {
+#ifndef TRAINSIM_HAVE_REPLAY
+  GTEST_SKIP() << "the replay verb is not in this build (LibTorch was not found)";
+#endif
+  std::system(("mkdir -p " + kOut).c_str());
+  const std::string log = kOut + "/shared_apart_recompute.log";
+  const std::string sets =
+      " --set model.hidden_size=128 --set model.num_attention_heads=16 --set "
+      "model.ffn_hidden_size=256 --set model.seq_length=64 --set model.padded_vocab_size=1024 "
+      "--set model.qk_head_dim=4 --set model.qk_pos_emb_head_dim=4 --set model.v_head_dim=8 "
+      "--set model.q_lora_rank=32 --set model.kv_lora_rank=16 --set model.num_experts=64 --set "
+      "model.moe_ffn_hidden_size=64 --set model.moe_shared_expert_intermediate_size=64 --set "
+      "parallel.global_batch_size=32 --set parallel.recompute_modules=[mla_up_proj,moe]";
+  EXPECT_EQ(run("replay " + source_path("scenarios/b200/deepseek-v3_fp8-mx_tp1_pp16_ep8_dp16_r25.11.yaml") +
+                    sets + " --device cpu",
+                log),
+            1);
+  EXPECT_NE(slurp(log).find("model.moe_shared_expert_overlap (true) with the MoE layer's "
+                            "recomputation (recompute_granularity full, or recompute_modules moe)"),
+            std::string::npos)
+      << slurp(log);
+}
+
 // validate --nprocs refuses what cannot run, naming the scenario file, the flag and the value.
 TEST(SmallReplayCli, ValidateRefusesBadProcessCounts) {
 #ifndef TRAINSIM_HAVE_VALIDATE
