@@ -123,11 +123,15 @@ step replay-cuda 60 $cli replay scenarios/gpt-1.7b_tp1_pp1_dp32.yaml \
 # scaling where the build has the new ops, else in bf16; a note says which) and one
 # Qwen3-30B-A3B MoE layer stack (2 layers, 128 experts / EP 8 = 16 local experts, top-8, micro
 # batch 2, sequence 4096; one pipeline stage, 8 GPUs: DP 8 = EP 8, 2 microbatches; the recipe's
-# EP overlap and delayed weight gradients off: the replay runs each MoE backward whole). The same --set values are written to
-# replays.json for validation/h100_device.py.
+# EP overlap and delayed weight gradients off: the replay runs each MoE backward whole), then
+# the same stack with the recipe's overlap on (the combined 1F1B schedule at pp 1: microbatch 1's
+# forward beside microbatch 0's backward, whose MoE backward is split by delay_wgrad_compute:
+# hw_backend/expert_wgrad.h). The same --set values are written to replays.json for
+# validation/h100_device.py.
 llama_sets="model.num_layers=4 parallel.global_batch_size=16"
-qwen_sets="model.num_layers=2 parallel.pipeline_model_parallel_size=1
-  parallel.num_layers_per_virtual_pipeline_stage=null parallel.global_batch_size=32 cluster.nodes=1
+qwen_overlap_sets="model.num_layers=2 parallel.pipeline_model_parallel_size=1
+  parallel.num_layers_per_virtual_pipeline_stage=null parallel.global_batch_size=32 cluster.nodes=1"
+qwen_sets="$qwen_overlap_sets
   parallel.overlap_moe_expert_parallel_comm=false parallel.delay_wgrad_compute=false"
 cat > "$out/replays.json" <<JSON
 {"device": "$gpu",
@@ -136,7 +140,9 @@ cat > "$out/replays.json" <<JSON
   {"name": "llama3-8b_layers", "scenario": "scenarios/h100/llama3-8b_fp8-cs_fsdp8_tp1_pp1_dp8_r25.11.yaml",
    "sets": "$(echo $llama_sets)"},
   {"name": "qwen3-30b-a3b_moe", "scenario": "scenarios/h100/qwen3-30b-a3b_fp8-cs_tp1_pp2_vp24_ep8_dp8_r25.11.yaml",
-   "sets": "$(echo $qwen_sets)"}]}
+   "sets": "$(echo $qwen_sets)"},
+  {"name": "qwen3-30b-a3b_moe_a2a_overlap", "scenario": "scenarios/h100/qwen3-30b-a3b_fp8-cs_tp1_pp2_vp24_ep8_dp8_r25.11.yaml",
+   "sets": "$(echo $qwen_overlap_sets)"}]}
 JSON
 replay_core() {  # replay_core NAME SCENARIO SETS...
   local name=$1 scenario=$2
@@ -150,6 +156,8 @@ replay_core() {  # replay_core NAME SCENARIO SETS...
 replay_core llama3-8b_layers scenarios/h100/llama3-8b_fp8-cs_fsdp8_tp1_pp1_dp8_r25.11.yaml $llama_sets
 # shellcheck disable=SC2086
 replay_core qwen3-30b-a3b_moe scenarios/h100/qwen3-30b-a3b_fp8-cs_tp1_pp2_vp24_ep8_dp8_r25.11.yaml $qwen_sets
+# shellcheck disable=SC2086
+replay_core qwen3-30b-a3b_moe_a2a_overlap scenarios/h100/qwen3-30b-a3b_fp8-cs_tp1_pp2_vp24_ep8_dp8_r25.11.yaml $qwen_overlap_sets
 # The host section fitted from the Llama replay's host thread (calibrate --from-trace).
 base_profile=calibration/h100-sxm5-80gb.json
 [ "$dev" = h200 ] && base_profile=calibration/h200-sxm-141gb.json
