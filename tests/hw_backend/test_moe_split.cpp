@@ -42,24 +42,33 @@ void expect_close(const torch::Tensor& a, const torch::Tensor& b, const std::str
       << what << ": max difference " << (a - b).abs().max().item<double>();
 }
 
-/// The whole layer's output and gradients (input first, then the weights in name order).
-std::vector<torch::Tensor> whole_layer(hw::CoreWeights& w, const hw::CoreLayerSpec& c,
-                                       const torch::Tensor& x, const torch::Tensor& g,
-                                       torch::Tensor* out) {
-  hw::BlockState st = hw::core_mlp_forward(w, x, c, hw::Dropout{0, 0}, nullptr);
-  *out = st.output.detach();
-  return backward_grads(st.output, g, st.input, w);
+/// The tiny layer's weights from `seed`, an input and an output gradient, and the whole
+/// layer's output and gradients (input first, then the weights in name order).
+struct WholeLayer {
+  hw::CoreLayerSpec c = moe_layer();
+  hw::CoreWeights w;
+  torch::Tensor x, g, out;
+  std::vector<torch::Tensor> grads;
+};
+WholeLayer whole_layer(std::uint64_t seed) {
+  WholeLayer r;
+  r.w = make_core_weights(r.c, seed);
+  const auto opt = torch::TensorOptions().dtype(torch::kFloat64);
+  r.x = torch::randn({r.c.s, r.c.b, r.c.h}, opt), r.g = torch::randn({r.c.s, r.c.b, r.c.h}, opt);
+  hw::BlockState st = hw::core_mlp_forward(r.w, r.x, r.c, hw::Dropout{0, 0}, nullptr);
+  r.out = st.output.detach();
+  r.grads = backward_grads(st.output, r.g, st.input, r.w);
+  return r;
 }
 
 }  // namespace
 
 TEST(MoeSplit, HeldBackExpertWeightGradientsMatchTheWholeBackwardOnceRun) {
-  hw::CoreLayerSpec c = moe_layer();
-  hw::CoreWeights w = make_core_weights(c, 21);
-  const auto opt = torch::TensorOptions().dtype(torch::kFloat64);
-  const torch::Tensor x = torch::randn({c.s, c.b, c.h}, opt), g = torch::randn({c.s, c.b, c.h}, opt);
-  torch::Tensor ref_out;
-  const std::vector<torch::Tensor> ref = whole_layer(w, c, x, g, &ref_out);
+  WholeLayer r = whole_layer(21);
+  hw::CoreLayerSpec& c = r.c;
+  hw::CoreWeights& w = r.w;
+  const torch::Tensor &x = r.x, &g = r.g, &ref_out = r.out;
+  const std::vector<torch::Tensor>& ref = r.grads;
 
   c.delay_wgrad = true;
   hw::DeferredWgrad held;
@@ -93,12 +102,11 @@ TEST(MoeSplit, HeldBackExpertWeightGradientsMatchTheWholeBackwardOnceRun) {
 TEST(MoeSplit, TheSharedExpertApartGivesTheInlineLayer) {
   for (const bool delay : {false, true}) {
     SCOPED_TRACE(delay ? "with delay_wgrad" : "without delay_wgrad");
-    hw::CoreLayerSpec c = moe_layer();
-    hw::CoreWeights w = make_core_weights(c, 22);
-    const auto opt = torch::TensorOptions().dtype(torch::kFloat64);
-    const torch::Tensor x = torch::randn({c.s, c.b, c.h}, opt), g = torch::randn({c.s, c.b, c.h}, opt);
-    torch::Tensor ref_out;
-    const std::vector<torch::Tensor> ref = whole_layer(w, c, x, g, &ref_out);
+    WholeLayer r = whole_layer(22);
+    hw::CoreLayerSpec& c = r.c;
+    hw::CoreWeights& w = r.w;
+    const torch::Tensor &x = r.x, &g = r.g, &ref_out = r.out;
+    const std::vector<torch::Tensor>& ref = r.grads;
 
     c.shared_apart = true, c.delay_wgrad = delay;
     hw::DeferredWgrad held;
