@@ -172,29 +172,28 @@ std::vector<HostCommPoint> measure_host_collectives(const HostCommBenchOptions& 
 }
 
 HostCommFit fit_host_comm(const std::vector<HostCommPoint>& points) {
+  // Weighted least squares with weights 1 / t^2: the sum of squared relative residuals
+  // ((latency + x / bw - t) / t)^2, so that a 4 KiB point counts as much as a 4 MiB one (with
+  // absolute residuals the largest sizes, 50x the smallest times, set the line alone and its
+  // intercept, the latency, is lost).
   std::set<double> distinct;
-  double sx = 0, sy = 0;
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const HostCommPoint& p : points) {
+    TRAINSIM_CHECK(p.best_s > 0, "fit_host_comm: a point without a positive time");
     distinct.insert(p.transport_bytes);
-    sx += p.transport_bytes;
-    sy += p.best_s;
+    const double w = 1.0 / (p.best_s * p.best_s), x = p.transport_bytes, y = p.best_s;
+    sw += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;
   }
   if (distinct.size() < 2)
     throw InputError("calibrate: the host-transport fit needs points of at least two sizes (" +
                      std::to_string(distinct.size()) + " given)");
-  const double n = double(points.size()), mx = sx / n, my = sy / n;
-  double sxx = 0, sxy = 0;
-  for (const HostCommPoint& p : points) {
-    sxx += (p.transport_bytes - mx) * (p.transport_bytes - mx);
-    sxy += (p.transport_bytes - mx) * (p.best_s - my);
-  }
-  const double slope = sxy / sxx;
+  const double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
   if (!(slope > 0))
     throw InputError("calibrate: the host-transport times do not grow with the bytes (slope " +
                      std::to_string(slope) + " s/B): no bandwidth to fit");
   HostCommFit f;
   f.bw_bytes_per_s = 1.0 / slope;
-  f.latency_s = std::max(0.0, my - slope * mx);
+  f.latency_s = std::max(0.0, (sy - slope * sx) / sw);
   return f;
 }
 
@@ -207,8 +206,8 @@ nlohmann::json host_comm_json(const std::vector<HostCommPoint>& points, const Ho
                    "fp32, fastest of the repetitions after a barrier, timed by member 0; "
                    "transport_bytes = bytes a member writes and reads "
                    "(CostModel::host_transport_bytes_per_rank)"},
-          {"fit", "time = latency + transport_bytes / bandwidth, least squares over all points "
-                  "(hw_backend/host_comm_bench.h)"},
+          {"fit", "time = latency + transport_bytes / bandwidth, least squares of the relative "
+                  "residuals over all points (hw_backend/host_comm_bench.h)"},
           {"latency_s", fit.latency_s},
           {"bw_bytes_per_s", fit.bw_bytes_per_s},
           {"points", rows}};

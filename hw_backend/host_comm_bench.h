@@ -14,10 +14,12 @@
 // The forked members touch no LibTorch (pure POSIX), so calibrate runs this before its LibTorch
 // microbenchmarks start their thread pools.
 //
-// The fit: a least-squares line time = latency + x / bandwidth through the fastest times, x
-// the bytes a member writes and reads in the exchange (CostModel::host_transport_bytes_per_rank:
-// n S for an all-reduce, reduce-scatter or all-to-all of S bytes over n members, S for an
-// all-gather), over all operations and sizes together; the latency is held at >= 0.
+// The fit: a line time = latency + x / bandwidth through the fastest times, x the bytes a
+// member writes and reads in the exchange (CostModel::host_transport_bytes_per_rank: n S for an
+// all-reduce, reduce-scatter or all-to-all of S bytes over n members, S for an all-gather), over
+// all operations and sizes together, least squares of the relative residuals (weights 1 / t^2:
+// the sizes span three orders of magnitude of time, and absolute residuals would leave the
+// small messages, and so the latency, to the largest ones); the latency is held at >= 0.
 #pragma once
 
 #include <cstdint>
@@ -57,7 +59,8 @@ struct HostCommFit {
 /// cannot be made, SystemError when a member cannot be forked or fails.
 std::vector<HostCommPoint> measure_host_collectives(const HostCommBenchOptions& options);
 
-/// The least-squares line through (transport_bytes, best_s) of the points (file comment).
+/// The line through (transport_bytes, best_s) of the points, relative least squares (file
+/// comment).
 /// Throws InputError when fewer than two distinct byte counts are given or the slope is not
 /// positive (times that do not grow with the bytes: nothing to fit a bandwidth to).
 HostCommFit fit_host_comm(const std::vector<HostCommPoint>& points);

@@ -39,6 +39,16 @@ TEST(HostCommBench, FitRecoversAnExactLine) {
   EXPECT_NEAR(f.bw_bytes_per_s / bw, 1.0, 1e-9);
 }
 
+TEST(HostCommBench, FitWeighsRelativeResiduals) {
+  // Two times at x = 0 (1 ms and 3 ms) and one at x = 1 MB (2 ms). Relative residuals: at x = 0
+  // the latency is the mean weighted by 1 / t^2, (1 x 1 + 3 x 1/9) / (1 + 1/9) = 1.2 ms, and
+  // the line passes through the single point at 1 MB: slope 0.8 ms / 1e6 B (1.25 GB/s).
+  // Absolute residuals would give 2 ms and a slope of 0 instead.
+  const auto f = fit_host_comm({point("a", 0, 1e-3), point("a", 0, 3e-3), point("a", 1e6, 2e-3)});
+  EXPECT_NEAR(f.latency_s, 1.2e-3, 1e-12);
+  EXPECT_NEAR(f.bw_bytes_per_s / 1.25e9, 1.0, 1e-9);
+}
+
 TEST(HostCommBench, FitHoldsTheLatencyAtZero) {
   // Two points on time = -1 ms + x / 1 GB/s: the intercept is negative, held at 0.
   const auto f = fit_host_comm({point("a", 2e6, 1e-3), point("a", 4e6, 3e-3)});
