@@ -224,6 +224,7 @@ int calibrate_main(const CalibrateArgs& args) {
     mo.device = args.device.empty() ? "cpu" : args.device;
     mo.quick = args.quick;
     mo.progress = true;
+    mo.median_of_repetitions = args.nprocs > 1;  // time-sliced: the typical repetition
     if (args.nprocs > 0 && mo.device != "cpu")
       throw InputError("calibrate --device " + mo.device + " --nprocs " +
                        std::to_string(args.nprocs) +
