@@ -4,6 +4,7 @@
 #include <iostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "apps/output_file.h"
 #include "apps/verbs.h"
@@ -16,6 +17,17 @@
 #include "validation/host_fit.h"
 #include "validation/microbench.h"
 #include "validation/trace_import.h"
+#ifndef TRAINSIM_NO_MICROBENCH
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "hw_backend/host_comm_bench.h"
+#endif
 
 namespace trainsim::cli {
 
@@ -47,6 +59,79 @@ void report_fit(const std::string& source, const std::string& base_path,
               << " comes from the device of " << base_path << ")\n";
 }
 
+#ifndef TRAINSIM_NO_MICROBENCH
+/// The host transport of a multi-process CPU replay (hw_backend/host_comm_bench.h), measured
+/// between two processes; --quick: three sizes, five repetitions. Run before the LibTorch
+/// microbenchmarks, so that the forked members start before LibTorch's thread pools.
+std::vector<hw::HostCommPoint> measure_host_transport(bool quick) {
+  hw::HostCommBenchOptions o;
+  if (quick) {
+    o.sizes_bytes = {4096, 65536, 1048576};
+    o.repetitions = 5;
+  }
+  std::cerr << "trainsim calibrate: host transport (hw_backend/host_comm.h) between "
+            << o.processes << " processes, " << o.sizes_bytes.size() << " sizes\n";
+  return hw::measure_host_collectives(o);
+}
+
+/// The fit of `points` into local_device.host_comm_* and the points into
+/// measurements.host_comm.
+void add_host_transport(CalibrationProfile& p, const std::vector<hw::HostCommPoint>& points) {
+  const hw::HostCommFit fit = hw::fit_host_comm(points);
+  p.local_device.host_comm_latency_s = fit.latency_s;
+  p.local_device.host_comm_bw_bytes_per_s = fit.bw_bytes_per_s;
+  nlohmann::json m = p.measurements_json.empty() ? nlohmann::json::object()
+                                                 : nlohmann::json::parse(p.measurements_json);
+  m["host_comm"] = hw::host_comm_json(points, fit);
+  p.measurements_json = m.dump();
+  std::cerr << "trainsim calibrate: host transport: " << fit.latency_s * 1e3 << " ms + bytes / "
+            << fit.bw_bytes_per_s / 1e9 << " GB/s\n";
+}
+/// calibrate --nprocs N: N - 1 forked processes run the same microbenchmarks over and over
+/// while this one (member 0) measures, and are stopped (SIGTERM) when it is done. The profile
+/// keeps member 0's rates: every one of its measurements ran while the N - 1 others competed
+/// for the cores, as the ranks of `validate --nprocs N` do (a member that finished its grid
+/// first would have measured its last shapes alone). The forked members write nothing.
+class Competitors {
+ public:
+  Competitors(const validation::MicrobenchOptions& mo, std::int64_t nprocs) {
+    validation::MicrobenchOptions quiet = mo;
+    quiet.progress = false;
+    std::fflush(nullptr);
+    for (std::int64_t m = 1; m < nprocs; ++m) {
+      const pid_t pid = ::fork();
+      if (pid < 0) {
+        stop();
+        throw SystemError(std::string("calibrate --nprocs: cannot fork: ") +
+                          std::strerror(errno));
+      }
+      if (pid == 0) {
+        try {
+          for (;;) (void)validation::run_microbenchmarks(quiet);
+        } catch (...) {
+        }
+        ::_exit(1);
+      }
+      pids_.push_back(pid);
+    }
+    if (!pids_.empty())
+      std::cerr << "trainsim calibrate: " << pids_.size() << " more process(es) run the same "
+                << "microbenchmarks while this one measures (--nprocs " << nprocs << ")\n";
+  }
+  ~Competitors() { stop(); }
+  Competitors(const Competitors&) = delete;
+  Competitors& operator=(const Competitors&) = delete;
+
+ private:
+  void stop() {
+    for (pid_t pid : pids_) ::kill(pid, SIGTERM);
+    for (pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
+    pids_.clear();
+  }
+  std::vector<pid_t> pids_;
+};
+#endif
+
 }  // namespace
 
 int calibrate_main(const CalibrateArgs& args) {
@@ -74,10 +159,12 @@ int calibrate_main(const CalibrateArgs& args) {
                             const std::string& applies_to) {
     if (args.base.empty())
       throw InputError("calibrate " + flag + " needs --base PROFILE.json (" + base_is + ")");
-    if (!args.device.empty() || args.quick)
+    if (!args.device.empty() || args.quick || args.nprocs > 0)
       throw InputError("calibrate " + flag + ": " +
-                       (args.quick ? "--quick" : "--device " + args.device) + " applies to " +
-                       applies_to);
+                       (args.quick           ? std::string("--quick")
+                        : args.nprocs > 0    ? "--nprocs " + std::to_string(args.nprocs)
+                                             : "--device " + args.device) +
+                       " applies to " + applies_to);
     CalibrationProfile base = load_calibration(args.base);
     SystemSpec system = system_of_profile(base, args.base);
     return std::make_pair(std::move(base), std::move(system));
@@ -137,7 +224,19 @@ int calibrate_main(const CalibrateArgs& args) {
     mo.device = args.device.empty() ? "cpu" : args.device;
     mo.quick = args.quick;
     mo.progress = true;
+    mo.median_of_repetitions = args.nprocs > 1;  // time-sliced: the typical repetition
+    if (args.nprocs > 0 && mo.device != "cpu")
+      throw InputError("calibrate --device " + mo.device + " --nprocs " +
+                       std::to_string(args.nprocs) +
+                       ": --nprocs measures the CPU's rates as N processes sharing its cores "
+                       "see them (--device cpu); a GPU runs one replay process");
+    std::vector<hw::HostCommPoint> transport;
+    if (mo.device == "cpu") transport = measure_host_transport(args.quick);
+    // Started before this process's LibTorch thread pools, as the transport's members.
+    const Competitors competitors(mo, args.nprocs);
     profile = validation::run_microbenchmarks(mo);
+    if (args.nprocs > 0) profile.local_device.processes = double(args.nprocs);
+    if (!transport.empty()) add_host_transport(profile, transport);
 #endif
   }
   std::string text = calibration_to_json(profile);

@@ -214,6 +214,11 @@ int run(int argc, char** argv) {
   calibrate->add_option("--device", cal.device, "cuda or cpu")->check(CLI::IsMember(devices));
   calibrate->add_option("--out", cal.out, "write the profile JSON (default: stdout)");
   calibrate->add_flag("--quick", cal.quick, "smaller microbenchmark grids (a few seconds)");
+  calibrate->add_option("--nprocs", cal.nprocs,
+                        "--device cpu: run the compute microbenchmarks in N processes at once "
+                        "and keep the rates one of them measured, as validate --nprocs N's "
+                        "ranks share the cores (default: one process)")
+      ->check(integer_at_least(1, 64));
   calibrate->add_option("--from-trace", cal.from_trace,
                         "fit --base from a PyTorch profiler (Kineto) trace instead of running "
                         "microbenchmarks");

@@ -4,14 +4,17 @@
 // report the errors (validation/compare.h) as JSON and as a self-contained HTML report. With
 // --nprocs N the replay runs in N processes (apps/validate_replay.h validate_processes), rank 0
 // comparing its own rank's tasks.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "apps/output_file.h"
 #include "apps/validate_replay.h"
 #include "apps/verbs.h"
+#include "models/hardware/local_device.h"
 #include "models/run.h"
 #include "models/outputs/memory_timeline.h"
 #include "sim/executor.h"
@@ -19,6 +22,34 @@
 #include "validation/measured_trace.h"
 
 namespace trainsim::cli {
+
+namespace {
+
+/// What a CPU profile says about a `validate --device cpu` of `nprocs` processes that its
+/// figures do not cover: rates measured by another number of processes at once than replay now
+/// (local_device.processes, absent = 1: `calibrate --nprocs N`), or, for several processes, no
+/// host transport figures (local_device.host_comm_*: collectives priced as local copies).
+std::vector<std::string> cpu_profile_warnings(const CalibrationProfile& p,
+                                              const std::string& path, std::int64_t nprocs) {
+  std::vector<std::string> w;
+  const std::int64_t measured_by =
+      p.local_device.processes > 0 ? std::int64_t(p.local_device.processes) : 1;
+  const std::int64_t replaying = std::max<std::int64_t>(1, nprocs);
+  if (measured_by != replaying)
+    w.push_back("--calibration " + path + ": its compute rates were measured by " +
+                std::to_string(measured_by) + " process(es) at once (local_device.processes), "
+                "and " + std::to_string(replaying) + " replay now, sharing the cores "
+                "differently (`trainsim calibrate --device cpu --nprocs " +
+                std::to_string(replaying) + "` measures them as this replay sees them)");
+  if (replaying > 1 && !(p.local_device.host_comm_bw_bytes_per_s > 0))
+    w.push_back("--calibration " + path + " has no host transport figures "
+                "(local_device.host_comm_latency_s, host_comm_bw_bytes_per_s): the collectives "
+                "between the processes are simulated as local copies (`trainsim calibrate "
+                "--device cpu` measures them)");
+  return w;
+}
+
+}  // namespace
 
 int validate_main(const ValidateArgs& args) {
   const bool from_trace = !args.measured_trace.empty();
@@ -93,6 +124,13 @@ int validate_main(const ValidateArgs& args) {
                     "simulated iteration includes waiting for the other ranks (pipeline bubble, "
                     "collectives over the modelled links), the replay does not; compare the "
                     "per-kind task times rather than the iteration time");
+  if (cpu && !from_trace && has_local_device(run.profile)) {
+    for (const std::string& w :
+         cpu_profile_warnings(run.profile, args.calibration, procs.nprocs)) {
+      notes.push_back("warning: " + w);
+      if (writer) std::cerr << "trainsim: warning: " << w << "\n";
+    }
+  }
 
   // Measured first: a trace that does not fit the graph is refused before simulating.
   ExecutionRecord measured;

@@ -93,6 +93,10 @@ struct CalibrateArgs {
   std::string device;
   std::string out;  ///< empty: print the profile JSON on stdout
   bool quick = false;      ///< smaller microbenchmark grids (tests)
+  /// --nprocs N (CPU only): the compute microbenchmarks run in N processes at once and the
+  /// profile keeps the rates one of them measured (local_device.processes = N), as the ranks
+  /// of `validate --nprocs N` share this machine's cores. 0: not given (one process).
+  std::int64_t nprocs = 0;
   /// Instead of microbenchmarks: fit `base` from the operators of a PyTorch profiler trace
   /// (validation/fit.h fit_from_operator_samples).
   std::string from_trace;

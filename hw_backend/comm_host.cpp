@@ -16,9 +16,8 @@
 namespace trainsim::hw {
 namespace {
 
-/// Sleep between two looks for a peer's file: short, a CPU replay's collectives take
-/// microseconds to milliseconds.
-constexpr double kPollInterval_s = 50e-6;
+/// Sleep between two looks for a peer's file (host_comm.h kHostCommPollInterval_s).
+constexpr double kPollInterval_s = kHostCommPollInterval_s;
 
 class HostComm final : public CommBackend {
  public:

@@ -30,6 +30,11 @@
 
 namespace trainsim::hw {
 
+/// Sleep between two looks for a peer's file in the replay's host backend (comm_host.cpp) and
+/// its microbenchmark (host_comm_bench.h): short, a CPU replay's collectives take microseconds
+/// to milliseconds.
+constexpr double kHostCommPollInterval_s = 50e-6;
+
 /// One group of processes (a communicator): `members` are world ranks in the group's ring
 /// order, `world_rank` must be one of them. `name` (letters, digits, '_', '-') keeps the files
 /// of different groups of one job apart. Element types: F32 and BF16 (a CPU replay's); F16 is

@@ -248,7 +248,8 @@ class CommPlanner {
     c.dst = send ? peer : me;
     c.bytes = std::uint64_t(g_.op(id).bytes);
     plat_.route(c.src, c.dst);
-    c.latency_s = message_latency_s(cost_, c.src.index, c.dst.index, P_.domain_ranks);
+    c.latency_s =
+        message_latency_s(cost_, c.src.index, c.dst.index, P_.domain_ranks, double(c.bytes));
     if (simulated(t.peer)) (send ? c.mb_out : c.mb_in) = mailbox(0, c.src.index, c.dst.index, 0);
     return c;
   }

@@ -5,7 +5,8 @@
 // has no LibTorch types.
 //
 // What is measured (each timing: warm-up call, then repetitions until a time budget is used;
-// the fastest repetition is kept, so that other load on the machine inflates nothing):
+// the fastest repetition is kept, so that other load on the machine inflates nothing; the
+// median with MicrobenchOptions::median_of_repetitions):
 //   GEMM      the three products of every Linear layer of a transformer (forward X W^T with the
 //             bias, input gradient dY W, weight gradient dY^T X) for hidden sizes and token
 //             counts of small layers, and the two batched products of core attention (Q K^T,
@@ -45,6 +46,11 @@ struct MicrobenchOptions {
   std::string dtype;
   /// Progress lines on stderr.
   bool progress = false;
+  /// Keep the median of each timing's repetitions instead of the fastest (`calibrate --nprocs
+  /// N` > 1: with N processes time-sliced on fewer cores, the fastest repetition of a short
+  /// operator is one that ran while it had a core alone, whereas a replay's ranks see the
+  /// typical one; alone on the machine the fastest keeps other load out).
+  bool median_of_repetitions = false;
 };
 
 /// Runs the microbenchmarks and returns the measured profile. Throws InputError for an

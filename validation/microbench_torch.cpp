@@ -32,24 +32,29 @@ struct Timer {
   bool cuda = false;
   double budget_s = 0.05;
   int min_reps = 3;
+  bool median = false;  ///< MicrobenchOptions::median_of_repetitions
   void sync() const {
     if (cuda) torch::cuda::synchronize();
   }
-  /// Fastest of the repetitions of f (after one warm-up call), in seconds.
-  double best(const std::function<void()>& f) const {
+  /// Fastest (or, with `median`, the median) of the repetitions of f after one warm-up call,
+  /// in seconds.
+  double time(const std::function<void()>& f) const {
     f();
     sync();
-    double best_s = INFINITY, used = 0;
+    std::vector<double> reps;
+    double used = 0;
     for (int rep = 0; rep < min_reps || used < budget_s; ++rep) {
       const auto t0 = Clock::now();
       f();
       sync();
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-      best_s = std::min(best_s, dt);
+      reps.push_back(dt);
       used += dt;
       if (rep > 1000) break;
     }
-    return best_s;
+    if (!median) return *std::min_element(reps.begin(), reps.end());
+    std::nth_element(reps.begin(), reps.begin() + reps.size() / 2, reps.end());
+    return reps[reps.size() / 2];
   }
 };
 
@@ -133,10 +138,12 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
   timer.cuda = cuda;
   timer.budget_s = o.quick ? 0.05 : 0.2;
   timer.min_reps = 3;
+  timer.median = o.median_of_repetitions;
   auto say = [&](const std::string& s) {
     if (o.progress) std::cerr << "trainsim calibrate: " << s << "\n";
   };
   json meas;
+  if (timer.median) meas["statistic"] = "median of each timing's repetitions (calibrate --nprocs)";
   CalibrationProfile p;
 
   // ---------------------------------------------------------------- GEMM
@@ -176,13 +183,13 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
         const torch::Tensor bias = torch::randn({out}, opts), dy = torch::randn({T, out}, opts);
         // forward: addmm(bias, X, W^T): C[T x out] = X[T x in] W^T[in x out]
         add(double(T), double(out), double(in), 1, "addmm(b, X, W^T)",
-            timer.best([&] { (void)torch::addmm(bias, x, w.t()); }));
+            timer.time([&] { (void)torch::addmm(bias, x, w.t()); }));
         // input gradient: dY[T x out] W[out x in]
         add(double(T), double(in), double(out), 1, "mm(dY, W)",
-            timer.best([&] { (void)torch::mm(dy, w); }));
+            timer.time([&] { (void)torch::mm(dy, w); }));
         // weight gradient: dY^T[out x T] X[T x in]
         add(double(out), double(in), double(T), 1, "mm(dY^T, X)",
-            timer.best([&] { (void)torch::mm(dy.t(), x); }));
+            timer.time([&] { (void)torch::mm(dy.t(), x); }));
       }
     }
   // Core attention: batch = b * heads products of [s x hd] x [hd x s] and [s x s] x [s x hd].
@@ -195,9 +202,9 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
       const torch::Tensor q = torch::randn({batch, s, hd}, opts), k = torch::randn({batch, hd, s}, opts);
       const torch::Tensor pr = torch::randn({batch, s, s}, opts), v = torch::randn({batch, s, hd}, opts);
       add(double(s), double(s), double(hd), double(batch), "bmm(Q, K^T)",
-          timer.best([&] { (void)torch::bmm(q, k); }));
+          timer.time([&] { (void)torch::bmm(q, k); }));
       add(double(s), double(hd), double(s), double(batch), "bmm(P, V)",
-          timer.best([&] { (void)torch::bmm(pr, v); }));
+          timer.time([&] { (void)torch::bmm(pr, v); }));
     }
   double best_rate = 0;
   for (const Point& pt : points) best_rate = std::max(best_rate, pt.rate);
@@ -219,7 +226,7 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
   // H100's L2 is 50 MB, so a GPU copies 2^27 (256 MiB at 16 bits).
   const std::int64_t big = o.quick ? (1 << 22) : cuda ? (1 << 27) : (1 << 24);
   const torch::Tensor src = torch::randn({big}, opts), dst = torch::empty({big}, opts);
-  const double copy_s = timer.best([&] { dst.copy_(src); });
+  const double copy_s = timer.time([&] { dst.copy_(src); });
   const double stream_bw = 2.0 * big * e / copy_s;  // read + write
   meas["stream_copy"] = {{"elements", big}, {"bytes_moved", 2.0 * big * e}, {"seconds", copy_s},
                          {"bytes_per_s", stream_bw}};
@@ -247,7 +254,7 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
         {"dropout", double(n) * (2 * e + 1), [&] { (void)torch::dropout(a, 0.1, /*train=*/true); }},
     };
     for (const Op& op : ops) {
-      const double t = timer.best(op.f);
+      const double t = timer.time(op.f);
       mem_rows.push_back({{"op", op.name}, {"elements", n}, {"bytes", op.bytes}, {"seconds", t}});
     }
   }
@@ -293,17 +300,17 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
     const torch::Tensor h1 = torch::ones({bytes}, host_opts), h2 = torch::ones({bytes}, host_opts);
     const torch::Tensor d1 = torch::ones({bytes}, opts.dtype(torch::kUInt8));
     const torch::Tensor d2 = torch::ones({bytes}, opts.dtype(torch::kUInt8));
-    const double h2d = timer.best([&] { d1.copy_(h1, true); });
-    const double d2h = timer.best([&] { h2.copy_(d2, true); });
+    const double h2d = timer.time([&] { d1.copy_(h1, true); });
+    const double d2h = timer.time([&] { h2.copy_(d2, true); });
     double both = 0;
     if (cuda) {
-      both = timer.best([&] {  // one direction on a second thread (its own stream in LibTorch)
+      both = timer.time([&] {  // one direction on a second thread (its own stream in LibTorch)
         std::thread t([&] { h2.copy_(d2, true); });
         d1.copy_(h1, true);
         t.join();
       });
     } else {
-      both = timer.best([&] {
+      both = timer.time([&] {
         std::thread t([&] { h2.copy_(d2); });
         d1.copy_(h1);
         t.join();
@@ -334,7 +341,7 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
     kernels::CpuAdam adam(ao);
     kernels::AdamHyperParams hp;
     std::int64_t step = 1;
-    const double s = timer.best([&] { adam.step(hp, step++, 1.0f, at); });
+    const double s = timer.time([&] { adam.step(hp, step++, 1.0f, at); });
     const double rate = double(adam_n) / s;
     adam_rows.push_back({{"threads", t}, {"params_per_s", rate}});
     if (t == 1) adam_1 = rate;
@@ -353,8 +360,9 @@ CalibrationProfile run_microbenchmarks(const MicrobenchOptions& o) {
   p.device = dev_name;
   p.source = std::string("measured: trainsim calibrate") + (o.quick ? " --quick" : "");
   p.date = today_utc();
-  p.notes = "Microbenchmarks of validation/microbench_torch.cpp; every timing is the fastest of "
-            "its repetitions. Raw results under 'measurements'.";
+  p.notes = std::string("Microbenchmarks of validation/microbench_torch.cpp; every timing is the ") +
+            (o.median_of_repetitions ? "median" : "fastest") +
+            " of its repetitions. Raw results under 'measurements'.";
   p.precision = dtype_name;
   p.local_device.peak_flops = best_rate;
   p.local_device.memory_bw_bytes_per_s = stream_bw;

@@ -106,6 +106,9 @@ const LocalSpec kLocalSpecs[] = {
     {"copy_bw_bytes_per_s", &CalibrationProfile::LocalDevice::copy_bw_bytes_per_s},
     {"cores", &CalibrationProfile::LocalDevice::cores},
     {"threads", &CalibrationProfile::LocalDevice::threads},
+    {"host_comm_latency_s", &CalibrationProfile::LocalDevice::host_comm_latency_s},
+    {"host_comm_bw_bytes_per_s", &CalibrationProfile::LocalDevice::host_comm_bw_bytes_per_s},
+    {"processes", &CalibrationProfile::LocalDevice::processes},
 };
 
 [[noreturn]] void fail(const std::string& file, const std::string& field, const std::string& value,
@@ -251,6 +254,14 @@ void read_local_device(const json& root, const std::string& file, CalibrationPro
       fail(file, field, dump(it.value()), "expected a finite number >= 0");
     p.local_device.*(spec->member) = it->get<double>();
   }
+  const auto& d = p.local_device;
+  if (d.host_comm_latency_s > 0 && !(d.host_comm_bw_bytes_per_s > 0))
+    fail(file, "local_device.host_comm_latency_s", dump(ld->at("host_comm_latency_s")),
+         "given without local_device.host_comm_bw_bytes_per_s (both are measured together by "
+         "`trainsim calibrate --device cpu`)");
+  if (ld->contains("processes") && (d.processes < 1 || d.processes != std::floor(d.processes)))
+    fail(file, "local_device.processes", dump(ld->at("processes")),
+         "expected a whole number >= 1 (the processes that measured the rates at once)");
 }
 
 /// The first `n` entries of a table row (`field`), each a finite number > 0, into `out`.

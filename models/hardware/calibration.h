@@ -153,6 +153,20 @@ struct CalibrationProfile {
     /// Cores and the intra-op threads the measurements ran with.
     double cores = 0;
     double threads = 0;
+    /// The host transport of a multi-process CPU replay (hw_backend/host_comm.h), measured
+    /// between two processes by `trainsim calibrate --device cpu` (hw_backend/host_comm_bench.h):
+    /// the fixed time of one exchange (a collective or a pipeline message: publish with fsync and
+    /// rename, poll for the peers' files) and the rate of the bytes a member writes and reads
+    /// (CostModel::host_transport_bytes_per_rank), a least-squares line through the fastest
+    /// repetition of each operation and size. Optional: 0 (absent, a profile from before they
+    /// were measured) prices collectives between local ranks as before, at copy_bw_bytes_per_s
+    /// with the NCCL model's latencies. A latency without the bandwidth is refused.
+    double host_comm_latency_s = 0;
+    double host_comm_bw_bytes_per_s = 0;
+    /// Processes that ran the compute microbenchmarks at once (`calibrate --nprocs N`: the
+    /// rates one of N concurrent processes sees, as a `validate --nprocs N` replay's ranks
+    /// share the cores). Optional: 0 (absent) means 1, one process alone.
+    double processes = 0;
   } local_device;
   /// GEMM efficiency by shape: rate of C[m x n] = A[m x k] B[k x n] (`batch` products) over
   /// the peak (local_device.peak_flops, or the catalog peak when that is 0). When non-empty,

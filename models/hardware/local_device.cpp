@@ -29,6 +29,11 @@ SystemSpec local_system(const CalibrationProfile& p, const std::string& profile_
   s.gpu.nvlink_bw_bytes_per_s = d.copy_bw_bytes_per_s;
   s.pcie_uplink_bw_bytes_per_s = d.copy_bw_bytes_per_s;
   s.nic_bw_bytes_per_s = d.copy_bw_bytes_per_s;
+  // Between the one-device nodes (a multi-rank scenario replayed by several processes of this
+  // machine): the host transport's measured rate, when the profile has it (its latency is
+  // CostModel::host_transport's, paid per exchange). Copies inside a node keep copy_bw.
+  if (nodes > 1 && d.host_comm_bw_bytes_per_s > 0)
+    s.nic_bw_bytes_per_s = d.host_comm_bw_bytes_per_s;
   s.cpu_cores = static_cast<int>(d.cores);
   s.host_memory_bytes = d.memory_bytes;
   // One switch level whose radix has a port per node (even, as the fat tree needs).

@@ -14,6 +14,12 @@
 //                             single-process collectives as device-local copies)
 //   cpu_cores                 local_device.cores; host_memory_bytes = memory_bytes
 // Latencies are 0 (the profile's kernel_launch_overhead_s carries per-op fixed costs).
+// Several nodes (a multi-rank scenario that `validate --nprocs N` replays in N processes of this
+// machine) and a profile with the host transport's figures (local_device.host_comm_latency_s,
+// host_comm_bw_bytes_per_s): nic_bw_bytes_per_s, the links between the nodes, is
+// host_comm_bw_bytes_per_s, and every collective or message between ranks pays
+// host_comm_latency_s once (CostModel::host_transport, models/system/collective_flows.h).
+// Without them (older profiles) every link runs at copy_bw_bytes_per_s, as before.
 #pragma once
 
 #include <string>
@@ -33,7 +39,8 @@ bool has_local_device(const CalibrationProfile& profile);
 /// InputError naming `profile_name` when the profile has no local_device section (a shipped
 /// datasheet profile, say). `nodes`: the one-device nodes the scenario has (a multi-rank
 /// scenario validated on this machine); they hang off one switch with a port each, every link
-/// at the measured copy bandwidth.
+/// at the measured copy bandwidth, those between nodes at the host transport's measured rate
+/// when the profile has it (see the file comment).
 SystemSpec local_system(const CalibrationProfile& profile, const std::string& profile_name,
                         std::int64_t nodes = 1);
 

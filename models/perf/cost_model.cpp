@@ -312,6 +312,29 @@ double CostModel::ring_bytes_per_rank(OpKind kind, double bytes, std::int64_t gr
   }
 }
 
+bool CostModel::host_transport() const {
+  return system_.name == "local" && profile_.local_device.host_comm_bw_bytes_per_s > 0;
+}
+
+double CostModel::host_transport_bytes_per_rank(OpKind kind, double bytes,
+                                                std::int64_t group_size) {
+  TRAINSIM_CHECK(group_size >= 1, "host_transport_bytes_per_rank: group_size < 1");
+  const double n = static_cast<double>(group_size);
+  switch (kind) {  // hw_backend/host_comm.cpp HostGroup::exchange and its callers
+    case OpKind::AllReduce:
+    case OpKind::ReduceScatter:
+    case OpKind::AllToAll:
+      return n * bytes;  // publish S, read the n - 1 others' S
+    case OpKind::AllGather:
+      return bytes;  // publish S / n, read (n - 1) S / n
+    case OpKind::SendRecv:
+      return 2 * bytes;  // HostChannel: the sender writes S, the receiver reads it
+    default:
+      TRAINSIM_CHECK(false, std::string("host_transport_bytes_per_rank: not a collective: ") +
+                                to_string(kind));
+  }
+}
+
 double CostModel::collective_latency_s(OpKind kind, std::int64_t group_size,
                                        bool intra_node) const {
   TRAINSIM_CHECK(group_size >= 1, "collective_latency_s: group_size < 1");

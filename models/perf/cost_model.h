@@ -70,6 +70,24 @@ class CostModel {
   double collective_time_s(OpKind kind, double bytes, std::int64_t group_size,
                            double link_bw_bytes_per_s, bool intra_node) const;
 
+  /// The host transport of a multi-process CPU replay (hw_backend/host_comm.h: every member
+  /// publishes its contribution as a file, fsync and rename, and reads the others'): true on
+  /// the `local` system with a profile whose local_device has host_comm_bw_bytes_per_s > 0
+  /// (measured by `trainsim calibrate --device cpu`). Then every collective and pipeline message
+  /// between two ranks (each rank its own one-device node) costs one host_comm_latency_s plus
+  /// host_transport_bytes_per_rank at host_comm_bw_bytes_per_s (collective_flows.h); a profile
+  /// without the figures keeps the NCCL-table pricing of a local copy (the old behaviour).
+  bool host_transport() const;
+  /// Bytes one member writes to and reads from the rendezvous files in one host-transport
+  /// exchange of a collective of `bytes` (the graph's op.bytes, as ring_bytes_per_rank takes
+  /// it) over `group_size` members (host_comm.cpp): all-reduce, reduce-scatter (S the full
+  /// input) and all-to-all publish the whole buffer S and read the n - 1 others': n S;
+  /// all-gather (S the gathered output) publishes S / n and reads (n - 1) S / n: S; a
+  /// pipeline message (SendRecv) is written once and read once: 2 S. `calibrate` fits its
+  /// latency and bandwidth on these byte counts (hw_backend/host_comm_bench.h), so the model
+  /// prices what was measured.
+  static double host_transport_bytes_per_rank(OpKind kind, double bytes, std::int64_t group_size);
+
   /// Achieved fraction of a link's nominal bandwidth for bulk transfers (NCCL on NVLink / IB,
   /// cudaMemcpy on PCIe). The simulator scales link bandwidths by these.
   double nvlink_efficiency() const;

@@ -311,6 +311,15 @@ CollectiveFlows collective_flows(const CostModel& cost, const OpDesc& op, const 
   const std::size_t n = group.ranks.size();
   f.ring.dst = group.ranks[(i + 1) % n];
   f.ring.pred = group.ranks[(i + n - 1) % n];
+  if (cost.host_transport()) {
+    // A multi-process CPU replay's host transport (CostModel::host_transport): one exchange,
+    // its measured latency, then the bytes the member writes and reads at the measured rate
+    // (the links between local ranks, local_system); no NCCL choice, no SMs held.
+    f.latency_s = cost.profile().local_device.host_comm_latency_s;
+    f.ring.bytes =
+        round_bytes(CostModel::host_transport_bytes_per_rank(op.kind, double(op.bytes), size));
+    return f;
+  }
   const double ring_bytes = CostModel::ring_bytes_per_rank(op.kind, double(op.bytes), size);
   f.ring.bytes = round_bytes(ring_bytes);
   const GroupLayout layout = group_layout(group, gpus_per_node);
@@ -346,7 +355,15 @@ double folded_min_time_s(const CollectiveFlows& flows,
 }
 
 double message_latency_s(const CostModel& cost, RankId src, RankId dst,
-                         std::int64_t gpus_per_node) {
+                         std::int64_t gpus_per_node, double bytes) {
+  if (cost.host_transport()) {
+    // The host transport: one exchange's latency, and the receiver's read of the file the
+    // sender wrote (the flow carries the write): host_transport_bytes_per_rank(SendRecv) = 2 S.
+    const auto& d = cost.profile().local_device;
+    return d.host_comm_latency_s +
+           (CostModel::host_transport_bytes_per_rank(OpKind::SendRecv, bytes, 2) - bytes) /
+               d.host_comm_bw_bytes_per_s;
+  }
   return cost.collective_latency_s(OpKind::SendRecv, 2,
                                    node_of(src, gpus_per_node) == node_of(dst, gpus_per_node));
 }

@@ -19,6 +19,10 @@
 //  - NVLS / NVLS-Tree (NVLink SHARP): a rank moves its NVLS traffic (nccl_traffic) on NVLink
 //    and on its NIC instead of the ring's, each flow paced to end when NCCL's algorithm
 //    bandwidth would.
+//  - the host transport of a multi-process CPU replay (CostModel::host_transport: the `local`
+//    system with a profile's measured host_comm figures): no NCCL choice; the measured
+//    latency, then one flow to the ring successor of the bytes the member writes and reads
+//    (CostModel::host_transport_bytes_per_rank) over links at the measured rate.
 //  - a folded graph simulates one rank of a set of identical replicas: its ring successor or
 //    predecessor may not be simulated (folded_min_time_s).
 // A group of one rank takes no time and moves nothing.
@@ -151,7 +155,10 @@ double folded_min_time_s(const CollectiveFlows& flows,
 
 /// A point-to-point message from `src` to `dst` (NCCL send/recv): launch latency + one step
 /// (CostModel::collective_latency_s(SendRecv), whose per-step figure includes the links').
+/// Under the host transport (CostModel::host_transport) of a message of `bytes`: the measured
+/// host_comm_latency_s plus the receiver's read of the sender's file, bytes /
+/// host_comm_bw_bytes_per_s (the message's flow over the links carries the sender's write).
 double message_latency_s(const CostModel& cost, RankId src, RankId dst,
-                         std::int64_t gpus_per_node);
+                         std::int64_t gpus_per_node, double bytes = 0);
 
 }  // namespace trainsim

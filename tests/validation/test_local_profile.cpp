@@ -10,6 +10,7 @@
 #include "models/hardware/local_device.h"
 #include "models/memory/memory_model.h"
 #include "models/input/scenario.h"
+#include "tests/support/calibration_errors.h"
 #include "tests/support/paths.h"
 
 using trainsim::test_support::source_path;
@@ -141,4 +142,50 @@ TEST(LocalProfile, Fp32MemoryModel) {
   sc.parallel.precision = Precision::FP16;
   const LayerActivationBytes half = layer_activation_bytes(sc);
   EXPECT_EQ(half.total(), std::int64_t(34 * s * b * h + 5 * a * s * s * b));
+}
+
+TEST(LocalProfile, HostTransportFieldsRoundTripAndOldProfilesLoad) {
+  CalibrationProfile p = local_profile();
+  // Without the fields (a profile from before they were measured): no host transport.
+  EXPECT_FALSE(CostModel(local_system(p, "p.json", 2), p).host_transport());
+  p.local_device.host_comm_latency_s = 2.5e-3;
+  p.local_device.host_comm_bw_bytes_per_s = 1.5e9;
+  p.local_device.processes = 2;
+  const CalibrationProfile q = parse_calibration(calibration_to_json(p), "roundtrip");
+  EXPECT_EQ(p, q);
+  EXPECT_EQ(q.local_device.host_comm_latency_s, 2.5e-3);
+  EXPECT_EQ(q.local_device.host_comm_bw_bytes_per_s, 1.5e9);
+  EXPECT_EQ(q.local_device.processes, 2);
+  EXPECT_TRUE(CostModel(local_system(q, "p.json", 2), q).host_transport());
+  // A catalog system never uses it, whatever the profile says.
+  EXPECT_FALSE(CostModel(find_system("dgx-a100-80gb"), q).host_transport());
+}
+
+TEST(LocalProfile, BadHostTransportAndProcessFieldsNameFileFieldAndValue) {
+  using test_support::expect_profile_refused;
+  CalibrationProfile p = local_profile();
+  p.local_device.host_comm_latency_s = 2.5e-3;
+  p.local_device.host_comm_bw_bytes_per_s = 1.5e9;
+  p.local_device.processes = 2;
+  const std::string j = calibration_to_json(p);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = j;
+    const auto at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) t.replace(at, from.size(), to);
+    return t;
+  };
+  expect_profile_refused(with("\"host_comm_latency_s\": 0.0025", "\"host_comm_latency_s\": -1"),
+                         "local_device.host_comm_latency_s", "-1");
+  expect_profile_refused(
+      with("\"host_comm_bw_bytes_per_s\": 1500000000.0", "\"host_comm_bw_bytes_per_s\": \"fast\""),
+      "local_device.host_comm_bw_bytes_per_s", "fast");
+  // A latency without the bandwidth it was fitted with.
+  expect_profile_refused(
+      with("\"host_comm_bw_bytes_per_s\": 1500000000.0", "\"host_comm_bw_bytes_per_s\": 0"),
+      "local_device.host_comm_latency_s", "0.0025");
+  expect_profile_refused(with("\"processes\": 2.0", "\"processes\": 0"),
+                         "local_device.processes", "0");
+  expect_profile_refused(with("\"processes\": 2.0", "\"processes\": 1.5"),
+                         "local_device.processes", "1.5");
 }
