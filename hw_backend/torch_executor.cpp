@@ -892,7 +892,8 @@ class Executor {
                        " padding copies, over the replay's MoE forwards");
     if (held_wgrad_gemms_ > 0)
       notes_.push_back("MoE backward split: " + std::to_string(held_wgrad_gemms_) +
-                       " held-back expert weight-gradient GEMMs ran (expert_wgrad.h)");
+                       " held-back expert weight-gradient GEMMs ran over the replay's iterations "
+                       "(expert_wgrad.h)");
     if (cpu_steps_ > 0)
       notes_.push_back("optimizer: " + std::to_string(cpu_steps_) + " OptimizerStepCpu sub-groups (" +
                        std::to_string(cpu_step_params_) + " parameters) ran the CPU Adam kernel "
