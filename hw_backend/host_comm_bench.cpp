@@ -1,7 +1,6 @@
 // The host transport's microbenchmark and fit (host_comm_bench.h).
 #include "hw_backend/host_comm_bench.h"
 
-#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +17,7 @@
 #include <set>
 
 #include "hw_backend/host_comm.h"
+#include "hw_backend/launch.h"
 #include "models/errors.h"
 #include "models/perf/cost_model.h"
 
@@ -84,17 +84,6 @@ std::string make_directory() {
   return buf.data();
 }
 
-void remove_directory(const std::string& dir) {
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      const std::string n = e->d_name;
-      if (n != "." && n != "..") ::unlink((dir + "/" + n).c_str());
-    }
-    ::closedir(d);
-  }
-  ::rmdir(dir.c_str());
-}
-
 /// Waits for the forked members; `stop`: signal them first. Returns how many failed.
 int reap(const std::vector<pid_t>& pids, bool stop) {
   int failed = 0;
@@ -124,7 +113,7 @@ std::vector<HostCommPoint> measure_host_collectives(const HostCommBenchOptions& 
     const pid_t pid = ::fork();
     if (pid < 0) {
       reap(pids, true);
-      remove_directory(dir);
+      remove_rendezvous_dir(dir);
       throw SystemError(std::string("calibrate: cannot fork a host-transport member: ") +
                         std::strerror(errno));
     }
@@ -147,11 +136,11 @@ std::vector<HostCommPoint> measure_host_collectives(const HostCommBenchOptions& 
     best = member_loop(o, rv, 0);
   } catch (const std::exception& e) {
     reap(pids, true);
-    remove_directory(dir);
+    remove_rendezvous_dir(dir);
     throw SystemError(std::string("calibrate: the host-transport benchmark failed: ") + e.what());
   }
   const int failed = reap(pids, false);
-  remove_directory(dir);
+  remove_rendezvous_dir(dir);
   if (failed > 0)
     throw SystemError("calibrate: " + std::to_string(failed) +
                       " host-transport benchmark member(s) failed (see above)");

@@ -56,7 +56,9 @@ std::vector<std::string> own_command_line() {
   return args;
 }
 
-void remove_tree_files(const std::string& dir) {
+}  // namespace
+
+void remove_rendezvous_dir(const std::string& dir) {
   if (DIR* d = ::opendir(dir.c_str())) {
     while (dirent* e = ::readdir(d)) {
       const std::string n = e->d_name;
@@ -66,8 +68,6 @@ void remove_tree_files(const std::string& dir) {
   }
   ::rmdir(dir.c_str());
 }
-
-}  // namespace
 
 ProcessEnv process_env(const std::function<const char*(const char*)>& getenv_fn) {
   auto get = [&](const char* name) -> const char* {
@@ -165,7 +165,7 @@ int launch_local_workers(int nprocs) {
   } catch (...) {  // fork failed: the workers started wait for peers that never come
     for (auto& w : workers) w.signal(SIGTERM);
     for (auto& w : workers) w.wait();
-    remove_tree_files(dir);
+    remove_rendezvous_dir(dir);
     throw;
   }
   int failed_rank;
@@ -173,7 +173,7 @@ int launch_local_workers(int nprocs) {
     const ForwardSignals forward(workers);  // a SIGTERM to the launcher stops its workers
     failed_rank = wait_all_stop_on_failure(workers, /*grace_s=*/10);
   }
-  remove_tree_files(dir);
+  remove_rendezvous_dir(dir);
   if (failed_rank >= 0) {
     std::cerr << "trainsim: replay: rank " << failed_rank << " of " << nprocs
               << " failed (exit status " << workers[failed_rank].status()->shell_status()

@@ -48,6 +48,10 @@ ProcessEnv process_env(const std::function<const char*(const char*)>& getenv = n
 /// started.
 int launch_local_workers(int nprocs);
 
+/// Removes the plain files of `dir` (a rendezvous directory: no subdirectories) and then `dir`;
+/// errors are ignored (what is left stays under TMPDIR).
+void remove_rendezvous_dir(const std::string& dir);
+
 /// `path` with ".rank<N>" inserted before its extension ("t.json" -> "t.rank1.json"): the file
 /// rank N > 0 of a multi-process replay writes.
 std::string per_rank_path(const std::string& path, int rank);
