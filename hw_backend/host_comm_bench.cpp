@@ -73,17 +73,6 @@ std::vector<double> member_loop(const HostCommBenchOptions& o, const kernels::Fi
   return best;
 }
 
-std::string make_directory() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/trainsim-hostcomm-XXXXXX";
-  std::vector<char> buf(templ.begin(), templ.end());
-  buf.push_back('\0');
-  if (!::mkdtemp(buf.data()))
-    throw InputError("calibrate: cannot create a rendezvous directory " + templ + ": " +
-                     std::strerror(errno) + " (set TMPDIR to a writable directory)");
-  return buf.data();
-}
-
 /// Waits for the forked members; `stop`: signal them first. Returns how many failed.
 int reap(const std::vector<pid_t>& pids, bool stop) {
   int failed = 0;
@@ -105,7 +94,7 @@ std::vector<HostCommPoint> measure_host_collectives(const HostCommBenchOptions& 
     TRAINSIM_CHECK(s > 0 && s % (std::int64_t(sizeof(float)) * o.processes) == 0,
                    "measure_host_collectives: size " + std::to_string(s) +
                        " is not a whole number of fp32 blocks per member");
-  const std::string dir = make_directory();
+  const std::string dir = make_rendezvous_dir("trainsim-hostcomm", "calibrate");
   const std::string run_id = "bench" + std::to_string(::getpid());
   std::fflush(nullptr);  // nothing buffered is written twice by the children
   std::vector<pid_t> pids;

@@ -58,6 +58,17 @@ std::vector<std::string> own_command_line() {
 
 }  // namespace
 
+std::string make_rendezvous_dir(const std::string& prefix, const std::string& who) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + "-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (!::mkdtemp(buf.data()))
+    throw InputError(who + ": cannot create a rendezvous directory " + templ + ": " +
+                     std::strerror(errno) + " (set TMPDIR to a writable directory)");
+  return buf.data();
+}
+
 void remove_rendezvous_dir(const std::string& dir) {
   if (DIR* d = ::opendir(dir.c_str())) {
     while (dirent* e = ::readdir(d)) {
@@ -130,14 +141,7 @@ std::string per_rank_path(const std::string& path, int rank) {
 int launch_local_workers(int nprocs) {
   TRAINSIM_CHECK(nprocs >= 1, "launch: nprocs must be >= 1");
   const std::vector<std::string> args = own_command_line();
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/trainsim-nccl-XXXXXX";
-  std::vector<char> dirbuf(templ.begin(), templ.end());
-  dirbuf.push_back('\0');
-  if (!::mkdtemp(dirbuf.data()))
-    throw InputError("launch: cannot create a rendezvous directory " + templ + ": " +
-                     std::strerror(errno) + " (set TMPDIR to a writable directory)");
-  const std::string dir = dirbuf.data();
+  const std::string dir = make_rendezvous_dir("trainsim-nccl", "launch");
   const std::string run_id =
       "trainsim-" + std::to_string(::getpid()) + "-" +
       std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());

@@ -48,6 +48,11 @@ ProcessEnv process_env(const std::function<const char*(const char*)>& getenv = n
 /// started.
 int launch_local_workers(int nprocs);
 
+/// Creates a fresh rendezvous directory $TMPDIR/<prefix>-XXXXXX (/tmp without TMPDIR) and
+/// returns its path; InputError "<who>: cannot create a rendezvous directory ..." naming the
+/// template and the reason when it cannot.
+std::string make_rendezvous_dir(const std::string& prefix, const std::string& who);
+
 /// Removes the plain files of `dir` (a rendezvous directory: no subdirectories) and then `dir`;
 /// errors are ignored (what is left stays under TMPDIR).
 void remove_rendezvous_dir(const std::string& dir);
