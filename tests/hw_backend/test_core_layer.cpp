@@ -10,6 +10,7 @@
 
 #include "hw_backend/core_layer.h"
 #include "tests/support/core_layer_fixture.h"
+#include "tests/support/replay_fixture.h"
 #include "hw_backend/replay.h"
 #include "models/builder/graph_builder.h"
 #include "models/hardware/hardware.h"
@@ -22,30 +23,12 @@ namespace {
 using test_support::param_count;
 using test_support::make_core_weights;
 
-std::string scen(const std::string& rel) {
-  return std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/" + rel;
-}
+using test_support::expect_loss_falls;
+using test_support::scenario_path;
 
-/// The graph of a `local`-system scenario: the replay reads the graph only, so any catalog
-/// system builds it (the simulation's figures do not matter here).
-ScheduleGraph build(Scenario sc) {
-  sc.cluster.system = "dgx-h100";
-  return build_schedule_graph(validated(sc), find_system(sc.cluster.system), BuildOptions{});
-}
-
-hw::ReplayOptions cpu_opts(std::int64_t rank) {
-  hw::ReplayOptions o;
-  o.device = "cpu";
-  o.rank = rank;
-  o.threads = 2;
-  return o;
-}
-
-std::string all_notes(const ExecutionRecord& r) {
-  std::string s;
-  for (const auto& n : r.notes) s += n + "\n";
-  return s;
-}
+ScheduleGraph build(const Scenario& sc) { return test_support::replay_graph(sc); }
+hw::ReplayOptions cpu_opts(std::int64_t rank) { return test_support::cpu_replay_options(rank); }
+std::string all_notes(const ExecutionRecord& r) { return test_support::joined_notes(r.notes); }
 
 hw::CoreLayerSpec llama_tiny() {
   hw::CoreLayerSpec c;
@@ -205,7 +188,7 @@ TEST(CoreReplay, SmallScenariosRunTheirOwnLayerTypes) {
   for (const char* name : {"small/llama-tiny_tp1_pp1_dp1.yaml", "small/qwen3-moe-tiny_tp1_pp1_ep2_dp2.yaml",
                            "small/llama-tiny_tp1_pp2_dp2_distopt.yaml"}) {
     SCOPED_TRACE(name);
-    const Scenario sc = load_scenario(scen(name));
+    const Scenario sc = load_scenario(scenario_path(name));
     const ScheduleGraph g = build(sc);
     for (std::int64_t rank : {std::int64_t(0), g.world_size - 1}) {
       if (g.rank_index(RankId(rank)) == kNone) continue;
@@ -226,12 +209,10 @@ TEST(CoreReplay, SmallScenariosRunTheirOwnLayerTypes) {
 // A tiny model trains: over 20 replayed iterations on a fixed batch its loss falls. It starts
 // near ln(vocab) (near-uniform predictions of a freshly initialized model).
 TEST(CoreReplay, TinyModelLossFallsOver20Iterations) {
-  const Scenario sc = load_scenario(scen("small/llama-tiny_tp1_pp1_dp1.yaml"));
+  const Scenario sc = load_scenario(scenario_path("small/llama-tiny_tp1_pp1_dp1.yaml"));
   const ScheduleGraph g = build(sc);
   const hw::TrainingReplay t = hw::replay_training(g, cpu_opts(0), 20);
   ASSERT_EQ(t.losses.size(), 20u);
   EXPECT_NEAR(t.losses.front(), std::log(512.0), 0.3);
-  for (double l : t.losses) EXPECT_TRUE(std::isfinite(l));
-  EXPECT_LT(t.losses.back(), t.losses.front() - 0.5)
-      << "first " << t.losses.front() << " last " << t.losses.back();
+  expect_loss_falls(t.losses);
 }

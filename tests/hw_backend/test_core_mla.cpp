@@ -14,6 +14,7 @@
 
 #include "hw_backend/core_layer.h"
 #include "tests/support/core_layer_fixture.h"
+#include "tests/support/replay_fixture.h"
 #include "hw_backend/replay.h"
 #include "models/builder/graph_builder.h"
 #include "models/hardware/hardware.h"
@@ -98,27 +99,12 @@ torch::Tensor mla_reference(const hw::CoreWeights& w, const torch::Tensor& x, co
   return torch::stack(outs, 1);  // [s, b, h]
 }
 
-std::string scen(const std::string& rel) {
-  return std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/" + rel;
-}
+using test_support::expect_loss_falls;
+using test_support::joined_notes;
+using test_support::scenario_path;
 
-ScheduleGraph build(Scenario sc) {
-  sc.cluster.system = "dgx-h100";
-  return build_schedule_graph(validated(sc), find_system(sc.cluster.system), BuildOptions{});
-}
-
-hw::ReplayOptions cpu_opts() {
-  hw::ReplayOptions o;
-  o.device = "cpu";
-  o.threads = 2;
-  return o;
-}
-
-std::string all_notes(const std::vector<std::string>& notes) {
-  std::string s;
-  for (const auto& n : notes) s += n + "\n";
-  return s;
-}
+ScheduleGraph build(const Scenario& sc) { return test_support::replay_graph(sc); }
+hw::ReplayOptions cpu_opts() { return test_support::cpu_replay_options(); }
 
 }  // namespace
 
@@ -274,7 +260,7 @@ TEST(TokenDropping, MoeBlockDropsTheCopiesOverCapacity) {
 // up-projection re-run) and of qwen3-moe-tiny with a capacity factor, the loss falls; the
 // notes say what ran and nothing substituted.
 TEST(CoreMlaReplay, TinyMlaModelLossFallsOver20Iterations) {
-  Scenario sc = load_scenario(scen("small/llama-tiny_tp1_pp1_dp1.yaml"));
+  Scenario sc = load_scenario(scenario_path("small/llama-tiny_tp1_pp1_dp1.yaml"));
   sc.model.multi_latent_attention = true;
   sc.model.num_query_groups = 0, sc.model.kv_channels = 0;
   sc.model.q_lora_rank = 48, sc.model.kv_lora_rank = 32;
@@ -286,10 +272,8 @@ TEST(CoreMlaReplay, TinyMlaModelLossFallsOver20Iterations) {
   const hw::TrainingReplay t = hw::replay_training(g, cpu_opts(), 20);
   ASSERT_EQ(t.losses.size(), 20u);
   EXPECT_NEAR(t.losses.front(), std::log(512.0), 0.3);
-  for (double l : t.losses) EXPECT_TRUE(std::isfinite(l));
-  EXPECT_LT(t.losses.back(), t.losses.front() - 0.5)
-      << "first " << t.losses.front() << " last " << t.losses.back();
-  const std::string notes = all_notes(t.record.notes);
+  expect_loss_falls(t.losses);
+  const std::string notes = joined_notes(t.record.notes);
   EXPECT_NE(notes.find("linear_kv_up_proj (32 -> 4 x (16 + 16))"), std::string::npos) << notes;
   EXPECT_NE(notes.find("the re-run of the up projections"), std::string::npos) << notes;
   EXPECT_EQ(notes.find("grouped-query attention"), std::string::npos) << notes;
@@ -298,16 +282,14 @@ TEST(CoreMlaReplay, TinyMlaModelLossFallsOver20Iterations) {
 }
 
 TEST(CoreMlaReplay, TokenDroppingMoeModelLossFallsOver20Iterations) {
-  Scenario sc = load_scenario(scen("small/qwen3-moe-tiny_tp1_pp1_ep2_dp2.yaml"));
+  Scenario sc = load_scenario(scenario_path("small/qwen3-moe-tiny_tp1_pp1_ep2_dp2.yaml"));
   sc.model.moe_expert_capacity_factor = 1.0;
   sc.model.moe_pad_expert_input_to_capacity = true;
   const ScheduleGraph g = build(sc);
   const hw::TrainingReplay t = hw::replay_training(g, cpu_opts(), 20);
   ASSERT_EQ(t.losses.size(), 20u);
-  for (double l : t.losses) EXPECT_TRUE(std::isfinite(l));
-  EXPECT_LT(t.losses.back(), t.losses.front() - 0.5)
-      << "first " << t.losses.front() << " last " << t.losses.back();
-  const std::string notes = all_notes(t.record.notes);
+  expect_loss_falls(t.losses);
+  const std::string notes = joined_notes(t.record.notes);
   EXPECT_NE(notes.find("token dropping: per-expert capacity"), std::string::npos) << notes;
   EXPECT_NE(notes.find("MoE token dropping: capacity"), std::string::npos) << notes;
   EXPECT_EQ(notes.find("dropless"), std::string::npos) << notes;
@@ -363,17 +345,15 @@ TEST(Router, ExpertBiasUpdateIsTheSignOfTheLoadGap) {
 
 // A tiny DeepSeek-style MoE (sigmoid router, expert bias, group-limited routing) trains.
 TEST(CoreMlaReplay, SigmoidRouterMoeModelLossFallsOver20Iterations) {
-  Scenario sc = load_scenario(scen("small/qwen3-moe-tiny_tp1_pp1_ep2_dp2.yaml"));
+  Scenario sc = load_scenario(scenario_path("small/qwen3-moe-tiny_tp1_pp1_ep2_dp2.yaml"));
   sc.model.moe_router_score_function = RouterScore::Sigmoid;
   sc.model.moe_router_enable_expert_bias = true;
   sc.model.moe_router_num_groups = 4, sc.model.moe_router_group_topk = 2;
   const ScheduleGraph g = build(sc);
   const hw::TrainingReplay t = hw::replay_training(g, cpu_opts(), 20);
   ASSERT_EQ(t.losses.size(), 20u);
-  for (double l : t.losses) EXPECT_TRUE(std::isfinite(l));
-  EXPECT_LT(t.losses.back(), t.losses.front() - 0.5)
-      << "first " << t.losses.front() << " last " << t.losses.back();
-  const std::string notes = all_notes(t.record.notes);
+  expect_loss_falls(t.losses);
+  const std::string notes = joined_notes(t.record.notes);
   EXPECT_NE(notes.find("sigmoid scores normalized over the k, group-limited: the top 2 of 4 "
                        "expert groups, the expert bias"),
             std::string::npos)

@@ -12,14 +12,13 @@
 #include "models/builder/graph_builder.h"
 #include "models/hardware/hardware.h"
 #include "models/input/scenario.h"
+#include "tests/support/replay_fixture.h"
 
 using namespace trainsim;
 
 namespace {
 
-std::string scen(const std::string& rel) {
-  return std::string(TRAINSIM_SOURCE_DIR) + "/scenarios/" + rel;
-}
+using test_support::scenario_path;
 
 ScheduleGraph build(const Scenario& sc, bool fold = false) {
   BuildOptions o;
@@ -27,13 +26,7 @@ ScheduleGraph build(const Scenario& sc, bool fold = false) {
   return build_schedule_graph(validated(sc), find_system(sc.cluster.system), o);
 }
 
-hw::ReplayOptions cpu_opts(std::int64_t rank) {
-  hw::ReplayOptions o;
-  o.device = "cpu";
-  o.rank = rank;
-  o.threads = 2;
-  return o;
-}
+hw::ReplayOptions cpu_opts(std::int64_t rank) { return test_support::cpu_replay_options(rank); }
 
 bool has_note(const ExecutionRecord& r, const std::string& needle) {
   for (const auto& n : r.notes)
@@ -103,7 +96,7 @@ std::vector<TaskId> compute_tasks(const ScheduleGraph& g, RankId rank, int mb, P
 }  // namespace
 
 TEST(Replay, TinySingleRankOnCpu) {
-  const Scenario sc = load_scenario(scen("small/gpt-tiny_tp1_pp1_dp1.yaml"));
+  const Scenario sc = load_scenario(scenario_path("small/gpt-tiny_tp1_pp1_dp1.yaml"));
   const ScheduleGraph g = build(sc);
   const ExecutionRecord r = hw::replay(g, cpu_opts(0));
   check_record(g, r, 0);
@@ -126,7 +119,7 @@ TEST(Replay, TinySingleRankOnCpu) {
 }
 
 TEST(Replay, RanksOfTp2Pp2Dp2) {
-  const Scenario sc = load_scenario(scen("small/gpt-tiny_tp2_pp2_dp2.yaml"));
+  const Scenario sc = load_scenario(scenario_path("small/gpt-tiny_tp2_pp2_dp2.yaml"));
   const ScheduleGraph g = build(sc);
   // Rank 5: last stage (logits, receives forward / sends backward), tensor rank 1.
   // Rank 2: first stage (embedding), data rank 1.
@@ -145,7 +138,7 @@ TEST(Replay, RanksOfTp2Pp2Dp2) {
 // fp32; reading the message as fp32 elements took it for half a tensor awaiting an all-gather
 // that never comes ("uses a received tensor before its all-gather completed it").
 TEST(Replay, MiddleStagesOfAnFp16PipelineOnTheCpu) {
-  const Scenario sc = load_scenario(scen("small/gpt-tiny_tp1_pp4_dp1_vp.yaml"));
+  const Scenario sc = load_scenario(scenario_path("small/gpt-tiny_tp1_pp4_dp1_vp.yaml"));
   ASSERT_EQ(sc.parallel.precision, Precision::FP16);
   const ScheduleGraph g = build(sc);
   for (std::int64_t rank : {1, 2}) {
@@ -236,7 +229,7 @@ TEST(Replay, MlpModuleRecomputationKeepsOnlyTheModuleInput) {
 }
 
 TEST(Replay, FoldedGraphUsesRepresentative) {
-  const Scenario sc = load_scenario(scen("small/gpt-tiny_tp2_pp2_dp2.yaml"));
+  const Scenario sc = load_scenario(scenario_path("small/gpt-tiny_tp2_pp2_dp2.yaml"));
   const ScheduleGraph g = build(sc, /*fold=*/true);
   // rank 7 = stage 1, dp 1, tp 1: represented by stage 1's tp 0 dp 0 rank, 1*(2*2) = 4.
   EXPECT_EQ(hw::representative_rank(g, 7), 4);
@@ -248,7 +241,7 @@ TEST(Replay, FoldedGraphUsesRepresentative) {
 }
 
 TEST(Replay, RecomputationKeepsLessMemoryDuringForward) {
-  const std::string path = scen("small/gpt-tiny_tp1_pp1_dp1.yaml");
+  const std::string path = scenario_path("small/gpt-tiny_tp1_pp1_dp1.yaml");
   // Smaller shapes than the file's (h 128, s 64): three replays with LibTorch's CPU GEMMs.
   auto forward_peak = [&](const std::string& granularity) {
     const Scenario sc = load_scenario(path, {{"parallel.recompute_granularity", granularity},
@@ -276,7 +269,7 @@ TEST(Replay, RecomputationKeepsLessMemoryDuringForward) {
 
 TEST(Replay, TwinFlowOffloadRunsCpuAdamAndCopies) {
   // ZeRO-3 with 40 % of the optimizer on the CPU (Twin-Flow), smaller hidden size for speed.
-  const Scenario sc = load_scenario(scen("small/gpt-tiny_tp1_pp1_dp1.yaml"),
+  const Scenario sc = load_scenario(scenario_path("small/gpt-tiny_tp1_pp1_dp1.yaml"),
                                     {{"deepspeed.zero_optimization.stage", "3"},
                                      {"deepspeed.zero_optimization.offload_optimizer.device", "cpu"},
                                      {"deepspeed.zero_optimization.offload_optimizer.ratio", "0.4"},
@@ -296,7 +289,7 @@ TEST(Replay, TwinFlowOffloadRunsCpuAdamAndCopies) {
 }
 
 TEST(Replay, BadDeviceIsInputError) {
-  const Scenario sc = load_scenario(scen("small/gpt-tiny_tp1_pp1_dp1.yaml"));
+  const Scenario sc = load_scenario(scenario_path("small/gpt-tiny_tp1_pp1_dp1.yaml"));
   const ScheduleGraph g = build(sc);
   hw::ReplayOptions o = cpu_opts(0);
   o.device = "tpu";
@@ -314,7 +307,7 @@ TEST(Replay, RunsFromTheGraphAlone) {
   // the scenario it was built from is gone before the replay. Full recomputation and an
   // untied output layer are the two facts no OpDesc of a compute task carries.
   const ScheduleGraph g = [] {
-    const Scenario sc = load_scenario(scen("small/gpt-tiny_tp1_pp1_dp1.yaml"),
+    const Scenario sc = load_scenario(scenario_path("small/gpt-tiny_tp1_pp1_dp1.yaml"),
                                       {{"parallel.recompute_granularity", "full"},
                                        {"model.untie_embeddings_and_output_weights", "true"},
                                        {"model.hidden_size", "128"}});
@@ -347,7 +340,7 @@ TEST(Replay, DeviceFreeMemory) {
 TEST(Replay, CudaReplay) {
   std::string why;
   if (!hw::cuda_available(&why)) GTEST_SKIP() << "CUDA replay not tested: " << why;
-  const Scenario sc = load_scenario(scen("small/gpt-tiny_tp1_pp1_dp1.yaml"));
+  const Scenario sc = load_scenario(scenario_path("small/gpt-tiny_tp1_pp1_dp1.yaml"));
   const ScheduleGraph g = build(sc);
   hw::ReplayOptions o = cpu_opts(0);
   o.device = "cuda";
